@@ -1,0 +1,122 @@
+package atomicbucket
+
+import (
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+)
+
+// Bucket is a lock-free token bucket for one key.
+//
+// Its whole state is one int64, the theoretical arrival time of GCRA: the
+// instant at which the bucket would be full again. A request of cost n at
+// time t is admitted if and only if max(TAT, t) + n×interval − t ≤ tau, and
+// then TAT moves forward by n×interval. This is the token bucket exactly:
+// the tokens at t are (tau − (TAT − t)) / interval, capped at the capacity.
+// A CAS loop applies the change; a denial writes nothing, so a flood of
+// denials on one key reads a shared cache line but never invalidates it.
+//
+// A Bucket is retired once, for eviction, a reset, or when its clock runs
+// so far that it must move its origin (see Params). A retired Bucket
+// answers every call with live == false and changes nothing; the caller
+// then asks Successor for the state that replaces it. Because retiring is a
+// CAS on the same word as every grant, a request can never consume from a
+// state that has already been retired: this is what keeps a key from
+// passing twice its limit while eviction runs.
+//
+// Layout: the word, the origin and the rule fill 48 bytes; the padding
+// rounds the struct to 64, the allocator's size class that starts every
+// object on a cache-line boundary. Without it, two keys' buckets could
+// share a line and every grant on one would stall the other's readers.
+type Bucket struct {
+	tat    atomic.Int64
+	origin int64
+	p      Params
+	_      [16]byte
+}
+
+// New returns a full bucket for rule p whose origin is now.
+func New(p Params, now int64) *Bucket {
+	b := &Bucket{origin: now, p: p}
+	b.tat.Store(fresh)
+	return b
+}
+
+// Params returns the rule the bucket applies.
+func (b *Bucket) Params() *Params { return &b.p }
+
+// AllowN takes n tokens at now if the bucket holds them. A denial consumes
+// nothing. live is false when the bucket is retired; then nothing changed
+// and the caller must use Successor.
+func (b *Bucket) AllowN(now, n int64) (d Decision, live bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	for {
+		w := b.tat.Load()
+		next, d, live := b.p.allow(w, t, pos, n)
+		if next == w {
+			return d, live
+		}
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, next) {
+			return d, live
+		}
+		chaos.Retried()
+	}
+}
+
+// Peek returns what AllowN(now, 1) would answer, and consumes nothing.
+func (b *Bucket) Peek(now int64) (d Decision, live bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	return b.p.peek(b.tat.Load(), t, pos)
+}
+
+// Refund gives back n tokens that an earlier AllowN on this bucket granted.
+// live is false when the bucket has been retired since; the refund then
+// belongs to the successor.
+func (b *Bucket) Refund(n int64) (live bool) {
+	for {
+		w := b.tat.Load()
+		next, live := b.p.refund(w, n)
+		if next == w {
+			return live
+		}
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, next) {
+			return true
+		}
+		chaos.Retried()
+	}
+}
+
+// RetireIdle retires the bucket if it is full at now, the state a fresh
+// bucket has, and reports whether it did.
+func (b *Bucket) RetireIdle(now int64) bool {
+	t, pos := b.p.ticks(now, b.origin)
+	for {
+		w := b.tat.Load()
+		next, ok := b.p.retireIdle(w, t, pos)
+		if !ok {
+			return false
+		}
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, next) {
+			return true
+		}
+		chaos.Retried()
+	}
+}
+
+// Retire retires the bucket whatever it holds; its successor is fresh.
+func (b *Bucket) Retire() {
+	b.tat.Store(retire(fresh))
+}
+
+// Successor returns a new bucket to stand for this one once it is retired:
+// fresh at now, or carrying the TAT across a rebase. Several callers may
+// build equal successors; the registry installs exactly one.
+func (b *Bucket) Successor(now int64) *Bucket {
+	origin, w := b.p.successor(b.tat.Load(), b.origin, now)
+	s := &Bucket{origin: origin, p: b.p}
+	s.tat.Store(w)
+	return s
+}

@@ -1,0 +1,71 @@
+package atomicbucket
+
+import "sync"
+
+// MutexBucket is Bucket's twin behind a mutex: the same rule, the same
+// transitions and the same answers, synchronised the plain way. It exists
+// so that tests can check the lock-free Bucket against it and benchmarks
+// can show what the CAS loop buys.
+type MutexBucket struct {
+	mu     sync.Mutex
+	tat    int64
+	origin int64
+	p      Params
+}
+
+// NewMutex returns a full mutex-guarded bucket for rule p whose origin is now.
+func NewMutex(p Params, now int64) *MutexBucket {
+	return &MutexBucket{tat: fresh, origin: now, p: p}
+}
+
+// AllowN is Bucket.AllowN under a mutex.
+func (b *MutexBucket) AllowN(now, n int64) (Decision, bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	b.mu.Lock()
+	next, d, live := b.p.allow(b.tat, t, pos, n)
+	b.tat = next
+	b.mu.Unlock()
+	return d, live
+}
+
+// Peek is Bucket.Peek under a mutex.
+func (b *MutexBucket) Peek(now int64) (Decision, bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.p.peek(b.tat, t, pos)
+}
+
+// Refund is Bucket.Refund under a mutex.
+func (b *MutexBucket) Refund(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next, live := b.p.refund(b.tat, n)
+	b.tat = next
+	return live
+}
+
+// RetireIdle is Bucket.RetireIdle under a mutex.
+func (b *MutexBucket) RetireIdle(now int64) bool {
+	t, pos := b.p.ticks(now, b.origin)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next, ok := b.p.retireIdle(b.tat, t, pos)
+	b.tat = next
+	return ok
+}
+
+// Retire is Bucket.Retire under a mutex.
+func (b *MutexBucket) Retire() {
+	b.mu.Lock()
+	b.tat = retire(fresh)
+	b.mu.Unlock()
+}
+
+// Successor is Bucket.Successor under a mutex.
+func (b *MutexBucket) Successor(now int64) *MutexBucket {
+	b.mu.Lock()
+	origin, w := b.p.successor(b.tat, b.origin, now)
+	b.mu.Unlock()
+	return &MutexBucket{tat: w, origin: origin, p: b.p}
+}

@@ -1,0 +1,381 @@
+package atomicbucket
+
+import (
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// twin is what both implementations offer; the tests run every table
+// against each.
+type twin interface {
+	AllowN(now, n int64) (Decision, bool)
+	Peek(now int64) (Decision, bool)
+	Refund(n int64) bool
+	RetireIdle(now int64) bool
+	Retire()
+}
+
+type maker struct {
+	name string
+	new  func(p Params, now int64) twin
+}
+
+var twins = []maker{
+	{"lockfree", func(p Params, now int64) twin { return New(p, now) }},
+	{"mutex", func(p Params, now int64) twin { return NewMutex(p, now) }},
+}
+
+func mustParams(t testing.TB, limit int64, period time.Duration, burst int64) Params {
+	t.Helper()
+	p, err := NewParams(limit, period, burst)
+	if err != nil {
+		t.Fatalf("NewParams(%d, %v, %d): %v", limit, period, burst, err)
+	}
+	return p
+}
+
+func TestBucketLayout(t *testing.T) {
+	if got := unsafe.Sizeof(Bucket{}); got != 64 {
+		t.Fatalf("Bucket is %d bytes; it must be 64 to own its cache line", got)
+	}
+}
+
+func TestNewParamsRejects(t *testing.T) {
+	cases := []struct {
+		limit  int64
+		period time.Duration
+		burst  int64
+	}{
+		{0, time.Second, 0},
+		{-1, time.Second, 0},
+		{10, 0, 0},
+		{10, -time.Second, 0},
+		{10, time.Second, -1},
+		{2e9, time.Second, 0},              // faster than one token per ns
+		{1, 1000 * 24 * time.Hour, 1 << 40}, // burst window of eons
+		{1, time.Duration(math.MaxInt64), 2},
+	}
+	for _, c := range cases {
+		if _, err := NewParams(c.limit, c.period, c.burst); err == nil {
+			t.Errorf("NewParams(%d, %v, %d) = nil error, want one", c.limit, c.period, c.burst)
+		}
+	}
+}
+
+func TestNewParamsScale(t *testing.T) {
+	cases := []struct {
+		limit         int64
+		period        time.Duration
+		scale, interv int64
+	}{
+		{10, time.Second, 1, 100_000_000},
+		{3, time.Second, 3, 1_000_000_000},          // 333333333⅓ ns, exact in thirds
+		{7, time.Minute, 7, 60_000_000_000},          // exact in sevenths
+		{1_000_000, 30 * 24 * time.Hour, 1, 2_592_000_000},
+		{999_983, time.Millisecond, 8192, 8193},      // prime limit: rounded up to 1/8192 ns
+	}
+	for _, c := range cases {
+		p := mustParams(t, c.limit, c.period, 0)
+		if p.scale != c.scale || p.interval != c.interv {
+			t.Errorf("%d per %v: scale %d interval %d, want %d and %d", c.limit, c.period, p.scale, p.interval, c.scale, c.interv)
+		}
+		// Whatever the scale, the interval is never shorter than exact and
+		// at most one tick longer.
+		exact := new(big.Rat).SetFrac64(int64(c.period), c.limit)
+		got := new(big.Rat).SetFrac64(p.interval, p.scale)
+		diff := new(big.Rat).Sub(got, exact)
+		if diff.Sign() < 0 || diff.Cmp(big.NewRat(1, p.scale)) >= 0 {
+			t.Errorf("%d per %v: interval %v ns, exact %v", c.limit, c.period, got, exact)
+		}
+	}
+}
+
+// TestTable runs one sequence of exact times and answers against both twins.
+func TestTable(t *testing.T) {
+	type step struct {
+		at   time.Duration
+		n    int64
+		want Decision
+	}
+	// 10 per second, burst 3: one token every 100ms.
+	steps := []step{
+		{0, 1, Decision{true, 3, 2, 0, 100 * time.Millisecond}},
+		{0, 2, Decision{true, 3, 0, 0, 300 * time.Millisecond}},
+		{0, 1, Decision{false, 3, 0, 100 * time.Millisecond, 300 * time.Millisecond}},
+		{99 * time.Millisecond, 1, Decision{false, 3, 0, time.Millisecond, 201 * time.Millisecond}},
+		{100 * time.Millisecond, 1, Decision{true, 3, 0, 0, 300 * time.Millisecond}},
+		{150 * time.Millisecond, 4, Decision{false, 3, 0, Never, 250 * time.Millisecond}},
+		{150 * time.Millisecond, 0, Decision{false, 3, 0, Never, 250 * time.Millisecond}},
+		{150 * time.Millisecond, -5, Decision{false, 3, 0, Never, 250 * time.Millisecond}},
+		{10 * time.Second, 3, Decision{true, 3, 0, 0, 300 * time.Millisecond}},
+		{10*time.Second + 250*time.Millisecond, 2, Decision{true, 3, 0, 0, 250 * time.Millisecond}},
+		// The clock moves back 1s: the bucket owes more, mints nothing.
+		{9*time.Second + 250*time.Millisecond, 1, Decision{false, 3, 0, 1050 * time.Millisecond, 1250 * time.Millisecond}},
+	}
+	p := mustParams(t, 10, time.Second, 3)
+	const origin = 1_000_000
+	for _, m := range twins {
+		b := m.new(p, origin)
+		for i, s := range steps {
+			got, live := b.AllowN(origin+int64(s.at), s.n)
+			if !live || got != s.want {
+				t.Errorf("%s step %d (at %v, n=%d): got %+v live=%v, want %+v", m.name, i, s.at, s.n, got, live, s.want)
+			}
+		}
+	}
+}
+
+// model is the token bucket in exact rational arithmetic, the definition
+// the buckets must match: continuous refill at rate, capped at capacity.
+type model struct {
+	capacity int64
+	rate     *big.Rat // tokens per ns
+	tokens   *big.Rat
+	last     int64
+}
+
+func newModel(capacity int64, rate *big.Rat, now int64) *model {
+	return &model{capacity: capacity, rate: rate, tokens: big.NewRat(capacity, 1), last: now}
+}
+
+func (m *model) at(now int64) *big.Rat {
+	if now <= m.last {
+		return new(big.Rat).Set(m.tokens)
+	}
+	tok := new(big.Rat).Mul(m.rate, big.NewRat(now-m.last, 1))
+	tok.Add(tok, m.tokens)
+	if tok.Cmp(big.NewRat(m.capacity, 1)) > 0 {
+		tok.SetInt64(m.capacity)
+	}
+	return tok
+}
+
+func ceilDur(r *big.Rat) time.Duration {
+	q, rem := new(big.Int).QuoRem(r.Num(), r.Denom(), new(big.Int))
+	if rem.Sign() > 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return time.Duration(q.Int64())
+}
+
+func floorInt(r *big.Rat) int64 {
+	q := new(big.Int).Div(r.Num(), r.Denom()) // Euclidean: floor for positive denominators
+	return q.Int64()
+}
+
+// allowN is the model's answer; now never goes backwards here.
+func (m *model) allowN(now, n int64) Decision {
+	tok := m.at(now)
+	m.tokens, m.last = tok, now
+	d := Decision{Limit: m.capacity}
+	capR := big.NewRat(m.capacity, 1)
+	if n >= 1 && n <= m.capacity && tok.Cmp(big.NewRat(n, 1)) >= 0 {
+		tok.Sub(tok, big.NewRat(n, 1))
+		d.Allowed = true
+	} else if n < 1 || n > m.capacity {
+		d.RetryAfter = Never
+	} else {
+		need := new(big.Rat).Sub(big.NewRat(n, 1), tok)
+		d.RetryAfter = ceilDur(need.Quo(need, m.rate))
+	}
+	d.Remaining = floorInt(tok)
+	owed := new(big.Rat).Sub(capR, tok)
+	d.ResetAfter = ceilDur(owed.Quo(owed, m.rate))
+	return d
+}
+
+// TestExactAgainstRationalModel drives both twins and the rational model
+// with random increasing times and costs; every Decision must be equal.
+// For rules whose interval is rounded, the model runs at the rounded rate,
+// and TestNewParamsScale bounds the rounding.
+func TestExactAgainstRationalModel(t *testing.T) {
+	rules := []struct {
+		limit  int64
+		period time.Duration
+		burst  int64
+	}{
+		{10, time.Second, 0}, {10, time.Second, 3}, {3, time.Second, 5}, {7, time.Minute, 0},
+		{1000, time.Millisecond, 1}, {1, time.Hour, 10}, {999_983, time.Millisecond, 0},
+		{6, 7, 2}, {1_000_000, 30 * 24 * time.Hour, 0},
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, rule := range rules {
+		p := mustParams(t, rule.limit, rule.period, rule.burst)
+		rate := big.NewRat(p.scale, p.interval)
+		for _, m := range twins {
+			now := int64(r.Uint64() >> 2)
+			b := m.new(p, now)
+			ref := newModel(p.capacity, rate, now)
+			step := int64(rule.period) / rule.limit
+			var allowed, denied int
+			for i := range 3000 {
+				switch r.IntN(4) {
+				case 0:
+				case 1:
+					now += r.Int64N(step + 1)
+				case 2:
+					now += r.Int64N(3)
+				case 3:
+					now += r.Int64N(int64(rule.period)/max(1, rule.limit/4) + 1)
+				}
+				n := 1 + r.Int64N(min(p.capacity, 4))
+				switch r.IntN(50) {
+				case 0:
+					n = p.capacity + 1
+				case 1, 2:
+					n = 1 + r.Int64N(p.capacity)
+				}
+				got, live := b.AllowN(now, n)
+				want := ref.allowN(now, n)
+				if !live || got != want {
+					t.Fatalf("%d per %v burst %d, %s, step %d (n=%d): got %+v, want %+v",
+						rule.limit, rule.period, rule.burst, m.name, i, n, got, want)
+				}
+				if got.Allowed {
+					allowed++
+				} else if got.RetryAfter != Never {
+					denied++
+				}
+			}
+			if allowed < 100 || denied < 100 {
+				t.Errorf("%d per %v: %d allowed, %d denied: the sequence does not exercise both", rule.limit, rule.period, allowed, denied)
+			}
+		}
+	}
+}
+
+// TestRebase carries a bucket's debt across the move of its origin: a key
+// that is never full for longer than the rebase span keeps exact answers.
+func TestRebase(t *testing.T) {
+	p := mustParams(t, 3, time.Second, 0) // scale 3: rebase after 2^60/3 ns, ~12 years
+	for _, m := range twins {
+		var b twin = m.new(p, 0)
+		now := int64(rebaseAt/p.scale) - int64(time.Second)
+		ref := newModel(p.capacity, big.NewRat(p.scale, p.interval), now)
+		rebased := 0
+		for i := range 40 {
+			d, live := b.AllowN(now, 1)
+			if !live {
+				rebased++
+				switch bb := b.(type) {
+				case *Bucket:
+					b = bb.Successor(now)
+				case *MutexBucket:
+					b = bb.Successor(now)
+				}
+				if d, live = b.AllowN(now, 1); !live {
+					t.Fatalf("%s: the successor is retired too", m.name)
+				}
+			}
+			if want := ref.allowN(now, 1); d != want {
+				t.Fatalf("%s step %d at %d: got %+v, want %+v", m.name, i, now, d, want)
+			}
+			now += int64(time.Second) / 8
+		}
+		if rebased != 1 {
+			t.Errorf("%s: rebased %d times, want once", m.name, rebased)
+		}
+	}
+}
+
+func TestFarClock(t *testing.T) {
+	p := mustParams(t, 10, time.Second, 0)
+	for _, m := range twins {
+		b := m.new(p, 0)
+		b.AllowN(0, 10)
+		// Far in the past: denied, nothing taken, no panic.
+		for _, now := range []int64{math.MinInt64, -(1 << 62)} {
+			if d, live := b.AllowN(now, 1); !live || d.Allowed || d.RetryAfter != Never {
+				t.Errorf("%s: AllowN at %d = %+v live=%v, want a Never denial", m.name, now, d, live)
+			}
+		}
+		// Far in the future the bucket is full: it retires so that its
+		// successor, with a new origin, answers.
+		if _, live := b.AllowN(math.MaxInt64, 1); live {
+			t.Errorf("%s: a bucket past its range must retire", m.name)
+		}
+		if d, live := b.Peek(0); live || d.Allowed {
+			t.Errorf("%s: retired bucket answered Peek with %+v", m.name, d)
+		}
+	}
+	b := New(p, 0)
+	b.AllowN(0, 10)
+	b.AllowN(math.MaxInt64, 1)
+	s := b.Successor(math.MaxInt64)
+	if d, live := s.AllowN(math.MaxInt64, 10); !live || !d.Allowed {
+		t.Errorf("successor at the end of time: %+v live=%v, want a full bucket", d, live)
+	}
+}
+
+func TestPeekRefundRetire(t *testing.T) {
+	p := mustParams(t, 2, time.Second, 0)
+	for _, m := range twins {
+		b := m.new(p, 0)
+		if b.RetireIdle(0) != true {
+			t.Fatalf("%s: a fresh bucket is idle", m.name)
+		}
+		if _, live := b.AllowN(0, 1); live {
+			t.Fatalf("%s: a retired bucket granted", m.name)
+		}
+		b = m.new(p, 0)
+		before, _ := b.Peek(0)
+		b.AllowN(0, 2)
+		if b.RetireIdle(0) {
+			t.Fatalf("%s: a bucket that owes tokens is not idle", m.name)
+		}
+		if !b.Refund(2) {
+			t.Fatalf("%s: refund on a live bucket", m.name)
+		}
+		if after, _ := b.Peek(0); after != before {
+			t.Fatalf("%s: after refund Peek = %+v, want %+v", m.name, after, before)
+		}
+		b.AllowN(0, 1)
+		if b.RetireIdle(int64(time.Second/2) - 1) {
+			t.Fatalf("%s: idle one ns early", m.name)
+		}
+		if !b.RetireIdle(int64(time.Second / 2)) {
+			t.Fatalf("%s: full again after 500ms", m.name)
+		}
+		if b.Refund(1) {
+			t.Fatalf("%s: refund on a retired bucket reports live", m.name)
+		}
+		b = m.new(p, 0)
+		b.AllowN(0, 2)
+		b.Retire()
+		if _, live := b.Peek(0); live {
+			t.Fatalf("%s: Retire left the bucket live", m.name)
+		}
+	}
+}
+
+// TestConcurrentExact: many goroutines, a frozen clock, exactly capacity
+// grants on each twin.
+func TestConcurrentExact(t *testing.T) {
+	p := mustParams(t, 1000, time.Second, 0)
+	for _, m := range twins {
+		b := m.new(p, 42)
+		var granted atomic.Int64
+		var wg sync.WaitGroup
+		for range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 200 {
+					if d, _ := b.AllowN(42, 1); d.Allowed {
+						granted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if granted.Load() != 1000 {
+			t.Errorf("%s: granted %d, want exactly 1000", m.name, granted.Load())
+		}
+	}
+}

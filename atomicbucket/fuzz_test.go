@@ -1,0 +1,87 @@
+package atomicbucket
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+)
+
+// FuzzTwins feeds the same operations to Bucket and MutexBucket and
+// requires the same answer from each at every step. The input picks a rule,
+// then a stream of operations: clock moves (forward, backward, far), costs
+// (valid and not), peeks, refunds, idle retirement and resets.
+func FuzzTwins(f *testing.F) {
+	f.Add([]byte{0, 10, 1, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{3, 7, 2, 1, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 4, 5, 200, 9, 9})
+	f.Add([]byte{255, 255, 255, 255, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3})
+	f.Add([]byte{1, 1, 0, 0, 6, 6, 6, 7, 7, 0, 0, 5, 5, 5, 5})
+	f.Add([]byte{9, 200, 3, 2, 4, 128, 4, 129, 8, 8, 8, 1, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		limits := []int64{1, 2, 3, 7, 10, 1000, 999_983}
+		periods := []time.Duration{7, time.Microsecond, time.Millisecond, time.Second, time.Minute, 30 * 24 * time.Hour}
+		limit := limits[int(data[0])%len(limits)]
+		period := periods[int(data[1])%len(periods)]
+		burst := int64(data[2] % 8)
+		p, err := NewParams(limit, period, burst)
+		if err != nil {
+			return // rules outside the range are covered by TestNewParamsRejects
+		}
+		origin := int64(binary.LittleEndian.Uint16(data[2:4])) << 20
+		a, m := New(p, origin), NewMutex(p, origin)
+		now := origin
+		step := int64(period) / limit
+		for i := 4; i < len(data); i++ {
+			op, arg := data[i]%10, int64(data[i]/10)
+			switch op {
+			case 0, 1, 2:
+				n := arg % (p.capacity + 2) // 0 and capacity+1 are invalid costs
+				da, la := a.AllowN(now, n)
+				dm, lm := m.AllowN(now, n)
+				if da != dm || la != lm {
+					t.Fatalf("op %d AllowN(%d, %d): lock-free %+v %v, mutex %+v %v", i, now, n, da, la, dm, lm)
+				}
+				if da.Remaining < 0 || da.Remaining > p.capacity || da.RetryAfter < 0 || da.ResetAfter < 0 {
+					t.Fatalf("op %d: decision out of range: %+v", i, da)
+				}
+			case 3:
+				now += arg * step / 4
+			case 4:
+				now -= arg * step / 8
+			case 5:
+				da, la := a.Peek(now)
+				dm, lm := m.Peek(now)
+				if da != dm || la != lm {
+					t.Fatalf("op %d Peek: lock-free %+v %v, mutex %+v %v", i, da, la, dm, lm)
+				}
+			case 6:
+				n := arg % (p.capacity + 1)
+				if a.Refund(n) != m.Refund(n) {
+					t.Fatalf("op %d Refund(%d) differs", i, n)
+				}
+			case 7:
+				if a.RetireIdle(now) != m.RetireIdle(now) {
+					t.Fatalf("op %d RetireIdle differs", i)
+				}
+			case 8:
+				now += arg << 55 // far jumps: out of range, rebase
+			case 9:
+				if arg%4 == 0 {
+					a.Retire()
+					m.Retire()
+				}
+			}
+			// Replace retired states the way the registry does.
+			_, la := a.Peek(now)
+			_, lm := m.Peek(now)
+			if la != lm {
+				t.Fatalf("op %d: one twin retired, the other not", i)
+			}
+			if !la {
+				a, m = a.Successor(now), m.Successor(now)
+			}
+		}
+	})
+}

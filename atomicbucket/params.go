@@ -1,0 +1,295 @@
+package atomicbucket
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Never is the RetryAfter of a request that can never pass: a cost below 1
+// or above the capacity, or a clock reading outside the supported range.
+const Never = time.Duration(math.MaxInt64)
+
+// Decision is the outcome of one request. Its layout is the same as
+// floodgate.Decision, so the root package converts it without copying
+// field by field.
+type Decision struct {
+	Allowed    bool
+	Limit      int64         // the capacity that applied
+	Remaining  int64         // whole requests of cost 1 still allowed now
+	RetryAfter time.Duration // 0 when allowed; the shortest wait otherwise
+	ResetAfter time.Duration // time until the bucket is full again
+}
+
+// The state of a bucket is one int64, its theoretical arrival time (TAT) in
+// ticks since the bucket's origin; a tick is 1/scale ns. The ranges below
+// keep every sum and difference of the algorithm inside int64, so no step
+// can overflow:
+//
+//	tau (the burst window, Burst × interval)   ≤ 2^60
+//	t (now in ticks) at which a request is served  ∈ [−2^61, 2^60]
+//	a stored TAT                                ∈ [−2^62, 2^61]
+//
+// A state whose clock runs past 2^60 ticks moves its origin forward by a
+// fixed whole number of nanoseconds (rebase), carrying its TAT across
+// exactly, so a key can live for ever. A clock more than 2^61 ticks before
+// the origin is answered with a denial whose RetryAfter is Never.
+const (
+	maxTau     = 1 << 60
+	rebaseAt   = 1 << 60
+	maxT       = 1 << 61
+	minT       = -(1 << 61)
+	maxScale   = 1 << 13
+	fresh      = -(1 << 62) // a new bucket: full at every t ≥ minT
+	retiredBit = math.MinInt64
+)
+
+// Params is a validated token-bucket rule in the fixed-point form the
+// buckets compute with. The zero value is not valid; use NewParams.
+type Params struct {
+	capacity int64 // B, the most tokens the bucket holds
+	interval int64 // ticks of refill per token
+	tau      int64 // capacity × interval: the debt at which the bucket is empty
+	scale    int64 // ticks per nanosecond
+}
+
+// NewParams validates a rule of limit tokens per period with the given
+// burst (0 means limit) and converts it to fixed point.
+//
+// Supported range: limit ≥ 1, period ≥ 1ns, burst ≥ 0, at most one token
+// per nanosecond (limit ≤ period in ns), and a burst window
+// burst × period / limit of at most 2^60 ticks (at least 16 years when
+// period/limit is a whole number of nanoseconds; 30 days at a scale of 8192).
+//
+// Exactness: the emission interval period/limit is held exactly in ticks of
+// 1/d ns, where d is the denominator of period/limit in lowest terms, when
+// d ≤ 8192 and the burst window fits. That includes every rule whose
+// interval is a whole number of nanoseconds (d = 1). Otherwise the interval
+// is rounded up to the next 1/8192 ns: each token then refills at most
+// 1/8192 ns late, never early, so the bucket never admits more than exact
+// arithmetic would.
+func NewParams(limit int64, period time.Duration, burst int64) (Params, error) {
+	switch {
+	case limit <= 0:
+		return Params{}, fmt.Errorf("limit must be at least 1, got %d", limit)
+	case period <= 0:
+		return Params{}, fmt.Errorf("period must be positive, got %v", period)
+	case burst < 0:
+		return Params{}, fmt.Errorf("burst must be 0 (meaning limit) or positive, got %d", burst)
+	case limit > int64(period):
+		return Params{}, fmt.Errorf("rate of %d per %v is above one token per nanosecond, the finest the bucket represents", limit, period)
+	}
+	capacity := burst
+	if capacity == 0 {
+		capacity = limit
+	}
+	p, l := uint64(period), uint64(limit)
+	g := gcd(p, l)
+	if d := l / g; d <= maxScale {
+		// The interval is exactly (p/g)/d ns, which is p/g ticks of 1/d ns.
+		if tau, ok := mulFits(uint64(capacity), p/g); ok {
+			return Params{capacity: capacity, interval: int64(p / g), tau: tau, scale: int64(d)}, nil
+		}
+	}
+	for s := uint64(maxScale); s >= 1; s /= 2 {
+		hi, lo := bits.Mul64(p, s)
+		if hi >= l {
+			continue
+		}
+		q, r := bits.Div64(hi, lo, l)
+		if r != 0 {
+			q++ // round the interval up: refill may lag, never lead
+		}
+		if tau, ok := mulFits(uint64(capacity), q); ok {
+			return Params{capacity: capacity, interval: int64(q), tau: tau, scale: int64(s)}, nil
+		}
+	}
+	return Params{}, fmt.Errorf("burst window of %d × %v / %d is too long to represent (the limit is about %v)",
+		capacity, period, limit, time.Duration(maxTau))
+}
+
+// Capacity returns the most tokens the bucket holds.
+func (p *Params) Capacity() int64 { return p.capacity }
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// mulFits returns a×b when it is at most maxTau.
+func mulFits(a, b uint64) (int64, bool) {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 || lo > maxTau {
+		return 0, false
+	}
+	return int64(lo), true
+}
+
+// position is where a clock reading falls relative to a bucket's origin.
+type position int
+
+const (
+	inRange   position = iota
+	tooEarly           // more than 2^61 ticks before the origin
+	pastRange          // beyond rebaseAt: the state must move its origin
+)
+
+// ticks converts a clock reading to ticks since origin. Past rebaseAt it
+// still returns t when t ≤ maxT, and math.MaxInt64 beyond that: every stored
+// TAT is at most maxT, so such a bucket is full.
+func (p *Params) ticks(now, origin int64) (int64, position) {
+	rel := now - origin
+	if (now^origin)&(now^rel) < 0 { // the subtraction overflowed
+		if now > origin {
+			return math.MaxInt64, pastRange
+		}
+		return 0, tooEarly
+	}
+	switch {
+	case rel > maxT/p.scale:
+		return math.MaxInt64, pastRange
+	case rel > rebaseAt/p.scale:
+		return rel * p.scale, pastRange
+	case rel < minT/p.scale:
+		return 0, tooEarly
+	}
+	return rel * p.scale, inRange
+}
+
+// decide computes the answer to a request of cost n at t given the state
+// tat, and the state after it. It writes nothing: the caller stores next
+// only when d.Allowed.
+func (p *Params) decide(tat, t, n int64) (next int64, d Decision) {
+	base := max(tat, t)
+	d.Limit = p.capacity
+	if n < 1 || n > p.capacity {
+		d.RetryAfter = Never
+		p.fill(&d, base-t)
+		return tat, d
+	}
+	next = base + n*p.interval
+	if debt := next - t; debt <= p.tau {
+		d.Allowed = true
+		p.fill(&d, debt)
+		return next, d
+	}
+	d.RetryAfter = p.duration(next - t - p.tau)
+	p.fill(&d, base-t)
+	return tat, d
+}
+
+// fill sets Remaining and ResetAfter for a bucket that owes debt ticks.
+func (p *Params) fill(d *Decision, debt int64) {
+	if debt < p.tau {
+		d.Remaining = (p.tau - debt) / p.interval
+	}
+	d.ResetAfter = p.duration(debt)
+}
+
+// duration converts ticks to nanoseconds, rounding up.
+func (p *Params) duration(ticks int64) time.Duration {
+	if p.scale == 1 {
+		return time.Duration(ticks)
+	}
+	return time.Duration((ticks + p.scale - 1) / p.scale)
+}
+
+// outOfRange is the answer for a clock reading too far before the origin.
+func (p *Params) outOfRange() Decision {
+	return Decision{Limit: p.capacity, RetryAfter: Never}
+}
+
+// rebaseShift is the whole number of nanoseconds by which a state moves its
+// origin when its clock passes rebaseAt, and the same span in ticks.
+func (p *Params) rebaseShift() (ns, ticks int64) {
+	ns = rebaseAt / p.scale
+	return ns, ns * p.scale
+}
+
+// retire encodes a retired state that carries tat to its successor. Every
+// live word has its two top bits equal (it lies in [−2^62, 2^62)); flipping
+// the sign bit makes them differ.
+func retire(tat int64) int64 { return tat ^ retiredBit }
+
+// isRetired reports whether w was made by retire.
+func isRetired(w int64) bool { return (w ^ (w << 1)) < 0 }
+
+// carried decodes the TAT a retired word hands to its successor.
+func carried(w int64) int64 { return w ^ retiredBit }
+
+// The transitions below are the whole algorithm, as pure functions of the
+// state word. Bucket applies them with a CAS loop and MutexBucket under a
+// mutex, so the two twins differ only in how they synchronise.
+
+// allow is the transition of AllowN: the word after a request of cost n at
+// (t, pos), the answer, and whether the state was live. An unchanged word
+// means nothing is to be written.
+func (p *Params) allow(w, t int64, pos position, n int64) (next int64, d Decision, live bool) {
+	if isRetired(w) {
+		return w, Decision{}, false
+	}
+	switch pos {
+	case tooEarly:
+		return w, p.outOfRange(), true
+	case pastRange:
+		c := w
+		if w <= t {
+			c = fresh
+		}
+		return retire(c), Decision{}, false
+	}
+	next, d = p.decide(w, t, n)
+	return next, d, true
+}
+
+// peek answers what allow would for a cost of 1, and writes nothing.
+func (p *Params) peek(w, t int64, pos position) (Decision, bool) {
+	if isRetired(w) {
+		return Decision{}, false
+	}
+	switch pos {
+	case tooEarly:
+		return p.outOfRange(), true
+	case pastRange:
+		if w <= t { // t is math.MaxInt64 when it could not be computed
+			w, t = fresh, 0
+		}
+	}
+	_, d := p.decide(w, t, 1)
+	return d, true
+}
+
+// refund gives back n tokens taken by an earlier grant. A fresh word has
+// nothing to give back to (the key was reset since); the result never goes
+// below fresh, which already means full.
+func (p *Params) refund(w, n int64) (next int64, live bool) {
+	if isRetired(w) {
+		return w, false
+	}
+	if n < 1 || n > p.capacity || w == fresh {
+		return w, true
+	}
+	return max(w-n*p.interval, fresh), true
+}
+
+// retireIdle retires a word that answers as a fresh bucket would: full.
+func (p *Params) retireIdle(w, t int64, pos position) (next int64, ok bool) {
+	if isRetired(w) || pos == tooEarly || w > t {
+		return w, false
+	}
+	return retire(fresh), true
+}
+
+// successor returns the origin and word of the state that replaces a
+// retired word w, read at now: a fresh state at now, or, after a rebase,
+// the carried TAT moved to an origin a fixed shift later.
+func (p *Params) successor(w, origin, now int64) (int64, int64) {
+	if !isRetired(w) || carried(w) == fresh {
+		return now, fresh
+	}
+	ns, ticks := p.rebaseShift()
+	return origin + ns, carried(w) - ticks
+}
