@@ -57,7 +57,7 @@ func TestNewParamsRejects(t *testing.T) {
 		{10, 0, 0},
 		{10, -time.Second, 0},
 		{10, time.Second, -1},
-		{2e9, time.Second, 0},              // faster than one token per ns
+		{2e9, time.Second, 0},               // faster than one token per ns
 		{1, 1000 * 24 * time.Hour, 1 << 40}, // burst window of eons
 		{1, time.Duration(math.MaxInt64), 2},
 	}
@@ -75,10 +75,10 @@ func TestNewParamsScale(t *testing.T) {
 		scale, interv int64
 	}{
 		{10, time.Second, 1, 100_000_000},
-		{3, time.Second, 3, 1_000_000_000},          // 333333333⅓ ns, exact in thirds
-		{7, time.Minute, 7, 60_000_000_000},          // exact in sevenths
+		{3, time.Second, 3, 1_000_000_000},  // 333333333⅓ ns, exact in thirds
+		{7, time.Minute, 7, 60_000_000_000}, // exact in sevenths
 		{1_000_000, 30 * 24 * time.Hour, 1, 2_592_000_000},
-		{999_983, time.Millisecond, 8192, 8193},      // prime limit: rounded up to 1/8192 ns
+		{999_983, time.Millisecond, 8192, 8193}, // prime limit: rounded up to 1/8192 ns
 	}
 	for _, c := range cases {
 		p := mustParams(t, c.limit, c.period, 0)
