@@ -24,15 +24,16 @@ import (
 // state that has already been retired: this is what keeps a key from
 // passing twice its limit while eviction runs.
 //
-// Layout: the word, the origin and the rule fill 48 bytes; the padding
+// Layout: the word, the successor link, the origin and the rule fill 56 bytes; the padding
 // rounds the struct to 64, the allocator's size class that starts every
 // object on a cache-line boundary. Without it, two keys' buckets could
 // share a line and every grant on one would stall the other's readers.
 type Bucket struct {
 	tat    atomic.Int64
+	next   atomic.Pointer[Bucket] // the successor, once a retired bucket has one
 	origin int64
 	p      Params
-	_      [16]byte
+	_      [8]byte
 }
 
 // New returns a full bucket for rule p whose origin is now.
@@ -71,8 +72,9 @@ func (b *Bucket) Peek(now int64) (d Decision, live bool) {
 }
 
 // Refund gives back n tokens that an earlier AllowN on this bucket granted.
-// live is false when the bucket has been retired since; the refund then
-// belongs to the successor.
+// It reports false when the bucket has since been retired carrying its debt
+// to a successor (a rebase): the refund then belongs to Successor. After an
+// eviction or a reset there is nothing to give back to, and it reports true.
 func (b *Bucket) Refund(n int64) (live bool) {
 	for {
 		w := b.tat.Load()
@@ -111,12 +113,21 @@ func (b *Bucket) Retire() {
 	b.tat.Store(retire(fresh))
 }
 
-// Successor returns a new bucket to stand for this one once it is retired:
-// fresh at now, or carrying the TAT across a rebase. Several callers may
-// build equal successors; the registry installs exactly one.
+// Successor returns the bucket that stands for this one once it is
+// retired: fresh at now, or carrying the TAT across a rebase. Every call on
+// a retired bucket returns the same *Bucket, so a refund that follows the
+// line of successors lands in the one state that holds the grant. On a live
+// bucket it returns a fresh bucket and remembers nothing.
 func (b *Bucket) Successor(now int64) *Bucket {
-	origin, w := b.p.successor(b.tat.Load(), b.origin, now)
+	if s := b.next.Load(); s != nil {
+		return s
+	}
+	w := b.tat.Load()
+	origin, sw := b.p.successor(w, b.origin, now)
 	s := &Bucket{origin: origin, p: b.p}
-	s.tat.Store(w)
-	return s
+	s.tat.Store(sw)
+	if !isRetired(w) || b.next.CompareAndSwap(nil, s) {
+		return s
+	}
+	return b.next.Load()
 }

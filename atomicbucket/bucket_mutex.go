@@ -9,6 +9,7 @@ import "sync"
 type MutexBucket struct {
 	mu     sync.Mutex
 	tat    int64
+	next   *MutexBucket
 	origin int64
 	p      Params
 }
@@ -65,7 +66,14 @@ func (b *MutexBucket) Retire() {
 // Successor is Bucket.Successor under a mutex.
 func (b *MutexBucket) Successor(now int64) *MutexBucket {
 	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.next != nil {
+		return b.next
+	}
 	origin, w := b.p.successor(b.tat, b.origin, now)
-	b.mu.Unlock()
-	return &MutexBucket{tat: w, origin: origin, p: b.p}
+	s := &MutexBucket{tat: w, origin: origin, p: b.p}
+	if isRetired(b.tat) {
+		b.next = s
+	}
+	return s
 }

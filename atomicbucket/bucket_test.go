@@ -342,8 +342,8 @@ func TestPeekRefundRetire(t *testing.T) {
 		if !b.RetireIdle(int64(time.Second / 2)) {
 			t.Fatalf("%s: full again after 500ms", m.name)
 		}
-		if b.Refund(1) {
-			t.Fatalf("%s: refund on a retired bucket reports live", m.name)
+		if !b.Refund(1) {
+			t.Fatalf("%s: a bucket retired idle owes nothing; its refund is dropped, not forwarded", m.name)
 		}
 		b = m.new(p, 0)
 		b.AllowN(0, 2)
@@ -376,6 +376,39 @@ func TestConcurrentExact(t *testing.T) {
 		wg.Wait()
 		if granted.Load() != 1000 {
 			t.Errorf("%s: granted %d, want exactly 1000", m.name, granted.Load())
+		}
+	}
+}
+
+// TestRefundFollowsRebase: a grant made before a rebase is refunded into the
+// successor, the one state that carries it.
+func TestRefundFollowsRebase(t *testing.T) {
+	p := mustParams(t, 10, time.Second, 0)
+	now := int64(rebaseAt) - int64(time.Millisecond)
+	a := New(p, 0)
+	m := NewMutex(p, 0)
+	for _, b := range []twin{a, m} {
+		if d, _ := b.AllowN(now, 10); !d.Allowed {
+			t.Fatalf("first grant denied: %+v", d)
+		}
+		if _, live := b.AllowN(now+int64(2*time.Millisecond), 1); live {
+			t.Fatalf("no rebase past %d", rebaseAt)
+		}
+		if b.Refund(10) {
+			t.Fatalf("refund on a rebased bucket must go to its successor")
+		}
+	}
+	later := now + int64(2*time.Millisecond)
+	sa, sm := a.Successor(later), m.Successor(later)
+	if sa != a.Successor(later+5) || sm != m.Successor(later+5) {
+		t.Fatalf("Successor must return the same state to every caller")
+	}
+	if !sa.Refund(10) || !sm.Refund(10) {
+		t.Fatalf("refund into the successor failed")
+	}
+	for _, s := range []twin{sa, sm} {
+		if d, _ := s.Peek(later); d.Remaining != 9 || !d.Allowed {
+			t.Fatalf("after the refund the successor is full: got %+v", d)
 		}
 	}
 }

@@ -264,10 +264,12 @@ func (p *Params) peek(w, t int64, pos position) (Decision, bool) {
 
 // refund gives back n tokens taken by an earlier grant. A fresh word has
 // nothing to give back to (the key was reset since); the result never goes
-// below fresh, which already means full.
+// below fresh, which already means full. A word retired with a carried TAT
+// sends the refund on to the successor (live false); one retired fresh, by
+// eviction or reset, owed nothing, so the refund is dropped.
 func (p *Params) refund(w, n int64) (next int64, live bool) {
 	if isRetired(w) {
-		return w, false
+		return w, carried(w) == fresh
 	}
 	if n < 1 || n > p.capacity || w == fresh {
 		return w, true
