@@ -1,0 +1,23 @@
+package floodgate
+
+import (
+	"time"
+
+	"github.com/floodgate-go/floodgate/atomicbucket"
+)
+
+// Never is the RetryAfter of a request that can never pass as asked: a cost
+// below 1 or above the capacity, or a clock reading more than the supported
+// span before the key's state was made (see Rule).
+const Never = atomicbucket.Never
+
+// Decision is the answer to one request, with what an HTTP 429 response
+// needs: RateLimit-Limit, RateLimit-Remaining, Retry-After and
+// RateLimit-Reset.
+type Decision struct {
+	Allowed    bool
+	Limit      int64         // the capacity that applied
+	Remaining  int64         // whole requests of cost 1 still allowed now, after this decision
+	RetryAfter time.Duration // 0 when allowed; else the shortest wait after which the same request could pass
+	ResetAfter time.Duration // time until the key is back to full capacity
+}

@@ -1,0 +1,94 @@
+package floodgate
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSweeper drives the sweeper with a tick channel of the test's own:
+// keys idle for IdleTTL on the manual clock are evicted, busier ones stay,
+// and Close stops the goroutine.
+func TestSweeper(t *testing.T) {
+	clock := NewManualClock(0)
+	l, err := New(Config{Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := make(chan time.Time)
+	done := make(chan int)
+	l.stop, l.swept = make(chan struct{}), make(chan struct{})
+	go l.sweep(time.Minute, tick, done)
+
+	l.AllowN("quiet", 1)
+	l.AllowN("busy", 1)
+	clock.Advance(time.Minute) // quiet has been full for 59.9s: not yet idle a minute
+	l.AllowN("busy", 1)
+	tick <- time.Time{}
+	if n := <-done; n != 0 {
+		t.Fatalf("swept %d keys before any was idle for the TTL", n)
+	}
+	clock.Advance(time.Second)
+	tick <- time.Time{}
+	if n := <-done; n != 1 || l.Len() != 1 {
+		t.Fatalf("swept %d, Len %d; want quiet evicted, busy kept", n, l.Len())
+	}
+	if _, ok := l.states.Load("busy"); !ok {
+		t.Fatal("the busy key was evicted")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal("a second Close must be harmless:", err)
+	}
+}
+
+// TestSweeperStarts checks that New starts a sweeper for IdleTTL > 0 and
+// that Close stops it (the swept channel closes).
+func TestSweeperStarts(t *testing.T) {
+	l, err := New(Config{Rule: Rule{Limit: 10, Period: time.Second}, IdleTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.stop == nil {
+		t.Fatal("no sweeper started")
+	}
+	l.Close()
+	select {
+	case <-l.swept:
+	default:
+		t.Fatal("Close returned before the sweeper exited")
+	}
+}
+
+// TestEvictionRaceUnit replays the race by hand: a request loads a state,
+// the state is evicted and the key is created again; the request that held
+// the orphan must not consume from it but move on to the live state.
+func TestEvictionRaceUnit(t *testing.T) {
+	for _, alg := range []string{TokenBucket, TokenBucketMutex} {
+		clock := NewManualClock(0)
+		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Allow("k")
+		clock.Advance(time.Hour)
+		orphan, _ := l.states.Load("k") // a request loaded this ...
+		if l.EvictIdle() != 1 {
+			t.Fatal("k is idle after an hour")
+		}
+		l.AllowN("k", 2) // ... a new state for k is created and emptied ...
+		// ... and the old request now reaches the orphan.
+		if _, live := orphan.AllowN(clock.Now(), 1); live {
+			t.Fatalf("%s: the evicted state still grants", alg)
+		}
+		if d := l.AllowN("k", 1); d.Allowed {
+			t.Fatalf("%s: k passed 3 in one period across an eviction", alg)
+		}
+		// The limiter's own path: a retired state is replaced by the live one.
+		s := l.states.Replace("k", orphan, orphan.Successor(clock.Now()))
+		if d, _ := s.AllowN(clock.Now(), 1); d.Allowed {
+			t.Fatalf("%s: Replace installed a fresh state over the live one", alg)
+		}
+	}
+}

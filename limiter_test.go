@@ -1,0 +1,327 @@
+package floodgate_test
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+func newLimiter(t testing.TB, cfg floodgate.Config) *floodgate.Limiter {
+	t.Helper()
+	l, err := floodgate.New(cfg)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// both runs a test against the lock-free token bucket and its mutex twin.
+func both(t *testing.T, f func(t *testing.T, algorithm string)) {
+	for _, a := range []string{floodgate.TokenBucket, floodgate.TokenBucketMutex} {
+		t.Run(a, func(t *testing.T) { f(t, a) })
+	}
+}
+
+func TestNewRejects(t *testing.T) {
+	ok := floodgate.Rule{Limit: 10, Period: time.Second}
+	cases := []struct {
+		name string
+		cfg  floodgate.Config
+		want string
+	}{
+		{"zero limit", floodgate.Config{Rule: floodgate.Rule{Period: time.Second}}, "Limit must be at least 1"},
+		{"negative limit", floodgate.Config{Rule: floodgate.Rule{Limit: -3, Period: time.Second}}, "Limit must be at least 1"},
+		{"zero period", floodgate.Config{Rule: floodgate.Rule{Limit: 10}}, "Period must be positive"},
+		{"negative period", floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: -1}}, "Period must be positive"},
+		{"negative burst", floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: time.Second, Burst: -1}}, "Burst must be 0"},
+		{"overflowing rule", floodgate.Config{Rule: floodgate.Rule{Limit: 1, Period: 1000 * 24 * time.Hour, Burst: 1 << 40}}, "too long to represent"},
+		{"rate above 1/ns", floodgate.Config{Rule: floodgate.Rule{Limit: 2_000_000_000, Period: time.Second}}, "above one token per nanosecond"},
+		{"unknown algorithm", floodgate.Config{Algorithm: "leaky_bukket", Rule: ok}, `unknown algorithm "leaky_bukket"`},
+		{"invalid global", floodgate.Config{Rule: ok, Global: &floodgate.Rule{Limit: 0, Period: time.Second}}, "Global: Rule.Limit"},
+		{"overflowing global", floodgate.Config{Rule: ok, Global: &floodgate.Rule{Limit: 1, Period: time.Duration(math.MaxInt64), Burst: 4}}, "Global rule"},
+		{"negative ttl", floodgate.Config{Rule: ok, IdleTTL: -time.Second}, "IdleTTL"},
+	}
+	for _, c := range cases {
+		l, err := floodgate.New(c.cfg)
+		if err == nil || l != nil {
+			t.Errorf("%s: New returned %v, %v; want an error", c.name, l, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %q does not say %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestRegister(t *testing.T) {
+	if err := floodgate.Register(floodgate.TokenBucket, func(floodgate.Rule) (floodgate.Algorithm, error) { return nil, nil }); err == nil {
+		t.Error("registering a taken name must fail")
+	}
+	if err := floodgate.Register("", func(floodgate.Rule) (floodgate.Algorithm, error) { return nil, nil }); err == nil {
+		t.Error("registering an empty name must fail")
+	}
+	if err := floodgate.Register("nil_factory", nil); err == nil {
+		t.Error("registering a nil factory must fail")
+	}
+	if err := floodgate.Register("test_quota", newQuota); err != nil {
+		t.Fatal(err)
+	}
+	l := newLimiter(t, floodgate.Config{Algorithm: "test_quota", Rule: floodgate.Rule{Limit: 3, Period: time.Hour}, Clock: floodgate.NewManualClock(0)})
+	for i := range 5 {
+		if got, want := l.Allow("k"), i < 3; got != want {
+			t.Fatalf("custom algorithm, request %d: Allow = %v, want %v", i, got, want)
+		}
+	}
+	if l.Len() != 1 {
+		t.Fatalf("Len = %d, want 1", l.Len())
+	}
+	l.Reset("k")
+	if !l.Allow("k") {
+		t.Fatal("after Reset the custom algorithm's key starts fresh")
+	}
+}
+
+// quota is a custom algorithm for TestRegister: Limit requests per key,
+// never refilled, behind a mutex.
+type quota struct{ limit int64 }
+
+func newQuota(r floodgate.Rule) (floodgate.Algorithm, error) { return quota{r.Limit}, nil }
+
+func (q quota) NewState(int64) floodgate.State { return &quotaState{limit: q.limit} }
+
+type quotaState struct {
+	mu            sync.Mutex
+	limit, used   int64
+	retired, idle bool
+}
+
+func (s *quotaState) AllowN(_, n int64) (floodgate.Decision, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.retired {
+		return floodgate.Decision{}, false
+	}
+	d := floodgate.Decision{Limit: s.limit, RetryAfter: floodgate.Never}
+	if n >= 1 && s.used+n <= s.limit {
+		s.used += n
+		d.Allowed, d.RetryAfter = true, 0
+	}
+	d.Remaining = s.limit - s.used
+	return d, true
+}
+
+func (s *quotaState) Peek(now int64) (floodgate.Decision, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return floodgate.Decision{Allowed: s.used < s.limit, Limit: s.limit, Remaining: s.limit - s.used}, !s.retired
+}
+
+func (s *quotaState) Refund(n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.retired {
+		s.used -= n
+	}
+	return true
+}
+
+func (s *quotaState) RetireIdle(int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.used == 0 && !s.retired {
+		s.retired = true
+		return true
+	}
+	return false
+}
+
+func (s *quotaState) Retire() {
+	s.mu.Lock()
+	s.retired = true
+	s.mu.Unlock()
+}
+
+func (s *quotaState) Successor(int64) floodgate.State { return &quotaState{limit: s.limit} }
+
+func TestAllowSequence(t *testing.T) {
+	both(t, func(t *testing.T, alg string) {
+		clock := floodgate.NewManualClock(1 << 40)
+		l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 5, Period: time.Second, Burst: 2}, Clock: clock})
+		want := []bool{true, true, false, false}
+		for i, w := range want {
+			if got := l.Allow("a"); got != w {
+				t.Fatalf("request %d: %v, want %v", i, got, w)
+			}
+		}
+		if !l.Allow("b") {
+			t.Fatal("keys are independent")
+		}
+		clock.Advance(199 * time.Millisecond)
+		if d := l.AllowN("a", 1); d.Allowed || d.RetryAfter != time.Millisecond {
+			t.Fatalf("one ms early: %+v", d)
+		}
+		clock.Advance(time.Millisecond)
+		if d := l.AllowN("a", 1); !d.Allowed || d.Remaining != 0 || d.ResetAfter != 400*time.Millisecond {
+			t.Fatalf("on time: %+v", d)
+		}
+		if d := l.AllowN("a", 3); d.Allowed || d.RetryAfter != floodgate.Never || d.Limit != 2 {
+			t.Fatalf("cost above capacity: %+v", d)
+		}
+		if d := l.AllowN("a", 0); d.Allowed || d.RetryAfter != floodgate.Never {
+			t.Fatalf("cost 0: %+v", d)
+		}
+	})
+}
+
+func TestPeekAndReset(t *testing.T) {
+	both(t, func(t *testing.T, alg string) {
+		clock := floodgate.NewManualClock(0)
+		l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Second}, Clock: clock})
+		fresh := l.Peek("x")
+		if !fresh.Allowed || fresh.Remaining != 2 || fresh.Limit != 3 || l.Len() != 0 {
+			t.Fatalf("Peek of an unknown key: %+v, Len %d", fresh, l.Len())
+		}
+		l.AllowN("x", 2)
+		p := l.Peek("x")
+		if p != l.Peek("x") || p.Remaining != 0 || !p.Allowed {
+			t.Fatalf("Peek consumed or answered wrong: %+v", p)
+		}
+		if d := l.AllowN("x", 1); d != p {
+			t.Fatalf("Peek said %+v, AllowN(1) said %+v", p, d)
+		}
+		l.Reset("x")
+		if got := l.Peek("x"); got != fresh {
+			t.Fatalf("after Reset: %+v, want fresh %+v", got, fresh)
+		}
+		l.Reset("never-seen") // no panic, no key
+		if l.Len() != 0 {
+			t.Fatalf("Len after reset = %d", l.Len())
+		}
+	})
+}
+
+func TestGlobalCapRefunds(t *testing.T) {
+	both(t, func(t *testing.T, alg string) {
+		clock := floodgate.NewManualClock(0)
+		l := newLimiter(t, floodgate.Config{
+			Algorithm: alg,
+			Rule:      floodgate.Rule{Limit: 4, Period: time.Second},
+			Global:    &floodgate.Rule{Limit: 6, Period: time.Second},
+			Clock:     clock,
+		})
+		for i := range 4 {
+			if !l.Allow("a") {
+				t.Fatalf("a's request %d denied", i)
+			}
+		}
+		if d := l.AllowN("b", 1); !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("b's first request: %+v (Remaining is the global's 1)", d)
+		}
+		l.Allow("b")
+		before := l.Peek("b")
+		d := l.AllowN("b", 1)
+		if d.Allowed || d.Limit != 6 || d.RetryAfter != time.Second/6+1 { // ceil(1s/6)
+			t.Fatalf("global cap refusal: %+v", d)
+		}
+		if after := l.Peek("b"); after != before {
+			t.Fatalf("b was punished twice: Peek %+v before, %+v after", before, after)
+		}
+		if d := l.AllowN("b", 7); d.Allowed || d.RetryAfter != floodgate.Never {
+			t.Fatalf("cost above both capacities: %+v", d)
+		}
+		clock.Advance(time.Second / 6) // 166666666ns: a third of a ns short
+		if l.Allow("c") {
+			t.Fatal("a global token before 1/6 s")
+		}
+		clock.Advance(1)
+		if !l.Allow("c") || l.Allow("c") {
+			t.Fatal("exactly one global token once 1/6 s has passed")
+		}
+	})
+}
+
+func TestEvictIdle(t *testing.T) {
+	both(t, func(t *testing.T, alg string) {
+		clock := floodgate.NewManualClock(0)
+		l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 10, Period: time.Second}, Clock: clock})
+		for i := range 100 {
+			l.AllowN("k"+strconv.Itoa(i), 1+int64(i%10))
+		}
+		if n := l.EvictIdle(); n != 0 || l.Len() != 100 {
+			t.Fatalf("nothing is idle yet: evicted %d, Len %d", n, l.Len())
+		}
+		clock.Advance(500 * time.Millisecond) // keys that took ≤ 5 are full again
+		if n := l.EvictIdle(); n != 50 || l.Len() != 50 {
+			t.Fatalf("evicted %d (Len %d), want 50", n, l.Len())
+		}
+		if d := l.AllowN("k9", 10); d.Allowed {
+			t.Fatalf("k9 took 10 and is not full after 0.5s: %+v", d)
+		}
+		clock.Advance(time.Second)
+		if n := l.EvictIdle(); n != 50 || l.Len() != 0 {
+			t.Fatalf("evicted %d (Len %d), want the other 50", n, l.Len())
+		}
+	})
+}
+
+// TestClockExtremes: a clock that jumps a century forward finds a full
+// bucket; one that jumps back finds fewer tokens, never more, and no panic.
+func TestClockExtremes(t *testing.T) {
+	both(t, func(t *testing.T, alg string) {
+		clock := floodgate.NewManualClock(0)
+		l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Second}, Clock: clock})
+		l.AllowN("k", 3)
+		clock.Set(math.MaxInt64 - 5)
+		if d := l.AllowN("k", 3); !d.Allowed {
+			t.Fatalf("at the end of time the bucket is full: %+v", d)
+		}
+		if d := l.AllowN("k", 1); d.Allowed {
+			t.Fatalf("and then empty: %+v", d)
+		}
+		clock.Set(math.MinInt64)
+		if d := l.AllowN("k", 1); d.Allowed || d.RetryAfter != floodgate.Never {
+			t.Fatalf("a clock far before the key's origin: %+v", d)
+		}
+		clock.Set(0)
+		l.Reset("k")
+		l.AllowN("k", 3)
+		clock.Advance(-time.Hour)
+		if d := l.AllowN("k", 1); d.Allowed || d.RetryAfter != time.Hour+time.Second/3+1 { // ceil
+			t.Fatalf("an hour back: %+v", d)
+		}
+	})
+}
+
+func TestAllowAllocatesNothing(t *testing.T) {
+	cases := []floodgate.Config{
+		{Rule: floodgate.Rule{Limit: 1000, Period: time.Second}},
+		{Algorithm: floodgate.TokenBucketMutex, Rule: floodgate.Rule{Limit: 1000, Period: time.Second}},
+		{Rule: floodgate.Rule{Limit: 1000, Period: time.Second}, Global: &floodgate.Rule{Limit: 10, Period: time.Second}},
+		{Rule: floodgate.Rule{Limit: 1000, Period: time.Second}, Clock: floodgate.NewManualClock(0)},
+	}
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "client-" + strconv.Itoa(i)
+	}
+	for _, cfg := range cases {
+		l := newLimiter(t, cfg)
+		for _, k := range keys {
+			l.Allow(k)
+		}
+		i := 0
+		allocs := testing.AllocsPerRun(2000, func() {
+			l.Allow(keys[i%len(keys)])
+			l.AllowN(keys[(i+7)%len(keys)], 2)
+			i++
+		})
+		if allocs != 0 {
+			t.Errorf("%+v: %.2f allocations per Allow on existing keys", cfg, allocs)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package floodgate
+
+import "github.com/floodgate-go/floodgate/atomicbucket"
+
+func init() {
+	mustRegister(TokenBucket, func(r Rule) (Algorithm, error) {
+		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
+		return lockFreeBucket(p), err
+	})
+	mustRegister(TokenBucketMutex, func(r Rule) (Algorithm, error) {
+		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
+		return mutexBucket(p), err
+	})
+}
+
+func mustRegister(name string, f Factory) {
+	if err := Register(name, f); err != nil {
+		panic(err)
+	}
+}
+
+// lockFreeBucket is the token_bucket algorithm: one atomicbucket.Bucket per key.
+type lockFreeBucket atomicbucket.Params
+
+func (a lockFreeBucket) NewState(now int64) State {
+	return (*bucketState)(atomicbucket.New(atomicbucket.Params(a), now))
+}
+
+// bucketState is an atomicbucket.Bucket seen as a State. The conversions
+// are free: Decision and atomicbucket.Decision share one layout.
+type bucketState atomicbucket.Bucket
+
+func (s *bucketState) b() *atomicbucket.Bucket { return (*atomicbucket.Bucket)(s) }
+
+func (s *bucketState) AllowN(now, n int64) (Decision, bool) {
+	d, live := s.b().AllowN(now, n)
+	return Decision(d), live
+}
+
+func (s *bucketState) Peek(now int64) (Decision, bool) {
+	d, live := s.b().Peek(now)
+	return Decision(d), live
+}
+
+func (s *bucketState) Refund(n int64) bool       { return s.b().Refund(n) }
+func (s *bucketState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
+func (s *bucketState) Retire()                   { s.b().Retire() }
+func (s *bucketState) Successor(now int64) State { return (*bucketState)(s.b().Successor(now)) }
+
+// mutexBucket is the token_bucket_mutex algorithm.
+type mutexBucket atomicbucket.Params
+
+func (a mutexBucket) NewState(now int64) State {
+	return (*mutexState)(atomicbucket.NewMutex(atomicbucket.Params(a), now))
+}
+
+type mutexState atomicbucket.MutexBucket
+
+func (s *mutexState) b() *atomicbucket.MutexBucket { return (*atomicbucket.MutexBucket)(s) }
+
+func (s *mutexState) AllowN(now, n int64) (Decision, bool) {
+	d, live := s.b().AllowN(now, n)
+	return Decision(d), live
+}
+
+func (s *mutexState) Peek(now int64) (Decision, bool) {
+	d, live := s.b().Peek(now)
+	return Decision(d), live
+}
+
+func (s *mutexState) Refund(n int64) bool       { return s.b().Refund(n) }
+func (s *mutexState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
+func (s *mutexState) Retire()                   { s.b().Retire() }
+func (s *mutexState) Successor(now int64) State { return (*mutexState)(s.b().Successor(now)) }
