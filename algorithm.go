@@ -11,8 +11,12 @@ import (
 // Algorithm is a rate-limiting policy for one validated Rule. It makes the
 // per-key states; the Limiter finds the state for a key and asks it.
 type Algorithm interface {
-	// NewState returns the state of a key first seen at now. It must
-	// answer as a key that has taken nothing.
+	// NewState returns the state of a key that has taken nothing and is
+	// full at now. A request whose reading is earlier than now (its clock
+	// read was overtaken by another's) may find it owing the difference;
+	// it must never find it holding more. The Limiter passes the later of
+	// the request's time and the last eviction's, so that a key evicted
+	// and created again cannot pass more than the evicted state allowed.
 	NewState(now int64) State
 }
 

@@ -33,6 +33,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
 	"github.com/floodgate-go/floodgate/registry"
+	"golang.org/x/sys/cpu"
 )
 
 // Config configures a Limiter. Only Rule is required.
@@ -56,6 +57,14 @@ type Limiter struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	swept    chan struct{} // closed when the sweeper has exited
+
+	// evictedAt is the latest instant at which an eviction found keys
+	// idle. A key created again after an eviction is full from then on,
+	// not before: a request whose clock reading is older than the eviction
+	// must find what the evicted state would have answered. Written only
+	// by evictions, so it sits on a cache line of its own.
+	_         cpu.CacheLinePad
+	evictedAt atomic.Int64
 }
 
 // New validates cfg and returns a Limiter. It returns an error, and never a
@@ -86,6 +95,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("floodgate: IdleTTL must be 0 (no sweeper) or positive, got %v", cfg.IdleTTL)
 	}
 	l := &Limiter{alg: alg, states: registry.New[State](0)}
+	l.evictedAt.Store(math.MinInt64)
 	if _, system := cfg.Clock.(systemClock); cfg.Clock != nil && !system {
 		l.clock = cfg.Clock
 	}
@@ -154,7 +164,14 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 
 // create is the slow path of a key seen for the first time.
 func (l *Limiter) create(key string, now int64) State {
-	return l.states.LoadOrCreate(key, func() State { return l.alg.NewState(now) })
+	return l.states.LoadOrCreate(key, func() State { return l.newState(now) })
+}
+
+// newState makes the state of a key not held now: full at now, unless an
+// eviction since then may have removed it, in which case full only from the
+// eviction's instant on.
+func (l *Limiter) newState(now int64) State {
+	return l.alg.NewState(max(now, l.evictedAt.Load()))
 }
 
 // applyGlobal takes n from the global cap after the key's own grant. When
@@ -185,7 +202,7 @@ func (l *Limiter) Peek(key string) Decision {
 	now := l.now()
 	s, ok := l.states.Load(key)
 	if !ok {
-		s = l.alg.NewState(now)
+		s = l.newState(now)
 	}
 	d, live := s.Peek(now)
 	for !live {
@@ -209,6 +226,14 @@ func (l *Limiter) EvictIdle() int {
 }
 
 func (l *Limiter) evictIdleAt(now int64) int {
+	// Publish the instant before any key disappears, so that whoever finds
+	// a key missing also finds the instant.
+	for {
+		old := l.evictedAt.Load()
+		if old >= now || l.evictedAt.CompareAndSwap(old, now) {
+			break
+		}
+	}
 	return l.states.DeleteIf(func(_ string, s State) bool { return s.RetireIdle(now) })
 }
 

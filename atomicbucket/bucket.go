@@ -36,11 +36,10 @@ type Bucket struct {
 	_      [8]byte
 }
 
-// New returns a full bucket for rule p whose origin is now.
+// New returns a bucket for rule p that is full at now, its origin. A
+// request with an earlier reading finds it owing the difference.
 func New(p Params, now int64) *Bucket {
-	b := &Bucket{origin: now, p: p}
-	b.tat.Store(fresh)
-	return b
+	return &Bucket{origin: now, p: p}
 }
 
 // Params returns the rule the bucket applies.
@@ -72,9 +71,9 @@ func (b *Bucket) Peek(now int64) (d Decision, live bool) {
 }
 
 // Refund gives back n tokens that an earlier AllowN on this bucket granted.
-// It reports false when the bucket has since been retired carrying its debt
-// to a successor (a rebase): the refund then belongs to Successor. After an
-// eviction or a reset there is nothing to give back to, and it reports true.
+// It reports false when the bucket has since been retired: the refund then
+// belongs to Successor, which carries the grant. After a reset, which
+// forgot the grant, it reports true and does nothing.
 func (b *Bucket) Refund(n int64) (live bool) {
 	for {
 		w := b.tat.Load()
@@ -90,8 +89,8 @@ func (b *Bucket) Refund(n int64) (live bool) {
 	}
 }
 
-// RetireIdle retires the bucket if it is full at now, the state a fresh
-// bucket has, and reports whether it did.
+// RetireIdle retires the bucket if it is full at now, as a new bucket is,
+// and reports whether it did. Its successor is full from now on.
 func (b *Bucket) RetireIdle(now int64) bool {
 	t, pos := b.p.ticks(now, b.origin)
 	for {
@@ -108,16 +107,16 @@ func (b *Bucket) RetireIdle(now int64) bool {
 	}
 }
 
-// Retire retires the bucket whatever it holds; its successor is fresh.
+// Retire retires the bucket whatever it holds; its successor is new.
 func (b *Bucket) Retire() {
-	b.tat.Store(retire(fresh))
+	b.tat.Store(retire(resetMark))
 }
 
 // Successor returns the bucket that stands for this one once it is
-// retired: fresh at now, or carrying the TAT across a rebase. Every call on
-// a retired bucket returns the same *Bucket, so a refund that follows the
-// line of successors lands in the one state that holds the grant. On a live
-// bucket it returns a fresh bucket and remembers nothing.
+// retired: new at now after a reset, or carrying the TAT it retired with.
+// Every call on a retired bucket returns the same *Bucket, so a refund that
+// follows the line of successors lands in the one state that holds the
+// grant. On a live bucket it returns a new bucket and remembers nothing.
 func (b *Bucket) Successor(now int64) *Bucket {
 	if s := b.next.Load(); s != nil {
 		return s

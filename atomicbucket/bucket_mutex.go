@@ -14,9 +14,9 @@ type MutexBucket struct {
 	p      Params
 }
 
-// NewMutex returns a full mutex-guarded bucket for rule p whose origin is now.
+// NewMutex returns a mutex-guarded bucket for rule p that is full at now, its origin.
 func NewMutex(p Params, now int64) *MutexBucket {
-	return &MutexBucket{tat: fresh, origin: now, p: p}
+	return &MutexBucket{origin: now, p: p}
 }
 
 // AllowN is Bucket.AllowN under a mutex.
@@ -59,7 +59,7 @@ func (b *MutexBucket) RetireIdle(now int64) bool {
 // Retire is Bucket.Retire under a mutex.
 func (b *MutexBucket) Retire() {
 	b.mu.Lock()
-	b.tat = retire(fresh)
+	b.tat = retire(resetMark)
 	b.mu.Unlock()
 }
 

@@ -342,8 +342,8 @@ func TestPeekRefundRetire(t *testing.T) {
 		if !b.RetireIdle(int64(time.Second / 2)) {
 			t.Fatalf("%s: full again after 500ms", m.name)
 		}
-		if !b.Refund(1) {
-			t.Fatalf("%s: a bucket retired idle owes nothing; its refund is dropped, not forwarded", m.name)
+		if b.Refund(1) {
+			t.Fatalf("%s: a refund on a retired bucket belongs to its successor", m.name)
 		}
 		b = m.new(p, 0)
 		b.AllowN(0, 2)
@@ -409,6 +409,39 @@ func TestRefundFollowsRebase(t *testing.T) {
 	for _, s := range []twin{sa, sm} {
 		if d, _ := s.Peek(later); d.Remaining != 9 || !d.Allowed {
 			t.Fatalf("after the refund the successor is full: got %+v", d)
+		}
+	}
+}
+
+// TestStaleReadings: a reading from before a bucket's origin, or from before
+// the instant an idle bucket was retired, finds the state owing the
+// difference: out-of-order clock reads never mint tokens.
+func TestStaleReadings(t *testing.T) {
+	p := mustParams(t, 10, time.Second, 1) // one token per 100ms, capacity 1
+	for _, m := range twins {
+		b := m.new(p, 1000)
+		if d, _ := b.AllowN(990, 1); d.Allowed || d.RetryAfter != 10 {
+			t.Fatalf("%s: 10ns before a new bucket's origin: %+v", m.name, d)
+		}
+		if d, _ := b.AllowN(1000, 1); !d.Allowed {
+			t.Fatalf("%s: at the origin the bucket is full: %+v", m.name, d)
+		}
+		idleAt := int64(1000 + 500*time.Millisecond)
+		if !b.RetireIdle(idleAt) {
+			t.Fatalf("%s: full after 500ms", m.name)
+		}
+		var s twin
+		switch bb := b.(type) {
+		case *Bucket:
+			s = bb.Successor(idleAt + 7)
+		case *MutexBucket:
+			s = bb.Successor(idleAt + 7)
+		}
+		if d, _ := s.AllowN(idleAt-int64(time.Millisecond), 1); d.Allowed || d.RetryAfter != time.Millisecond {
+			t.Fatalf("%s: a reading from before the eviction finds the successor full: %+v", m.name, d)
+		}
+		if d, _ := s.AllowN(idleAt, 1); !d.Allowed {
+			t.Fatalf("%s: the successor is full from the eviction on: %+v", m.name, d)
 		}
 	}
 }

@@ -31,17 +31,21 @@ type Decision struct {
 //	t (now in ticks) at which a request is served  ∈ [−2^61, 2^60]
 //	a stored TAT                                ∈ [−2^62, 2^61]
 //
-// A state whose clock runs past 2^60 ticks moves its origin forward by a
-// fixed whole number of nanoseconds (rebase), carrying its TAT across
-// exactly, so a key can live for ever. A clock more than 2^61 ticks before
-// the origin is answered with a denial whose RetryAfter is Never.
+// A new bucket's TAT is 0: it is full at its origin, and a reading from
+// before the origin (a caller whose clock read was overtaken) finds it owing
+// the difference, never holding more. A state whose clock runs past 2^60
+// ticks moves its origin forward by a fixed whole number of nanoseconds
+// (rebase), carrying its TAT across exactly, so a key can live for ever. A
+// clock more than 2^61 ticks before the origin is answered with a denial
+// whose RetryAfter is Never.
 const (
 	maxTau     = 1 << 60
 	rebaseAt   = 1 << 60
 	maxT       = 1 << 61
 	minT       = -(1 << 61)
 	maxScale   = 1 << 13
-	fresh      = -(1 << 62) // a new bucket: full at every t ≥ minT
+	floorTAT   = -(1 << 62) // no TAT goes below this; it is full at every t ≥ minT
+	resetMark  = floorTAT   // carried by a reset: the successor is new at its own now
 	retiredBit = math.MinInt64
 )
 
@@ -223,6 +227,12 @@ func carried(w int64) int64 { return w ^ retiredBit }
 // The transitions below are the whole algorithm, as pure functions of the
 // state word. Bucket applies them with a CAS loop and MutexBucket under a
 // mutex, so the two twins differ only in how they synchronise.
+//
+// A retired word carries a TAT to the successor: the live TAT after a
+// rebase, the instant at which the bucket was found idle, or resetMark.
+// Carrying the idle instant matters when callers' clock readings arrive out
+// of order: a reading from before the eviction must find the successor as
+// the evicted state would have been, not full.
 
 // allow is the transition of AllowN: the word after a request of cost n at
 // (t, pos), the answer, and whether the state was live. An unchanged word
@@ -235,11 +245,10 @@ func (p *Params) allow(w, t int64, pos position, n int64) (next int64, d Decisio
 	case tooEarly:
 		return w, p.outOfRange(), true
 	case pastRange:
-		c := w
-		if w <= t {
-			c = fresh
+		if t == math.MaxInt64 {
+			return retire(resetMark), Decision{}, false
 		}
-		return retire(c), Decision{}, false
+		return retire(max(w, t)), Decision{}, false
 	}
 	next, d = p.decide(w, t, n)
 	return next, d, true
@@ -255,43 +264,46 @@ func (p *Params) peek(w, t int64, pos position) (Decision, bool) {
 		return p.outOfRange(), true
 	case pastRange:
 		if w <= t { // t is math.MaxInt64 when it could not be computed
-			w, t = fresh, 0
+			w, t = 0, 0
 		}
 	}
 	_, d := p.decide(w, t, 1)
 	return d, true
 }
 
-// refund gives back n tokens taken by an earlier grant. A fresh word has
-// nothing to give back to (the key was reset since); the result never goes
-// below fresh, which already means full. A word retired with a carried TAT
-// sends the refund on to the successor (live false); one retired fresh, by
-// eviction or reset, owed nothing, so the refund is dropped.
+// refund gives back n tokens taken by an earlier grant. A retired word
+// sends the refund on to its successor (live false), which carries the
+// grant, except after a reset, which forgot it.
 func (p *Params) refund(w, n int64) (next int64, live bool) {
 	if isRetired(w) {
-		return w, carried(w) == fresh
+		return w, carried(w) == resetMark
 	}
-	if n < 1 || n > p.capacity || w == fresh {
+	if n < 1 || n > p.capacity {
 		return w, true
 	}
-	return max(w-n*p.interval, fresh), true
+	return max(w-n*p.interval, floorTAT), true
 }
 
-// retireIdle retires a word that answers as a fresh bucket would: full.
+// retireIdle retires a word that is full at t, as a new bucket is, and
+// carries t so that the successor is full from t on.
 func (p *Params) retireIdle(w, t int64, pos position) (next int64, ok bool) {
-	if isRetired(w) || pos == tooEarly || w > t {
+	if isRetired(w) || pos != inRange || w > t {
 		return w, false
 	}
-	return retire(fresh), true
+	return retire(t), true
 }
 
 // successor returns the origin and word of the state that replaces a
-// retired word w, read at now: a fresh state at now, or, after a rebase,
-// the carried TAT moved to an origin a fixed shift later.
+// retired word w, read at now: new at now after a reset; else the carried
+// TAT, moved to an origin a fixed shift later when it lies past rebaseAt.
 func (p *Params) successor(w, origin, now int64) (int64, int64) {
-	if !isRetired(w) || carried(w) == fresh {
-		return now, fresh
+	c := carried(w)
+	switch {
+	case !isRetired(w) || c == resetMark:
+		return now, 0
+	case c > rebaseAt:
+		ns, ticks := p.rebaseShift()
+		return origin + ns, c - ticks
 	}
-	ns, ticks := p.rebaseShift()
-	return origin + ns, carried(w) - ticks
+	return origin, c
 }
