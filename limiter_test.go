@@ -325,3 +325,27 @@ func TestAllowAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleReadingAfterEviction: a request whose clock reading predates an
+// eviction, arriving after the key was evicted, must get what the evicted
+// state would have given it, not a fresh bucket.
+func TestStaleReadingAfterEviction(t *testing.T) {
+	both(t, func(t *testing.T, alg string) {
+		clock := floodgate.NewManualClock(0)
+		l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 4, Period: time.Second}, Clock: clock})
+		stale := clock.Now()
+		if d := l.AllowAt("k", stale, 4); !d.Allowed {
+			t.Fatalf("first burst: %+v", d)
+		}
+		clock.Advance(time.Second)
+		if l.EvictIdle() != 1 {
+			t.Fatal("k is full again after a second and must be evicted")
+		}
+		if d := l.AllowAt("k", stale, 1); d.Allowed || d.RetryAfter != time.Second/4 {
+			t.Fatalf("a reading from before the eviction was granted from a fresh bucket: %+v", d)
+		}
+		if d := l.AllowAt("k", clock.Now(), 4); !d.Allowed {
+			t.Fatalf("at the eviction's instant the key is full: %+v", d)
+		}
+	})
+}
