@@ -37,6 +37,12 @@ type State interface {
 	// denial with RetryAfter == Never.
 	AllowN(now, n int64) (d Decision, live bool)
 
+	// Take is AllowN reduced to its verdict: the same admission and the
+	// same state change, without computing the rest of the Decision.
+	// Allow calls it on every request, so it should be the cheaper of
+	// the two.
+	Take(now, n int64) (allowed, live bool)
+
 	// Peek returns what AllowN(now, 1) would, consuming nothing.
 	Peek(now int64) (d Decision, live bool)
 

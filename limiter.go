@@ -130,9 +130,29 @@ func (l *Limiter) now() int64 {
 }
 
 // Allow reports whether one request for key may pass now, and if so
-// consumes it. It is AllowN(key, 1).Allowed.
+// consumes it. It is AllowN(key, 1).Allowed, without the cost of computing
+// the rest of the Decision.
 func (l *Limiter) Allow(key string) bool {
-	return l.AllowAt(key, l.now(), 1).Allowed
+	now := l.now()
+	s := l.state(key, now)
+	allowed, live := s.Take(now, 1)
+	for !live {
+		s = l.successor(key, s, now)
+		allowed, live = s.Take(now, 1)
+	}
+	if l.hasCap && allowed {
+		g := l.global.Load()
+		gAllowed, live := g.Take(now, 1)
+		for !live {
+			g = l.nextGlobal(g, now)
+			gAllowed, live = g.Take(now, 1)
+		}
+		if !gAllowed {
+			refund(s, now, 1)
+		}
+		return gAllowed
+	}
+	return allowed
 }
 
 // AllowN asks for n units for key now: admitted if and only if the key's
@@ -146,25 +166,45 @@ func (l *Limiter) AllowN(key string, n int64) Decision {
 // AllowAt is AllowN at an explicit time now, on the Clock's scale, for
 // callers that already hold the time. Readings may arrive out of order:
 // an earlier now than the key has seen finds fewer tokens, never more.
+//
+// With a global cap, the cap is asked after the key's own state; when the
+// cap refuses, the key's grant is refunded, so the key is not punished
+// twice, and the cap's answer is returned (its Limit, RetryAfter and
+// ResetAfter). When both allow, Remaining is the smaller of the two.
 func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
-	s, ok := l.states.Load(key)
-	if !ok {
-		s = l.create(key, now)
-	}
+	s := l.state(key, now)
 	d, live := s.AllowN(now, n)
 	for !live {
-		s = l.states.Replace(key, s, s.Successor(now))
+		s = l.successor(key, s, now)
 		d, live = s.AllowN(now, n)
 	}
 	if l.hasCap && d.Allowed {
-		return l.applyGlobal(s, d, now, n)
+		g := l.global.Load()
+		gd, live := g.AllowN(now, n)
+		for !live {
+			g = l.nextGlobal(g, now)
+			gd, live = g.AllowN(now, n)
+		}
+		if !gd.Allowed {
+			refund(s, now, n)
+			return fromBucket(gd)
+		}
+		d.Remaining = min(d.Remaining, gd.Remaining)
 	}
 	return d
 }
 
-// create is the slow path of a key seen for the first time.
-func (l *Limiter) create(key string, now int64) State {
+// state returns key's state, creating it on first use.
+func (l *Limiter) state(key string, now int64) State {
+	if s, ok := l.states.Load(key); ok {
+		return s
+	}
 	return l.states.LoadOrCreate(key, func() State { return l.newState(now) })
+}
+
+// successor moves key on from a retired state to the one that replaces it.
+func (l *Limiter) successor(key string, s State, now int64) State {
+	return l.states.Replace(key, s, s.Successor(now))
 }
 
 // newState makes the state of a key not held now: full at now, unless an
@@ -174,26 +214,19 @@ func (l *Limiter) newState(now int64) State {
 	return l.alg.NewState(max(now, l.evictedAt.Load()))
 }
 
-// applyGlobal takes n from the global cap after the key's own grant. When
-// the cap refuses, the key's grant is refunded, so the key is not punished
-// twice, and the cap's answer is returned. When both allow, Remaining is the
-// smaller of the two.
-func (l *Limiter) applyGlobal(s State, d Decision, now, n int64) Decision {
-	g := l.global.Load()
-	gd, live := g.AllowN(now, n)
-	for !live {
-		l.global.CompareAndSwap(g, g.Successor(now))
-		g = l.global.Load()
-		gd, live = g.AllowN(now, n)
+// nextGlobal replaces a retired global bucket (it retires only to move its
+// time origin) with its successor.
+func (l *Limiter) nextGlobal(g *atomicbucket.Bucket, now int64) *atomicbucket.Bucket {
+	l.global.CompareAndSwap(g, g.Successor(now))
+	return l.global.Load()
+}
+
+// refund gives a key back a grant that the global cap then refused, along
+// the line of successors if the state retired meanwhile.
+func refund(s State, now, n int64) {
+	for !s.Refund(n) {
+		s = s.Successor(now)
 	}
-	if !gd.Allowed {
-		for !s.Refund(n) {
-			s = s.Successor(now)
-		}
-		return Decision(gd)
-	}
-	d.Remaining = min(d.Remaining, gd.Remaining)
-	return d
 }
 
 // Peek returns what the key's own state would answer to AllowN(key, 1) now,

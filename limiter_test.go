@@ -116,6 +116,11 @@ func (s *quotaState) AllowN(_, n int64) (floodgate.Decision, bool) {
 	return d, true
 }
 
+func (s *quotaState) Take(now, n int64) (bool, bool) {
+	d, live := s.AllowN(now, n)
+	return d.Allowed, live
+}
+
 func (s *quotaState) Peek(now int64) (floodgate.Decision, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

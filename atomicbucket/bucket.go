@@ -24,16 +24,17 @@ import (
 // state that has already been retired: this is what keeps a key from
 // passing twice its limit while eviction runs.
 //
-// Layout: the word, the successor link, the origin and the rule fill 56 bytes; the padding
-// rounds the struct to 64, the allocator's size class that starts every
-// object on a cache-line boundary. Without it, two keys' buckets could
-// share a line and every grant on one would stall the other's readers.
+// Layout: the word, the successor link, the origin and the rule fill exactly
+// 64 bytes, the allocator's size class that starts every object on a
+// cache-line boundary, so each key's bucket owns its line and a decision
+// reads one line only. A field more would push the bucket to the 80-byte
+// class, where two keys' buckets share lines and a grant on one stalls the
+// other's readers: TestBucketLayout guards the size.
 type Bucket struct {
 	tat    atomic.Int64
 	next   atomic.Pointer[Bucket] // the successor, once a retired bucket has one
 	origin int64
 	p      Params
-	_      [8]byte
 }
 
 // New returns a bucket for rule p that is full at now, its origin. A
@@ -52,13 +53,38 @@ func (b *Bucket) AllowN(now, n int64) (d Decision, live bool) {
 	t, pos := b.p.ticks(now, b.origin)
 	for {
 		w := b.tat.Load()
-		next, d, live := b.p.allow(w, t, pos, n)
-		if next == w {
-			return d, live
+		if isRetired(w) || pos != inRange || !b.p.validCost(n) {
+			next, d, live := b.p.allow(w, t, pos, n)
+			if next == w || b.tat.CompareAndSwap(w, next) {
+				return d, live
+			}
+			continue
+		}
+		next, ok := b.p.take(w, t, n)
+		if !ok {
+			return b.p.denied(w, t, n), true // a denial writes nothing
 		}
 		chaos.Yield()
 		if b.tat.CompareAndSwap(w, next) {
-			return d, live
+			return b.p.granted(next, t), true
+		}
+		chaos.Retried()
+	}
+}
+
+// Take is AllowN without the Decision: it reports only whether n tokens
+// were taken, which is all Allow needs, and skips computing the rest.
+func (b *Bucket) Take(now, n int64) (allowed, live bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	for {
+		w := b.tat.Load()
+		next, allowed, live := b.p.admit(w, t, pos, n)
+		if next == w {
+			return allowed, live
+		}
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, next) {
+			return allowed, live
 		}
 		chaos.Retried()
 	}

@@ -29,6 +29,16 @@ func (b *MutexBucket) AllowN(now, n int64) (Decision, bool) {
 	return d, live
 }
 
+// Take is Bucket.Take under a mutex.
+func (b *MutexBucket) Take(now, n int64) (allowed, live bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	b.mu.Lock()
+	next, allowed, live := b.p.admit(b.tat, t, pos, n)
+	b.tat = next
+	b.mu.Unlock()
+	return allowed, live
+}
+
 // Peek is Bucket.Peek under a mutex.
 func (b *MutexBucket) Peek(now int64) (Decision, bool) {
 	t, pos := b.p.ticks(now, b.origin)

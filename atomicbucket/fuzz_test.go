@@ -36,7 +36,14 @@ func FuzzTwins(f *testing.F) {
 		for i := 4; i < len(data); i++ {
 			op, arg := data[i]%10, int64(data[i]/10)
 			switch op {
-			case 0, 1, 2:
+			case 2: // Take on one twin, AllowN on the other: the same verdict
+				n := arg % (p.capacity + 2)
+				ta, la := a.Take(now, n)
+				dm, lm := m.AllowN(now, n)
+				if ta != dm.Allowed || la != lm {
+					t.Fatalf("op %d: Take(%d, %d) = %v %v, AllowN = %+v %v", i, now, n, ta, la, dm, lm)
+				}
+			case 0, 1:
 				n := arg % (p.capacity + 2) // 0 and capacity+1 are invalid costs
 				da, la := a.AllowN(now, n)
 				dm, lm := m.AllowN(now, n)

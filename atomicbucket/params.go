@@ -56,6 +56,7 @@ type Params struct {
 	interval int64 // ticks of refill per token
 	tau      int64 // capacity × interval: the debt at which the bucket is empty
 	scale    int64 // ticks per nanosecond
+	maxRel   int64 // rebaseAt / scale: the last ns after the origin served in place
 }
 
 // NewParams validates a rule of limit tokens per period with the given
@@ -93,7 +94,7 @@ func NewParams(limit int64, period time.Duration, burst int64) (Params, error) {
 	if d := l / g; d <= maxScale {
 		// The interval is exactly (p/g)/d ns, which is p/g ticks of 1/d ns.
 		if tau, ok := mulFits(uint64(capacity), p/g); ok {
-			return Params{capacity: capacity, interval: int64(p / g), tau: tau, scale: int64(d)}, nil
+			return newParams(capacity, int64(p/g), tau, int64(d)), nil
 		}
 	}
 	for s := uint64(maxScale); s >= 1; s /= 2 {
@@ -106,11 +107,15 @@ func NewParams(limit int64, period time.Duration, burst int64) (Params, error) {
 			q++ // round the interval up: refill may lag, never lead
 		}
 		if tau, ok := mulFits(uint64(capacity), q); ok {
-			return Params{capacity: capacity, interval: int64(q), tau: tau, scale: int64(s)}, nil
+			return newParams(capacity, int64(q), tau, int64(s)), nil
 		}
 	}
 	return Params{}, fmt.Errorf("burst window of %d × %v / %d is too long to represent (the limit is about %v)",
 		capacity, period, limit, time.Duration(maxTau))
+}
+
+func newParams(capacity, interval, tau, scale int64) Params {
+	return Params{capacity: capacity, interval: interval, tau: tau, scale: scale, maxRel: rebaseAt / scale}
 }
 
 // Capacity returns the most tokens the bucket holds.
@@ -143,7 +148,9 @@ const (
 
 // ticks converts a clock reading to ticks since origin. Past rebaseAt it
 // still returns t when t ≤ maxT, and math.MaxInt64 beyond that: every stored
-// TAT is at most maxT, so such a bucket is full.
+// TAT is at most maxT, so such a bucket is full. The bounds are multiples of
+// maxRel, so that no division runs on the request path: 2×maxRel×scale is at
+// most maxT, and −2×maxRel×scale at least minT.
 func (p *Params) ticks(now, origin int64) (int64, position) {
 	rel := now - origin
 	if (now^origin)&(now^rel) < 0 { // the subtraction overflowed
@@ -153,37 +160,46 @@ func (p *Params) ticks(now, origin int64) (int64, position) {
 		return 0, tooEarly
 	}
 	switch {
-	case rel > maxT/p.scale:
+	case rel <= p.maxRel && rel >= -2*p.maxRel:
+		return rel * p.scale, inRange
+	case rel > 2*p.maxRel:
 		return math.MaxInt64, pastRange
-	case rel > rebaseAt/p.scale:
+	case rel > p.maxRel:
 		return rel * p.scale, pastRange
-	case rel < minT/p.scale:
-		return 0, tooEarly
 	}
-	return rel * p.scale, inRange
+	return 0, tooEarly
 }
 
-// decide computes the answer to a request of cost n at t given the state
-// tat, and the state after it. It writes nothing: the caller stores next
-// only when d.Allowed.
-func (p *Params) decide(tat, t, n int64) (next int64, d Decision) {
-	base := max(tat, t)
-	d.Limit = p.capacity
-	if n < 1 || n > p.capacity {
-		d.RetryAfter = Never
-		p.fill(&d, base-t)
-		return tat, d
-	}
-	next = base + n*p.interval
-	if debt := next - t; debt <= p.tau {
-		d.Allowed = true
-		p.fill(&d, debt)
-		return next, d
-	}
-	d.RetryAfter = p.duration(next - t - p.tau)
-	p.fill(&d, base-t)
-	return tat, d
+// take is the token bucket itself, for a valid cost n at an in-range t:
+// the TAT after admitting n, and whether the bucket held n. Nothing is
+// written; the caller stores next only when ok.
+func (p *Params) take(w, t, n int64) (next int64, ok bool) {
+	next = max(w, t) + n*p.interval
+	return next, next-t <= p.tau
 }
+
+// granted is the answer to an admitted request that left the TAT at next.
+func (p *Params) granted(next, t int64) Decision {
+	d := Decision{Allowed: true, Limit: p.capacity}
+	p.fill(&d, next-t)
+	return d
+}
+
+// denied is the answer to a request of cost n refused at t with the TAT at
+// w: RetryAfter is the wait until the bucket holds n, or Never for a cost
+// no bucket of this capacity can hold.
+func (p *Params) denied(w, t, n int64) Decision {
+	d := Decision{Limit: p.capacity, RetryAfter: Never}
+	debt := max(w, t) - t
+	if n >= 1 && n <= p.capacity {
+		d.RetryAfter = p.duration(debt + n*p.interval - p.tau)
+	}
+	p.fill(&d, debt)
+	return d
+}
+
+// validCost reports whether one request may ask for n.
+func (p *Params) validCost(n int64) bool { return n >= 1 && n <= p.capacity }
 
 // fill sets Remaining and ResetAfter for a bucket that owes debt ticks.
 func (p *Params) fill(d *Decision, debt int64) {
@@ -236,7 +252,7 @@ func carried(w int64) int64 { return w ^ retiredBit }
 
 // allow is the transition of AllowN: the word after a request of cost n at
 // (t, pos), the answer, and whether the state was live. An unchanged word
-// means nothing is to be written.
+// means nothing is to be written. Bucket.AllowN inlines its common case.
 func (p *Params) allow(w, t int64, pos position, n int64) (next int64, d Decision, live bool) {
 	if isRetired(w) {
 		return w, Decision{}, false
@@ -250,8 +266,27 @@ func (p *Params) allow(w, t int64, pos position, n int64) (next int64, d Decisio
 		}
 		return retire(max(w, t)), Decision{}, false
 	}
-	next, d = p.decide(w, t, n)
-	return next, d, true
+	if p.validCost(n) {
+		if next, ok := p.take(w, t, n); ok {
+			return next, p.granted(next, t), true
+		}
+	}
+	return w, p.denied(w, t, n), true
+}
+
+// admit is allow without the Decision, for callers that need only the
+// verdict: it saves the divisions that Remaining and ResetAfter cost.
+func (p *Params) admit(w, t int64, pos position, n int64) (next int64, allowed, live bool) {
+	if isRetired(w) || pos != inRange {
+		next, _, live = p.allow(w, t, pos, n)
+		return next, false, live
+	}
+	if p.validCost(n) {
+		if next, ok := p.take(w, t, n); ok {
+			return next, true, true
+		}
+	}
+	return w, false, true
 }
 
 // peek answers what allow would for a cost of 1, and writes nothing.
@@ -267,8 +302,10 @@ func (p *Params) peek(w, t int64, pos position) (Decision, bool) {
 			w, t = 0, 0
 		}
 	}
-	_, d := p.decide(w, t, 1)
-	return d, true
+	if next, ok := p.take(w, t, 1); ok {
+		return p.granted(next, t), true
+	}
+	return p.denied(w, t, 1), true
 }
 
 // refund gives back n tokens taken by an earlier grant. A retired word
