@@ -96,9 +96,9 @@ func newQuota(r floodgate.Rule) (floodgate.Algorithm, error) { return quota{r.Li
 func (q quota) NewState(int64) floodgate.State { return &quotaState{limit: q.limit} }
 
 type quotaState struct {
-	mu            sync.Mutex
-	limit, used   int64
-	retired, idle bool
+	mu          sync.Mutex
+	limit, used int64
+	retired     bool
 }
 
 func (s *quotaState) AllowN(_, n int64) (floodgate.Decision, bool) {

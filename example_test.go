@@ -1,0 +1,122 @@
+package floodgate_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// A limit of 10 requests per second per client, with bursts of 3. The
+// manual clock makes the output reproducible; production code leaves Clock
+// nil for the system's monotonic clock.
+func Example() {
+	clock := floodgate.NewManualClock(0)
+	limiter, err := floodgate.New(floodgate.Config{
+		Rule:  floodgate.Rule{Limit: 10, Period: time.Second, Burst: 3},
+		Clock: clock,
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	for i := range 4 {
+		fmt.Println("request", i, limiter.Allow("alice"))
+	}
+	fmt.Println("bob is not alice:", limiter.Allow("bob"))
+	clock.Advance(100 * time.Millisecond) // one token refills every 100ms
+	fmt.Println("100ms later:", limiter.Allow("alice"))
+	// Output:
+	// request 0 true
+	// request 1 true
+	// request 2 true
+	// request 3 false
+	// bob is not alice: true
+	// 100ms later: true
+}
+
+// AllowN returns a Decision with what an HTTP 429 response needs.
+func ExampleLimiter_AllowN() {
+	clock := floodgate.NewManualClock(0)
+	limiter, _ := floodgate.New(floodgate.Config{
+		Rule:  floodgate.Rule{Limit: 5, Period: time.Second},
+		Clock: clock,
+	})
+	defer limiter.Close()
+
+	fmt.Printf("%+v\n", limiter.AllowN("api-key-1", 4))
+	fmt.Printf("%+v\n", limiter.AllowN("api-key-1", 2))
+	fmt.Printf("%+v\n", limiter.AllowN("api-key-1", 6)) // above the capacity: never
+	// Output:
+	// {Allowed:true Limit:5 Remaining:1 RetryAfter:0s ResetAfter:800ms}
+	// {Allowed:false Limit:5 Remaining:1 RetryAfter:200ms ResetAfter:800ms}
+	// {Allowed:false Limit:5 Remaining:1 RetryAfter:2562047h47m16.854775807s ResetAfter:800ms}
+}
+
+// A global cap bounds all clients together. A client refused by the cap
+// keeps its own tokens: it is not punished twice.
+func ExampleConfig_global() {
+	clock := floodgate.NewManualClock(0)
+	limiter, _ := floodgate.New(floodgate.Config{
+		Rule:   floodgate.Rule{Limit: 3, Period: time.Second},
+		Global: &floodgate.Rule{Limit: 4, Period: time.Second},
+		Clock:  clock,
+	})
+	defer limiter.Close()
+
+	limiter.AllowN("a", 3)
+	fmt.Println("b before:", limiter.Peek("b").Remaining)
+	d := limiter.AllowN("b", 2)
+	fmt.Println("b allowed:", d.Allowed, "limit that applied:", d.Limit)
+	fmt.Println("b after:", limiter.Peek("b").Remaining)
+	// Output:
+	// b before: 2
+	// b allowed: false limit that applied: 4
+	// b after: 2
+}
+
+// A Decision maps onto the headers of a 429 response.
+func ExampleDecision() {
+	limiter, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 1, Period: time.Minute}})
+	defer limiter.Close()
+
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := limiter.AllowN(r.RemoteAddr, 1)
+		w.Header().Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+		w.Header().Set("RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
+		if !d.Allowed {
+			// Retry-After is in whole seconds: round up.
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10))
+			http.Error(w, "too many requests", http.StatusTooManyRequests)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	for range 2 {
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		fmt.Printf("%d remaining=%s retry-after=%q\n", rec.Code, rec.Header().Get("RateLimit-Remaining"), rec.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 remaining=0 retry-after=""
+	// 429 remaining=0 retry-after="60"
+}
+
+// EvictIdle removes keys whose state a fresh key would have; IdleTTL runs
+// it in the background.
+func ExampleLimiter_EvictIdle() {
+	clock := floodgate.NewManualClock(0)
+	limiter, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Second}, Clock: clock})
+	defer limiter.Close()
+
+	limiter.Allow("a")
+	limiter.Allow("b")
+	limiter.Allow("b")
+	clock.Advance(500 * time.Millisecond) // a is full again; b is not
+	fmt.Println(limiter.EvictIdle(), limiter.Len())
+	// Output: 1 1
+}
