@@ -95,6 +95,17 @@ func BenchmarkAllow(b *testing.B) {
 			})
 		}
 	}
+	// AllowN computes the whole Decision, for 429 headers.
+	for _, im := range impls {
+		b.Run("scenario=hotkey-allown/impl="+im.name, func(b *testing.B) {
+			l := benchLimiter(b, im.algorithm, plenty, nil)
+			l.Allow("hot")
+			b.ReportAllocs()
+			for b.Loop() {
+				l.AllowN("hot", 1)
+			}
+		})
+	}
 	// A manual clock takes the clock read out of the measurement: what is
 	// left is the map lookup and the CAS.
 	for _, im := range impls {
