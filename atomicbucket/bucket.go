@@ -24,17 +24,20 @@ import (
 // state that has already been retired: this is what keeps a key from
 // passing twice its limit while eviction runs.
 //
-// Layout: the word, the successor link, the origin and the rule fill exactly
-// 64 bytes, the allocator's size class that starts every object on a
-// cache-line boundary, so each key's bucket owns its line and a decision
-// reads one line only. A field more would push the bucket to the 80-byte
-// class, where two keys' buckets share lines and a grant on one stalls the
-// other's readers: TestBucketLayout guards the size.
+// Layout: the struct is 64 bytes with the word first, so that no two
+// buckets' words ever share a cache line, at any alignment: a grant on one
+// key never invalidates another key's word. The fields every decision reads
+// (word, origin, rule) fill the first 48 bytes; Go's allocator places 64-byte
+// objects at 0 or 16 mod 64, where those 48 bytes lie in one line, so a
+// decision reads one line. The successor link, read only once a bucket has
+// retired, goes last. A field more would move the bucket to the 80-byte size
+// class and break both properties; TestBucketLayout guards them.
 type Bucket struct {
 	tat    atomic.Int64
-	next   atomic.Pointer[Bucket] // the successor, once a retired bucket has one
 	origin int64
 	p      Params
+	next   atomic.Pointer[Bucket] // the successor, once a retired bucket has one
+	_      [8]byte
 }
 
 // New returns a bucket for rule p that is full at now, its origin. A

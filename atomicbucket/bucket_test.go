@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,8 +43,31 @@ func mustParams(t testing.TB, limit int64, period time.Duration, burst int64) Pa
 
 func TestBucketLayout(t *testing.T) {
 	if got := unsafe.Sizeof(Bucket{}); got != 64 {
-		t.Fatalf("Bucket is %d bytes; it must be 64 to own its cache line", got)
+		t.Fatalf("Bucket is %d bytes; it must be 64 so that no two words share a cache line", got)
 	}
+	if off := unsafe.Offsetof(Bucket{}.next); off != 48 {
+		t.Fatalf("the fields read by every decision end at %d, want 48", off)
+	}
+	p := mustParams(t, 1, time.Second, 0)
+	lines := map[uintptr]bool{}
+	offsets := map[uintptr]int{}
+	live := make([]*Bucket, 0, 1000) // kept alive so that no address is reused
+	for range 1000 {
+		b := New(p, 0)
+		live = append(live, b)
+		addr := uintptr(unsafe.Pointer(b))
+		if lines[addr/64] {
+			t.Fatalf("two buckets' words share the cache line at %#x", addr/64*64)
+		}
+		lines[addr/64] = true
+		offsets[addr%64]++
+	}
+	// Where the allocator puts 64-byte objects decides whether the 48 hot
+	// bytes sit in one line; report it, since it is the runtime's choice.
+	for off, n := range offsets {
+		t.Logf("%d buckets at %d mod 64: hot fields in one line: %v", n, off, off+48 <= 64)
+	}
+	runtime.KeepAlive(live)
 }
 
 func TestNewParamsRejects(t *testing.T) {

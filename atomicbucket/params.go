@@ -54,7 +54,6 @@ const (
 type Params struct {
 	capacity int64 // B, the most tokens the bucket holds
 	interval int64 // ticks of refill per token
-	tau      int64 // capacity × interval: the debt at which the bucket is empty
 	scale    int64 // ticks per nanosecond
 	maxRel   int64 // rebaseAt / scale: the last ns after the origin served in place
 }
@@ -93,8 +92,8 @@ func NewParams(limit int64, period time.Duration, burst int64) (Params, error) {
 	g := gcd(p, l)
 	if d := l / g; d <= maxScale {
 		// The interval is exactly (p/g)/d ns, which is p/g ticks of 1/d ns.
-		if tau, ok := mulFits(uint64(capacity), p/g); ok {
-			return newParams(capacity, int64(p/g), tau, int64(d)), nil
+		if fitsTau(uint64(capacity), p/g) {
+			return newParams(capacity, int64(p/g), int64(d)), nil
 		}
 	}
 	for s := uint64(maxScale); s >= 1; s /= 2 {
@@ -106,17 +105,22 @@ func NewParams(limit int64, period time.Duration, burst int64) (Params, error) {
 		if r != 0 {
 			q++ // round the interval up: refill may lag, never lead
 		}
-		if tau, ok := mulFits(uint64(capacity), q); ok {
-			return newParams(capacity, int64(q), tau, int64(s)), nil
+		if fitsTau(uint64(capacity), q) {
+			return newParams(capacity, int64(q), int64(s)), nil
 		}
 	}
 	return Params{}, fmt.Errorf("burst window of %d × %v / %d is too long to represent (the limit is about %v)",
 		capacity, period, limit, time.Duration(maxTau))
 }
 
-func newParams(capacity, interval, tau, scale int64) Params {
-	return Params{capacity: capacity, interval: interval, tau: tau, scale: scale, maxRel: rebaseAt / scale}
+func newParams(capacity, interval, scale int64) Params {
+	return Params{capacity: capacity, interval: interval, scale: scale, maxRel: rebaseAt / scale}
 }
+
+// tau is the burst window in ticks, capacity × interval: the debt at which
+// the bucket is empty. It is computed, not stored, to keep Params at 32
+// bytes (see Bucket's layout); NewParams has checked that it fits.
+func (p *Params) tau() int64 { return p.capacity * p.interval }
 
 // Capacity returns the most tokens the bucket holds.
 func (p *Params) Capacity() int64 { return p.capacity }
@@ -128,13 +132,11 @@ func gcd(a, b uint64) uint64 {
 	return a
 }
 
-// mulFits returns a×b when it is at most maxTau.
-func mulFits(a, b uint64) (int64, bool) {
-	hi, lo := bits.Mul64(a, b)
-	if hi != 0 || lo > maxTau {
-		return 0, false
-	}
-	return int64(lo), true
+// fitsTau reports whether a burst window of capacity × interval ticks is
+// within maxTau.
+func fitsTau(capacity, interval uint64) bool {
+	hi, lo := bits.Mul64(capacity, interval)
+	return hi == 0 && lo <= maxTau
 }
 
 // position is where a clock reading falls relative to a bucket's origin.
@@ -175,7 +177,7 @@ func (p *Params) ticks(now, origin int64) (int64, position) {
 // written; the caller stores next only when ok.
 func (p *Params) take(w, t, n int64) (next int64, ok bool) {
 	next = max(w, t) + n*p.interval
-	return next, next-t <= p.tau
+	return next, next-t <= p.tau()
 }
 
 // granted is the answer to an admitted request that left the TAT at next.
@@ -192,7 +194,7 @@ func (p *Params) denied(w, t, n int64) Decision {
 	d := Decision{Limit: p.capacity, RetryAfter: Never}
 	debt := max(w, t) - t
 	if n >= 1 && n <= p.capacity {
-		d.RetryAfter = p.duration(debt + n*p.interval - p.tau)
+		d.RetryAfter = p.duration(debt + n*p.interval - p.tau())
 	}
 	p.fill(&d, debt)
 	return d
@@ -203,8 +205,8 @@ func (p *Params) validCost(n int64) bool { return n >= 1 && n <= p.capacity }
 
 // fill sets Remaining and ResetAfter for a bucket that owes debt ticks.
 func (p *Params) fill(d *Decision, debt int64) {
-	if debt < p.tau {
-		d.Remaining = (p.tau - debt) / p.interval
+	if tau := p.tau(); debt < tau {
+		d.Remaining = (tau - debt) / p.interval
 	}
 	d.ResetAfter = p.duration(debt)
 }

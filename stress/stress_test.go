@@ -151,20 +151,7 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 		clock := floodgate.NewManualClock(0)
 		l := mustNew(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: burst, Period: time.Hour}, Clock: clock})
 		names := keyNames(keys)
-		stop := make(chan struct{})
-		var evicted atomic.Int64
-		evictorDone := make(chan struct{})
-		go func() {
-			defer close(evictorDone)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					evicted.Add(int64(l.EvictIdle()))
-				}
-			}
-		}()
+		stopEvictor := startEvictor(l)
 		for round := range 20 * scale() {
 			clock.Advance(time.Hour)
 			var admitted [keys]atomic.Int64
@@ -176,17 +163,16 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 			})
 			for k := range admitted {
 				if got := admitted[k].Load(); got != burst {
-					close(stop)
+					stopEvictor()
 					t.Fatalf("round %d: key %d admitted %d with eviction racing, want exactly %d", round, k, got, burst)
 				}
 			}
 		}
-		close(stop)
-		<-evictorDone
-		if evicted.Load() == 0 {
+		evicted := stopEvictor()
+		if evicted == 0 {
 			t.Fatal("the evictor never evicted a key: the race was not exercised")
 		}
-		t.Logf("evicted %d states during the run", evicted.Load())
+		t.Logf("evicted %d states during the run", evicted)
 	})
 }
 
@@ -272,22 +258,7 @@ func TestStaleClockWithEviction(t *testing.T) {
 		names := keyNames(keys)
 		var admitted [keys]atomic.Int64
 		tMin := clock.Now()
-		stop := make(chan struct{})
-		var background sync.WaitGroup
-		var evicted atomic.Int64
-		background.Add(1)
-		go func() { // the evictor
-			defer background.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-					evicted.Add(int64(l.EvictIdle()))
-					runtime.Gosched()
-				}
-			}
-		}()
+		stopEvictor := startEvictor(l)
 		// The requests drive the clock themselves, in uneven steps, so that
 		// time moves in step with demand: about one advance per 64 attempts,
 		// tuned so that demand is about twice the supply.
@@ -301,8 +272,7 @@ func TestStaleClockWithEviction(t *testing.T) {
 			}
 		})
 		tMax := clock.Now()
-		close(stop)
-		background.Wait()
+		evicted := stopEvictor()
 		bound := burst + (tMax-tMin)*limit/int64(time.Second)
 		var total int64
 		for k := range admitted {
@@ -312,12 +282,39 @@ func TestStaleClockWithEviction(t *testing.T) {
 				t.Fatalf("key %d admitted %d over %v, above the bound %d", k, got, time.Duration(tMax-tMin), bound)
 			}
 		}
-		if evicted.Load() == 0 || total < int64(keys)*burst {
-			t.Fatalf("the run did not exercise the race: %d evicted, %d admitted", evicted.Load(), total)
+		if evicted == 0 || total < int64(keys)*burst {
+			t.Fatalf("the run did not exercise the race: %d evicted, %d admitted", evicted, total)
 		}
 		t.Logf("%v of clock, bound %d per key, %d admitted in all (%.0f%% of the bound), %d evictions",
-			time.Duration(tMax-tMin), bound, total, 100*float64(total)/float64(bound*keys), evicted.Load())
+			time.Duration(tMax-tMin), bound, total, 100*float64(total)/float64(bound*keys), evicted)
 	})
+}
+
+// startEvictor calls EvictIdle in a loop, yielding between calls, until the
+// returned function is called; that function returns how many keys were
+// evicted in all. Calling it again returns the same count.
+func startEvictor(l *floodgate.Limiter) (stop func() int64) {
+	done := make(chan struct{})
+	var evicted atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				evicted.Add(int64(l.EvictIdle()))
+				runtime.Gosched()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() int64 {
+		once.Do(func() { close(done); wg.Wait() })
+		return evicted.Load()
+	}
 }
 
 func keyNames(n int) []string {
