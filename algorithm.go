@@ -46,12 +46,13 @@ type State interface {
 	// Peek returns what AllowN(now, 1) would, consuming nothing.
 	Peek(now int64) (d Decision, live bool)
 
-	// Refund gives back n taken by an earlier AllowN on this state, when
-	// a later check refused the request. It reports false only when the
-	// state was retired carrying that grant to its successor; the refund
-	// then belongs to Successor. A state retired as idle owes nothing, and
-	// reports true.
-	Refund(n int64) bool
+	// Refund gives back n taken by an earlier AllowN(now, n) on this
+	// state, when a later check refused the request; now is that call's
+	// time, so that a window algorithm knows which window to credit. It
+	// reports false only when the state was retired carrying that grant to
+	// its successor; the refund then belongs to Successor. A state retired
+	// by a reset forgot the grant, and reports true.
+	Refund(now, n int64) bool
 
 	// RetireIdle retires the state if, at now, it answers exactly as a
 	// fresh state would, and reports whether it did.

@@ -224,7 +224,7 @@ func (l *Limiter) nextGlobal(g *atomicbucket.Bucket, now int64) *atomicbucket.Bu
 // refund gives a key back a grant that the global cap then refused, along
 // the line of successors if the state retired meanwhile.
 func refund(s State, now, n int64) {
-	for !s.Refund(n) {
+	for !s.Refund(now, n) {
 		s = s.Successor(now)
 	}
 }

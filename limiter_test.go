@@ -127,7 +127,7 @@ func (s *quotaState) Peek(now int64) (floodgate.Decision, bool) {
 	return floodgate.Decision{Allowed: s.used < s.limit, Limit: s.limit, Remaining: s.limit - s.used}, !s.retired
 }
 
-func (s *quotaState) Refund(n int64) bool {
+func (s *quotaState) Refund(_, n int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.retired {

@@ -51,7 +51,7 @@ func (s *bucketState) Peek(now int64) (Decision, bool) {
 	return Decision(d), live
 }
 
-func (s *bucketState) Refund(n int64) bool       { return s.b().Refund(n) }
+func (s *bucketState) Refund(_, n int64) bool    { return s.b().Refund(n) }
 func (s *bucketState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
 func (s *bucketState) Retire()                   { s.b().Retire() }
 func (s *bucketState) Successor(now int64) State { return (*bucketState)(s.b().Successor(now)) }
@@ -79,7 +79,7 @@ func (s *mutexState) Peek(now int64) (Decision, bool) {
 	return Decision(d), live
 }
 
-func (s *mutexState) Refund(n int64) bool       { return s.b().Refund(n) }
+func (s *mutexState) Refund(_, n int64) bool    { return s.b().Refund(n) }
 func (s *mutexState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
 func (s *mutexState) Retire()                   { s.b().Retire() }
 func (s *mutexState) Successor(now int64) State { return (*mutexState)(s.b().Successor(now)) }

@@ -1,0 +1,389 @@
+package shardedlog
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Never is the RetryAfter of a request that can never pass: a cost below 1
+// or above the limit, or a clock reading too far before the state's origin.
+const Never = time.Duration(math.MaxInt64)
+
+// Decision is the outcome of one request. Its layout is the same as
+// floodgate.Decision.
+type Decision struct {
+	Allowed    bool
+	Limit      int64         // the limit per window that applied
+	Remaining  int64         // whole requests of cost 1 still allowed now
+	RetryAfter time.Duration // 0 when allowed; the shortest wait otherwise
+	ResetAfter time.Duration // time until the key is back to full capacity
+}
+
+// Kind selects the window algorithm.
+type Kind uint8
+
+const (
+	// Fixed counts the cost admitted in the current window k, which covers
+	// [k·T, (k+1)·T) on the clock's scale. A request is allowed if and only
+	// if that count plus its cost is at most N. Across a boundary it lets
+	// through up to 2N in a span of T: N at the end of one window, N at the
+	// start of the next.
+	Fixed Kind = iota + 1
+
+	// Sliding weights the previous window's count by the part of it still
+	// inside a window of length T ending now: with e = now − k·T,
+	// estimate = prev × (T − e) / T + curr, and a request is allowed if and
+	// only if estimate + n ≤ N, computed exactly as
+	// prev × (T − e) + (curr + n) × T ≤ N × T in 128-bit integers.
+	Sliding
+)
+
+// The state of a window is one uint64:
+//
+//	bit 63            retired (the rest is carried to the successor)
+//	bits [cb, 63)     the window index relative to the state's origin, signed
+//	bits [c, 2c)      prev, the previous window's count (Sliding only)
+//	bits [0, c)       curr, the current window's count
+//
+// c = bits.Len(N+1), so a count never fills its field and an all-ones
+// payload is free to mean "reset". A state serves requests whose window lies
+// within ±maxRel of its own; a later one moves its origin (carrying the
+// counts exactly when they still matter), an earlier one is denied with
+// Never.
+const (
+	retiredBit = 1 << 63
+	resetWord  = math.MaxUint64 // retired by a reset: the successor is new
+	minRelBits = 16             // at least 2^14 windows before a state moves its origin
+)
+
+// Params is a validated window rule. The zero value is not valid; use
+// NewParams.
+type Params struct {
+	limit  int64 // N
+	period int64 // T in ns
+	maxRel int64 // the farthest window, either way, served in place
+	c      uint8 // bits per count
+	cb     uint8 // bits of all counts: c, or 2c for Sliding
+	kind   Kind
+}
+
+// NewParams validates a rule of limit per period for the given kind.
+//
+// Supported range: limit ≥ 1 and period ≥ 1ns; limit at most 2^23 − 2
+// (8,388,606) for Sliding and 2^47 − 2 for Fixed, so that the window index
+// keeps at least 16 bits beside the counts. Every limit up to 1,000,000 with
+// any period from 1ns to the largest time.Duration is inside.
+func NewParams(kind Kind, limit int64, period time.Duration) (Params, error) {
+	switch {
+	case kind != Fixed && kind != Sliding:
+		return Params{}, fmt.Errorf("unknown window kind %d", kind)
+	case limit <= 0:
+		return Params{}, fmt.Errorf("limit must be at least 1, got %d", limit)
+	case period <= 0:
+		return Params{}, fmt.Errorf("period must be positive, got %v", period)
+	}
+	maxLimit := int64(1)<<(63-minRelBits) - 2
+	if kind == Sliding {
+		maxLimit = 1<<((63-minRelBits)/2) - 2
+	}
+	if limit > maxLimit {
+		return Params{}, fmt.Errorf("limit %d does not fit the packed window state (at most %d)", limit, maxLimit)
+	}
+	c := bits.Len64(uint64(limit) + 1)
+	cb := c
+	if kind == Sliding {
+		cb = 2 * c
+	}
+	wb := 63 - cb
+	return Params{limit: limit, period: int64(period), maxRel: 1 << (wb - 2), c: uint8(c), cb: uint8(cb), kind: kind}, nil
+}
+
+// Limit returns N, the most cost a window admits.
+func (p *Params) Limit() int64 { return p.limit }
+
+func (p *Params) cMask() uint64 { return 1<<p.c - 1 }
+
+func (p *Params) pack(rel, curr, prev int64) uint64 {
+	return (uint64(rel)<<p.cb)&^retiredBit | uint64(prev)<<p.c | uint64(curr)
+}
+
+func (p *Params) unpack(w uint64) (rel, curr, prev int64) {
+	curr = int64(w & p.cMask())
+	if p.kind == Sliding {
+		prev = int64(w >> p.c & p.cMask())
+	}
+	rel = int64(w<<1) >> (1 + p.cb) // drop the retired bit, sign-extend
+	return rel, curr, prev
+}
+
+func isRetired(w uint64) bool { return w&retiredBit != 0 }
+
+// position is where a clock reading falls relative to a state's origin.
+type position int
+
+const (
+	inRange   position = iota
+	tooEarly           // more than maxRel windows before the origin
+	pastRange          // more than maxRel windows after it
+)
+
+// floorDivMod returns k and e with now = k·T + e and 0 ≤ e < T.
+func floorDivMod(now, period int64) (k, e int64) {
+	k, e = now/period, now%period
+	if e < 0 {
+		k, e = k-1, e+period
+	}
+	return k, e
+}
+
+// locate returns the window of now relative to origin (a window index), the
+// offset e of now within its window, and where that window falls.
+func (p *Params) locate(now, origin int64) (rel, e int64, pos position) {
+	k, e := floorDivMod(now, p.period)
+	rel = k - origin
+	if (k^origin)&(k^rel) < 0 { // the subtraction overflowed
+		if k > origin {
+			return math.MaxInt64, e, pastRange
+		}
+		return math.MinInt64, e, tooEarly
+	}
+	switch {
+	case rel > p.maxRel:
+		return rel, e, pastRange
+	case rel < -p.maxRel:
+		return rel, e, tooEarly
+	}
+	return rel, e, inRange
+}
+
+// advance returns the counts as they stand in window rel, for a state last
+// written in window ks ≤ rel.
+func (p *Params) advance(ks, curr, prev, rel int64) (int64, int64) {
+	switch {
+	case rel == ks:
+		return curr, prev
+	case rel == ks+1 && p.kind == Sliding:
+		return 0, curr
+	}
+	return 0, 0
+}
+
+// fits reports whether a request of cost n fits beside counts curr and
+// prev at offset e.
+func (p *Params) fits(curr, prev, e, n int64) bool {
+	if curr+n > p.limit {
+		return false
+	}
+	if p.kind == Fixed || prev == 0 {
+		return true
+	}
+	// prev×(T−e) + (curr+n)×T ≤ N×T, in 128 bits.
+	ah, al := bits.Mul64(uint64(prev), uint64(p.period-e))
+	bh, bl := bits.Mul64(uint64(curr+n), uint64(p.period))
+	lo, carry := bits.Add64(al, bl, 0)
+	hi, _ := bits.Add64(ah, bh, carry)
+	nh, nl := bits.Mul64(uint64(p.limit), uint64(p.period))
+	return hi < nh || hi == nh && lo <= nl
+}
+
+// weighted returns ceil(prev × (T − e) / T), the previous window's share of
+// the estimate in whole requests.
+func (p *Params) weighted(prev, e int64) int64 {
+	if prev == 0 || p.kind == Fixed {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(prev), uint64(p.period-e))
+	q, r := bits.Div64(hi, lo, uint64(p.period)) // hi < T since prev < 2^23
+	if r != 0 {
+		q++
+	}
+	return int64(q)
+}
+
+// answer builds the Decision for counts (curr, prev) at offset e: after
+// the grant when allowed, as they stand when denied.
+func (p *Params) answer(allowed bool, curr, prev, e, n int64) Decision {
+	d := Decision{Allowed: allowed, Limit: p.limit}
+	d.Remaining = max(0, p.limit-curr-p.weighted(prev, e))
+	switch {
+	case curr > 0 && p.kind == Sliding:
+		d.ResetAfter = time.Duration(2*p.period - e)
+	case curr > 0 || prev > 0:
+		d.ResetAfter = time.Duration(p.period - e)
+	}
+	if !allowed {
+		d.RetryAfter = p.retryAfter(curr, prev, e, n)
+	}
+	return d
+}
+
+// retryAfter is the shortest wait after which a request of cost n, denied
+// at offset e with counts (curr, prev), would pass if nothing else came.
+func (p *Params) retryAfter(curr, prev, e, n int64) time.Duration {
+	if n < 1 || n > p.limit {
+		return Never
+	}
+	T := p.period
+	if p.kind == Fixed {
+		return time.Duration(T - e)
+	}
+	// Later in this window the previous window weighs less: the request
+	// fits once prev×(T−e') ≤ (N−curr−n)×T.
+	if curr+n <= p.limit && prev > 0 {
+		if x := p.floorQuo(p.limit-curr-n, prev); x > 0 {
+			return time.Duration(T - x - e)
+		}
+	}
+	// In the next window this one's count becomes prev: it fits once
+	// curr×(T−e'') ≤ (N−n)×T.
+	wait := T - e
+	if curr > 0 {
+		if x := p.floorQuo(p.limit-n, curr); x < T {
+			wait += T - x
+		}
+	}
+	return time.Duration(wait)
+}
+
+// floorQuo returns min(T, floor(a × T / b)) for 0 ≤ a and b > 0.
+func (p *Params) floorQuo(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(p.period))
+	if hi >= uint64(b) {
+		return p.period
+	}
+	q, _ := bits.Div64(hi, lo, uint64(b))
+	return int64(min(q, uint64(p.period)))
+}
+
+func (p *Params) outOfRange() Decision {
+	return Decision{Limit: p.limit, RetryAfter: Never}
+}
+
+// The transitions below are the whole algorithm, as pure functions of the
+// state word; Window applies them with a CAS loop, MutexWindow under a
+// mutex.
+
+// allow is the transition of AllowN at window rel, offset e.
+func (p *Params) allow(w uint64, rel, e int64, pos position, n int64) (next uint64, d Decision, live bool) {
+	if isRetired(w) {
+		return w, Decision{}, false
+	}
+	switch pos {
+	case tooEarly:
+		return w, p.outOfRange(), true
+	case pastRange:
+		ks, _, _ := p.unpack(w)
+		if rel > ks+1 { // nothing the state holds still counts
+			return resetWord, Decision{}, false
+		}
+		return w | retiredBit, Decision{}, false
+	}
+	ks, curr, prev := p.unpack(w)
+	if rel < ks {
+		// The window of this reading is closed: its count is gone, so
+		// nothing may be charged to it. Wait for the state's window.
+		d := p.answer(false, curr, prev, 0, n)
+		d.RetryAfter = p.untilWindow(ks-rel, e, d.RetryAfter)
+		d.ResetAfter = p.untilWindow(ks-rel, e, d.ResetAfter)
+		return w, d, true
+	}
+	curr, prev = p.advance(ks, curr, prev, rel)
+	if n >= 1 && p.fits(curr, prev, e, n) {
+		return p.pack(rel, curr+n, prev), p.answer(true, curr+n, prev, e, n), true
+	}
+	return w, p.answer(false, curr, prev, e, n), true
+}
+
+// untilWindow adds to d the wait from offset e until the window j windows
+// ahead begins, saturating at Never.
+func (p *Params) untilWindow(j, e int64, d time.Duration) time.Duration {
+	if d == Never {
+		return Never
+	}
+	hi, lo := bits.Mul64(uint64(j), uint64(p.period))
+	if hi != 0 || lo > math.MaxInt64/2 {
+		return Never
+	}
+	return time.Duration(int64(lo)-e) + d
+}
+
+// admit is allow reduced to the verdict, for Take.
+func (p *Params) admit(w uint64, rel, e int64, pos position, n int64) (next uint64, allowed, live bool) {
+	if isRetired(w) || pos != inRange {
+		next, _, live = p.allow(w, rel, e, pos, n)
+		return next, false, live
+	}
+	ks, curr, prev := p.unpack(w)
+	if rel < ks || n < 1 {
+		return w, false, true
+	}
+	curr, prev = p.advance(ks, curr, prev, rel)
+	if p.fits(curr, prev, e, n) {
+		return p.pack(rel, curr+n, prev), true, true
+	}
+	return w, false, true
+}
+
+// peek answers what allow would for a cost of 1, and writes nothing. Past
+// the range it answers as the successor would.
+func (p *Params) peek(w uint64, rel, e int64, pos position) (Decision, bool) {
+	if isRetired(w) {
+		return Decision{}, false
+	}
+	if pos == pastRange {
+		ks, curr, prev := p.unpack(w)
+		if rel > ks+1 {
+			w, rel = 0, 0
+		} else {
+			w, rel = p.pack(0, curr, prev), 1
+		}
+		pos = inRange
+	}
+	_, d, _ := p.allow(w, rel, e, pos, 1)
+	return d, true
+}
+
+// refund takes n back from the window it was charged to, rel.
+func (p *Params) refund(w uint64, rel int64, n int64) (next uint64, live bool) {
+	if isRetired(w) {
+		return w, w == resetWord
+	}
+	ks, curr, prev := p.unpack(w)
+	switch {
+	case n < 1:
+	case rel == ks:
+		curr = max(0, curr-n)
+	case rel == ks-1 && p.kind == Sliding:
+		prev = max(0, prev-n)
+	}
+	return p.pack(ks, curr, prev), true
+}
+
+// retireIdle retires a state that answers at window rel as a new one would,
+// carrying rel so that the successor stays closed to earlier windows.
+func (p *Params) retireIdle(w uint64, rel int64, pos position) (next uint64, ok bool) {
+	if isRetired(w) || pos != inRange {
+		return w, false
+	}
+	ks, curr, prev := p.unpack(w)
+	if rel < ks {
+		return w, false
+	}
+	if curr, prev = p.advance(ks, curr, prev, rel); curr != 0 || prev != 0 {
+		return w, false
+	}
+	return p.pack(rel, 0, 0) | retiredBit, true
+}
+
+// successor returns the origin and word of the state that replaces the
+// retired word w, read at now.
+func (p *Params) successor(w uint64, origin, now int64) (int64, uint64) {
+	if !isRetired(w) || w == resetWord {
+		k, _ := floorDivMod(now, p.period)
+		return k, 0
+	}
+	ks, curr, prev := p.unpack(w &^ retiredBit)
+	return origin + ks, p.pack(0, curr, prev)
+}

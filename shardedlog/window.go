@@ -1,0 +1,133 @@
+package shardedlog
+
+import (
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+)
+
+// Window is a lock-free fixed-window or sliding-window counter for one key.
+// Its whole state is one uint64 (see Params) changed by a CAS loop; a
+// denial writes nothing.
+//
+// A Window retires once, for eviction, a reset, or when the clock moves
+// more windows past its origin than the packed index holds. Retiring is a
+// CAS on the same word as every grant, so no grant can land on a retired
+// Window; a retired one answers live == false and the caller moves on to
+// Successor.
+//
+// Layout: 64 bytes with the word first, like atomicbucket.Bucket, so that
+// no two keys' words share a cache line.
+type Window struct {
+	word   atomic.Uint64
+	origin int64 // the window index at which the state's relative index is 0
+	p      Params
+	next   atomic.Pointer[Window]
+	_      [8]byte
+}
+
+// New returns the state of a key that has taken nothing, whose origin is
+// the window of now. A reading from an earlier window is denied.
+func New(p Params, now int64) *Window {
+	k, _ := floorDivMod(now, p.period)
+	return &Window{origin: k, p: p}
+}
+
+// AllowN admits a request of cost n at now if the window allows it, and
+// consumes nothing on denial. live is false when the state is retired.
+func (s *Window) AllowN(now, n int64) (Decision, bool) {
+	rel, e, pos := s.p.locate(now, s.origin)
+	for {
+		w := s.word.Load()
+		next, d, live := s.p.allow(w, rel, e, pos, n)
+		if next == w {
+			return d, live
+		}
+		chaos.Yield()
+		if s.word.CompareAndSwap(w, next) {
+			return d, live
+		}
+		chaos.Retried()
+	}
+}
+
+// Take is AllowN reduced to its verdict.
+func (s *Window) Take(now, n int64) (allowed, live bool) {
+	rel, e, pos := s.p.locate(now, s.origin)
+	for {
+		w := s.word.Load()
+		next, allowed, live := s.p.admit(w, rel, e, pos, n)
+		if next == w {
+			return allowed, live
+		}
+		chaos.Yield()
+		if s.word.CompareAndSwap(w, next) {
+			return allowed, live
+		}
+		chaos.Retried()
+	}
+}
+
+// Peek returns what AllowN(now, 1) would answer, and consumes nothing.
+func (s *Window) Peek(now int64) (Decision, bool) {
+	rel, e, pos := s.p.locate(now, s.origin)
+	return s.p.peek(s.word.Load(), rel, e, pos)
+}
+
+// Refund takes back n that AllowN(now, n) granted, from the window it was
+// charged to. It reports false when the state has since been retired
+// carrying its counts: the refund then belongs to Successor.
+func (s *Window) Refund(now, n int64) bool {
+	rel, _, pos := s.p.locate(now, s.origin)
+	for {
+		w := s.word.Load()
+		if pos != inRange && !isRetired(w) {
+			return true // the window of the grant is long gone
+		}
+		next, live := s.p.refund(w, rel, n)
+		if next == w {
+			return live
+		}
+		chaos.Yield()
+		if s.word.CompareAndSwap(w, next) {
+			return live
+		}
+		chaos.Retried()
+	}
+}
+
+// RetireIdle retires the state if at now it answers as a new one would.
+func (s *Window) RetireIdle(now int64) bool {
+	rel, _, pos := s.p.locate(now, s.origin)
+	for {
+		w := s.word.Load()
+		next, ok := s.p.retireIdle(w, rel, pos)
+		if !ok {
+			return false
+		}
+		chaos.Yield()
+		if s.word.CompareAndSwap(w, next) {
+			return true
+		}
+		chaos.Retried()
+	}
+}
+
+// Retire retires the state whatever it holds; its successor is new.
+func (s *Window) Retire() { s.word.Store(resetWord) }
+
+// Successor returns the state that stands for this one once it is retired.
+// Every call on a retired Window returns the same *Window.
+func (s *Window) Successor(now int64) *Window {
+	if n := s.next.Load(); n != nil {
+		return n
+	}
+	w := s.word.Load()
+	origin, sw := s.p.successor(w, s.origin, now)
+	n := &Window{origin: origin, p: s.p}
+	n.word.Store(sw)
+	if !isRetired(w) || s.next.CompareAndSwap(nil, n) {
+		return n
+	}
+	return s.next.Load()
+}
