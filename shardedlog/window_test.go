@@ -319,7 +319,7 @@ func TestRetireRefundPeek(t *testing.T) {
 				t.Fatalf("%s %s: after a refund Peek says %+v, before %+v", k.name, mk.name, after, before)
 			}
 			s.AllowN(10, 3)
-			if s.RetireIdle(T + 10) != (k.kind == Fixed) {
+			if s.RetireIdle(T+10) != (k.kind == Fixed) {
 				t.Fatalf("%s %s: idle in the next window is %v for this kind", k.name, mk.name, k.kind == Fixed)
 			}
 			if k.kind == Sliding && !s.RetireIdle(2*T) {
