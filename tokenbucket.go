@@ -2,15 +2,34 @@ package floodgate
 
 import "github.com/floodgate-go/floodgate/atomicbucket"
 
+// LeakyBucket names the leaky bucket as a meter: a level that drains at
+// Limit per Period from capacity Burst (Limit when 0); a request of cost n
+// passes if and only if level + n ≤ capacity, and then the level rises by
+// n. Its decisions are the token bucket's for the same rule and sequence —
+// both are GCRA — so its lock-free form is the same atomic bucket.
+// LeakyBucketMutex is the meter in its textbook form (a level and the time
+// it was last raised) behind a mutex, written independently; the tests hold
+// the lock-free bucket against it.
+const (
+	LeakyBucket      = "leaky_bucket"
+	LeakyBucketMutex = "leaky_bucket_mutex"
+)
+
 func init() {
-	mustRegister(TokenBucket, func(r Rule) (Algorithm, error) {
+	mustRegister(TokenBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
+	mustRegister(TokenBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return mutexBucket(p) }))
+	mustRegister(LeakyBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
+	mustRegister(LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
+}
+
+func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
+	return func(r Rule) (Algorithm, error) {
 		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
-		return lockFreeBucket(p), err
-	})
-	mustRegister(TokenBucketMutex, func(r Rule) (Algorithm, error) {
-		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
-		return mutexBucket(p), err
-	})
+		if err != nil {
+			return nil, err
+		}
+		return make(p), nil
+	}
 }
 
 func mustRegister(name string, f Factory) {
@@ -83,3 +102,31 @@ func (s *mutexState) Refund(_, n int64) bool    { return s.b().Refund(n) }
 func (s *mutexState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
 func (s *mutexState) Retire()                   { s.b().Retire() }
 func (s *mutexState) Successor(now int64) State { return (*mutexState)(s.b().Successor(now)) }
+
+// leakyMeter is the leaky_bucket_mutex algorithm.
+type leakyMeter atomicbucket.Params
+
+func (a leakyMeter) NewState(now int64) State {
+	return (*leakyState)(atomicbucket.NewLeakyMutex(atomicbucket.Params(a), now))
+}
+
+type leakyState atomicbucket.LeakyMutex
+
+func (s *leakyState) m() *atomicbucket.LeakyMutex { return (*atomicbucket.LeakyMutex)(s) }
+
+func (s *leakyState) AllowN(now, n int64) (Decision, bool) {
+	d, live := s.m().AllowN(now, n)
+	return fromBucket(d), live
+}
+
+func (s *leakyState) Take(now, n int64) (bool, bool) { return s.m().Take(now, n) }
+
+func (s *leakyState) Peek(now int64) (Decision, bool) {
+	d, live := s.m().Peek(now)
+	return fromBucket(d), live
+}
+
+func (s *leakyState) Refund(_, n int64) bool    { return s.m().Refund(n) }
+func (s *leakyState) RetireIdle(now int64) bool { return s.m().RetireIdle(now) }
+func (s *leakyState) Retire()                   { s.m().Retire() }
+func (s *leakyState) Successor(now int64) State { return (*leakyState)(s.m().Successor(now)) }

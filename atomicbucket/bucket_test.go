@@ -17,6 +17,7 @@ import (
 type twin interface {
 	AllowN(now, n int64) (Decision, bool)
 	Peek(now int64) (Decision, bool)
+	Take(now, n int64) (bool, bool)
 	Refund(n int64) bool
 	RetireIdle(now int64) bool
 	Retire()
@@ -27,9 +28,25 @@ type maker struct {
 	new  func(p Params, now int64) twin
 }
 
+// twins are the three implementations of one semantics: the lock-free
+// bucket, its mutex twin, and the leaky-bucket meter written independently.
 var twins = []maker{
 	{"lockfree", func(p Params, now int64) twin { return New(p, now) }},
 	{"mutex", func(p Params, now int64) twin { return NewMutex(p, now) }},
+	{"leaky", func(p Params, now int64) twin { return NewLeakyMutex(p, now) }},
+}
+
+// successorOf replaces a retired state the way the registry does.
+func successorOf(b twin, now int64) twin {
+	switch bb := b.(type) {
+	case *Bucket:
+		return bb.Successor(now)
+	case *MutexBucket:
+		return bb.Successor(now)
+	case *LeakyMutex:
+		return bb.Successor(now)
+	}
+	panic("unknown twin")
 }
 
 func mustParams(t testing.TB, limit int64, period time.Duration, burst int64) Params {
@@ -287,12 +304,7 @@ func TestRebase(t *testing.T) {
 			d, live := b.AllowN(now, 1)
 			if !live {
 				rebased++
-				switch bb := b.(type) {
-				case *Bucket:
-					b = bb.Successor(now)
-				case *MutexBucket:
-					b = bb.Successor(now)
-				}
+				b = successorOf(b, now)
 				if d, live = b.AllowN(now, 1); !live {
 					t.Fatalf("%s: the successor is retired too", m.name)
 				}
@@ -454,13 +466,7 @@ func TestStaleReadings(t *testing.T) {
 		if !b.RetireIdle(idleAt) {
 			t.Fatalf("%s: full after 500ms", m.name)
 		}
-		var s twin
-		switch bb := b.(type) {
-		case *Bucket:
-			s = bb.Successor(idleAt + 7)
-		case *MutexBucket:
-			s = bb.Successor(idleAt + 7)
-		}
+		s := successorOf(b, idleAt+7)
 		if d, _ := s.AllowN(idleAt-int64(time.Millisecond), 1); d.Allowed || d.RetryAfter != time.Millisecond {
 			t.Fatalf("%s: a reading from before the eviction finds the successor full: %+v", m.name, d)
 		}

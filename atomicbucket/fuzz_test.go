@@ -6,8 +6,10 @@ import (
 	"time"
 )
 
-// FuzzTwins feeds the same operations to Bucket and MutexBucket and
-// requires the same answer from each at every step. The input picks a rule,
+// FuzzTwins feeds the same operations to Bucket, MutexBucket and the
+// leaky-bucket meter LeakyMutex, and requires the same answer from all
+// three at every step: the lock-free bucket against its twin, and the token
+// bucket against the leaky bucket. The input picks a rule,
 // then a stream of operations: clock moves (forward, backward, far), costs
 // (valid and not), peeks, refunds, idle retirement and resets.
 func FuzzTwins(f *testing.F) {
@@ -30,7 +32,7 @@ func FuzzTwins(f *testing.F) {
 			return // rules outside the range are covered by TestNewParamsRejects
 		}
 		origin := int64(binary.LittleEndian.Uint16(data[2:4])) << 20
-		a, m := New(p, origin), NewMutex(p, origin)
+		a, m, lk := New(p, origin), NewMutex(p, origin), NewLeakyMutex(p, origin)
 		now := origin
 		step := int64(period) / limit
 		for i := 4; i < len(data); i++ {
@@ -40,15 +42,17 @@ func FuzzTwins(f *testing.F) {
 				n := arg % (p.capacity + 2)
 				ta, la := a.Take(now, n)
 				dm, lm := m.AllowN(now, n)
-				if ta != dm.Allowed || la != lm {
+				tl, ll := lk.Take(now, n)
+				if ta != dm.Allowed || la != lm || tl != ta || ll != la {
 					t.Fatalf("op %d: Take(%d, %d) = %v %v, AllowN = %+v %v", i, now, n, ta, la, dm, lm)
 				}
 			case 0, 1:
 				n := arg % (p.capacity + 2) // 0 and capacity+1 are invalid costs
 				da, la := a.AllowN(now, n)
 				dm, lm := m.AllowN(now, n)
-				if da != dm || la != lm {
-					t.Fatalf("op %d AllowN(%d, %d): lock-free %+v %v, mutex %+v %v", i, now, n, da, la, dm, lm)
+				dl, ll := lk.AllowN(now, n)
+				if da != dm || la != lm || da != dl || la != ll {
+					t.Fatalf("op %d AllowN(%d, %d): lock-free %+v %v, mutex %+v %v, leaky %+v %v", i, now, n, da, la, dm, lm, dl, ll)
 				}
 				if da.Remaining < 0 || da.Remaining > p.capacity || da.RetryAfter < 0 || da.ResetAfter < 0 {
 					t.Fatalf("op %d: decision out of range: %+v", i, da)
@@ -60,17 +64,20 @@ func FuzzTwins(f *testing.F) {
 			case 5:
 				da, la := a.Peek(now)
 				dm, lm := m.Peek(now)
-				if da != dm || la != lm {
-					t.Fatalf("op %d Peek: lock-free %+v %v, mutex %+v %v", i, da, la, dm, lm)
+				dl, ll := lk.Peek(now)
+				if da != dm || la != lm || da != dl || la != ll {
+					t.Fatalf("op %d Peek: lock-free %+v %v, mutex %+v %v, leaky %+v %v", i, da, la, dm, lm, dl, ll)
 				}
 			case 6:
 				n := arg % (p.capacity + 1)
-				if a.Refund(n) != m.Refund(n) {
-					t.Fatalf("op %d Refund(%d) differs", i, n)
+				ra, rm, rl := a.Refund(n), m.Refund(n), lk.Refund(n)
+				if ra != rm || ra != rl {
+					t.Fatalf("op %d Refund(%d) differs: %v %v %v", i, n, ra, rm, rl)
 				}
 			case 7:
-				if a.RetireIdle(now) != m.RetireIdle(now) {
-					t.Fatalf("op %d RetireIdle differs", i)
+				ra, rm, rl := a.RetireIdle(now), m.RetireIdle(now), lk.RetireIdle(now)
+				if ra != rm || ra != rl {
+					t.Fatalf("op %d RetireIdle differs: %v %v %v", i, ra, rm, rl)
 				}
 			case 8:
 				now += arg << 55 // far jumps: out of range, rebase
@@ -78,16 +85,18 @@ func FuzzTwins(f *testing.F) {
 				if arg%4 == 0 {
 					a.Retire()
 					m.Retire()
+					lk.Retire()
 				}
 			}
 			// Replace retired states the way the registry does.
 			_, la := a.Peek(now)
 			_, lm := m.Peek(now)
-			if la != lm {
-				t.Fatalf("op %d: one twin retired, the other not", i)
+			_, ll := lk.Peek(now)
+			if la != lm || la != ll {
+				t.Fatalf("op %d: one twin retired, another not", i)
 			}
 			if !la {
-				a, m = a.Successor(now), m.Successor(now)
+				a, m, lk = a.Successor(now), m.Successor(now), lk.Successor(now)
 			}
 		}
 	})

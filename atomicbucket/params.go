@@ -44,8 +44,9 @@ const (
 	maxT       = 1 << 61
 	minT       = -(1 << 61)
 	maxScale   = 1 << 13
-	floorTAT   = -(1 << 62) // no TAT goes below this; it is full at every t ≥ minT
-	resetMark  = floorTAT   // carried by a reset: the successor is new at its own now
+	maxTick    = math.MaxInt64 // a reading past every TAT: the bucket is full
+	floorTAT   = -(1 << 62)    // no TAT goes below this; it is full at every t ≥ minT
+	resetMark  = floorTAT      // carried by a reset: the successor is new at its own now
 	retiredBit = math.MinInt64
 )
 
@@ -157,7 +158,7 @@ func (p *Params) ticks(now, origin int64) (int64, position) {
 	rel := now - origin
 	if (now^origin)&(now^rel) < 0 { // the subtraction overflowed
 		if now > origin {
-			return math.MaxInt64, pastRange
+			return maxTick, pastRange
 		}
 		return 0, tooEarly
 	}
@@ -165,7 +166,7 @@ func (p *Params) ticks(now, origin int64) (int64, position) {
 	case rel <= p.maxRel && rel >= -2*p.maxRel:
 		return rel * p.scale, inRange
 	case rel > 2*p.maxRel:
-		return math.MaxInt64, pastRange
+		return maxTick, pastRange
 	case rel > p.maxRel:
 		return rel * p.scale, pastRange
 	}
@@ -263,7 +264,7 @@ func (p *Params) allow(w, t int64, pos position, n int64) (next int64, d Decisio
 	case tooEarly:
 		return w, p.outOfRange(), true
 	case pastRange:
-		if t == math.MaxInt64 {
+		if t == maxTick {
 			return retire(resetMark), Decision{}, false
 		}
 		return retire(max(w, t)), Decision{}, false
@@ -300,7 +301,7 @@ func (p *Params) peek(w, t int64, pos position) (Decision, bool) {
 	case tooEarly:
 		return p.outOfRange(), true
 	case pastRange:
-		if w <= t { // t is math.MaxInt64 when it could not be computed
+		if w <= t { // t is maxTick when it could not be computed
 			w, t = 0, 0
 		}
 	}

@@ -1,0 +1,172 @@
+package atomicbucket
+
+import "sync"
+
+// LeakyMutex is the leaky bucket as a meter in its textbook form — the
+// continuous-state leaky bucket of ITU-T I.371 — behind a mutex. Its state
+// is a level and the time it was last raised: the level drains at Limit per
+// Period, a request of cost n conforms if and only if the drained level
+// plus n fits the capacity B, and then the level rises by n. Levels and
+// times are held in the ticks of Params, so the arithmetic is exact.
+//
+// The leaky bucket as a meter and the token bucket are the same machine
+// (GCRA: the drained level is the bucket's debt, and the instant the level
+// reaches zero is Bucket's theoretical arrival time), so floodgate's
+// lock-free leaky bucket is Bucket itself. LeakyMutex is written
+// independently of Bucket's transitions, from the level's point of view;
+// it is the twin that the differential tests hold Bucket against, and the
+// proof that the two algorithms decide alike.
+type LeakyMutex struct {
+	mu      sync.Mutex
+	level   int64 // ticks of refill owed at lct; may be negative after a refund
+	lct     int64 // ticks since origin at which level was last set
+	origin  int64
+	p       Params
+	retired bool
+	carry   int64 // once retired: the instant the level drains to 0, or resetMark
+	next    *LeakyMutex
+}
+
+// NewLeakyMutex returns an empty meter (a full bucket) for rule p whose
+// origin is now.
+func NewLeakyMutex(p Params, now int64) *LeakyMutex {
+	return &LeakyMutex{origin: now, p: p}
+}
+
+// drained returns the level at t: it drains one tick per tick, and never
+// below zero. A reading before lct finds the level higher, not lower.
+func (m *LeakyMutex) drained(t int64) int64 {
+	return max(0, m.level+m.lct-t)
+}
+
+// empties is the instant at which the level reaches zero.
+func (m *LeakyMutex) empties() int64 { return m.lct + m.level }
+
+// answer builds the Decision for a level of debt ticks.
+func (m *LeakyMutex) answer(allowed bool, level int64) Decision {
+	d := Decision{Allowed: allowed, Limit: m.p.capacity}
+	m.p.fill(&d, level)
+	return d
+}
+
+// AllowN conforms a request of cost n at now, or denies it and changes
+// nothing. live is false once the meter has retired.
+func (m *LeakyMutex) AllowN(now, n int64) (Decision, bool) {
+	t, pos := m.p.ticks(now, m.origin)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return Decision{}, false
+	}
+	switch pos {
+	case tooEarly:
+		return m.p.outOfRange(), true
+	case pastRange:
+		m.retired, m.carry = true, resetMark
+		if t != maxTick {
+			m.carry = max(m.empties(), t)
+		}
+		return Decision{}, false
+	}
+	level := m.drained(t)
+	if !m.p.validCost(n) {
+		d := m.answer(false, level)
+		d.RetryAfter = Never
+		return d, true
+	}
+	raised := level + n*m.p.interval
+	if raised > m.p.tau() {
+		d := m.answer(false, level)
+		d.RetryAfter = m.p.duration(raised - m.p.tau())
+		return d, true
+	}
+	m.level, m.lct = raised, t
+	return m.answer(true, raised), true
+}
+
+// Take is AllowN reduced to its verdict.
+func (m *LeakyMutex) Take(now, n int64) (bool, bool) {
+	d, live := m.AllowN(now, n)
+	return d.Allowed, live
+}
+
+// Peek returns what AllowN(now, 1) would, and changes nothing.
+func (m *LeakyMutex) Peek(now int64) (Decision, bool) {
+	t, pos := m.p.ticks(now, m.origin)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return Decision{}, false
+	}
+	switch pos {
+	case tooEarly:
+		return m.p.outOfRange(), true
+	case pastRange:
+		if t == maxTick || m.empties() <= t {
+			return m.answer(true, m.p.interval), true
+		}
+	}
+	level := m.drained(t)
+	if raised := level + m.p.interval; raised <= m.p.tau() {
+		return m.answer(true, raised), true
+	}
+	d := m.answer(false, level)
+	d.RetryAfter = m.p.duration(level + m.p.interval - m.p.tau())
+	return d, true
+}
+
+// Refund lowers the level by n that an earlier AllowN raised it by.
+func (m *LeakyMutex) Refund(n int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return m.carry == resetMark
+	}
+	if m.p.validCost(n) {
+		m.level = max(m.level-n*m.p.interval, floorTAT-m.lct)
+	}
+	return true
+}
+
+// RetireIdle retires the meter if it is empty at now.
+func (m *LeakyMutex) RetireIdle(now int64) bool {
+	t, pos := m.p.ticks(now, m.origin)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired || pos != inRange || m.empties() > t {
+		return false
+	}
+	m.retired, m.carry = true, t
+	return true
+}
+
+// Retire retires the meter whatever it holds; its successor is new.
+func (m *LeakyMutex) Retire() {
+	m.mu.Lock()
+	m.retired, m.carry = true, resetMark
+	m.mu.Unlock()
+}
+
+// Successor returns the meter that replaces a retired one: new at now after
+// a reset, else one that empties at the carried instant, moved to a later
+// origin when that instant lies past the rebase point.
+func (m *LeakyMutex) Successor(now int64) *LeakyMutex {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.next != nil {
+		return m.next
+	}
+	s := &LeakyMutex{origin: now, p: m.p}
+	switch {
+	case !m.retired || m.carry == resetMark:
+	case m.carry > rebaseAt:
+		ns, ticks := m.p.rebaseShift()
+		s.origin, s.lct = m.origin+ns, m.carry-ticks
+	default:
+		s.origin, s.lct = m.origin, m.carry
+	}
+	if m.retired {
+		m.next = s
+	}
+	return s
+}

@@ -1,0 +1,100 @@
+package floodgate
+
+import (
+	"fmt"
+
+	"github.com/floodgate-go/floodgate/shardedlog"
+)
+
+// Names of the window algorithms, and of their mutex twins (for comparison
+// in tests and benchmarks). Rule.Burst has no meaning for a window: it must
+// be 0 or equal to Limit.
+const (
+	FixedWindow         = "fixed_window"
+	FixedWindowMutex    = "fixed_window_mutex"
+	SlidingCounter      = "sliding_counter"
+	SlidingCounterMutex = "sliding_counter_mutex"
+)
+
+func init() {
+	mustRegister(FixedWindow, windowFactory(shardedlog.Fixed, false))
+	mustRegister(FixedWindowMutex, windowFactory(shardedlog.Fixed, true))
+	mustRegister(SlidingCounter, windowFactory(shardedlog.Sliding, false))
+	mustRegister(SlidingCounterMutex, windowFactory(shardedlog.Sliding, true))
+}
+
+func windowFactory(kind shardedlog.Kind, mutex bool) Factory {
+	return func(r Rule) (Algorithm, error) {
+		if r.Burst != 0 && r.Burst != r.Limit {
+			return nil, fmt.Errorf("a window admits Limit per Period; Burst must be 0 or Limit, got %d", r.Burst)
+		}
+		p, err := shardedlog.NewParams(kind, r.Limit, r.Period)
+		if err != nil {
+			return nil, err
+		}
+		if mutex {
+			return mutexWindows(p), nil
+		}
+		return lockFreeWindows(p), nil
+	}
+}
+
+func fromWindow(d shardedlog.Decision) Decision {
+	return Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+}
+
+type lockFreeWindows shardedlog.Params
+
+func (a lockFreeWindows) NewState(now int64) State {
+	return (*windowState)(shardedlog.New(shardedlog.Params(a), now))
+}
+
+type windowState shardedlog.Window
+
+func (s *windowState) w() *shardedlog.Window { return (*shardedlog.Window)(s) }
+
+func (s *windowState) AllowN(now, n int64) (Decision, bool) {
+	d, live := s.w().AllowN(now, n)
+	return fromWindow(d), live
+}
+
+func (s *windowState) Take(now, n int64) (bool, bool) { return s.w().Take(now, n) }
+
+func (s *windowState) Peek(now int64) (Decision, bool) {
+	d, live := s.w().Peek(now)
+	return fromWindow(d), live
+}
+
+func (s *windowState) Refund(now, n int64) bool  { return s.w().Refund(now, n) }
+func (s *windowState) RetireIdle(now int64) bool { return s.w().RetireIdle(now) }
+func (s *windowState) Retire()                   { s.w().Retire() }
+func (s *windowState) Successor(now int64) State { return (*windowState)(s.w().Successor(now)) }
+
+type mutexWindows shardedlog.Params
+
+func (a mutexWindows) NewState(now int64) State {
+	return (*mutexWindowState)(shardedlog.NewMutex(shardedlog.Params(a), now))
+}
+
+type mutexWindowState shardedlog.MutexWindow
+
+func (s *mutexWindowState) w() *shardedlog.MutexWindow { return (*shardedlog.MutexWindow)(s) }
+
+func (s *mutexWindowState) AllowN(now, n int64) (Decision, bool) {
+	d, live := s.w().AllowN(now, n)
+	return fromWindow(d), live
+}
+
+func (s *mutexWindowState) Take(now, n int64) (bool, bool) { return s.w().Take(now, n) }
+
+func (s *mutexWindowState) Peek(now int64) (Decision, bool) {
+	d, live := s.w().Peek(now)
+	return fromWindow(d), live
+}
+
+func (s *mutexWindowState) Refund(now, n int64) bool  { return s.w().Refund(now, n) }
+func (s *mutexWindowState) RetireIdle(now int64) bool { return s.w().RetireIdle(now) }
+func (s *mutexWindowState) Retire()                   { s.w().Retire() }
+func (s *mutexWindowState) Successor(now int64) State {
+	return (*mutexWindowState)(s.w().Successor(now))
+}
