@@ -7,27 +7,42 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// FuzzLimiterTwins runs the same operations through a token_bucket Limiter
-// and a token_bucket_mutex Limiter, over a few keys, with or without a
-// global cap, and requires the same answers from both: decisions, peeks,
-// evictions and key counts.
+// pairs are the algorithms that must answer alike: each lock-free
+// algorithm and its mutex twin, and the token bucket and the leaky bucket.
+var pairs = [][2]string{
+	{floodgate.TokenBucket, floodgate.TokenBucketMutex},
+	{floodgate.LeakyBucket, floodgate.LeakyBucketMutex},
+	{floodgate.TokenBucket, floodgate.LeakyBucketMutex},
+	{floodgate.FixedWindow, floodgate.FixedWindowMutex},
+	{floodgate.SlidingCounter, floodgate.SlidingCounterMutex},
+}
+
+// FuzzLimiterTwins runs the same operations through two Limiters of a
+// pair, over a few keys, with or without a global cap, and requires the
+// same answers from both: decisions, peeks, evictions and key counts.
 func FuzzLimiterTwins(f *testing.F) {
-	f.Add(uint8(3), uint16(1000), false, []byte{0, 1, 2, 3, 10, 11, 12, 40, 41, 50, 60, 0, 1, 2})
-	f.Add(uint8(1), uint16(7), true, []byte{0, 0, 0, 0, 30, 30, 0, 0, 70, 80, 1, 2})
-	f.Add(uint8(8), uint16(60000), true, []byte{9, 19, 29, 39, 49, 59, 69, 79, 89, 99, 255, 254})
-	f.Add(uint8(2), uint16(1), false, []byte{70, 70, 0, 71, 72, 73, 3, 3, 3, 90, 91})
-	f.Fuzz(func(t *testing.T, limit uint8, periodMs uint16, global bool, ops []byte) {
-		rule := floodgate.Rule{Limit: int64(limit%16) + 1, Period: time.Duration(periodMs%5000+1) * time.Millisecond, Burst: int64(limit / 64)}
+	for i := range pairs {
+		f.Add(uint8(i), uint8(3), uint16(1000), false, []byte{0, 1, 2, 3, 10, 11, 12, 40, 41, 50, 60, 0, 1, 2})
+		f.Add(uint8(i), uint8(1), uint16(7), true, []byte{0, 0, 0, 0, 30, 30, 0, 0, 70, 80, 1, 2})
+		f.Add(uint8(i), uint8(8), uint16(60000), true, []byte{9, 19, 29, 39, 49, 59, 69, 79, 89, 99, 255, 254})
+		f.Add(uint8(i), uint8(2), uint16(1), false, []byte{70, 70, 0, 71, 72, 73, 3, 3, 3, 90, 91})
+	}
+	f.Fuzz(func(t *testing.T, pair, limit uint8, periodMs uint16, global bool, ops []byte) {
+		algs := pairs[int(pair)%len(pairs)]
+		rule := floodgate.Rule{Limit: int64(limit%16) + 1, Period: time.Duration(periodMs%5000+1) * time.Millisecond}
+		if algs[0] == floodgate.TokenBucket || algs[0] == floodgate.LeakyBucket {
+			rule.Burst = int64(limit / 64)
+		}
 		var g *floodgate.Rule
 		if global {
 			g = &floodgate.Rule{Limit: rule.Limit + 2, Period: rule.Period}
 		}
 		ca, cm := floodgate.NewManualClock(1<<50), floodgate.NewManualClock(1<<50)
-		a, err := floodgate.New(floodgate.Config{Rule: rule, Global: g, Clock: ca})
+		a, err := floodgate.New(floodgate.Config{Algorithm: algs[0], Rule: rule, Global: g, Clock: ca})
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := floodgate.New(floodgate.Config{Algorithm: floodgate.TokenBucketMutex, Rule: rule, Global: g, Clock: cm})
+		m, err := floodgate.New(floodgate.Config{Algorithm: algs[1], Rule: rule, Global: g, Clock: cm})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +55,7 @@ func FuzzLimiterTwins(f *testing.F) {
 			case 0, 1, 2, 3:
 				da, dm := a.AllowN(key, arg+1), m.AllowN(key, arg+1)
 				if da != dm {
-					t.Fatalf("op %d AllowN(%s, %d): %+v vs %+v", i, key, arg+1, da, dm)
+					t.Fatalf("%v op %d AllowN(%s, %d): %+v vs %+v", algs, i, key, arg+1, da, dm)
 				}
 			case 4:
 				ca.Advance(step * time.Duration(arg+1) / 3)

@@ -305,10 +305,13 @@ func TestClockExtremes(t *testing.T) {
 
 func TestAllowAllocatesNothing(t *testing.T) {
 	cases := []floodgate.Config{
-		{Rule: floodgate.Rule{Limit: 1000, Period: time.Second}},
-		{Algorithm: floodgate.TokenBucketMutex, Rule: floodgate.Rule{Limit: 1000, Period: time.Second}},
 		{Rule: floodgate.Rule{Limit: 1000, Period: time.Second}, Global: &floodgate.Rule{Limit: 10, Period: time.Second}},
 		{Rule: floodgate.Rule{Limit: 1000, Period: time.Second}, Clock: floodgate.NewManualClock(0)},
+	}
+	for _, alg := range floodgate.Algorithms() {
+		if !strings.HasPrefix(alg, "test_") {
+			cases = append(cases, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 1000, Period: time.Second}})
+		}
 	}
 	keys := make([]string, 1024)
 	for i := range keys {
@@ -353,4 +356,84 @@ func TestStaleReadingAfterEviction(t *testing.T) {
 			t.Fatalf("at the eviction's instant the key is full: %+v", d)
 		}
 	})
+}
+
+// TestEveryAlgorithmContract runs the contract that every registered
+// algorithm keeps through the facade: a denial consumes nothing, Peek is
+// AllowN(1) without the taking, a global refusal is refunded, Reset starts
+// fresh, EvictIdle removes what a fresh key would answer like, and a cost
+// of 0 or above the limit is a Never denial.
+func TestEveryAlgorithmContract(t *testing.T) {
+	for _, alg := range []string{
+		floodgate.TokenBucket, floodgate.TokenBucketMutex, floodgate.LeakyBucket, floodgate.LeakyBucketMutex,
+		floodgate.FixedWindow, floodgate.FixedWindowMutex, floodgate.SlidingCounter, floodgate.SlidingCounterMutex,
+	} {
+		t.Run(alg, func(t *testing.T) {
+			clock := floodgate.NewManualClock(10 * int64(time.Second))
+			l := newLimiter(t, floodgate.Config{
+				Algorithm: alg,
+				Rule:      floodgate.Rule{Limit: 5, Period: time.Second},
+				Global:    &floodgate.Rule{Limit: 7, Period: time.Hour},
+				Clock:     clock,
+			})
+			fresh := l.Peek("k")
+			if d := l.AllowN("k", 1); d != fresh {
+				t.Fatalf("Peek of a new key said %+v, AllowN(1) said %+v", fresh, d)
+			}
+			l.AllowN("k", 4)
+			before := l.Peek("k")
+			if d := l.AllowN("k", 1); d.Allowed || d.Limit != 5 {
+				t.Fatalf("the sixth request in a period passed: %+v", d)
+			}
+			if after := l.Peek("k"); after != before {
+				t.Fatalf("a denial consumed: Peek %+v before, %+v after", before, after)
+			}
+			for _, n := range []int64{0, -1, 6} {
+				if d := l.AllowN("other", n); d.Allowed || d.RetryAfter != floodgate.Never {
+					t.Fatalf("cost %d: %+v", n, d)
+				}
+			}
+			l.AllowN("g", 2) // the global cap of 7 is now spent
+			before = l.Peek("g")
+			if d := l.AllowN("g", 1); d.Allowed || d.Limit != 7 {
+				t.Fatalf("the global cap let an eighth request through: %+v", d)
+			}
+			if after := l.Peek("g"); after != before {
+				t.Fatalf("a global refusal was not refunded: Peek %+v before, %+v after", before, after)
+			}
+			l.Reset("k")
+			if got := l.Peek("k"); got != fresh {
+				t.Fatalf("after Reset: %+v, want %+v", got, fresh)
+			}
+			clock.Advance(3 * time.Second)
+			if n := l.EvictIdle(); n != 2 || l.Len() != 0 { // "other" and "g"; "k" was reset
+				t.Fatalf("evicted %d, Len %d; want every key gone after 3 periods", n, l.Len())
+			}
+		})
+	}
+}
+
+// TestFixedWindowBoundaryBurst documents the fixed window's known weakness:
+// N at the end of window k and N at the start of window k+1 both pass, 2N
+// within a span far shorter than one period. The sliding counter does not.
+func TestFixedWindowBoundaryBurst(t *testing.T) {
+	for alg, want := range map[string]int{floodgate.FixedWindow: 20, floodgate.SlidingCounter: 10} {
+		clock := floodgate.NewManualClock(int64(time.Second) - 1) // the last ns of window 0
+		l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 10, Period: time.Second}, Clock: clock})
+		passed := 0
+		for range 10 {
+			if l.Allow("k") {
+				passed++
+			}
+		}
+		clock.Advance(1) // the first ns of window 1
+		for range 10 {
+			if l.Allow("k") {
+				passed++
+			}
+		}
+		if passed != want {
+			t.Errorf("%s: %d passed across the boundary in 2ns, want %d", alg, passed, want)
+		}
+	}
 }
