@@ -4,8 +4,8 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
-COUNT       ?= 8
-BENCHTIME   ?= 500ms
+COUNT       ?= 6
+BENCHTIME   ?= 300ms
 FUZZTIME    ?= 60s
 RESULTS     ?= results
 
@@ -28,7 +28,7 @@ race:
 	$(GO) test -race -count=1 ./...
 
 chaos:
-	$(GO) test -race -count=1 -tags chaos ./atomicbucket ./stress .
+	$(GO) test -race -count=1 -tags chaos ./atomicbucket ./shardedlog ./stress .
 
 # Minutes, not seconds: for a multi-core runner.
 stress:
@@ -37,6 +37,7 @@ stress:
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./atomicbucket
+	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiterTwins$$' -fuzztime $(FUZZTIME) .
 
 # Runs the whole suite COUNT times, one pass after another so that the
