@@ -3,13 +3,13 @@ package floodgate
 import (
 	"time"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/decision"
 )
 
 // Never is the RetryAfter of a request that can never pass as asked: a cost
 // below 1 or above the capacity, or a clock reading more than the supported
 // span before the key's state was made (see Rule).
-const Never = atomicbucket.Never
+const Never = decision.Never
 
 // Decision is the answer to one request, with what an HTTP 429 response
 // needs: RateLimit-Limit, RateLimit-Remaining, Retry-After and

@@ -187,7 +187,7 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 		}
 		if !gd.Allowed {
 			refund(s, now, n)
-			return fromBucket(gd)
+			return fromCore(gd)
 		}
 		d.Remaining = min(d.Remaining, gd.Remaining)
 	}

@@ -1,6 +1,9 @@
 package floodgate
 
-import "github.com/floodgate-go/floodgate/atomicbucket"
+import (
+	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/decision"
+)
 
 // LeakyBucket names the leaky bucket as a meter: a level that drains at
 // Limit per Period from capacity Burst (Limit when 0); a request of cost n
@@ -38,10 +41,10 @@ func mustRegister(name string, f Factory) {
 	}
 }
 
-// fromBucket converts field by field: a whole-struct conversion goes
-// through memory, and its mixed-width copies stall store forwarding on the
-// hot path (measured: about 10 ns per call).
-func fromBucket(d atomicbucket.Decision) Decision {
+// fromCore converts the algorithm packages' Decision field by field: a
+// whole-struct conversion goes through memory, and its mixed-width copies
+// stall store forwarding on the hot path (measured: about 10 ns per call).
+func fromCore(d decision.Decision) Decision {
 	return Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
 }
 
@@ -60,7 +63,7 @@ func (s *bucketState) b() *atomicbucket.Bucket { return (*atomicbucket.Bucket)(s
 
 func (s *bucketState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.b().AllowN(now, n)
-	return fromBucket(d), live
+	return fromCore(d), live
 }
 
 func (s *bucketState) Take(now, n int64) (bool, bool) { return s.b().Take(now, n) }
@@ -88,7 +91,7 @@ func (s *mutexState) b() *atomicbucket.MutexBucket { return (*atomicbucket.Mutex
 
 func (s *mutexState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.b().AllowN(now, n)
-	return fromBucket(d), live
+	return fromCore(d), live
 }
 
 func (s *mutexState) Take(now, n int64) (bool, bool) { return s.b().Take(now, n) }
@@ -116,14 +119,14 @@ func (s *leakyState) m() *atomicbucket.LeakyMutex { return (*atomicbucket.LeakyM
 
 func (s *leakyState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.m().AllowN(now, n)
-	return fromBucket(d), live
+	return fromCore(d), live
 }
 
 func (s *leakyState) Take(now, n int64) (bool, bool) { return s.m().Take(now, n) }
 
 func (s *leakyState) Peek(now int64) (Decision, bool) {
 	d, live := s.m().Peek(now)
-	return fromBucket(d), live
+	return fromCore(d), live
 }
 
 func (s *leakyState) Refund(_, n int64) bool    { return s.m().Refund(n) }

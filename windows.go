@@ -39,10 +39,6 @@ func windowFactory(kind shardedlog.Kind, mutex bool) Factory {
 	}
 }
 
-func fromWindow(d shardedlog.Decision) Decision {
-	return Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
-}
-
 type lockFreeWindows shardedlog.Params
 
 func (a lockFreeWindows) NewState(now int64) State {
@@ -55,14 +51,14 @@ func (s *windowState) w() *shardedlog.Window { return (*shardedlog.Window)(s) }
 
 func (s *windowState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.w().AllowN(now, n)
-	return fromWindow(d), live
+	return fromCore(d), live
 }
 
 func (s *windowState) Take(now, n int64) (bool, bool) { return s.w().Take(now, n) }
 
 func (s *windowState) Peek(now int64) (Decision, bool) {
 	d, live := s.w().Peek(now)
-	return fromWindow(d), live
+	return fromCore(d), live
 }
 
 func (s *windowState) Refund(now, n int64) bool  { return s.w().Refund(now, n) }
@@ -82,14 +78,14 @@ func (s *mutexWindowState) w() *shardedlog.MutexWindow { return (*shardedlog.Mut
 
 func (s *mutexWindowState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.w().AllowN(now, n)
-	return fromWindow(d), live
+	return fromCore(d), live
 }
 
 func (s *mutexWindowState) Take(now, n int64) (bool, bool) { return s.w().Take(now, n) }
 
 func (s *mutexWindowState) Peek(now int64) (Decision, bool) {
 	d, live := s.w().Peek(now)
-	return fromWindow(d), live
+	return fromCore(d), live
 }
 
 func (s *mutexWindowState) Refund(now, n int64) bool  { return s.w().Refund(now, n) }

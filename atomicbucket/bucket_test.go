@@ -146,18 +146,18 @@ func TestTable(t *testing.T) {
 	}
 	// 10 per second, burst 3: one token every 100ms.
 	steps := []step{
-		{0, 1, Decision{true, 3, 2, 0, 100 * time.Millisecond}},
-		{0, 2, Decision{true, 3, 0, 0, 300 * time.Millisecond}},
-		{0, 1, Decision{false, 3, 0, 100 * time.Millisecond, 300 * time.Millisecond}},
-		{99 * time.Millisecond, 1, Decision{false, 3, 0, time.Millisecond, 201 * time.Millisecond}},
-		{100 * time.Millisecond, 1, Decision{true, 3, 0, 0, 300 * time.Millisecond}},
-		{150 * time.Millisecond, 4, Decision{false, 3, 0, Never, 250 * time.Millisecond}},
-		{150 * time.Millisecond, 0, Decision{false, 3, 0, Never, 250 * time.Millisecond}},
-		{150 * time.Millisecond, -5, Decision{false, 3, 0, Never, 250 * time.Millisecond}},
-		{10 * time.Second, 3, Decision{true, 3, 0, 0, 300 * time.Millisecond}},
-		{10*time.Second + 250*time.Millisecond, 2, Decision{true, 3, 0, 0, 250 * time.Millisecond}},
+		{0, 1, dec(true, 3, 2, 0, 100*time.Millisecond)},
+		{0, 2, dec(true, 3, 0, 0, 300*time.Millisecond)},
+		{0, 1, dec(false, 3, 0, 100*time.Millisecond, 300*time.Millisecond)},
+		{99 * time.Millisecond, 1, dec(false, 3, 0, time.Millisecond, 201*time.Millisecond)},
+		{100 * time.Millisecond, 1, dec(true, 3, 0, 0, 300*time.Millisecond)},
+		{150 * time.Millisecond, 4, dec(false, 3, 0, Never, 250*time.Millisecond)},
+		{150 * time.Millisecond, 0, dec(false, 3, 0, Never, 250*time.Millisecond)},
+		{150 * time.Millisecond, -5, dec(false, 3, 0, Never, 250*time.Millisecond)},
+		{10 * time.Second, 3, dec(true, 3, 0, 0, 300*time.Millisecond)},
+		{10*time.Second + 250*time.Millisecond, 2, dec(true, 3, 0, 0, 250*time.Millisecond)},
 		// The clock moves back 1s: the bucket owes more, mints nothing.
-		{9*time.Second + 250*time.Millisecond, 1, Decision{false, 3, 0, 1050 * time.Millisecond, 1250 * time.Millisecond}},
+		{9*time.Second + 250*time.Millisecond, 1, dec(false, 3, 0, 1050*time.Millisecond, 1250*time.Millisecond)},
 	}
 	p := mustParams(t, 10, time.Second, 3)
 	const origin = 1_000_000
@@ -474,4 +474,9 @@ func TestStaleReadings(t *testing.T) {
 			t.Fatalf("%s: the successor is full from the eviction on: %+v", m.name, d)
 		}
 	}
+}
+
+// dec builds a Decision from its fields in order, for compact tables.
+func dec(allowed bool, limit, remaining int64, retryAfter, resetAfter time.Duration) Decision {
+	return Decision{Allowed: allowed, Limit: limit, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
 }

@@ -5,22 +5,18 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/decision"
 )
 
 // Never is the RetryAfter of a request that can never pass: a cost below 1
 // or above the capacity, or a clock reading outside the supported range.
-const Never = time.Duration(math.MaxInt64)
+const Never = decision.Never
 
-// Decision is the outcome of one request. Its layout is the same as
-// floodgate.Decision, so the root package converts it without copying
-// field by field.
-type Decision struct {
-	Allowed    bool
-	Limit      int64         // the capacity that applied
-	Remaining  int64         // whole requests of cost 1 still allowed now
-	RetryAfter time.Duration // 0 when allowed; the shortest wait otherwise
-	ResetAfter time.Duration // time until the bucket is full again
-}
+// Decision is the outcome of one request: whether it passed, the capacity
+// that applied, the whole tokens left, the wait before the same request
+// could pass, and the wait until the bucket is full.
+type Decision = decision.Decision
 
 // The state of a bucket is one int64, its theoretical arrival time (TAT) in
 // ticks since the bucket's origin; a tick is 1/scale ns. The ranges below

@@ -5,21 +5,18 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/decision"
 )
 
 // Never is the RetryAfter of a request that can never pass: a cost below 1
 // or above the limit, or a clock reading too far before the state's origin.
-const Never = time.Duration(math.MaxInt64)
+const Never = decision.Never
 
-// Decision is the outcome of one request. Its layout is the same as
-// floodgate.Decision.
-type Decision struct {
-	Allowed    bool
-	Limit      int64         // the limit per window that applied
-	Remaining  int64         // whole requests of cost 1 still allowed now
-	RetryAfter time.Duration // 0 when allowed; the shortest wait otherwise
-	ResetAfter time.Duration // time until the key is back to full capacity
-}
+// Decision is the outcome of one request: whether it passed, the limit per
+// window that applied, the whole requests left, the wait before the same
+// request could pass, and the wait until the key is back to full capacity.
+type Decision = decision.Decision
 
 // Kind selects the window algorithm.
 type Kind uint8

@@ -185,24 +185,24 @@ func TestTable(t *testing.T) {
 	}
 	tables := map[Kind][]step{
 		Fixed: {
-			{0, 3, Decision{true, 4, 1, 0, time.Second}},
-			{T - 1, 1, Decision{true, 4, 0, 0, 1}},
-			{T - 1, 1, Decision{false, 4, 0, 1, 1}},
+			{0, 3, dec(true, 4, 1, 0, time.Second)},
+			{T - 1, 1, dec(true, 4, 0, 0, 1)},
+			{T - 1, 1, dec(false, 4, 0, 1, 1)},
 			// The known burst: N at the end of window 0, N at the start of 1.
-			{T, 4, Decision{true, 4, 0, 0, time.Second}},
-			{T + 5, 5, Decision{false, 4, 0, Never, time.Second - 5}},
-			{T + 5, 0, Decision{false, 4, 0, Never, time.Second - 5}},
+			{T, 4, dec(true, 4, 0, 0, time.Second)},
+			{T + 5, 5, dec(false, 4, 0, Never, time.Second-5)},
+			{T + 5, 0, dec(false, 4, 0, Never, time.Second-5)},
 			// A reading from window 0, after window 1 was written: denied.
-			{T - 2, 1, Decision{false, 4, 0, time.Second + 2, time.Second + 2}},
-			{5 * T, 1, Decision{true, 4, 3, 0, time.Second}},
+			{T - 2, 1, dec(false, 4, 0, time.Second+2, time.Second+2)},
+			{5 * T, 1, dec(true, 4, 3, 0, time.Second)},
 		},
 		Sliding: {
-			{0, 4, Decision{true, 4, 0, 0, 2 * time.Second}},
-			{T / 2, 1, Decision{false, 4, 0, time.Second*3/4 - 1 + 1, time.Second * 3 / 2}},
+			{0, 4, dec(true, 4, 0, 0, 2*time.Second)},
+			{T / 2, 1, dec(false, 4, 0, time.Second*3/4-1+1, time.Second*3/2)},
 			// At 1.25T, prev=4 weighs 3: one more fits.
-			{T + T/4, 1, Decision{true, 4, 0, 0, time.Second * 7 / 4}},
-			{T + T/4, 1, Decision{false, 4, 0, time.Second / 4, time.Second * 7 / 4}},
-			{3 * T, 4, Decision{true, 4, 0, 0, 2 * time.Second}},
+			{T + T/4, 1, dec(true, 4, 0, 0, time.Second*7/4)},
+			{T + T/4, 1, dec(false, 4, 0, time.Second/4, time.Second*7/4)},
+			{3 * T, 4, dec(true, 4, 0, 0, 2*time.Second)},
 		},
 	}
 	for _, k := range kinds {
@@ -363,4 +363,9 @@ func TestConcurrentExact(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dec builds a Decision from its fields in order, for compact tables.
+func dec(allowed bool, limit, remaining int64, retryAfter, resetAfter time.Duration) Decision {
+	return Decision{Allowed: allowed, Limit: limit, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
 }

@@ -1,0 +1,22 @@
+// Package decision holds the answer type that every algorithm package
+// returns, so that the root package converts one type, not one per
+// algorithm. Users see it as floodgate.Decision.
+package decision
+
+import (
+	"math"
+	"time"
+)
+
+// Never is the RetryAfter of a request that can never pass as asked.
+const Never = time.Duration(math.MaxInt64)
+
+// Decision is the outcome of one request; floodgate.Decision documents it.
+// Its layout is floodgate.Decision's.
+type Decision struct {
+	Allowed    bool
+	Limit      int64
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+}
