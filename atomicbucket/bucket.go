@@ -46,9 +46,6 @@ func New(p Params, now int64) *Bucket {
 	return &Bucket{origin: now, p: p}
 }
 
-// Params returns the rule the bucket applies.
-func (b *Bucket) Params() *Params { return &b.p }
-
 // AllowN takes n tokens at now if the bucket holds them. A denial consumes
 // nothing. live is false when the bucket is retired; then nothing changed
 // and the caller must use Successor.

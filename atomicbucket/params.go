@@ -119,9 +119,6 @@ func newParams(capacity, interval, scale int64) Params {
 // bytes (see Bucket's layout); NewParams has checked that it fits.
 func (p *Params) tau() int64 { return p.capacity * p.interval }
 
-// Capacity returns the most tokens the bucket holds.
-func (p *Params) Capacity() int64 { return p.capacity }
-
 func gcd(a, b uint64) uint64 {
 	for b != 0 {
 		a, b = b, a%b

@@ -127,21 +127,3 @@ func (r *Registry[V]) Len() int {
 	}
 	return n
 }
-
-// Range calls f for each key and value until f returns false. It sees each
-// key present for its whole duration once, and may or may not see keys
-// added or removed meanwhile.
-func (r *Registry[V]) Range(f func(key string, v V) bool) {
-	for i := range r.shards {
-		stop := false
-		r.shards[i].m.Range(func(k string, v V) bool {
-			if !f(k, v) {
-				stop = true
-			}
-			return !stop
-		})
-		if stop {
-			return
-		}
-	}
-}

@@ -97,9 +97,6 @@ func NewParams(kind Kind, limit int64, period time.Duration) (Params, error) {
 	return Params{limit: limit, period: int64(period), maxRel: 1 << (wb - 2), c: uint8(c), cb: uint8(cb), kind: kind}, nil
 }
 
-// Limit returns N, the most cost a window admits.
-func (p *Params) Limit() int64 { return p.limit }
-
 func (p *Params) cMask() uint64 { return 1<<p.c - 1 }
 
 func (p *Params) pack(rel, curr, prev int64) uint64 {
