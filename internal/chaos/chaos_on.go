@@ -13,10 +13,10 @@ const Enabled = true
 
 var retries atomic.Int64
 
-// Yield gives up the processor on about one call in four, between a load
+// Yield gives up the processor on about one call in two, between a load
 // and the CAS that depends on it.
 func Yield() {
-	if rand.Uint32()&3 == 0 {
+	if rand.Uint32()&1 == 0 {
 		runtime.Gosched()
 	}
 }
