@@ -15,6 +15,7 @@ var pairs = [][2]string{
 	{floodgate.TokenBucket, floodgate.LeakyBucketMutex},
 	{floodgate.FixedWindow, floodgate.FixedWindowMutex},
 	{floodgate.SlidingCounter, floodgate.SlidingCounterMutex},
+	{floodgate.SlidingLog, floodgate.SlidingLogMutex},
 }
 
 // FuzzLimiterTwins runs the same operations through two Limiters of a

@@ -94,3 +94,88 @@ func (s *mutexWindowState) Retire()                   { s.w().Retire() }
 func (s *mutexWindowState) Successor(now int64) State {
 	return (*mutexWindowState)(s.w().Successor(now))
 }
+
+// SlidingLog names the exact sliding window log: a request of cost n is
+// allowed if and only if the cost admitted in (now − Period, now] plus n is
+// at most Limit. Lock-free where the machine has a 16-byte CAS (amd64);
+// elsewhere it is served by its mutex twin, SlidingLogMutex. Burst must be
+// 0 or Limit; Limit is at most 4,194,302.
+const (
+	SlidingLog      = "sliding_log"
+	SlidingLogMutex = "sliding_log_mutex"
+)
+
+func init() {
+	mustRegister(SlidingLog, logFactory(!shardedlog.LockFreeLog()))
+	mustRegister(SlidingLogMutex, logFactory(true))
+}
+
+func logFactory(mutex bool) Factory {
+	return func(r Rule) (Algorithm, error) {
+		if r.Burst != 0 && r.Burst != r.Limit {
+			return nil, fmt.Errorf("a window admits Limit per Period; Burst must be 0 or Limit, got %d", r.Burst)
+		}
+		p, err := shardedlog.NewLogParams(r.Limit, r.Period)
+		if err != nil {
+			return nil, err
+		}
+		if mutex {
+			return mutexLogs(p), nil
+		}
+		return lockFreeLogs(p), nil
+	}
+}
+
+type lockFreeLogs shardedlog.LogParams
+
+func (a lockFreeLogs) NewState(now int64) State {
+	return (*logState)(shardedlog.NewLog(shardedlog.LogParams(a), now))
+}
+
+type logState shardedlog.Log
+
+func (s *logState) l() *shardedlog.Log { return (*shardedlog.Log)(s) }
+
+func (s *logState) AllowN(now, n int64) (Decision, bool) {
+	d, live := s.l().AllowN(now, n)
+	return fromCore(d), live
+}
+
+func (s *logState) Take(now, n int64) (bool, bool) { return s.l().Take(now, n) }
+
+func (s *logState) Peek(now int64) (Decision, bool) {
+	d, live := s.l().Peek(now)
+	return fromCore(d), live
+}
+
+func (s *logState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
+func (s *logState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
+func (s *logState) Retire()                   { s.l().Retire() }
+func (s *logState) Successor(now int64) State { return (*logState)(s.l().Successor(now)) }
+
+type mutexLogs shardedlog.LogParams
+
+func (a mutexLogs) NewState(now int64) State {
+	return (*mutexLogState)(shardedlog.NewMutexLog(shardedlog.LogParams(a), now))
+}
+
+type mutexLogState shardedlog.MutexLog
+
+func (s *mutexLogState) l() *shardedlog.MutexLog { return (*shardedlog.MutexLog)(s) }
+
+func (s *mutexLogState) AllowN(now, n int64) (Decision, bool) {
+	d, live := s.l().AllowN(now, n)
+	return fromCore(d), live
+}
+
+func (s *mutexLogState) Take(now, n int64) (bool, bool) { return s.l().Take(now, n) }
+
+func (s *mutexLogState) Peek(now int64) (Decision, bool) {
+	d, live := s.l().Peek(now)
+	return fromCore(d), live
+}
+
+func (s *mutexLogState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
+func (s *mutexLogState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
+func (s *mutexLogState) Retire()                   { s.l().Retire() }
+func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l().Successor(now)) }

@@ -45,6 +45,18 @@ func (l *ledger) check() error {
 	switch l.family {
 	case bucket:
 		return l.checkBucket()
+	case logged:
+		var sum int64
+		for i, j := 0, 0; j < len(l.times); j++ {
+			sum += l.counts[j]
+			for l.times[j]-l.times[i] >= l.period {
+				sum -= l.counts[i]
+				i++
+			}
+			if sum > l.limit {
+				return fmt.Errorf("%d admitted in the window ending at %d, above %d", sum, l.times[j], l.limit)
+			}
+		}
 	case fixed:
 		for k, c := range l.perWindow() {
 			if c.count > l.limit {
@@ -106,6 +118,16 @@ func (l *ledger) checkTight() error {
 		}
 		if want := l.burst + (last-l.times[0])*l.limit/l.period; total != want {
 			return fmt.Errorf("admitted %d by %d, want exactly %d", total, last, want)
+		}
+	case logged:
+		var sum int64
+		for i, t := range l.times {
+			if last-t < l.period {
+				sum += l.counts[i]
+			}
+		}
+		if sum != l.limit {
+			return fmt.Errorf("the window ending at %d holds %d, want exactly %d", last, sum, l.limit)
 		}
 	case fixed:
 		k, _ := divmod(last, l.period)

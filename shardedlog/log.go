@@ -1,0 +1,527 @@
+package shardedlog
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+)
+
+// LogParams is a validated rule for the sliding window log: at most Limit
+// cost admitted in any window (now − Period, now].
+type LogParams struct {
+	limit  int64
+	period int64
+}
+
+// maxLogLimit keeps the ring (at most the power of two above Limit+1
+// entries) within what the 24-bit entry sequence tells apart.
+const maxLogLimit = 1<<22 - 2
+
+// NewLogParams validates a rule of limit per period for the sliding log.
+// Supported range: limit from 1 to 4,194,302 and any positive period.
+func NewLogParams(limit int64, period time.Duration) (LogParams, error) {
+	switch {
+	case limit <= 0:
+		return LogParams{}, fmt.Errorf("limit must be at least 1, got %d", limit)
+	case limit > maxLogLimit:
+		return LogParams{}, fmt.Errorf("limit %d is above the sliding log's %d", limit, maxLogLimit)
+	case period <= 0:
+		return LogParams{}, fmt.Errorf("period must be positive, got %v", period)
+	}
+	return LogParams{limit: limit, period: int64(period)}, nil
+}
+
+// expired reports whether an entry charged at ts has left the window that
+// ends at t: t − ts ≥ T, computed without overflow.
+func (p *LogParams) expired(ts, t int64) bool {
+	return ts < t && uint64(t)-uint64(ts) >= uint64(p.period)
+}
+
+// after returns ts + T − t, the wait from t until an entry charged at ts
+// leaves the window: 0 if it already has, Never if it would overflow.
+func (p *LogParams) after(ts, t int64) time.Duration {
+	const flip = 1 << 63 // maps int64 order onto uint64 order
+	sum, carry := bits.Add64(uint64(ts)^flip, uint64(p.period), 0)
+	diff, borrow := bits.Sub64(sum, uint64(t)^flip, 0)
+	switch {
+	case carry == 0 && borrow == 1:
+		return 0
+	case carry == 1 && borrow == 0, diff > math.MaxInt64:
+		return Never
+	}
+	return time.Duration(diff)
+}
+
+// An entry of the log is 16 bytes, changed only by a 16-byte CAS:
+//
+//	ts    the time the entry was charged at
+//	meta  bits 62–63: seal kind (0 for a live slot); bits 38–61: the
+//	      entry's index mod 2^24; bits 0–37: the cumulative cost admitted
+//	      up to and including this entry, mod 2^38
+//
+// Entries live in a ring. The entry with index i sits in slot i mod cap and
+// carries i in its meta, so a reader can tell the entry it wants from the
+// one a lap earlier or later. A claim is a single CAS that replaces the
+// oldest slot's 16 bytes with the new entry, checking the old content: a
+// slow claimant cannot publish half an entry, nor write into a slot that
+// has moved on, because its CAS then fails. Claims are taken in index
+// order, so every entry below the first unclaimed index is written.
+type entry struct {
+	ts   atomic.Uint64
+	meta atomic.Uint64
+}
+
+const (
+	cumBits   = 38
+	cumMask   = 1<<cumBits - 1
+	seqShift  = cumBits
+	seqMask   = 1<<24 - 1
+	kindShift = 62
+
+	kindLive   = 0
+	kindGrow   = 1 // the ring is full of live entries: copy into one twice as large
+	kindShrink = 2 // the ring is mostly expired: copy the live part into a smaller one
+	kindRetire = 3 // the log is retired; the slot's ts carries the instant, or resetTS
+
+	minRing = 2
+
+	// resetBits in a retired slot's ts says the log was reset: the
+	// successor is new at its own now. (It is math.MinInt64's bits, a time
+	// no eviction can carry.)
+	resetBits = uint64(1) << 63
+)
+
+func metaOf(seq, cum uint64) uint64 { return (seq&seqMask)<<seqShift | cum&cumMask }
+func kindOf(m uint64) uint64        { return m >> kindShift }
+func seqOf(m uint64) uint64         { return m >> seqShift & seqMask }
+func cumOf(m uint64) uint64         { return m & cumMask }
+
+// read returns a consistent snapshot of e: the meta is read on both sides
+// of the time, and a slot's meta never takes the same value twice.
+func read(e *entry) (int64, uint64) {
+	for {
+		m := e.meta.Load()
+		ts := e.ts.Load()
+		if e.meta.Load() == m {
+			return int64(ts), m
+		}
+	}
+}
+
+type logRing struct {
+	slots []entry
+	mask  uint64
+	hint  atomic.Uint64 // an index at or below the first unclaimed one
+}
+
+func newRing(capacity uint64) *logRing {
+	r := &logRing{slots: make([]entry, capacity), mask: capacity - 1}
+	if uintptr(unsafe.Pointer(&r.slots[0]))%16 != 0 {
+		panic("shardedlog: the allocator returned a ring that is not 16-byte aligned")
+	}
+	return r
+}
+
+// entryAt returns the time and cumulative cost of entry j, and false if
+// its slot no longer holds it (the caller's view is stale).
+func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
+	ts, m := read(&r.slots[j&r.mask])
+	if seqOf(m) != j&seqMask {
+		return 0, 0, false
+	}
+	return ts, cumOf(m), true
+}
+
+// Log is a lock-free exact sliding window log for one key: a request of
+// cost n at t is allowed if and only if the cost admitted in (t − T, t]
+// plus n is at most N. Entries are charged at max(t, newest entry's time),
+// so the log's times never decrease: a request whose clock reading was
+// overtaken by another's is admitted after it, at its time, and is checked
+// against the window that ends there.
+//
+// Memory follows the live entries. The ring starts at two entries, doubles
+// when every entry it holds but the oldest is still in the window, and
+// halves (or more) when at most a quarter of it is; it never exceeds the
+// power of two above N+1 entries of 16 bytes. An idle log is retired by
+// eviction, and its successor holds one entry. A ring is replaced by sealing
+// its next slot (a CAS like a claim, so no claim can land after it) and
+// copying its frozen entries; any goroutine that meets the seal finishes
+// the copy, so a stalled one delays nobody.
+//
+// Weighted cost. Each entry carries its cumulative cost, so one CAS admits
+// a cost of any size exactly. A refund (the global cap refused the request)
+// zeroes the newest entry's cost if that entry is the request's own (same
+// time, same cost); if another request of the key was admitted in between,
+// or a ring copy races the refund, the refund is dropped: the key is then
+// charged for a request the global cap refused, and never the other way.
+type Log struct {
+	ring atomic.Pointer[logRing]
+	p    LogParams
+	next atomic.Pointer[Log]
+}
+
+// NewLog returns an empty log for rule p, closed before now: a request with
+// an earlier reading is charged at now.
+func NewLog(p LogParams, now int64) *Log {
+	l := &Log{p: p}
+	r := newRing(minRing)
+	r.slots[0].ts.Store(uint64(now)) // the base entry: index 0, cost 0
+	r.hint.Store(1)
+	l.ring.Store(r)
+	return l
+}
+
+// view is one reading of a ring at its head.
+type view struct {
+	r       *logRing
+	h       uint64 // the index the next entry gets
+	lo      uint64 // the oldest entry held: a boundary, its cost in no window
+	prevTs  int64  // the newest entry's time
+	prevCum uint64 // and its cumulative cost
+	curTs   uint64 // the raw content of slot h
+	curMeta uint64
+}
+
+// look reads the ring's head. ok is false when the view was overtaken
+// while it was being read; the caller reads again.
+func (l *Log) look() (v view, ok bool) {
+	r := l.ring.Load()
+	h := r.hint.Load()
+	for {
+		ts, m := read(&r.slots[h&r.mask])
+		if kindOf(m) == kindLive && seqOf(m) == h&seqMask {
+			h++ // entry h is written; the head is further on
+			continue
+		}
+		v = view{r: r, h: h, curTs: uint64(ts), curMeta: m}
+		break
+	}
+	if c := r.mask + 1; v.h >= c {
+		v.lo = v.h - c
+	}
+	var got bool
+	if v.prevTs, v.prevCum, got = r.entryAt(v.h - 1); !got {
+		return v, false
+	}
+	return v, true
+}
+
+// boundary returns the newest entry expired at t, or lo if none after it
+// is, with its cumulative cost. Times never decrease along the indices, so
+// a binary search finds it.
+func (v *view) boundary(p *LogParams, t int64) (b, cum uint64, ok bool) {
+	lo, hi := v.lo, v.h-1 // invariant: entry lo counts as expired
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		ts, _, got := v.r.entryAt(mid)
+		if !got {
+			return 0, 0, false
+		}
+		if p.expired(ts, t) {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	_, cum, got := v.r.entryAt(lo)
+	return lo, cum, got
+}
+
+// firstEnough returns the time of the first entry after the boundary b
+// whose leaving brings the window's cost down by need: the entry whose
+// expiry lets the request pass.
+func (v *view) firstEnough(b, bCum, need uint64) (int64, bool) {
+	lo, hi := b+1, v.h-1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		_, cum, got := v.r.entryAt(mid)
+		if !got {
+			return 0, false
+		}
+		if (cum-bCum)&cumMask >= need {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	ts, _, got := v.r.entryAt(lo)
+	return ts, got
+}
+
+// outcome is what one evaluation of a request found.
+type outcome struct {
+	charged int64  // the time the request is charged at
+	window  uint64 // cost admitted in the window that ends there
+	bCum    uint64 // the boundary's cumulative cost
+	b       uint64 // the boundary's index
+}
+
+// evaluate reads the window for a request at t. It reports ok false when
+// the view turned stale and must be read again.
+func (l *Log) evaluate(v *view, t int64) (o outcome, ok bool) {
+	o.charged = max(t, v.prevTs)
+	o.b, o.bCum, ok = v.boundary(&l.p, o.charged)
+	o.window = (v.prevCum - o.bCum) & cumMask
+	return o, ok
+}
+
+// decision builds the answer for a request of cost n at t; allowed says
+// whether it was admitted (and the window then includes it).
+func (l *Log) decision(v *view, o outcome, t, n int64, allowed bool) (Decision, bool) {
+	d := Decision{Allowed: allowed, Limit: l.p.limit}
+	w := int64(o.window)
+	if allowed {
+		d.Remaining = l.p.limit - w - n
+		d.ResetAfter = l.p.after(o.charged, t)
+		return d, true
+	}
+	d.Remaining = max(0, l.p.limit-w)
+	if w > 0 {
+		d.ResetAfter = l.p.after(v.prevTs, t)
+	}
+	if n < 1 || n > l.p.limit {
+		d.RetryAfter = Never
+		return d, true
+	}
+	ts, ok := v.firstEnough(o.b, o.bCum, uint64(w+n-l.p.limit))
+	d.RetryAfter = l.p.after(ts, t)
+	return d, ok
+}
+
+// step is one attempt of AllowN, Take or Peek. done is false when the
+// caller must try again; live is false when the log is retired.
+func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
+	v, ok := l.look()
+	if !ok {
+		return d, false, true, false
+	}
+	switch kindOf(v.curMeta) {
+	case kindRetire:
+		return d, false, false, true
+	case kindGrow, kindShrink:
+		l.help(&v)
+		return d, false, true, false
+	}
+	o, ok := l.evaluate(&v, t)
+	if !ok {
+		return d, false, true, false
+	}
+	fits := n >= 1 && n <= l.p.limit && int64(o.window)+n <= l.p.limit
+	if !fits || !claim {
+		if answer {
+			d, ok = l.decision(&v, o, t, n, fits)
+		}
+		return d, fits, true, ok
+	}
+	c := v.r.mask + 1
+	if v.h >= c && o.b == v.lo {
+		// The slot to claim holds the boundary, and no later entry has
+		// expired: the ring is full of live entries. Grow it.
+		l.seal(&v, kindGrow)
+		return d, false, true, false
+	}
+	if c > minRing*2 && v.h&v.r.mask == 0 && (v.h-1-o.b)*4 < c {
+		l.seal(&v, kindShrink)
+		return d, false, true, false
+	}
+	newMeta := metaOf(v.h, v.prevCum+uint64(n))
+	chaos.Yield()
+	if !cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, uint64(o.charged), newMeta) {
+		chaos.Retried()
+		return d, false, true, false
+	}
+	if hint := v.r.hint.Load(); hint <= v.h {
+		v.r.hint.CompareAndSwap(hint, v.h+1)
+	}
+	if answer {
+		d, _ = l.decision(&v, o, t, n, true)
+	}
+	return d, true, true, true
+}
+
+// seal closes the ring at its head so that no claim can land after it.
+func (l *Log) seal(v *view, kind uint64) {
+	if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, v.curTs, v.curMeta|kind<<kindShift) {
+		v.curMeta |= kind << kindShift
+		l.help(v)
+	}
+}
+
+// help finishes replacing a sealed ring: it copies the frozen entries into
+// a new ring and installs it, unless another goroutine already did. Every
+// helper builds the same entries, so it does not matter whose copy wins.
+func (l *Log) help(v *view) {
+	first := v.lo
+	size := (v.r.mask + 1) * 2
+	if kindOf(v.curMeta) == kindShrink {
+		// Keep what a window ending at the newest entry can need: its
+		// boundary onwards. Every later window ends no earlier.
+		b, _, ok := v.boundary(&l.p, v.prevTs)
+		if !ok {
+			return
+		}
+		first = b
+		size = minRing
+		for size < v.h-first+1 {
+			size *= 2
+		}
+	}
+	nr := newRing(size)
+	for j := first; j < v.h; j++ {
+		ts, cum, ok := v.r.entryAt(j) // the sealed slot still holds entry lo
+		if !ok {
+			return // the view was stale: the caller reads again
+		}
+		i := j - first
+		nr.slots[i].ts.Store(uint64(ts))
+		nr.slots[i].meta.Store(metaOf(i, cum))
+	}
+	nr.hint.Store(v.h - first)
+	l.ring.CompareAndSwap(v.r, nr)
+}
+
+// AllowN admits a request of cost n at now if the window holds room for
+// it, and consumes nothing on denial. live is false once the log retired.
+func (l *Log) AllowN(now, n int64) (Decision, bool) {
+	for {
+		if d, _, live, done := l.step(now, n, true, true); done {
+			return d, live
+		}
+	}
+}
+
+// Take is AllowN reduced to its verdict.
+func (l *Log) Take(now, n int64) (allowed, live bool) {
+	for {
+		if _, allowed, live, done := l.step(now, n, true, false); done {
+			return allowed, live
+		}
+	}
+}
+
+// Peek returns what AllowN(now, 1) would answer, and consumes nothing.
+func (l *Log) Peek(now int64) (Decision, bool) {
+	for {
+		if d, _, live, done := l.step(now, 1, false, true); done {
+			return d, live
+		}
+	}
+}
+
+// Refund zeroes the newest entry's cost if it is the one AllowN(now, n)
+// just admitted: charged at now, with cost n. Otherwise it does nothing
+// (see Log). It always reports true: a retired log's successor starts
+// empty, so there is nothing to forward.
+func (l *Log) Refund(now, n int64) bool {
+	for {
+		v, ok := l.look()
+		if !ok {
+			continue
+		}
+		switch kindOf(v.curMeta) {
+		case kindRetire:
+			return true
+		case kindGrow, kindShrink:
+			l.help(&v)
+			continue
+		}
+		if v.h-1 <= v.lo || v.prevTs != now {
+			return true
+		}
+		_, before, got := v.r.entryAt(v.h - 2)
+		if !got {
+			continue
+		}
+		if (v.prevCum-before)&cumMask != uint64(n) {
+			return true
+		}
+		e := &v.r.slots[(v.h-1)&v.r.mask]
+		oldMeta := metaOf(v.h-1, v.prevCum)
+		if cas128(e, uint64(v.prevTs), oldMeta, uint64(v.prevTs), metaOf(v.h-1, before)) {
+			return true
+		}
+	}
+}
+
+// RetireIdle retires the log if at now it holds no cost in its window, as
+// a new log would not, and reports whether it did. The successor is closed
+// before now.
+func (l *Log) RetireIdle(now int64) bool {
+	for {
+		v, ok := l.look()
+		if !ok {
+			continue
+		}
+		switch kindOf(v.curMeta) {
+		case kindRetire:
+			return false
+		case kindGrow, kindShrink:
+			l.help(&v)
+			continue
+		}
+		o, ok := l.evaluate(&v, now)
+		if !ok {
+			continue
+		}
+		if o.window != 0 || v.prevTs > now {
+			return false
+		}
+		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, uint64(now), kindRetire<<kindShift) {
+			return true
+		}
+	}
+}
+
+// Retire retires the log whatever it holds; its successor is new.
+func (l *Log) Retire() {
+	for {
+		v, ok := l.look()
+		if !ok {
+			continue
+		}
+		switch kindOf(v.curMeta) {
+		case kindRetire:
+			return
+		case kindGrow, kindShrink:
+			l.help(&v)
+			continue
+		}
+		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, kindRetire<<kindShift) {
+			return
+		}
+	}
+}
+
+// Successor returns the log that stands for a retired one: empty, closed
+// before the instant the log was found idle, or new at now after a reset.
+// Every call on a retired log returns the same *Log.
+func (l *Log) Successor(now int64) *Log {
+	if s := l.next.Load(); s != nil {
+		return s
+	}
+	v, ok := l.look()
+	for !ok {
+		v, ok = l.look()
+	}
+	if kindOf(v.curMeta) != kindRetire {
+		return NewLog(l.p, now)
+	}
+	at := int64(v.curTs)
+	if v.curTs == resetBits {
+		at = now
+	}
+	s := NewLog(l.p, at)
+	if l.next.CompareAndSwap(nil, s) {
+		return s
+	}
+	return l.next.Load()
+}
+
+// LockFreeLog reports whether Log is available on this machine: it needs a
+// 16-byte CAS, which floodgate uses on amd64. Elsewhere MutexLog serves.
+func LockFreeLog() bool { return lockFreeLog }

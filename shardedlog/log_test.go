@@ -1,0 +1,282 @@
+package shardedlog
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// logTwin is what Log and MutexLog both offer.
+type logTwin interface {
+	AllowN(now, n int64) (Decision, bool)
+	Take(now, n int64) (bool, bool)
+	Peek(now int64) (Decision, bool)
+	Refund(now, n int64) bool
+	RetireIdle(now int64) bool
+	Retire()
+}
+
+type logMaker struct {
+	name string
+	new  func(p LogParams, now int64) logTwin
+	succ func(s logTwin, now int64) logTwin
+}
+
+func logTwins(t testing.TB) []logMaker {
+	makers := []logMaker{{"mutex",
+		func(p LogParams, now int64) logTwin { return NewMutexLog(p, now) },
+		func(s logTwin, now int64) logTwin { return s.(*MutexLog).Successor(now) }}}
+	if lockFreeLog {
+		makers = append(makers, logMaker{"lockfree",
+			func(p LogParams, now int64) logTwin { return NewLog(p, now) },
+			func(s logTwin, now int64) logTwin { return s.(*Log).Successor(now) }})
+	} else {
+		t.Log("no 16-byte CAS here: only the mutex log runs")
+	}
+	return makers
+}
+
+func mustLogParams(t testing.TB, limit int64, period time.Duration) LogParams {
+	t.Helper()
+	p, err := NewLogParams(limit, period)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestNewLogParams(t *testing.T) {
+	for _, bad := range []struct {
+		limit  int64
+		period time.Duration
+	}{{0, time.Second}, {-1, time.Second}, {10, 0}, {maxLogLimit + 1, time.Second}} {
+		if _, err := NewLogParams(bad.limit, bad.period); err == nil {
+			t.Errorf("NewLogParams(%d, %v) accepted", bad.limit, bad.period)
+		}
+	}
+	mustLogParams(t, 1_000_000, 30*24*time.Hour)
+	mustLogParams(t, 1, time.Millisecond)
+}
+
+func TestLogAfter(t *testing.T) {
+	p := mustLogParams(t, 1, 10)
+	cases := []struct {
+		ts, t int64
+		want  time.Duration
+	}{
+		{0, 0, 10}, {0, 5, 5}, {0, 10, 0}, {0, 99, 0}, {5, 0, 15},
+		{math.MaxInt64, math.MinInt64, Never}, {math.MinInt64, math.MaxInt64, 0},
+		{math.MaxInt64 - 3, math.MaxInt64, 7},
+	}
+	for _, c := range cases {
+		if got := p.after(c.ts, c.t); got != c.want {
+			t.Errorf("after(%d, %d) = %v, want %v", c.ts, c.t, got, c.want)
+		}
+	}
+}
+
+func TestLogTable(t *testing.T) {
+	const T = int64(time.Second)
+	steps := []struct {
+		at, n int64
+		want  Decision
+	}{
+		{0, 2, dec(true, 3, 1, 0, time.Second)},
+		{T / 2, 1, dec(true, 3, 0, 0, time.Second)},
+		{T / 2, 1, dec(false, 3, 0, time.Second/2, time.Second)},
+		{T - 1, 1, dec(false, 3, 0, 1, time.Second/2+1)},
+		// At T the first entry (cost 2) leaves: room for 2.
+		{T, 2, dec(true, 3, 0, 0, time.Second)},
+		{T, 4, dec(false, 3, 0, Never, time.Second)},
+		// A reading from the past is charged at the newest entry's time.
+		// The wait runs until the entry at T/2 leaves, at 3T/2.
+		{T / 4, 1, dec(false, 3, 0, time.Second*5/4, time.Second*7/4)},
+		{3 * T, 3, dec(true, 3, 0, 0, time.Second)},
+	}
+	p := mustLogParams(t, 3, time.Second)
+	for _, m := range logTwins(t) {
+		s := m.new(p, 0)
+		for i, st := range steps {
+			got, live := s.AllowN(st.at, st.n)
+			if !live || got != st.want {
+				t.Errorf("%s step %d (at %v, n=%d): got %+v, want %+v", m.name, i, time.Duration(st.at), st.n, got, st.want)
+			}
+		}
+	}
+}
+
+// TestLogDifferential drives the lock-free log and its twin with the same
+// random sequences — bursts that grow the ring, gaps that shrink it,
+// readings from the past, weighted costs, refunds, peeks — and requires the
+// same answer at every step. It also checks the log's invariant over the
+// charged times: no window of length T holds more than N.
+func TestLogDifferential(t *testing.T) {
+	if !lockFreeLog {
+		t.Skip("no 16-byte CAS on this machine")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, rule := range []struct {
+		limit  int64
+		period time.Duration
+	}{{1, 10}, {3, time.Second}, {64, time.Millisecond}, {1000, time.Second}, {7, 3}} {
+		p := mustLogParams(t, rule.limit, rule.period)
+		T := int64(rule.period)
+		now := r.Int64N(1<<40) - 1<<39
+		a, m := NewLog(p, now), NewMutexLog(p, now)
+		type admitted struct{ ts, n int64 }
+		var log []admitted // each admission at its charged time, refunds applied
+		last := now
+		var allowed, denied int
+		for i := range 20_000 {
+			switch op := r.IntN(100); {
+			case op < 50:
+				now += r.Int64N(T/rule.limit + 2)
+			case op < 52:
+				now += r.Int64N(3 * T)
+			case op < 55:
+				now -= r.Int64N(T/2 + 1)
+			}
+			n := 1 + r.Int64N(min(rule.limit, 5))
+			if r.IntN(30) == 0 {
+				n = rule.limit + 1 - r.Int64N(2)
+			}
+			switch r.IntN(10) {
+			case 0:
+				da, la := a.Peek(now)
+				dm, lm := m.Peek(now)
+				if da != dm || la != lm {
+					t.Fatalf("%d per %v step %d Peek at %d: lock-free %+v, mutex %+v", rule.limit, rule.period, i, now, da, dm)
+				}
+				continue
+			case 1:
+				if a.Refund(now, n) != m.Refund(now, n) {
+					t.Fatalf("step %d: Refund differs", i)
+				}
+				if k := len(log) - 1; k >= 0 && log[k].ts == now && log[k].n == n {
+					log[k].n = 0
+				}
+				continue
+			}
+			da, la := a.AllowN(now, n)
+			dm, lm := m.AllowN(now, n)
+			if da != dm || !la || !lm {
+				t.Fatalf("%d per %v step %d AllowN(%d, %d): lock-free %+v, mutex %+v", rule.limit, rule.period, i, now, n, da, dm)
+			}
+			if da.Allowed {
+				allowed++
+				last = max(last, now)
+				log = append(log, admitted{last, n})
+			} else if da.RetryAfter != Never {
+				denied++
+			}
+		}
+		// No window (x−T, x] holds more than N admitted units.
+		var charged []int64
+		for _, e := range log {
+			for range e.n {
+				charged = append(charged, e.ts)
+			}
+		}
+		for i, j := 0, 0; j < len(charged); j++ {
+			for charged[j]-charged[i] >= T {
+				i++
+			}
+			if int64(j-i+1) > rule.limit {
+				t.Fatalf("%d per %v: %d units in a window ending at %d", rule.limit, rule.period, j-i+1, charged[j])
+			}
+		}
+		if allowed < 100 || denied < 100 {
+			t.Errorf("%d per %v: %d allowed, %d denied: not both exercised", rule.limit, rule.period, allowed, denied)
+		}
+	}
+}
+
+// TestLogMemory: the ring grows to hold a saturated window and shrinks
+// again once the traffic thins; it never holds more than the power of two
+// above N+1 entries.
+func TestLogMemory(t *testing.T) {
+	if !lockFreeLog {
+		t.Skip("no 16-byte CAS on this machine")
+	}
+	const N = 1000
+	p := mustLogParams(t, N, time.Second)
+	l := NewLog(p, 0)
+	now := int64(0)
+	for range 3 * N {
+		l.AllowN(now, 1)
+		now += int64(time.Millisecond) / 2
+	}
+	if c := len(l.ring.Load().slots); c < N || c > 2048 {
+		t.Fatalf("after a saturated window the ring holds %d slots, want between %d and 2048", c, N)
+	}
+	for range 200 { // one request every 50ms: at most 20 in a window
+		now += int64(50 * time.Millisecond)
+		l.AllowN(now, 1)
+	}
+	if c := len(l.ring.Load().slots); c > 128 {
+		t.Fatalf("after the traffic thinned the ring still holds %d slots", c)
+	}
+}
+
+func TestLogRetire(t *testing.T) {
+	p := mustLogParams(t, 2, time.Second)
+	for _, m := range logTwins(t) {
+		s := m.new(p, 0)
+		if !s.RetireIdle(0) {
+			t.Fatalf("%s: a new log is idle", m.name)
+		}
+		if _, live := s.AllowN(0, 1); live {
+			t.Fatalf("%s: a retired log granted", m.name)
+		}
+		s = m.succ(s, 5)
+		s.AllowN(10, 2)
+		if s.RetireIdle(10 + int64(time.Second) - 1) {
+			t.Fatalf("%s: idle while an entry is in the window", m.name)
+		}
+		idle := 10 + int64(time.Second)
+		if !s.RetireIdle(idle) {
+			t.Fatalf("%s: not idle once the entry left", m.name)
+		}
+		succ := m.succ(s, idle+100)
+		if d, _ := succ.AllowN(idle-1, 2); !d.Allowed || d.ResetAfter != time.Second+1 {
+			t.Fatalf("%s: a reading from before the eviction is charged at the eviction: %+v", m.name, d)
+		}
+		succ.Retire()
+		if _, live := succ.Peek(0); live {
+			t.Fatalf("%s: Retire left the log live", m.name)
+		}
+		if fresh := m.succ(succ, 77); fresh != m.succ(succ, 78) {
+			t.Fatalf("%s: Successor must return one log", m.name)
+		}
+	}
+}
+
+// TestLogConcurrentExact: a frozen clock, many goroutines, weighted costs:
+// the admitted cost is exactly N.
+func TestLogConcurrentExact(t *testing.T) {
+	p := mustLogParams(t, 5000, time.Second)
+	for _, m := range logTwins(t) {
+		s := m.new(p, 3)
+		var cost atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 400 {
+					n := int64(1 + (g+i)%4)
+					if ok, _ := s.Take(3, n); ok {
+						cost.Add(n)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if cost.Load() != 5000 {
+			t.Errorf("%s: admitted cost %d, want 5000", m.name, cost.Load())
+		}
+	}
+}
