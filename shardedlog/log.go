@@ -146,8 +146,9 @@ func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
 //
 // Memory follows the live entries. The ring starts at two entries, doubles
 // when every entry it holds but the oldest is still in the window, and
-// halves (or more) when at most a quarter of it is; it never exceeds the
-// power of two above N+1 entries of 16 bytes. An idle log is retired by
+// halves (or more) when at most a quarter of it is; a copy leaves out the
+// entries whose cost was refunded, so it never needs more than twice N+2
+// entries of 16 bytes. An idle log is retired by
 // eviction, and its successor holds one entry. A ring is replaced by sealing
 // its next slot (a CAS like a claim, so no claim can land after it) and
 // copying its frozen entries; any goroutine that meets the seal finishes
@@ -357,8 +358,8 @@ func (l *Log) seal(v *view, kind uint64) {
 // helper builds the same entries, so it does not matter whose copy wins.
 func (l *Log) help(v *view) {
 	first := v.lo
-	size := (v.r.mask + 1) * 2
-	if kindOf(v.curMeta) == kindShrink {
+	grow := kindOf(v.curMeta) == kindGrow
+	if !grow {
 		// Keep what a window ending at the newest entry can need: its
 		// boundary onwards. Every later window ends no earlier.
 		b, _, ok := v.boundary(&l.p, v.prevTs)
@@ -366,22 +367,39 @@ func (l *Log) help(v *view) {
 			return
 		}
 		first = b
-		size = minRing
-		for size < v.h-first+1 {
-			size *= 2
-		}
 	}
-	nr := newRing(size)
+	// Copy the boundary, the newest entry, and every entry between that
+	// carries a cost: entries whose cost was refunded take no room in the
+	// new ring, so refunds cannot swell a log.
+	type kept struct {
+		ts  int64
+		cum uint64
+	}
+	entries := make([]kept, 0, v.h-first)
+	var prevCum uint64
 	for j := first; j < v.h; j++ {
 		ts, cum, ok := v.r.entryAt(j) // the sealed slot still holds entry lo
 		if !ok {
 			return // the view was stale: the caller reads again
 		}
-		i := j - first
-		nr.slots[i].ts.Store(uint64(ts))
-		nr.slots[i].meta.Store(metaOf(i, cum))
+		if j == first || j == v.h-1 || cum != prevCum {
+			entries = append(entries, kept{ts, cum})
+		}
+		prevCum = cum
 	}
-	nr.hint.Store(v.h - first)
+	size, need := uint64(minRing), uint64(len(entries))+1
+	if grow {
+		need = 2 * uint64(len(entries))
+	}
+	for size < need {
+		size *= 2
+	}
+	nr := newRing(size)
+	for i, e := range entries {
+		nr.slots[i].ts.Store(uint64(e.ts))
+		nr.slots[i].meta.Store(metaOf(uint64(i), e.cum))
+	}
+	nr.hint.Store(uint64(len(entries)))
 	l.ring.CompareAndSwap(v.r, nr)
 }
 

@@ -221,6 +221,25 @@ func TestLogMemory(t *testing.T) {
 	}
 }
 
+// TestLogRefundStorm: a key whose every grant is refunded (a global cap
+// that refuses all) must not swell its log.
+func TestLogRefundStorm(t *testing.T) {
+	if !lockFreeLog {
+		t.Skip("no 16-byte CAS on this machine")
+	}
+	l := NewLog(mustLogParams(t, 10, time.Hour), 0)
+	for i := range 100_000 {
+		now := int64(i)
+		if d, _ := l.AllowN(now, 1); !d.Allowed {
+			t.Fatalf("request %d refused though every grant was refunded: %+v", i, d)
+		}
+		l.Refund(now, 1)
+	}
+	if c := len(l.ring.Load().slots); c > 32 {
+		t.Fatalf("100,000 refunded grants left a ring of %d slots", c)
+	}
+}
+
 func TestLogRetire(t *testing.T) {
 	p := mustLogParams(t, 2, time.Second)
 	for _, m := range logTwins(t) {
