@@ -24,6 +24,7 @@ var twinPairs = []twinPair{
 	{"leaky_bucket", floodgate.LeakyBucket, floodgate.LeakyBucketMutex},
 	{"fixed_window", floodgate.FixedWindow, floodgate.FixedWindowMutex},
 	{"sliding_counter", floodgate.SlidingCounter, floodgate.SlidingCounterMutex},
+	{"sliding_log", floodgate.SlidingLog, floodgate.SlidingLogMutex},
 }
 
 // each runs f for every algorithm as lockfree and as mutex.

@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"golang.org/x/sys/cpu"
 )
 
 // LogParams is a validated rule for the sliding window log: at most Limit
@@ -88,7 +89,8 @@ const (
 	kindShrink = 2 // the ring is mostly expired: copy the live part into a smaller one
 	kindRetire = 3 // the log is retired; the slot's ts carries the instant, or resetTS
 
-	minRing = 2
+	minRing    = 2
+	hintStride = 1
 
 	// resetBits in a retired slot's ts says the log was reset: the
 	// successor is new at its own now. (It is math.MinInt64's bits, a time
@@ -113,10 +115,22 @@ func read(e *entry) (int64, uint64) {
 	}
 }
 
+// logRing's hints are written by claims; each sits on its own cache line,
+// apart from the slice header and mask that every request reads, so that
+// writing a hint does not make every other core miss on the header.
 type logRing struct {
 	slots []entry
 	mask  uint64
+	_     cpu.CacheLinePad
 	hint  atomic.Uint64 // an index at or below the first unclaimed one
+	_     cpu.CacheLinePad
+
+	// tail is an index at or below the boundary of every window still to
+	// come: an entry known to have expired at the time of an entry already
+	// in the ring, before which nothing can be charged. Searches start
+	// there, so a steady log finds its boundary in a step or two.
+	tail atomic.Uint64
+	_    cpu.CacheLinePad
 }
 
 func newRing(capacity uint64) *logRing {
@@ -195,9 +209,14 @@ func (l *Log) look() (v view, ok bool) {
 	h := r.hint.Load()
 	for {
 		ts, m := read(&r.slots[h&r.mask])
-		if kindOf(m) == kindLive && seqOf(m) == h&seqMask {
-			h++ // entry h is written; the head is further on
-			continue
+		if kindOf(m) == kindLive {
+			// The slot holds entry h, or one a lap or more later when the
+			// hint lags: either way the head is further on. (An index
+			// behind h, an empty slot, or a seal means h is the head.)
+			if ahead := (seqOf(m) - h) & seqMask; ahead < 1<<23 {
+				h += ahead + 1
+				continue
+			}
 		}
 		v = view{r: r, h: h, curTs: uint64(ts), curMeta: m}
 		break
@@ -213,11 +232,27 @@ func (l *Log) look() (v view, ok bool) {
 }
 
 // boundary returns the newest entry expired at t, or lo if none after it
-// is, with its cumulative cost. Times never decrease along the indices, so
-// a binary search finds it.
+// is, with its cumulative cost. Times never decrease along the indices: it
+// gallops forward from the tail hint, then bisects.
 func (v *view) boundary(p *LogParams, t int64) (b, cum uint64, ok bool) {
-	lo, hi := v.lo, v.h-1 // invariant: entry lo counts as expired
-	for lo < hi {
+	lo := max(v.lo, v.r.tail.Load()) // invariant: entry lo counts as expired
+	if lo >= v.h {
+		lo = v.lo // the hint is from a lap this view has not seen: ignore it
+	}
+	hi := v.h - 1
+	for step := uint64(1); lo < hi; step *= 2 { // gallop
+		next := min(lo+step, hi)
+		ts, _, got := v.r.entryAt(next)
+		if !got {
+			return 0, 0, false
+		}
+		if !p.expired(ts, t) {
+			hi = next - 1
+			break
+		}
+		lo = next
+	}
+	for lo < hi { // bisect
 		mid := lo + (hi-lo+1)/2
 		ts, _, got := v.r.entryAt(mid)
 		if !got {
@@ -326,7 +361,7 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 		l.seal(&v, kindGrow)
 		return d, false, true, false
 	}
-	if c > minRing*2 && v.h&v.r.mask == 0 && (v.h-1-o.b)*4 < c {
+	if c > minRing*4 && v.h&v.r.mask == 0 && (v.h-1-o.b)*8 < c {
 		l.seal(&v, kindShrink)
 		return d, false, true, false
 	}
@@ -336,8 +371,16 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 		chaos.Retried()
 		return d, false, true, false
 	}
-	if hint := v.r.hint.Load(); hint <= v.h {
+	// Hints move once every hintStride entries: a search from a hint that
+	// lags by a few entries costs a few reads, cheaper than writing a line
+	// every core reads on every claim.
+	if hint := v.r.hint.Load(); hint+hintStride <= v.h+1 {
 		v.r.hint.CompareAndSwap(hint, v.h+1)
+	}
+	// The boundary expired at this entry's time, which every later charge
+	// is at least: it bounds every future search from below.
+	if tail := v.r.tail.Load(); tail+hintStride <= o.b {
+		v.r.tail.CompareAndSwap(tail, o.b)
 	}
 	if answer {
 		d, _ = l.decision(&v, o, t, n, true)
@@ -358,8 +401,7 @@ func (l *Log) seal(v *view, kind uint64) {
 // helper builds the same entries, so it does not matter whose copy wins.
 func (l *Log) help(v *view) {
 	first := v.lo
-	grow := kindOf(v.curMeta) == kindGrow
-	if !grow {
+	if kindOf(v.curMeta) == kindShrink {
 		// Keep what a window ending at the newest entry can need: its
 		// boundary onwards. Every later window ends no earlier.
 		b, _, ok := v.boundary(&l.p, v.prevTs)
@@ -387,10 +429,9 @@ func (l *Log) help(v *view) {
 		}
 		prevCum = cum
 	}
-	size, need := uint64(minRing), uint64(len(entries))+1
-	if grow {
-		need = 2 * uint64(len(entries))
-	}
+	// Twice the entries kept, for growth and for shrinking alike, so that
+	// neither is followed at once by the other.
+	size, need := uint64(minRing), 2*uint64(len(entries))
 	for size < need {
 		size *= 2
 	}
