@@ -115,22 +115,21 @@ func read(e *entry) (int64, uint64) {
 	}
 }
 
-// logRing's hints are written by claims; each sits on its own cache line,
-// apart from the slice header and mask that every request reads, so that
-// writing a hint does not make every other core miss on the header.
+// logRing's hints are written by claims, so they sit past a cache-line pad
+// from the slice header and mask that every request reads: writing a hint
+// does not make every other core miss on the header. (One pad, not one per
+// field: a ring is per key, and its size is the key's memory.)
 type logRing struct {
 	slots []entry
 	mask  uint64
 	_     cpu.CacheLinePad
 	hint  atomic.Uint64 // an index at or below the first unclaimed one
-	_     cpu.CacheLinePad
 
 	// tail is an index at or below the boundary of every window still to
 	// come: an entry known to have expired at the time of an entry already
 	// in the ring, before which nothing can be charged. Searches start
 	// there, so a steady log finds its boundary in a step or two.
 	tail atomic.Uint64
-	_    cpu.CacheLinePad
 }
 
 func newRing(capacity uint64) *logRing {
