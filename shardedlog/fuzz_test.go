@@ -23,78 +23,20 @@ func FuzzTwins(f *testing.F) {
 		if data[0]&1 == 1 {
 			kind = Sliding
 		}
-		limits := []int64{1, 2, 5, 100, 1_000_000}
-		periods := []time.Duration{3, time.Millisecond, time.Second, 30 * 24 * time.Hour}
-		limit := limits[int(data[1])%len(limits)]
-		period := periods[int(data[2])%len(periods)]
+		limit, period := pick(data, []int64{1, 2, 5, 100, 1_000_000}, []time.Duration{3, time.Millisecond, time.Second, 30 * 24 * time.Hour})
 		p, err := NewParams(kind, limit, period)
 		if err != nil {
 			t.Fatal(err)
 		}
 		now := int64(int16(binary.LittleEndian.Uint16(data[2:4]))) * int64(period) / 3
-		a, m := New(p, now), NewMutex(p, now)
-		step := max(1, int64(period)/limit)
-		for i := 4; i < len(data); i++ {
-			op, arg := data[i]%10, int64(data[i]/10)
-			n := arg % (limit + 2) // 0 and limit+1 are invalid costs
-			switch op {
-			case 0, 1:
-				da, la := a.AllowN(now, n)
-				dm, lm := m.AllowN(now, n)
-				if da != dm || la != lm {
-					t.Fatalf("op %d AllowN(%d, %d): lock-free %+v %v, mutex %+v %v", i, now, n, da, la, dm, lm)
-				}
-				if da.Remaining < 0 || da.Remaining > limit || da.RetryAfter < 0 || da.ResetAfter < 0 {
-					t.Fatalf("op %d: decision out of range: %+v", i, da)
-				}
-			case 2:
-				ta, la := a.Take(now, n)
-				dm, lm := m.AllowN(now, n)
-				if ta != dm.Allowed || la != lm {
-					t.Fatalf("op %d: Take = %v %v, AllowN = %+v %v", i, ta, la, dm, lm)
-				}
-			case 3:
-				now += arg * step / 2
-			case 4:
-				now -= arg * step / 3
-			case 5:
-				da, la := a.Peek(now)
-				dm, lm := m.Peek(now)
-				if da != dm || la != lm {
-					t.Fatalf("op %d Peek: lock-free %+v %v, mutex %+v %v", i, da, la, dm, lm)
-				}
-			case 6:
-				if a.Refund(now, n) != m.Refund(now, n) {
-					t.Fatalf("op %d Refund differs", i)
-				}
-			case 7:
-				if a.RetireIdle(now) != m.RetireIdle(now) {
-					t.Fatalf("op %d RetireIdle differs", i)
-				}
-			case 8:
-				now += arg * int64(period) << (arg % 40) // far jumps: rebases
-			case 9:
-				if arg%5 == 0 {
-					a.Retire()
-					m.Retire()
-				}
-			}
-			_, la := a.Peek(now)
-			_, lm := m.Peek(now)
-			if la != lm {
-				t.Fatalf("op %d: one twin retired, the other not", i)
-			}
-			if !la {
-				a, m = a.Successor(now), m.Successor(now)
-			}
-		}
+		runTwins(t, data[4:], now, limit, period, New(p, now), NewMutex(p, now), func(a, m twin, now int64) (twin, twin) {
+			return a.(*Window).Successor(now), m.(*MutexWindow).Successor(now)
+		})
 	})
 }
 
-// FuzzLogTwins feeds the same operations to Log and MutexLog: clock moves
-// both ways and far, bursts that grow the ring and gaps that shrink it,
-// valid and invalid costs, Take against AllowN, peeks, refunds, idle
-// retirement, resets and successors.
+// FuzzLogTwins does the same for Log and MutexLog, whose rings also grow
+// under bursts and shrink after gaps.
 func FuzzLogTwins(f *testing.F) {
 	if !lockFreeLog {
 		f.Skip("no 16-byte CAS on this machine")
@@ -107,67 +49,80 @@ func FuzzLogTwins(f *testing.F) {
 		if len(data) < 4 {
 			return
 		}
-		limits := []int64{1, 2, 5, 16, 100}
-		periods := []time.Duration{1, 10, time.Millisecond, time.Second, 30 * 24 * time.Hour}
-		limit := limits[int(data[0])%len(limits)]
-		period := periods[int(data[1])%len(periods)]
+		limit, period := pick(data, []int64{1, 2, 5, 16, 100}, []time.Duration{1, 10, time.Millisecond, time.Second, 30 * 24 * time.Hour})
 		p, err := NewLogParams(limit, period)
 		if err != nil {
 			t.Fatal(err)
 		}
 		now := int64(int16(binary.LittleEndian.Uint16(data[2:4]))) * int64(period)
-		a, m := NewLog(p, now), NewMutexLog(p, now)
-		step := max(1, int64(period)/limit)
-		for i := 4; i < len(data); i++ {
-			op, arg := data[i]%10, int64(data[i]/10)
-			n := arg % (limit + 2)
-			switch op {
-			case 0, 1:
-				da, la := a.AllowN(now, n)
-				dm, lm := m.AllowN(now, n)
-				if da != dm || la != lm {
-					t.Fatalf("op %d AllowN(%d, %d): lock-free %+v %v, mutex %+v %v", i, now, n, da, la, dm, lm)
-				}
-			case 2:
-				ta, la := a.Take(now, n)
-				dm, lm := m.AllowN(now, n)
-				if ta != dm.Allowed || la != lm {
-					t.Fatalf("op %d: Take = %v %v, AllowN = %+v %v", i, ta, la, dm, lm)
-				}
-			case 3:
-				now += arg * step / 2
-			case 4:
-				now -= arg * step / 3
-			case 5:
-				da, la := a.Peek(now)
-				dm, lm := m.Peek(now)
-				if da != dm || la != lm {
-					t.Fatalf("op %d Peek: lock-free %+v %v, mutex %+v %v", i, da, la, dm, lm)
-				}
-			case 6:
-				if a.Refund(now, n) != m.Refund(now, n) {
-					t.Fatalf("op %d Refund differs", i)
-				}
-			case 7:
-				if a.RetireIdle(now) != m.RetireIdle(now) {
-					t.Fatalf("op %d RetireIdle differs", i)
-				}
-			case 8:
-				now += arg * int64(period) << (arg % 40)
-			case 9:
-				if arg%5 == 0 {
-					a.Retire()
-					m.Retire()
-				}
+		runTwins(t, data[4:], now, limit, period, NewLog(p, now), NewMutexLog(p, now), func(a, m twin, now int64) (twin, twin) {
+			return a.(*Log).Successor(now), m.(*MutexLog).Successor(now)
+		})
+	})
+}
+
+// pick chooses a rule from the input's first two bytes.
+func pick(data []byte, limits []int64, periods []time.Duration) (int64, time.Duration) {
+	return limits[int(data[0])%len(limits)], periods[int(data[1])%len(periods)]
+}
+
+// runTwins applies one operation per byte of ops to a lock-free state a and
+// its twin m, and fails at the first answer on which they differ. A retired
+// pair is replaced by its successors, as the registry would.
+func runTwins(t *testing.T, ops []byte, now, limit int64, period time.Duration, a, m twin, successors func(a, m twin, now int64) (twin, twin)) {
+	step := max(1, int64(period)/limit)
+	for i, b := range ops {
+		op, arg := b%10, int64(b/10)
+		n := arg % (limit + 2) // 0 and limit+1 are invalid costs
+		switch op {
+		case 0, 1:
+			da, la := a.AllowN(now, n)
+			dm, lm := m.AllowN(now, n)
+			if da != dm || la != lm {
+				t.Fatalf("op %d AllowN(%d, %d): lock-free %+v %v, mutex %+v %v", i, now, n, da, la, dm, lm)
 			}
-			_, la := a.Peek(now)
-			_, lm := m.Peek(now)
-			if la != lm {
-				t.Fatalf("op %d: one twin retired, the other not", i)
+			if da.Remaining < 0 || da.Remaining > limit || da.RetryAfter < 0 || da.ResetAfter < 0 {
+				t.Fatalf("op %d: decision out of range: %+v", i, da)
 			}
-			if !la {
-				a, m = a.Successor(now), m.Successor(now)
+		case 2:
+			ta, la := a.Take(now, n)
+			dm, lm := m.AllowN(now, n)
+			if ta != dm.Allowed || la != lm {
+				t.Fatalf("op %d: Take = %v %v, AllowN = %+v %v", i, ta, la, dm, lm)
+			}
+		case 3:
+			now += arg * step / 2
+		case 4:
+			now -= arg * step / 3
+		case 5:
+			da, la := a.Peek(now)
+			dm, lm := m.Peek(now)
+			if da != dm || la != lm {
+				t.Fatalf("op %d Peek: lock-free %+v %v, mutex %+v %v", i, da, la, dm, lm)
+			}
+		case 6:
+			if a.Refund(now, n) != m.Refund(now, n) {
+				t.Fatalf("op %d Refund differs", i)
+			}
+		case 7:
+			if a.RetireIdle(now) != m.RetireIdle(now) {
+				t.Fatalf("op %d RetireIdle differs", i)
+			}
+		case 8:
+			now += arg * int64(period) << (arg % 40) // far jumps: rebases
+		case 9:
+			if arg%5 == 0 {
+				a.Retire()
+				m.Retire()
 			}
 		}
-	})
+		_, la := a.Peek(now)
+		_, lm := m.Peek(now)
+		if la != lm {
+			t.Fatalf("op %d: one twin retired, the other not", i)
+		}
+		if !la {
+			a, m = successors(a, m, now)
+		}
+	}
 }

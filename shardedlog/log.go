@@ -328,19 +328,31 @@ func (l *Log) decision(v *view, o outcome, t, n int64, allowed bool) (Decision, 
 	return d, ok
 }
 
+// current returns a view of the live ring at its head, finishing any ring
+// copy under way first; retired reports that the log has retired.
+func (l *Log) current() (v view, retired bool) {
+	for {
+		v, ok := l.look()
+		if !ok {
+			continue
+		}
+		switch kindOf(v.curMeta) {
+		case kindRetire:
+			return v, true
+		case kindGrow, kindShrink:
+			l.help(&v)
+			continue
+		}
+		return v, false
+	}
+}
+
 // step is one attempt of AllowN, Take or Peek. done is false when the
 // caller must try again; live is false when the log is retired.
 func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
-	v, ok := l.look()
-	if !ok {
-		return d, false, true, false
-	}
-	switch kindOf(v.curMeta) {
-	case kindRetire:
+	v, retired := l.current()
+	if retired {
 		return d, false, false, true
-	case kindGrow, kindShrink:
-		l.help(&v)
-		return d, false, true, false
 	}
 	o, ok := l.evaluate(&v, t)
 	if !ok {
@@ -477,18 +489,8 @@ func (l *Log) Peek(now int64) (Decision, bool) {
 // empty, so there is nothing to forward.
 func (l *Log) Refund(now, n int64) bool {
 	for {
-		v, ok := l.look()
-		if !ok {
-			continue
-		}
-		switch kindOf(v.curMeta) {
-		case kindRetire:
-			return true
-		case kindGrow, kindShrink:
-			l.help(&v)
-			continue
-		}
-		if v.h-1 <= v.lo || v.prevTs != now {
+		v, retired := l.current()
+		if retired || v.h-1 <= v.lo || v.prevTs != now {
 			return true
 		}
 		_, before, got := v.r.entryAt(v.h - 2)
@@ -511,16 +513,9 @@ func (l *Log) Refund(now, n int64) bool {
 // before now.
 func (l *Log) RetireIdle(now int64) bool {
 	for {
-		v, ok := l.look()
-		if !ok {
-			continue
-		}
-		switch kindOf(v.curMeta) {
-		case kindRetire:
+		v, retired := l.current()
+		if retired {
 			return false
-		case kindGrow, kindShrink:
-			l.help(&v)
-			continue
 		}
 		o, ok := l.evaluate(&v, now)
 		if !ok {
@@ -538,18 +533,8 @@ func (l *Log) RetireIdle(now int64) bool {
 // Retire retires the log whatever it holds; its successor is new.
 func (l *Log) Retire() {
 	for {
-		v, ok := l.look()
-		if !ok {
-			continue
-		}
-		switch kindOf(v.curMeta) {
-		case kindRetire:
-			return
-		case kindGrow, kindShrink:
-			l.help(&v)
-			continue
-		}
-		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, kindRetire<<kindShift) {
+		v, retired := l.current()
+		if retired || cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, kindRetire<<kindShift) {
 			return
 		}
 	}

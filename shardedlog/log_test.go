@@ -9,30 +9,20 @@ import (
 	"time"
 )
 
-// logTwin is what Log and MutexLog both offer.
-type logTwin interface {
-	AllowN(now, n int64) (Decision, bool)
-	Take(now, n int64) (bool, bool)
-	Peek(now int64) (Decision, bool)
-	Refund(now, n int64) bool
-	RetireIdle(now int64) bool
-	Retire()
-}
-
 type logMaker struct {
 	name string
-	new  func(p LogParams, now int64) logTwin
-	succ func(s logTwin, now int64) logTwin
+	new  func(p LogParams, now int64) twin
+	succ func(s twin, now int64) twin
 }
 
-func logTwins(t testing.TB) []logMaker {
+func logMakers(t testing.TB) []logMaker {
 	makers := []logMaker{{"mutex",
-		func(p LogParams, now int64) logTwin { return NewMutexLog(p, now) },
-		func(s logTwin, now int64) logTwin { return s.(*MutexLog).Successor(now) }}}
+		func(p LogParams, now int64) twin { return NewMutexLog(p, now) },
+		func(s twin, now int64) twin { return s.(*MutexLog).Successor(now) }}}
 	if lockFreeLog {
 		makers = append(makers, logMaker{"lockfree",
-			func(p LogParams, now int64) logTwin { return NewLog(p, now) },
-			func(s logTwin, now int64) logTwin { return s.(*Log).Successor(now) }})
+			func(p LogParams, now int64) twin { return NewLog(p, now) },
+			func(s twin, now int64) twin { return s.(*Log).Successor(now) }})
 	} else {
 		t.Log("no 16-byte CAS here: only the mutex log runs")
 	}
@@ -97,7 +87,7 @@ func TestLogTable(t *testing.T) {
 		{3 * T, 3, dec(true, 3, 0, 0, time.Second)},
 	}
 	p := mustLogParams(t, 3, time.Second)
-	for _, m := range logTwins(t) {
+	for _, m := range logMakers(t) {
 		s := m.new(p, 0)
 		for i, st := range steps {
 			got, live := s.AllowN(st.at, st.n)
@@ -249,7 +239,7 @@ func TestLogRefundStorm(t *testing.T) {
 
 func TestLogRetire(t *testing.T) {
 	p := mustLogParams(t, 2, time.Second)
-	for _, m := range logTwins(t) {
+	for _, m := range logMakers(t) {
 		s := m.new(p, 0)
 		if !s.RetireIdle(0) {
 			t.Fatalf("%s: a new log is idle", m.name)
@@ -284,7 +274,7 @@ func TestLogRetire(t *testing.T) {
 // the admitted cost is exactly N.
 func TestLogConcurrentExact(t *testing.T) {
 	p := mustLogParams(t, 5000, time.Second)
-	for _, m := range logTwins(t) {
+	for _, m := range logMakers(t) {
 		s := m.new(p, 3)
 		var cost atomic.Int64
 		var wg sync.WaitGroup
