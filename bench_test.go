@@ -102,6 +102,13 @@ func BenchmarkAllow(b *testing.B) {
 		b.Run("alg=token_bucket/scenario=hotkey-noclock/impl="+impl.name, func(b *testing.B) {
 			benchHotKey(b, benchLimiter(b, impl.alg, plenty, floodgate.NewManualClock(0)))
 		})
+		// A coarse clock, refreshed every millisecond, makes the read one
+		// atomic load.
+		b.Run("alg=token_bucket/scenario=hotkey-coarseclock/impl="+impl.name, func(b *testing.B) {
+			c := floodgate.NewCoarseClock(time.Millisecond)
+			defer c.Stop()
+			benchHotKey(b, benchLimiter(b, impl.alg, plenty, c))
+		})
 	}
 }
 

@@ -120,3 +120,18 @@ func ExampleLimiter_EvictIdle() {
 	fmt.Println(limiter.EvictIdle(), limiter.Len())
 	// Output: 1 1
 }
+
+// A CoarseClock makes every clock read one atomic load, at the price of
+// seeing time in steps of its resolution.
+func ExampleNewCoarseClock() {
+	clock := floodgate.NewCoarseClock(time.Millisecond)
+	defer clock.Stop() // after the limiters that use it are done
+
+	limiter, _ := floodgate.New(floodgate.Config{
+		Rule:  floodgate.Rule{Limit: 100, Period: time.Second},
+		Clock: clock,
+	})
+	defer limiter.Close()
+	fmt.Println(limiter.Allow("k"))
+	// Output: true
+}
