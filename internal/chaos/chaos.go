@@ -4,7 +4,7 @@
 //
 // The race detector cannot find an atomicity bug in code whose every access
 // is atomic: a lost update there is a logic error, not a data race. Built
-// with the "chaos" tag, Yield gives up the processor now and then between a
+// with the "chaos" tag, Yield gives up the processor every time between a
 // load and its CAS, which turns rare interleavings into common ones, and
 // Retried counts how often a CAS lost. Without the tag every function here
 // is an empty body that the compiler removes.
