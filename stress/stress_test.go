@@ -185,10 +185,14 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 		names := keyNames(keys)
 		stopEvictor := startEvictor(l)
 		defer stopEvictor()
+		var inline atomic.Int64 // evictions made by the requesting goroutines themselves
 		for round := range 20 * scale() {
 			clock.Advance(2 * time.Hour)
 			var admitted [keys]atomic.Int64
 			hammer(20_000, func(r *rand.Rand) {
+				if r.IntN(100) == 0 {
+					inline.Add(int64(l.EvictIdle()))
+				}
 				k := r.IntN(keys)
 				if l.Allow(names[k]) {
 					admitted[k].Add(1)
@@ -200,9 +204,9 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 				}
 			}
 		}
-		evicted := stopEvictor()
+		evicted := stopEvictor() + inline.Load()
 		if evicted == 0 {
-			t.Fatal("the evictor never evicted a key: the race was not exercised")
+			t.Fatal("no key was ever evicted: the race was not exercised")
 		}
 		t.Logf("evicted %d states during the run", evicted)
 	})
