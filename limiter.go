@@ -52,7 +52,6 @@ type Limiter struct {
 	clock  Clock // nil for SystemClock, read without an interface call
 	states *registry.Registry[State]
 	global atomic.Pointer[atomicbucket.Bucket] // nil without Config.Global
-	hasCap bool
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -108,7 +107,6 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, fmt.Errorf("floodgate: Global rule %+v: %w", *g, err)
 		}
 		l.global.Store(atomicbucket.New(p, l.now()))
-		l.hasCap = true
 	}
 	if cfg.IdleTTL > 0 {
 		l.stop = make(chan struct{})
@@ -140,8 +138,7 @@ func (l *Limiter) Allow(key string) bool {
 		s = l.successor(key, s, now)
 		allowed, live = s.Take(now, 1)
 	}
-	if l.hasCap && allowed {
-		g := l.global.Load()
+	if g := l.global.Load(); g != nil && allowed {
 		gAllowed, live := g.Take(now, 1)
 		for !live {
 			g = l.nextGlobal(g, now)
@@ -178,8 +175,7 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 		s = l.successor(key, s, now)
 		d, live = s.AllowN(now, n)
 	}
-	if l.hasCap && d.Allowed {
-		g := l.global.Load()
+	if g := l.global.Load(); g != nil && d.Allowed {
 		gd, live := g.AllowN(now, n)
 		for !live {
 			g = l.nextGlobal(g, now)

@@ -23,10 +23,18 @@ func init() {
 	mustRegister(SlidingCounterMutex, windowFactory(shardedlog.Sliding, true))
 }
 
+// windowBurst rejects a Burst that a window algorithm would have to ignore.
+func windowBurst(r Rule) error {
+	if r.Burst != 0 && r.Burst != r.Limit {
+		return fmt.Errorf("a window admits Limit per Period; Burst must be 0 or Limit, got %d", r.Burst)
+	}
+	return nil
+}
+
 func windowFactory(kind shardedlog.Kind, mutex bool) Factory {
 	return func(r Rule) (Algorithm, error) {
-		if r.Burst != 0 && r.Burst != r.Limit {
-			return nil, fmt.Errorf("a window admits Limit per Period; Burst must be 0 or Limit, got %d", r.Burst)
+		if err := windowBurst(r); err != nil {
+			return nil, err
 		}
 		p, err := shardedlog.NewParams(kind, r.Limit, r.Period)
 		if err != nil {
@@ -112,8 +120,8 @@ func init() {
 
 func logFactory(mutex bool) Factory {
 	return func(r Rule) (Algorithm, error) {
-		if r.Burst != 0 && r.Burst != r.Limit {
-			return nil, fmt.Errorf("a window admits Limit per Period; Burst must be 0 or Limit, got %d", r.Burst)
+		if err := windowBurst(r); err != nil {
+			return nil, err
 		}
 		p, err := shardedlog.NewLogParams(r.Limit, r.Period)
 		if err != nil {

@@ -68,20 +68,28 @@ func (m *LeakyMutex) AllowN(now, n int64) (Decision, bool) {
 		}
 		return Decision{}, false
 	}
-	level := m.drained(t)
+	raised, d := m.judge(m.drained(t), n)
+	if d.Allowed {
+		m.level, m.lct = raised, t
+	}
+	return d, true
+}
+
+// judge decides a request of cost n against a drained level: the level
+// it would leave, and the answer.
+func (m *LeakyMutex) judge(level, n int64) (int64, Decision) {
 	if !m.p.validCost(n) {
 		d := m.answer(false, level)
 		d.RetryAfter = Never
-		return d, true
+		return level, d
 	}
 	raised := level + n*m.p.interval
 	if raised > m.p.tau() {
 		d := m.answer(false, level)
 		d.RetryAfter = m.p.duration(raised - m.p.tau())
-		return d, true
+		return level, d
 	}
-	m.level, m.lct = raised, t
-	return m.answer(true, raised), true
+	return raised, m.answer(true, raised)
 }
 
 // Take is AllowN reduced to its verdict.
@@ -98,20 +106,18 @@ func (m *LeakyMutex) Peek(now int64) (Decision, bool) {
 	if m.retired {
 		return Decision{}, false
 	}
+	level := int64(0) // past the range, a meter that has drained is empty
 	switch pos {
 	case tooEarly:
 		return m.p.outOfRange(), true
 	case pastRange:
-		if t == maxTick || m.empties() <= t {
-			return m.answer(true, m.p.interval), true
+		if t != maxTick && m.empties() > t {
+			level = m.drained(t)
 		}
+	default:
+		level = m.drained(t)
 	}
-	level := m.drained(t)
-	if raised := level + m.p.interval; raised <= m.p.tau() {
-		return m.answer(true, raised), true
-	}
-	d := m.answer(false, level)
-	d.RetryAfter = m.p.duration(level + m.p.interval - m.p.tau())
+	_, d := m.judge(level, 1)
 	return d, true
 }
 

@@ -89,8 +89,7 @@ const (
 	kindShrink = 2 // the ring is mostly expired: copy the live part into a smaller one
 	kindRetire = 3 // the log is retired; the slot's ts carries the instant, or resetTS
 
-	minRing    = 2
-	hintStride = 1
+	minRing = 2
 
 	// resetBits in a retired slot's ts says the log was reset: the
 	// successor is new at its own now. (It is math.MinInt64's bits, a time
@@ -382,15 +381,15 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 		chaos.Retried()
 		return d, false, true, false
 	}
-	// Hints move once every hintStride entries: a search from a hint that
-	// lags by a few entries costs a few reads, cheaper than writing a line
-	// every core reads on every claim.
-	if hint := v.r.hint.Load(); hint+hintStride <= v.h+1 {
+	// Move the hints on. A lost race leaves one lagging, which costs the
+	// next search a few reads; look and boundary accept any hint at or
+	// below the truth.
+	if hint := v.r.hint.Load(); hint <= v.h {
 		v.r.hint.CompareAndSwap(hint, v.h+1)
 	}
 	// The boundary expired at this entry's time, which every later charge
 	// is at least: it bounds every future search from below.
-	if tail := v.r.tail.Load(); tail+hintStride <= o.b {
+	if tail := v.r.tail.Load(); tail < o.b {
 		v.r.tail.CompareAndSwap(tail, o.b)
 	}
 	if answer {
