@@ -4,12 +4,12 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
-COUNT       ?= 6
-BENCHTIME   ?= 300ms
+COUNT       ?= 5
+BENCHTIME   ?= 100ms
 FUZZTIME    ?= 60s
 RESULTS     ?= results
 
-.PHONY: test lint race chaos stress fuzz bench
+.PHONY: test lint race chaos stress fuzz bench bench-full
 
 # Lint, then every test under the race detector (the fuzz targets' seed
 # corpora run as ordinary tests), then the lock-free packages and the
@@ -41,22 +41,31 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLogTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiterTwins$$' -fuzztime $(FUZZTIME) .
 
-# Runs the whole suite COUNT times, one pass after another so that the
-# implementations' samples interleave in time (on a shared, noisy machine
-# that is what keeps their ratio fair), keeps the raw output with the
-# machine's description under $(RESULTS)/, and prints benchstat with the
-# implementations as columns.
-BENCHCMD = $(GO) test -run '^$$' -bench . -benchmem -count 1 -benchtime $(BENCHTIME)
+# `make bench` builds the harness in bench/ once and runs it COUNT times, one
+# pass after another, so that every implementation's samples interleave in
+# time: on a shared, noisy machine that is what keeps their ratios fair. It
+# keeps the raw output with the machine's description under $(RESULTS)/,
+# writes benchstat's comparison with the implementations as columns, and
+# prints the summary (ratios, latency, bytes per key, throughput) that
+# bench/cmd/report makes, with its SVG charts, from the raw output.
+# `make bench-full` is the long run for a quiet many-core machine.
+GOROUTINES ?= 1,4,64
+BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|BytesPerKey|DependentLoad)$$
+BENCHARGS   = -test.run '^$$' -test.bench '$(BENCHES)' -test.benchmem -test.count 1 -test.benchtime $(BENCHTIME) -goroutines $(GOROUTINES)
 
 bench:
 	@mkdir -p $(RESULTS)
-	@{ echo "# command: make bench ($(COUNT) passes of: $(BENCHCMD) . ; and in bench/: $(BENCHCMD) .)"; \
+	cd bench && $(GO) test -c -o bench.test .
+	@{ echo "# command: make bench COUNT=$(COUNT) BENCHTIME=$(BENCHTIME) GOROUTINES=$(GOROUTINES) ($(COUNT) passes of: cd bench && ./bench.test $(BENCHARGS))"; \
 	   echo "# date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; \
 	   echo "# machine: $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$$//'), $$(nproc) cores, $$(free -g | awk '/Mem:/{print $$2}') GiB"; \
 	   echo "# go: $$($(GO) version)"; } > $(RESULTS)/bench-raw.txt
 	@for i in $$(seq $(COUNT)); do \
 	   echo "pass $$i of $(COUNT)" >&2; \
-	   $(BENCHCMD) . >> $(RESULTS)/bench-raw.txt || exit 1; \
-	   (cd bench && $(BENCHCMD) .) >> $(RESULTS)/bench-raw.txt || exit 1; \
+	   (cd bench && ./bench.test $(BENCHARGS)) >> $(RESULTS)/bench-raw.txt || exit 1; \
 	 done
-	$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/bench-raw.txt | tee $(RESULTS)/bench-benchstat.txt
+	$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/bench-raw.txt > $(RESULTS)/bench-benchstat.txt
+	cd bench && $(GO) run ./cmd/report -in ../$(RESULTS)/bench-raw.txt -out ../$(RESULTS)
+
+bench-full:
+	$(MAKE) bench COUNT=10 BENCHTIME=1s GOROUTINES=1,2,4,8,16,64 RESULTS=results/full

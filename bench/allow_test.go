@@ -1,0 +1,413 @@
+package bench
+
+import (
+	"errors"
+	"flag"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/loov/hrtime"
+)
+
+// Every benchmark name carries scenario= and impl= (and g= for goroutine
+// counts), so that `benchstat -col /impl` lays implementations side by side
+// and cmd/report can build its tables:
+//
+//	BenchmarkAllow/scenario=hotkey/impl=floodgate-tb
+//	BenchmarkKeys/impl=throttled/scenario=1M-zipf-parallel
+//	BenchmarkGoroutines/impl=xtime/scenario=hotkey/g=64
+//
+// The harness measures and reports; it never asserts speed.
+
+var goroutinesFlag = flag.String("goroutines", "1,4,64", "comma-separated goroutine counts for BenchmarkGoroutines")
+
+// The implementations each family runs. Every floodgate algorithm and twin
+// runs the hot-key scenarios; the key-set scenarios run the token bucket,
+// floodgate's default, against the per-key peers.
+var (
+	hotImpls = append(Floodgates(), Peers()...)
+	// parallelImpls leaves out the coarse clock for all but the token
+	// bucket: the clock read is the same for every algorithm.
+	parallelImpls = append(ByName(
+		"floodgate-tb", "floodgate-tb-mutex", "floodgate-tb-coarse", "floodgate-tb-mutex-coarse",
+		"floodgate-lb", "floodgate-lb-mutex", "floodgate-fw", "floodgate-fw-mutex",
+		"floodgate-sc", "floodgate-sc-mutex", "floodgate-sl", "floodgate-sl-mutex"), Peers()...)
+	keyImpls   = ByName("floodgate-tb", "floodgate-tb-mutex", "floodgate-tb-coarse", "xtime-syncmap", "golimiter", "throttled", "ulule")
+	floorImpls = append([]Impl{Floor}, keyImpls...)
+	sweepHot   = ByName("floodgate-tb", "floodgate-tb-coarse", "xtime", "juju", "uber", "golimiter", "throttled")
+	bytesImpls = ByName("floodgate-lb", "floodgate-fw", "floodgate-sc", "floodgate-sl")
+)
+
+// build makes impl for o, or skips the benchmark if impl cannot honour o.
+func build(b *testing.B, impl Impl, o Options) Limiter {
+	l, release, err := impl.New(o)
+	if errors.Is(err, errUnsupported) {
+		b.Skipf("%s: %v", impl.Name, err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(release)
+	return l
+}
+
+func BenchmarkAllow(b *testing.B) {
+	for _, impl := range hotImpls {
+		b.Run("scenario=hotkey/impl="+impl.Name, func(b *testing.B) {
+			l := build(b, impl, Options{Rate: Plenty})
+			l.Allow("hot")
+			b.ReportAllocs()
+			for b.Loop() {
+				l.Allow("hot")
+			}
+		})
+	}
+	for _, impl := range parallelImpls {
+		b.Run("scenario=hotkey-parallel/impl="+impl.Name, func(b *testing.B) {
+			l := build(b, impl, Options{Rate: Plenty})
+			l.Allow("hot")
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					l.Allow("hot")
+				}
+			})
+		})
+	}
+	// Every call is a denial on one exhausted key. A denial that writes no
+	// shared memory scales with cores.
+	for _, impl := range parallelImpls {
+		if !impl.Denies {
+			continue
+		}
+		b.Run("scenario=denial-parallel/impl="+impl.Name, func(b *testing.B) {
+			l := build(b, impl, Options{Rate: Scarce})
+			l.Allow("hot")
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if l.Allow("hot") {
+						panic(impl.Name + ": an exhausted key passed")
+					}
+				}
+			})
+		})
+	}
+	// Every call is a key never seen before, and idle keys are evicted
+	// meanwhile. Making each key's string costs every implementation one
+	// allocation of its own.
+	for _, impl := range keyImpls {
+		b.Run("scenario=churn-parallel/impl="+impl.Name, func(b *testing.B) {
+			l := build(b, impl, Options{Rate: Plenty, IdleTTL: 100 * time.Millisecond})
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				buf := strconv.AppendInt([]byte("churn-"), worker.Add(1), 10)
+				buf = append(buf, '-')
+				prefix := len(buf)
+				for i := uint64(0); pb.Next(); i++ {
+					buf = strconv.AppendUint(buf[:prefix], i, 10)
+					l.Allow(string(buf))
+				}
+			})
+		})
+	}
+	// 1,000 keys and a global cap that is asked on every grant: every
+	// request also writes one shared word.
+	for _, impl := range keyImpls {
+		b.Run("scenario=globalcap-parallel/impl="+impl.Name, func(b *testing.B) {
+			global := Plenty
+			l := build(b, impl, Options{Rate: Plenty, Global: &global})
+			ks := keySet(1000)
+			benchPicks(b, l, ks, picks(len(ks), "uniform"), true)
+		})
+	}
+}
+
+// keyCounts are the key-set sizes, with the names used in scenario=.
+var keyCounts = []struct {
+	name string
+	n    int
+}{{"1K", 1_000}, {"100K", 100_000}, {"1M", 1_000_000}}
+
+// BenchmarkKeys calls Allow on keys that all exist before the timer starts,
+// chosen uniformly or by Zipf(s=1.1), from one goroutine ("-1") and from
+// every core ("-parallel"). Each implementation holds one key set at a
+// time, so that no other implementation's heap burdens its garbage
+// collector (the testing package collects before every run). Filling 1M
+// keys is the slowest step of make bench, so the 1M-key limiter also
+// serves, under names of their own that cmd/report files in their tables:
+//
+//	scenario=1M-bytes       the heap it holds per key (B/key)
+//	scenario=1M-latency     latency percentiles under parallel load
+//	scenario=1M-uniform/g=N throughput with N goroutines
+func BenchmarkKeys(b *testing.B) {
+	counts := parseCounts(b, *goroutinesFlag)
+	for _, impl := range floorImpls {
+		b.Run("impl="+impl.Name, func(b *testing.B) {
+			for _, kc := range keyCounts {
+				ks := keySet(kc.n)
+				perKey, l, release := filled(b, impl, ks)
+				if kc.n == 1_000_000 && impl.Name != Floor.Name {
+					b.Run("scenario=1M-bytes", func(b *testing.B) {
+						for b.Loop() {
+						}
+						b.ReportMetric(perKey, "B/key")
+					})
+				}
+				for _, dist := range []string{"uniform", "zipf"} {
+					seq := picks(kc.n, dist)
+					b.Run("scenario="+kc.name+"-"+dist+"-1", func(b *testing.B) { benchPicks(b, l, ks, seq, false) })
+					b.Run("scenario="+kc.name+"-"+dist+"-parallel", func(b *testing.B) { benchPicks(b, l, ks, seq, true) })
+				}
+				if kc.n == 1_000_000 {
+					seq := picks(kc.n, "uniform")
+					b.Run("scenario=1M-latency", func(b *testing.B) { benchLatency(b, l, ks, seq) })
+					if impl.Name != Floor.Name {
+						for _, g := range counts {
+							b.Run("scenario=1M-uniform/g="+strconv.Itoa(g), func(b *testing.B) { benchGoroutines(b, g, l, ks, seq) })
+						}
+					}
+				}
+				release()
+			}
+		})
+	}
+}
+
+// filled builds impl and requests every key once, each with a copy of the
+// key's string, as a server makes it from a request: the limiter keeps its
+// own copy, and a later lookup with ks[i] compares against it (touching the
+// stored bytes, as a real lookup does) instead of finding the very same
+// pointer. It returns the live heap the limiter holds per key, its copies
+// of the keys included.
+func filled(b *testing.B, impl Impl, ks []string) (perKey float64, l Limiter, release func()) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	l, release, err := impl.New(Options{Rate: Plenty})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, k := range ks {
+		l.Allow(strings.Clone(k))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	perKey = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(len(ks))
+	return perKey, l, release
+}
+
+// benchPicks calls Allow on ks[seq[i]] for successive i, each goroutine
+// from its own random starting point.
+func benchPicks(b *testing.B, l Limiter, ks []string, seq []uint32, parallel bool) {
+	mask := len(seq) - 1
+	b.ReportAllocs()
+	if !parallel {
+		i := rand.IntN(len(seq))
+		for b.Loop() {
+			l.Allow(ks[seq[i&mask]])
+			i++
+		}
+		return
+	}
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := rand.IntN(len(seq))
+		for pb.Next() {
+			l.Allow(ks[seq[i&mask]])
+			i++
+		}
+	})
+}
+
+// BenchmarkLatency records the duration of calls on one hot key under
+// parallel load; BenchmarkKeys does the same at 1M keys.
+func BenchmarkLatency(b *testing.B) {
+	for _, impl := range keyImpls {
+		b.Run("impl="+impl.Name+"/scenario=hotkey-parallel", func(b *testing.B) {
+			l := build(b, impl, Options{Rate: Plenty})
+			benchLatency(b, l, []string{"hot"}, []uint32{0})
+		})
+	}
+}
+
+// benchLatency records the duration of every call under parallel load (in
+// a ring of the latest samples per goroutine) with hrtime's time stamp
+// counter, and reports its percentiles. Each sample includes one counter
+// read, the same for every implementation.
+func benchLatency(b *testing.B, l Limiter, ks []string, seq []uint32) {
+	const ring = 1 << 16
+	var (
+		mu      sync.Mutex
+		samples []hrtime.Count
+	)
+	hrtime.Count(1).ApproxDuration() // calibrate outside the timed loop
+	mask := len(seq) - 1
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		mine := make([]hrtime.Count, ring)
+		i, n := rand.IntN(len(seq)), 0
+		for pb.Next() {
+			k := ks[seq[i&mask]]
+			start := hrtime.TSC()
+			l.Allow(k)
+			mine[n&(ring-1)] = hrtime.TSCSince(start)
+			i++
+			n++
+		}
+		mu.Lock()
+		samples = append(samples, mine[:min(n, ring)]...)
+		mu.Unlock()
+	})
+	b.StopTimer()
+	durations := make([]time.Duration, len(samples))
+	for i, c := range samples {
+		durations[i] = c.ApproxDuration()
+	}
+	h := hrtime.NewDurationHistogram(durations, &hrtime.HistogramOptions{BinCount: 1})
+	b.ReportMetric(h.P50, "p50-ns")
+	b.ReportMetric(h.P99, "p99-ns")
+	b.ReportMetric(h.P999, "p99.9-ns")
+}
+
+// BenchmarkGoroutines runs a fixed number of goroutines, each taking an
+// equal share of the calls, on one hot key (BenchmarkKeys does the same at
+// 1M keys): its ns/op is wall time per call, the inverse of throughput.
+// The counts come from -goroutines (make bench-full runs 1, 2, 4, 8, 16
+// and 64).
+func BenchmarkGoroutines(b *testing.B) {
+	counts := parseCounts(b, *goroutinesFlag)
+	for _, impl := range sweepHot {
+		b.Run("impl="+impl.Name+"/scenario=hotkey", func(b *testing.B) {
+			l := build(b, impl, Options{Rate: Plenty})
+			l.Allow("hot")
+			for _, g := range counts {
+				b.Run("g="+strconv.Itoa(g), func(b *testing.B) {
+					benchGoroutines(b, g, l, []string{"hot"}, []uint32{0})
+				})
+			}
+		})
+	}
+}
+
+func benchGoroutines(b *testing.B, g int, l Limiter, ks []string, seq []uint32) {
+	mask := len(seq) - 1
+	var wg sync.WaitGroup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for w := range g {
+		n := b.N / g
+		if w < b.N%g {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i := rand.IntN(len(seq))
+			for range n {
+				l.Allow(ks[seq[i&mask]])
+				i++
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func parseCounts(b *testing.B, s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("-goroutines: %q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// BenchmarkBytesPerKey reports the heap held per key at 1M keys by the
+// floodgate algorithms that BenchmarkKeys does not run (it reports the
+// token bucket and the peers as scenario=1M-bytes).
+func BenchmarkBytesPerKey(b *testing.B) {
+	for _, impl := range bytesImpls {
+		b.Run("impl="+impl.Name+"/scenario=1M", func(b *testing.B) {
+			perKey, l, release := filled(b, impl, keySet(1_000_000))
+			runtime.KeepAlive(l)
+			release()
+			for b.Loop() {
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
+	}
+}
+
+// keySet returns n distinct keys, "client-0" and on. It is made afresh
+// for each use, so that no key set outlives the benchmark that needs it.
+func keySet(n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = "client-" + strconv.Itoa(i)
+	}
+	return ks
+}
+
+// pickSeqs caches pick sequences (pointer-free, so they cost the garbage
+// collector nothing), string → []uint32.
+var pickSeqs sync.Map
+
+// BenchmarkDependentLoad chases pointers through a random cycle over 1M
+// 64-byte nodes (64 MB, like a limiter's state at 1M keys): its ns/op is
+// the latency of one cache miss that depends on the one before, the unit
+// in which the key-set scenarios are paid. It has no impl= and stays out
+// of the summary.
+func BenchmarkDependentLoad(b *testing.B) {
+	type node struct {
+		next *node
+		_    [56]byte
+	}
+	const n = 1 << 20
+	nodes := make([]node, n)
+	perm := rand.New(rand.NewPCG(1, 2)).Perm(n)
+	for i := range n {
+		nodes[perm[i]].next = &nodes[perm[(i+1)%n]]
+	}
+	p := &nodes[perm[0]]
+	b.Run("scenario=1M-nodes", func(b *testing.B) {
+		for b.Loop() {
+			p = p.next
+		}
+	})
+	runtime.KeepAlive(p)
+}
+
+// pickLen is the length of every pick sequence, a power of two.
+const pickLen = 1 << 22
+
+// picks returns pickLen indexes into n keys, drawn uniformly or by
+// Zipf(s=1.1, v=1), from a fixed seed: the same sequence for every
+// implementation, made before any timer starts.
+func picks(n int, dist string) []uint32 {
+	id := dist + "/" + strconv.Itoa(n)
+	if v, ok := pickSeqs.Load(id); ok {
+		return v.([]uint32)
+	}
+	r := rand.New(rand.NewPCG(uint64(n), 0x5eed))
+	next := func() uint64 { return uint64(r.IntN(n)) }
+	if dist == "zipf" {
+		next = rand.NewZipf(r, 1.1, 1, uint64(n-1)).Uint64
+	}
+	seq := make([]uint32, pickLen)
+	for i := range seq {
+		seq[i] = uint32(next())
+	}
+	v, _ := pickSeqs.LoadOrStore(id, seq)
+	return v.([]uint32)
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// missing fills a cell that has no figure.
+const missing = "–"
+
+// table is one markdown table with a heading and an optional note.
+type table struct {
+	title  string
+	note   string
+	header []string
+	right  []bool // right-align column i
+	rows   [][]string
+}
+
+// summary renders the markdown summary; in names the source file, charts
+// the SVG files written beside summary.md.
+func summary(d *dataset, in string, charts []string) string {
+	var b strings.Builder
+	b.WriteString(sourceLine(d, in) + "\n")
+	tables := []table{peerTable(d), latencyTable(d)}
+	tables = append(tables, bytesTables(d)...)
+	tables = append(tables, throughputTables(d)...)
+	tables = append(tables, twinTable(d))
+	n := 0
+	for _, t := range tables {
+		if len(t.rows) == 0 {
+			continue
+		}
+		n++
+		b.WriteString("\n")
+		t.write(&b, n)
+	}
+	if len(charts) > 0 {
+		b.WriteString("\n## Charts\n\n")
+		for _, c := range charts {
+			fmt.Fprintf(&b, "![%s](%s)\n", strings.TrimSuffix(c, ".svg"), c)
+		}
+	}
+	return b.String()
+}
+
+// sourceLine says where the figures come from.
+func sourceLine(d *dataset, in string) string {
+	parts := []string{"Source: " + in}
+	if v := d.meta["date"]; v != "" {
+		parts = append(parts, v)
+	}
+	if v := machine(d); v != "" {
+		parts = append(parts, v)
+	}
+	if v := strings.TrimPrefix(d.meta["go"], "go version "); v != "" {
+		parts = append(parts, v)
+	}
+	parts = append(parts, "medians of "+samples(d.sampleCount())+".")
+	return strings.Join(parts, " · ")
+}
+
+// samples formats a sample count: "1 sample", "6 samples".
+func samples(n int) string {
+	if n == 1 {
+		return "1 sample"
+	}
+	return fmt.Sprintf("%d samples", n)
+}
+
+// machine describes the machine from the "# machine:" comment and the
+// "cpu:" header, either of which may be absent.
+func machine(d *dataset) string {
+	var parts []string
+	if v := d.meta["machine"]; v != "" {
+		parts = append(parts, v)
+	}
+	if v := d.meta["cpu"]; v != "" {
+		parts = append(parts, "cpu: "+v)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// write renders t as section number n.
+func (t table) write(b *strings.Builder, n int) {
+	fmt.Fprintf(b, "## %d. %s\n\n", n, t.title)
+	if t.note != "" {
+		b.WriteString(t.note + "\n\n")
+	}
+	w := t.widths()
+	writeRow(b, t.header, w, t.right)
+	sep := make([]string, len(w))
+	for i := range w {
+		sep[i] = strings.Repeat("-", w[i])
+		if t.right[i] {
+			sep[i] = sep[i][1:] + ":"
+		}
+	}
+	writeRow(b, sep, w, nil)
+	for _, r := range t.rows {
+		writeRow(b, r, w, t.right)
+	}
+}
+
+// widths returns each column's width in runes, at least 3.
+func (t table) widths() []int {
+	w := make([]int, len(t.header))
+	for _, r := range append([][]string{t.header}, t.rows...) {
+		for i, c := range r {
+			w[i] = max(w[i], utf8.RuneCountInString(c), 3)
+		}
+	}
+	return w
+}
+
+// writeRow writes one table row, padding each cell to its column's width.
+func writeRow(b *strings.Builder, cells []string, w []int, right []bool) {
+	b.WriteString("|")
+	for i, c := range cells {
+		pad := strings.Repeat(" ", w[i]-utf8.RuneCountInString(c))
+		if right != nil && right[i] {
+			c = pad + c
+		} else {
+			c += pad
+		}
+		b.WriteString(" " + c + " |")
+	}
+	b.WriteString("\n")
+}
+
+// rightFrom returns alignments for n columns, the first k left-aligned.
+func rightFrom(k, n int) []bool {
+	r := make([]bool, n)
+	for i := k; i < n; i++ {
+		r[i] = true
+	}
+	return r
+}
+
+// fmtNs formats nanoseconds (or bytes): one decimal under 100, else none.
+func fmtNs(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// fmtRatio formats a ratio such as 0.42×.
+func fmtRatio(r float64) string { return fmt.Sprintf("%.2f×", r) }
+
+// fmtOps formats a throughput in M ops/s to about three figures.
+func fmtOps(v float64) string {
+	switch {
+	case v < 10:
+		return fmt.Sprintf("%.2f", v)
+	case v < 100:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// cell formats v with f, or returns missing.
+func cell(v float64, ok bool, f func(float64) string) string {
+	if !ok {
+		return missing
+	}
+	return f(v)
+}
+
+// ratioCell formats a/b, or returns missing unless both are present.
+func ratioCell(a float64, aok bool, b float64, bok bool) string {
+	if !aok || !bok || b == 0 {
+		return missing
+	}
+	return fmtRatio(a / b)
+}
+
+// peerFamilies are the families of table 1, whose rows are scenarios.
+var peerFamilies = []string{"Allow", "Keys"}
+
+// peerTable compares floodgate-tb (and its coarse-clock form) with every
+// peer, on every Allow and Keys scenario.
+func peerTable(d *dataset) table {
+	const tb, coarse = "floodgate-tb", "floodgate-tb-coarse"
+	peers := d.impls(func(k benchKey) bool {
+		return slices.Contains(peerFamilies, k.family) && k.g == 0 && !isOurs(k.impl) && k.impl != floorImpl
+	}, unitNs)
+	t := table{
+		title: "floodgate vs peers, ns/op (lower is better)",
+		note: "The first two columns are ns/op. Each \"vs\" column is floodgate-tb ÷ that peer " +
+			"(below 1× means floodgate-tb is faster); the best per-key peer is the fastest of " +
+			strings.Join(perKeyPeers, ", ") + " in that row, and \"coarse vs best\" is " +
+			coarse + " ÷ that peer. \"floor\" is the harness alone (pick a key, read it, no limiter), " +
+			"the part of every figure in its row that no limiter can remove.",
+		header: []string{"scenario", tb + " (ns)", coarse + " (ns)", floorImpl + " (ns)"},
+	}
+	for _, p := range peers {
+		t.header = append(t.header, "vs "+p)
+	}
+	t.header = append(t.header, "vs best per-key peer", "coarse vs best")
+	t.right = rightFrom(1, len(t.header))
+	for _, fam := range peerFamilies {
+		for _, sc := range d.scenarios(fam) {
+			t.rows = append(t.rows, peerRow(d, fam, sc, peers))
+		}
+	}
+	return t
+}
+
+// peerRow is table 1's row for one scenario of a family.
+func peerRow(d *dataset, fam, sc string, peers []string) []string {
+	tb, tbOK := d.ns(fam, sc, "floodgate-tb")
+	co, coOK := d.ns(fam, sc, "floodgate-tb-coarse")
+	fl, flOK := d.ns(fam, sc, floorImpl)
+	row := []string{sc, cell(tb, tbOK, fmtNs), cell(co, coOK, fmtNs), cell(fl, flOK, fmtNs)}
+	for _, p := range peers {
+		pv, ok := d.ns(fam, sc, p)
+		row = append(row, ratioCell(tb, tbOK, pv, ok))
+	}
+	name, best, ok := d.bestPerKeyPeer(benchKey{family: fam, scenario: sc}, unitNs)
+	vsBest := ratioCell(tb, tbOK, best, ok)
+	if vsBest != missing {
+		vsBest += " (" + name + ")"
+	}
+	return append(row, vsBest, ratioCell(co, coOK, best, ok))
+}
+
+// latencyTable lists the latency percentiles of every Latency benchmark.
+func latencyTable(d *dataset) table {
+	t := table{
+		title:  "Latency under parallel load",
+		note:   "Per-call latency percentiles, ns.",
+		header: []string{"scenario", "impl", "p50", "p99", "p99.9"},
+		right:  rightFrom(2, 5),
+	}
+	for _, sc := range d.scenarios("Latency") {
+		for _, impl := range d.impls(func(k benchKey) bool { return k.family == "Latency" && k.scenario == sc }, unitP99) {
+			k := benchKey{family: "Latency", scenario: sc, impl: impl}
+			row := []string{sc, impl}
+			for _, u := range []string{unitP50, unitP99, unitP999} {
+				v, ok := d.value(k, u)
+				row = append(row, cell(v, ok, fmtNs))
+			}
+			t.rows = append(t.rows, row)
+		}
+	}
+	return t
+}
+
+// bytesTables gives one table per BytesPerKey scenario, smallest first.
+func bytesTables(d *dataset) []table {
+	var out []table
+	for _, sc := range d.scenarios("BytesPerKey") {
+		t := table{
+			title:  "Bytes per key at " + sc + " keys",
+			note:   "Memory held per key (B/key, lower is better); the ratio is to the smallest per-key peer.",
+			header: []string{"impl", "B/key", "vs best per-key peer"},
+			right:  rightFrom(1, 3),
+		}
+		base := benchKey{family: "BytesPerKey", scenario: sc}
+		name, best, bestOK := d.bestPerKeyPeer(base, unitBKey)
+		for _, b := range d.bars("BytesPerKey", sc, unitBKey) {
+			r := ratioCell(b.value, true, best, bestOK)
+			if r != missing {
+				r += " (" + name + ")"
+			}
+			t.rows = append(t.rows, []string{b.name, fmtNs(b.value), r})
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// throughputTables gives one table per Goroutines scenario: M ops/s by
+// implementation and number of goroutines.
+func throughputTables(d *dataset) []table {
+	var out []table
+	for _, sc := range d.scenarios("Goroutines") {
+		gs := d.goroutines("Goroutines", sc)
+		t := table{
+			title:  "Throughput (M ops/s) vs goroutines: " + sc,
+			note:   "Millions of Allow calls a second (1000 ÷ ns/op), higher is better; columns are goroutines.",
+			header: []string{"impl"},
+			right:  rightFrom(1, len(gs)+1),
+		}
+		for _, g := range gs {
+			t.header = append(t.header, fmt.Sprintf("g=%d", g))
+		}
+		for _, s := range d.throughput(sc) {
+			row := []string{s.name}
+			for _, g := range gs {
+				v, ok := s.points[g]
+				row = append(row, cell(v, ok, fmtOps))
+			}
+			t.rows = append(t.rows, row)
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// twinTable compares each floodgate algorithm's lock-free form with its
+// mutex twin, on the SystemClock (no -coarse), in every Allow scenario.
+func twinTable(d *dataset) table {
+	t := table{
+		title:  "floodgate twins: lock-free vs mutex",
+		note:   "Allow, SystemClock variants, ns/op; ratio = lock-free ÷ mutex (below 1× means lock-free is faster).",
+		header: []string{"scenario", "algorithm", "lock-free", "mutex", "ratio"},
+		right:  rightFrom(2, 5),
+	}
+	for _, sc := range d.scenarios("Allow") {
+		impls := d.impls(func(k benchKey) bool { return k.family == "Allow" && k.scenario == sc }, unitNs)
+		for _, impl := range impls {
+			if !isOurs(impl) || strings.Contains(impl, "-mutex") || strings.HasSuffix(impl, "-coarse") {
+				continue
+			}
+			lf, lfOK := d.ns("Allow", sc, impl)
+			mu, muOK := d.ns("Allow", sc, impl+"-mutex")
+			if !lfOK || !muOK {
+				continue
+			}
+			t.rows = append(t.rows, []string{sc, strings.TrimPrefix(impl, floodgate),
+				fmtNs(lf), fmtNs(mu), fmtRatio(lf / mu)})
+		}
+	}
+	return t
+}
