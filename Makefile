@@ -4,7 +4,7 @@
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHSTAT   ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
-COUNT       ?= 5
+COUNT       ?= 6
 BENCHTIME   ?= 100ms
 FUZZTIME    ?= 60s
 RESULTS     ?= results

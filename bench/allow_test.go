@@ -5,6 +5,7 @@ import (
 	"flag"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ var (
 		"floodgate-sc", "floodgate-sc-mutex", "floodgate-sl", "floodgate-sl-mutex"), Peers()...)
 	keyImpls   = ByName("floodgate-tb", "floodgate-tb-mutex", "floodgate-tb-coarse", "xtime-syncmap", "golimiter", "throttled", "ulule")
 	floorImpls = append([]Impl{Floor}, keyImpls...)
+	sweepKeys  = []string{"floodgate-tb", "floodgate-tb-coarse", "xtime-syncmap", "golimiter", "throttled"}
 	sweepHot   = ByName("floodgate-tb", "floodgate-tb-coarse", "xtime", "juju", "uber", "golimiter", "throttled")
 	bytesImpls = ByName("floodgate-lb", "floodgate-fw", "floodgate-sc", "floodgate-sl")
 )
@@ -144,9 +146,9 @@ var keyCounts = []struct {
 // keys is the slowest step of make bench, so the 1M-key limiter also
 // serves, under names of their own that cmd/report files in their tables:
 //
-//	scenario=1M-bytes       the heap it holds per key (B/key)
-//	scenario=1M-latency     latency percentiles under parallel load
-//	scenario=1M-uniform/g=N throughput with N goroutines
+//	scenario=1M-bytes           the heap it holds per key (B/key)
+//	scenario=1M-uniform-latency latency percentiles under parallel load
+//	scenario=1M-uniform/g=N     throughput with N goroutines
 func BenchmarkKeys(b *testing.B) {
 	counts := parseCounts(b, *goroutinesFlag)
 	for _, impl := range floorImpls {
@@ -168,8 +170,8 @@ func BenchmarkKeys(b *testing.B) {
 				}
 				if kc.n == 1_000_000 {
 					seq := picks(kc.n, "uniform")
-					b.Run("scenario=1M-latency", func(b *testing.B) { benchLatency(b, l, ks, seq) })
-					if impl.Name != Floor.Name {
+					b.Run("scenario=1M-uniform-latency", func(b *testing.B) { benchLatency(b, l, ks, seq) })
+					if slices.Contains(sweepKeys, impl.Name) {
 						for _, g := range counts {
 							b.Run("scenario=1M-uniform/g="+strconv.Itoa(g), func(b *testing.B) { benchGoroutines(b, g, l, ks, seq) })
 						}
@@ -204,27 +206,84 @@ func filled(b *testing.B, impl Impl, ks []string) (perKey float64, l Limiter, re
 	return perKey, l, release
 }
 
-// benchPicks calls Allow on ks[seq[i]] for successive i, each goroutine
-// from its own random starting point.
+// benchPicks calls Allow on ks[seq[i]] for successive i, from one
+// goroutine or from GOMAXPROCS goroutines, each from its own random
+// starting point.
 func benchPicks(b *testing.B, l Limiter, ks []string, seq []uint32, parallel bool) {
-	mask := len(seq) - 1
-	b.ReportAllocs()
-	if !parallel {
-		i := rand.IntN(len(seq))
-		for b.Loop() {
-			l.Allow(ks[seq[i&mask]])
-			i++
-		}
+	if parallel {
+		timed(b, runtime.GOMAXPROCS(0), picker(l, ks, seq))
 		return
 	}
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := rand.IntN(len(seq))
-		for pb.Next() {
-			l.Allow(ks[seq[i&mask]])
-			i++
+	mask := len(seq) - 1
+	b.ReportAllocs()
+	i := rand.IntN(len(seq))
+	for b.Loop() {
+		l.Allow(ks[seq[i&mask]])
+		i++
+	}
+}
+
+// picker is a timed worker that calls Allow on ks[seq[i]] for successive i
+// from a random starting point, in rounds of 64 calls between looks at
+// stop.
+func picker(l Limiter, ks []string, seq []uint32) func(*atomic.Bool) int {
+	mask := len(seq) - 1
+	return func(stop *atomic.Bool) int {
+		i, n := rand.IntN(len(seq)), 0
+		for !stop.Load() {
+			for range 64 {
+				l.Allow(ks[seq[i&mask]])
+				i++
+			}
+			n += 64
 		}
-	})
+		return n
+	}
+}
+
+// timed runs g goroutines of work for the benchmark time, once, and
+// reports wall time, allocations and bytes per call. It is RunParallel
+// without the calibration runs: the testing package collects garbage
+// before each run, and with a 1M-key limiter alive each collection costs
+// more than the run, so one timed run instead of four or five is what
+// keeps make bench under ten minutes. Each worker returns its call count.
+func timed(b *testing.B, g int, work func(stop *atomic.Bool) int) {
+	var (
+		before, after runtime.MemStats
+		stop          atomic.Bool
+		calls         atomic.Int64
+		wg            sync.WaitGroup
+	)
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	start := time.Now()
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			calls.Add(int64(work(&stop)))
+		}()
+	}
+	time.Sleep(benchTime())
+	stop.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	runtime.ReadMemStats(&after)
+	n := float64(calls.Load())
+	b.ReportMetric(float64(elapsed.Nanoseconds())/n, "ns/op")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "B/op")
+	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/op")
+}
+
+// benchTime is -test.benchtime as a duration (a second if it is a count).
+func benchTime() time.Duration {
+	if f := flag.Lookup("test.benchtime"); f != nil {
+		if d, err := time.ParseDuration(f.Value.String()); err == nil {
+			return d
+		}
+	}
+	return time.Second
 }
 
 // BenchmarkLatency records the duration of calls on one hot key under
@@ -238,36 +297,41 @@ func BenchmarkLatency(b *testing.B) {
 	}
 }
 
-// benchLatency records the duration of every call under parallel load (in
-// a ring of the latest samples per goroutine) with hrtime's time stamp
-// counter, and reports its percentiles. Each sample includes one counter
-// read, the same for every implementation.
+// benchLatency records the duration of every call from GOMAXPROCS
+// goroutines (in a ring of the latest samples per goroutine) with hrtime's
+// time stamp counter, and reports its percentiles. Each sample includes
+// one counter read, the same for every implementation.
 func benchLatency(b *testing.B, l Limiter, ks []string, seq []uint32) {
 	const ring = 1 << 16
 	var (
 		mu      sync.Mutex
 		samples []hrtime.Count
 	)
-	hrtime.Count(1).ApproxDuration() // calibrate outside the timed loop
+	hrtime.Count(1).ApproxDuration() // calibrate outside the timed run
 	mask := len(seq) - 1
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		mine := make([]hrtime.Count, ring)
+	g := runtime.GOMAXPROCS(0)
+	rings := make(chan []hrtime.Count, g) // made before the timed run
+	for range g {
+		rings <- make([]hrtime.Count, ring)
+	}
+	timed(b, g, func(stop *atomic.Bool) int {
+		mine := <-rings
 		i, n := rand.IntN(len(seq)), 0
-		for pb.Next() {
-			k := ks[seq[i&mask]]
-			start := hrtime.TSC()
-			l.Allow(k)
-			mine[n&(ring-1)] = hrtime.TSCSince(start)
-			i++
-			n++
+		for !stop.Load() {
+			for range 64 {
+				k := ks[seq[i&mask]]
+				start := hrtime.TSC()
+				l.Allow(k)
+				mine[n&(ring-1)] = hrtime.TSCSince(start)
+				i++
+				n++
+			}
 		}
 		mu.Lock()
 		samples = append(samples, mine[:min(n, ring)]...)
 		mu.Unlock()
+		return n
 	})
-	b.StopTimer()
 	durations := make([]time.Duration, len(samples))
 	for i, c := range samples {
 		durations[i] = c.ApproxDuration()
@@ -299,26 +363,7 @@ func BenchmarkGoroutines(b *testing.B) {
 }
 
 func benchGoroutines(b *testing.B, g int, l Limiter, ks []string, seq []uint32) {
-	mask := len(seq) - 1
-	var wg sync.WaitGroup
-	b.ReportAllocs()
-	b.ResetTimer()
-	for w := range g {
-		n := b.N / g
-		if w < b.N%g {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			i := rand.IntN(len(seq))
-			for range n {
-				l.Allow(ks[seq[i&mask]])
-				i++
-			}
-		}()
-	}
-	wg.Wait()
+	timed(b, g, picker(l, ks, seq))
 }
 
 func parseCounts(b *testing.B, s string) []int {
@@ -350,11 +395,23 @@ func BenchmarkBytesPerKey(b *testing.B) {
 }
 
 // keySet returns n distinct keys, "client-0" and on. It is made afresh
-// for each use, so that no key set outlives the benchmark that needs it.
+// for each use, so that no key set outlives the benchmark that needs it,
+// and the keys are slices of one string, so that the garbage collector
+// (which the testing package runs before every measurement) finds one
+// object where there would be n.
 func keySet(n int) []string {
+	var buf []byte
+	ends := make([]int, n)
+	for i := range n {
+		buf = strconv.AppendInt(append(buf, "client-"...), int64(i), 10)
+		ends[i] = len(buf)
+	}
+	all := string(buf)
 	ks := make([]string, n)
-	for i := range ks {
-		ks[i] = "client-" + strconv.Itoa(i)
+	start := 0
+	for i, end := range ends {
+		ks[i] = all[start:end]
+		start = end
 	}
 	return ks
 }
