@@ -1,5 +1,19 @@
-// Package bench holds benchmarks that compare floodgate with other code:
-// libraries it depends on, and (later) the rate limiters users choose
-// between. It is its own module so that nothing it imports for comparison
-// reaches the library's go.mod.
+// Package bench is floodgate's benchmark harness: floodgate beside the rate
+// limiters users choose between, measured in one run on the same machine.
+//
+// It is its own module, so that nothing imported only for comparison
+// reaches the library's go.mod. Each peer is driven through an adapter that
+// does what a user of that library writes (see Peers):
+// golang.org/x/time/rate alone and as a sync.Map of limiters per key,
+// sethvargo/go-limiter's memorystore, throttled's GCRA on its memstore,
+// ulule/limiter's memory store, juju/ratelimit, and go.uber.org/ratelimit
+// (which only waits, so it runs only at a rate where it never has to).
+// Floodgate runs every algorithm, lock-free and its mutex twin, on the
+// SystemClock and on a 1ms CoarseClock (see Floodgates).
+//
+// The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
+// puts implementations side by side, and cmd/report turns the raw output
+// into the summary tables and SVG charts under results/. `make bench` at
+// the repository root runs all of it; the harness measures and reports,
+// and never asserts speed.
 package bench

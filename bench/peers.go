@@ -25,9 +25,27 @@ type Rate struct {
 	Period time.Duration
 }
 
-// Plenty never denies at benchmark speeds (a billion a second, a billion
-// of burst), so that the figures measure the grant path.
-var Plenty = Rate{Limit: 1_000_000, Period: time.Millisecond}
+// Plenty never denies at benchmark speeds, so that the figures measure
+// the grant path: a trillion an hour (one per 3.6 ns), with a burst of a
+// trillion that no benchmark empties. The hour matters for go-limiter,
+// whose memorystore refills delta × Interval/Tokens tokens after delta
+// ticks, capped at Tokens: above √Interval tokens (1,000 for 1ms) it
+// refills less than configured, and a "1,000,000 per ms" rule refuses
+// nearly every call after the first millisecond. With Plenty its initial
+// trillion tokens last any benchmark.
+var Plenty = Rate{Limit: 1_000_000_000_000, Period: time.Hour}
+
+// plentyCounter and plentyLog stand for Plenty with the sliding counter
+// and the sliding log, whose per-key state holds a Limit of at most
+// 8,388,606 and 4,194,302. The counter gets 4,000,000 per 100ms: it
+// refuses by design a reading from a window its key has left (a goroutine
+// preempted across a boundary), so its windows are long enough to cross
+// few boundaries. The log keeps one entry per admission in its window, so
+// its window is short: a million per millisecond.
+var (
+	plentyCounter = Rate{Limit: 4_000_000, Period: 100 * time.Millisecond}
+	plentyLog     = Rate{Limit: 1_000_000, Period: time.Millisecond}
+)
 
 // Scarce is one request an hour: after the first request, every call is a
 // denial.
@@ -83,6 +101,9 @@ const CoarseResolution = time.Millisecond
 func floodgateImpl(name, alg string, coarse bool) Impl {
 	return Impl{Name: name, PerKey: true, Denies: true, Floodgate: true,
 		New: func(o Options) (Limiter, func(), error) {
+			if o.Rate == Plenty {
+				o.Rate = plentyFor(alg)
+			}
 			cfg := floodgate.Config{
 				Algorithm: alg,
 				Rule:      floodgate.Rule{Limit: o.Rate.Limit, Period: o.Rate.Period},
@@ -104,6 +125,17 @@ func floodgateImpl(name, alg string, coarse bool) Impl {
 			}
 			return l, func() { l.Close(); stop() }, nil
 		}}
+}
+
+// plentyFor is Plenty as algorithm alg can hold it.
+func plentyFor(alg string) Rate {
+	switch alg {
+	case floodgate.SlidingCounter, floodgate.SlidingCounterMutex:
+		return plentyCounter
+	case floodgate.SlidingLog, floodgate.SlidingLogMutex:
+		return plentyLog
+	}
+	return Plenty
 }
 
 // Floodgates returns every floodgate variant: "floodgate-tb",
@@ -294,10 +326,19 @@ func throttledLimiter(r Rate, maxKeys int) (*throttled.GCRARateLimiterCtx, error
 	if err != nil {
 		return nil, err
 	}
-	return throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{
+	l, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{
 		MaxRate:  throttled.PerDuration(int(r.Limit), r.Period),
 		MaxBurst: int(r.Limit) - 1, // throttled admits MaxBurst+1 at once
 	})
+	if err != nil {
+		return nil, err
+	}
+	// By default a call that loses its CAS 10 times in a row returns an
+	// error instead of a decision, which goroutines contending on one key
+	// meet within a second. A user who met that error would raise the
+	// limit, so the adapter does: every call ends in a decision.
+	l.SetMaxCASAttemptsLimit(1 << 20)
+	return l, nil
 }
 
 // newThrottled uses an unbounded memstore (maxKeys 0: a map of atomic
