@@ -93,8 +93,24 @@ func BenchmarkAllow(b *testing.B) {
 			checkDenied(b, denied.Load(), b.N)
 		})
 	}
-	// Every call is a denial on one exhausted key. A denial that writes no
-	// shared memory scales with cores.
+	// Every call is a denial on one exhausted key, from one goroutine and
+	// from every core. A denial that writes no shared memory scales with
+	// cores: compare the two.
+	for _, impl := range parallelImpls {
+		if !impl.Denies {
+			continue
+		}
+		b.Run("scenario=denial/impl="+impl.Name, func(b *testing.B) {
+			l := build(b, impl, Options{Rate: Scarce})
+			l.Allow("hot")
+			b.ReportAllocs()
+			for b.Loop() {
+				if l.Allow("hot") {
+					b.Fatal(impl.Name + ": an exhausted key passed")
+				}
+			}
+		})
+	}
 	for _, impl := range parallelImpls {
 		if !impl.Denies {
 			continue
