@@ -66,7 +66,7 @@ bench:
 	   (cd bench && ./bench.test $(BENCHARGS)) >> $(RESULTS)/bench-raw.txt || exit 1; \
 	 done
 	$(GO) run $(BENCHSTAT) -col /impl $(RESULTS)/bench-raw.txt > $(RESULTS)/bench-benchstat.txt
-	cd bench && $(GO) run ./cmd/report -in ../$(RESULTS)/bench-raw.txt -out ../$(RESULTS)
+	cd bench && $(GO) run ./cmd/report -in $(abspath $(RESULTS))/bench-raw.txt -out $(abspath $(RESULTS))
 
 bench-full:
 	$(MAKE) bench COUNT=10 BENCHTIME=1s GOROUTINES=1,2,4,8,16,64 RESULTS=results/full

@@ -62,6 +62,10 @@ func build(b *testing.B, impl Impl, o Options) Limiter {
 	return l
 }
 
+// BenchmarkAllow runs the scenarios on one key or a few: a hot key from one
+// goroutine and from every core, a denial flood on one exhausted key, new
+// keys on every call with eviction running, and 1,000 keys under a global
+// cap.
 func BenchmarkAllow(b *testing.B) {
 	for _, impl := range hotImpls {
 		b.Run("scenario=hotkey/impl="+impl.Name, func(b *testing.B) {
