@@ -135,3 +135,22 @@ func ExampleNewCoarseClock() {
 	fmt.Println(limiter.Allow("k"))
 	// Output: true
 }
+
+// AllowAt takes a time the caller already holds, on the scale of the
+// limiter's Clock (here a ManualClock's nanoseconds), as x/time/rate's
+// AllowN(t, n) does: no clock read at all.
+func ExampleLimiter_AllowAt() {
+	limiter, _ := floodgate.New(floodgate.Config{
+		Rule:  floodgate.Rule{Limit: 2, Period: time.Second},
+		Clock: floodgate.NewManualClock(0),
+	})
+	t := int64(0)
+	fmt.Println(limiter.AllowAt("k", t, 1).Allowed, limiter.AllowAt("k", t, 1).Allowed)
+	d := limiter.AllowAt("k", t, 1)
+	fmt.Println(d.Allowed, d.RetryAfter)
+	fmt.Println(limiter.AllowAt("k", t+int64(d.RetryAfter), 1).Allowed)
+	// Output:
+	// true true
+	// false 500ms
+	// true
+}
