@@ -80,9 +80,7 @@ type Impl struct {
 	// Denies is false for peers that cannot refuse (go.uber.org/ratelimit
 	// only waits); those are left out of the denial scenario.
 	Denies bool
-	// Floodgate marks our own implementations.
-	Floodgate bool
-	New       func(o Options) (Limiter, func(), error)
+	New    func(o Options) (Limiter, func(), error)
 }
 
 // Floodgate variants: every algorithm, lock-free and its mutex twin, on the
@@ -99,7 +97,7 @@ var floodgateAlgorithms = []struct{ short, lockFree, mutex string }{
 const CoarseResolution = time.Millisecond
 
 func floodgateImpl(name, alg string, coarse bool) Impl {
-	return Impl{Name: name, PerKey: true, Denies: true, Floodgate: true,
+	return Impl{Name: name, PerKey: true, Denies: true,
 		New: func(o Options) (Limiter, func(), error) {
 			if o.Rate == Plenty {
 				o.Rate = plentyFor(alg)
