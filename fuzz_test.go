@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/hook"
 )
 
 // pairs are the algorithms that must answer alike: each lock-free
@@ -18,18 +19,32 @@ var pairs = [][2]string{
 	{floodgate.SlidingLog, floodgate.SlidingLogMutex},
 }
 
+// onXsync are the algorithms run against themselves on the reference
+// registry: the flat table (with the state inline, for the word
+// algorithms) must answer as the xsync maps of states do.
+var onXsync = []string{floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog}
+
 // FuzzLimiterTwins runs the same operations through two Limiters of a
 // pair, over a few keys, with or without a global cap, and requires the
-// same answers from both: decisions, peeks, evictions and key counts.
+// same answers from both: decisions, peeks, evictions and key counts. The
+// pairs after the twins are each algorithm on the flat table against
+// itself on the reference registry.
 func FuzzLimiterTwins(f *testing.F) {
-	for i := range pairs {
+	for i := range len(pairs) + len(onXsync) {
 		f.Add(uint8(i), uint8(3), uint16(1000), false, []byte{0, 1, 2, 3, 10, 11, 12, 40, 41, 50, 60, 0, 1, 2})
 		f.Add(uint8(i), uint8(1), uint16(7), true, []byte{0, 0, 0, 0, 30, 30, 0, 0, 70, 80, 1, 2})
 		f.Add(uint8(i), uint8(8), uint16(60000), true, []byte{9, 19, 29, 39, 49, 59, 69, 79, 89, 99, 255, 254})
 		f.Add(uint8(i), uint8(2), uint16(1), false, []byte{70, 70, 0, 71, 72, 73, 3, 3, 3, 90, 91})
 	}
 	f.Fuzz(func(t *testing.T, pair, limit uint8, periodMs uint16, global bool, ops []byte) {
-		algs := pairs[int(pair)%len(pairs)]
+		k := int(pair) % (len(pairs) + len(onXsync))
+		var algs [2]string
+		reference := k >= len(pairs)
+		if reference {
+			algs = [2]string{onXsync[k-len(pairs)], onXsync[k-len(pairs)]}
+		} else {
+			algs = pairs[k]
+		}
 		rule := floodgate.Rule{Limit: int64(limit%16) + 1, Period: time.Duration(periodMs%5000+1) * time.Millisecond}
 		if algs[0] == floodgate.TokenBucket || algs[0] == floodgate.LeakyBucket {
 			rule.Burst = int64(limit / 64)
@@ -43,7 +58,11 @@ func FuzzLimiterTwins(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := floodgate.New(floodgate.Config{Algorithm: algs[1], Rule: rule, Global: g, Clock: cm})
+		mc := floodgate.Config{Algorithm: algs[1], Rule: rule, Global: g, Clock: cm}
+		if reference {
+			mc = hook.Reference(mc).(floodgate.Config)
+		}
+		m, err := floodgate.New(mc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package floodgate
 import (
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/word"
 )
 
 // TestSweeper drives the sweeper with a tick channel of the test's own:
@@ -32,7 +34,7 @@ func TestSweeper(t *testing.T) {
 	if n := <-done; n != 1 || l.Len() != 1 {
 		t.Fatalf("swept %d, Len %d; want quiet evicted, busy kept", n, l.Len())
 	}
-	if _, ok := l.states.Load("busy"); !ok {
+	if _, i := l.flat.Find(l.id("busy")); i < 0 {
 		t.Fatal("the busy key was evicted")
 	}
 	if err := l.Close(); err != nil {
@@ -61,19 +63,20 @@ func TestSweeperStarts(t *testing.T) {
 	}
 }
 
-// TestEvictionRaceUnit replays the race by hand: a request loads a state,
-// the state is evicted and the key is created again; the request that held
-// the orphan must not consume from it but move on to the live state.
+// TestEvictionRaceUnit replays the race by hand on the reference
+// registry: a request loads a state, the state is evicted and the key is
+// created again; the request that held the orphan must not consume from it
+// but move on to the live state.
 func TestEvictionRaceUnit(t *testing.T) {
 	for _, alg := range []string{TokenBucket, TokenBucketMutex} {
 		clock := NewManualClock(0)
-		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock})
+		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, reference: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.Allow("k")
 		clock.Advance(time.Hour)
-		orphan, _ := l.states.Load("k") // a request loaded this ...
+		orphan, _ := l.ref.Load("k") // a request loaded this ...
 		if l.EvictIdle() != 1 {
 			t.Fatal("k is idle after an hour")
 		}
@@ -86,9 +89,43 @@ func TestEvictionRaceUnit(t *testing.T) {
 			t.Fatalf("%s: k passed 3 in one period across an eviction", alg)
 		}
 		// The limiter's own path: a retired state is replaced by the live one.
-		s := l.states.Replace("k", orphan, orphan.Successor(clock.Now()))
+		s := l.ref.Replace("k", orphan, orphan.Successor(clock.Now()))
 		if d, _ := s.AllowN(clock.Now(), 1); d.Allowed {
 			t.Fatalf("%s: Replace installed a fresh state over the live one", alg)
+		}
+	}
+}
+
+// TestEvictionRaceInline replays the same race on the flat table's inline
+// words: a request found a key's slot, the key is evicted and created
+// again; the word the request found grants nothing, and the request finds
+// the key's new slot.
+func TestEvictionRaceInline(t *testing.T) {
+	for _, alg := range []string{TokenBucket, FixedWindow, SlidingCounter} {
+		clock := NewManualClock(0)
+		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Allow("k")
+		clock.Advance(2 * time.Hour)
+		id := l.id("k")
+		orphanTable, orphan := l.flat.Find(id) // a request found this slot ...
+		if l.EvictIdle() != 1 {
+			t.Fatalf("%s: k is idle after two hours", alg)
+		}
+		l.AllowN("k", 2) // ... k is created again and emptied ...
+		var st word.Status
+		if alg == TokenBucket {
+			_, st = l.bucket.TakeWord(orphanTable.Word(orphan), orphanTable.Origin, clock.Now(), 1)
+		} else {
+			_, st = l.window.TakeWord(orphanTable.Word(orphan), orphanTable.Origin, clock.Now(), 1)
+		}
+		if st != word.Gone {
+			t.Fatalf("%s: the evicted word answered %v, not Gone", alg, st)
+		}
+		if allowed, _, _ := l.takeWord(id, clock.Now(), 1); allowed {
+			t.Fatalf("%s: k passed 3 in one period across an eviction", alg)
 		}
 	}
 }

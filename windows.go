@@ -187,3 +187,27 @@ func (s *mutexLogState) Refund(now, n int64) bool  { return s.l().Refund(now, n)
 func (s *mutexLogState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
 func (s *mutexLogState) Retire()                   { s.l().Retire() }
 func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l().Successor(now)) }
+
+// The methods below let MaxKeys evict a key held out of line without
+// giving it a fresh allowance when it returns (see spentAlgorithm).
+
+func (a lockFreeWindows) newSpent(now, spent int64) State {
+	return (*windowState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent))
+}
+
+func (a mutexWindows) newSpent(now, spent int64) State {
+	return (*mutexWindowState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent))
+}
+
+func (a lockFreeLogs) newSpent(now, spent int64) State {
+	return (*logState)(shardedlog.NewLogSpent(shardedlog.LogParams(a), now, spent))
+}
+
+func (a mutexLogs) newSpent(now, spent int64) State {
+	return (*mutexLogState)(shardedlog.NewMutexLogSpent(shardedlog.LogParams(a), now, spent))
+}
+
+func (s *windowState) Evict(now int64) int64      { return s.w().Evict(now) }
+func (s *mutexWindowState) Evict(now int64) int64 { return s.w().Evict(now) }
+func (s *logState) Evict(now int64) int64         { return s.l().Evict(now) }
+func (s *mutexLogState) Evict(now int64) int64    { return s.l().Evict(now) }

@@ -1,6 +1,7 @@
 package atomicbucket
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
@@ -44,6 +45,16 @@ type Bucket struct {
 // request with an earlier reading finds it owing the difference.
 func New(p Params, now int64) *Bucket {
 	return &Bucket{origin: now, p: p}
+}
+
+// NewSpent returns a bucket for rule p, made at now, that is full from
+// spent on and owes the difference before it, as a bucket made at spent
+// does: the bucket whose TAT is spent, so its Evict reports spent until
+// then. It is how a key evicted with Evict comes back without a token it
+// had spent. With spent ≤ now it is New(p, now). A reading more than the
+// bucket's range (see Params) before spent is denied with Never.
+func NewSpent(p Params, now, spent int64) *Bucket {
+	return New(p, max(now, spent))
 }
 
 // AllowN takes n tokens at now if the bucket holds them. A denial consumes
@@ -136,6 +147,30 @@ func (b *Bucket) RetireIdle(now int64) bool {
 // Retire retires the bucket whatever it holds; its successor is new.
 func (b *Bucket) Retire() {
 	b.tat.Store(retire(resetMark))
+}
+
+// Evict retires the bucket for good, as Retire does (its successor is
+// new), and returns the instant from which the bucket it held would have
+// been full, as a new one made then is (Params.SpentValue); it may lie in
+// the past, where it still binds requests whose readings are older. The
+// reading and the retirement are
+// one CAS, so no grant lands between them: NewSpent(p, now, spent) makes a
+// bucket that never holds a token this one had spent. On a bucket already
+// retired it returns math.MinInt64 and changes nothing; what the bucket
+// held then lives on, if anywhere, in Successor.
+func (b *Bucket) Evict(int64) (spent int64) {
+	for {
+		w := b.tat.Load()
+		if isRetired(w) {
+			return math.MinInt64
+		}
+		spent = b.p.SpentValue(uint64(w), b.origin)
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, retire(resetMark)) {
+			return spent
+		}
+		chaos.Retried()
+	}
 }
 
 // Successor returns the bucket that stands for this one once it is

@@ -1,6 +1,9 @@
 package atomicbucket
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // MutexBucket is Bucket's twin behind a mutex: the same rule, the same
 // transitions and the same answers, synchronised the plain way. It exists
@@ -17,6 +20,11 @@ type MutexBucket struct {
 // NewMutex returns a mutex-guarded bucket for rule p that is full at now, its origin.
 func NewMutex(p Params, now int64) *MutexBucket {
 	return &MutexBucket{origin: now, p: p}
+}
+
+// NewMutexSpent is NewSpent for a MutexBucket.
+func NewMutexSpent(p Params, now, spent int64) *MutexBucket {
+	return NewMutex(p, max(now, spent))
 }
 
 // AllowN is Bucket.AllowN under a mutex.
@@ -71,6 +79,19 @@ func (b *MutexBucket) Retire() {
 	b.mu.Lock()
 	b.tat = retire(resetMark)
 	b.mu.Unlock()
+}
+
+// Evict is Bucket.Evict under a mutex: the reading and the retirement are
+// one critical section.
+func (b *MutexBucket) Evict(int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if isRetired(b.tat) {
+		return math.MinInt64
+	}
+	spent := b.p.SpentValue(uint64(b.tat), b.origin)
+	b.tat = retire(resetMark)
+	return spent
 }
 
 // Successor is Bucket.Successor under a mutex.

@@ -11,7 +11,8 @@ import (
 // three at every step: the lock-free bucket against its twin, and the token
 // bucket against the leaky bucket. The input picks a rule,
 // then a stream of operations: clock moves (forward, backward, far), costs
-// (valid and not), peeks, refunds, idle retirement and resets.
+// (valid and not), peeks, refunds, idle retirement, resets, and evictions
+// whose states are made again with NewSpent and its twins.
 func FuzzTwins(f *testing.F) {
 	f.Add([]byte{0, 10, 1, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{3, 7, 2, 1, 0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 4, 5, 200, 9, 9})
@@ -82,10 +83,17 @@ func FuzzTwins(f *testing.F) {
 			case 8:
 				now += arg << 55 // far jumps: out of range, rebase
 			case 9:
-				if arg%4 == 0 {
+				switch arg % 4 {
+				case 0:
 					a.Retire()
 					m.Retire()
 					lk.Retire()
+				case 1: // evict, and make the key again from what it held
+					sa, sm, sl := a.Evict(now), m.Evict(now), lk.Evict(now)
+					if sa != sm || sa != sl {
+						t.Fatalf("op %d Evict(%d) differs: %d %d %d", i, now, sa, sm, sl)
+					}
+					a, m, lk = NewSpent(p, now, sa), NewMutexSpent(p, now, sm), NewLeakyMutexSpent(p, now, sl)
 				}
 			}
 			// Replace retired states the way the registry does.

@@ -1,6 +1,9 @@
 package atomicbucket
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // LeakyMutex is the leaky bucket as a meter in its textbook form — the
 // continuous-state leaky bucket of ITU-T I.371 — behind a mutex. Its state
@@ -31,6 +34,13 @@ type LeakyMutex struct {
 // origin is now.
 func NewLeakyMutex(p Params, now int64) *LeakyMutex {
 	return &LeakyMutex{origin: now, p: p}
+}
+
+// NewLeakyMutexSpent returns a meter for rule p, made at now, whose level
+// drains to zero at spent, as that of a meter made at spent does: NewSpent
+// for the meter. With spent ≤ now it is NewLeakyMutex(p, now).
+func NewLeakyMutexSpent(p Params, now, spent int64) *LeakyMutex {
+	return NewLeakyMutex(p, max(now, spent))
 }
 
 // drained returns the level at t: it drains one tick per tick, and never
@@ -151,6 +161,20 @@ func (m *LeakyMutex) Retire() {
 	m.mu.Lock()
 	m.retired, m.carry = true, resetMark
 	m.mu.Unlock()
+}
+
+// Evict retires the meter for good, as Retire does, and returns, in the
+// same critical section, the instant at which its level drains to zero
+// (math.MinInt64 if it was already retired; then nothing changes): what
+// Bucket.Evict returns for the same history.
+func (m *LeakyMutex) Evict(int64) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return math.MinInt64
+	}
+	m.retired, m.carry = true, resetMark
+	return m.p.SpentValue(uint64(m.empties()), m.origin)
 }
 
 // Successor returns the meter that replaces a retired one: new at now after

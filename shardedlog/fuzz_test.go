@@ -9,7 +9,8 @@ import (
 // FuzzTwins feeds the same operations to Window and MutexWindow, for both
 // kinds, and requires the same answers: clock moves both ways and far,
 // valid and invalid costs, Take against AllowN, peeks, refunds, idle
-// retirement, resets, and the successors that replace retired states.
+// retirement, resets, the successors that replace retired states, and
+// evictions whose states are made again with NewSpent and NewMutexSpent.
 func FuzzTwins(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9})
 	f.Add([]byte{1, 3, 1, 9, 0, 0, 0, 13, 13, 23, 33, 43, 5, 6, 7, 8})
@@ -31,6 +32,8 @@ func FuzzTwins(f *testing.F) {
 		now := int64(int16(binary.LittleEndian.Uint16(data[2:4]))) * int64(period) / 3
 		runTwins(t, data[4:], now, limit, period, New(p, now), NewMutex(p, now), func(a, m twin, now int64) (twin, twin) {
 			return a.(*Window).Successor(now), m.(*MutexWindow).Successor(now)
+		}, func(now, sa, sm int64) (twin, twin) {
+			return NewSpent(p, now, sa), NewMutexSpent(p, now, sm)
 		})
 	})
 }
@@ -57,6 +60,8 @@ func FuzzLogTwins(f *testing.F) {
 		now := int64(int16(binary.LittleEndian.Uint16(data[2:4]))) * int64(period)
 		runTwins(t, data[4:], now, limit, period, NewLog(p, now), NewMutexLog(p, now), func(a, m twin, now int64) (twin, twin) {
 			return a.(*Log).Successor(now), m.(*MutexLog).Successor(now)
+		}, func(now, sa, sm int64) (twin, twin) {
+			return NewLogSpent(p, now, sa), NewMutexLogSpent(p, now, sm)
 		})
 	})
 }
@@ -68,8 +73,10 @@ func pick(data []byte, limits []int64, periods []time.Duration) (int64, time.Dur
 
 // runTwins applies one operation per byte of ops to a lock-free state a and
 // its twin m, and fails at the first answer on which they differ. A retired
-// pair is replaced by its successors, as the registry would.
-func runTwins(t *testing.T, ops []byte, now, limit int64, period time.Duration, a, m twin, successors func(a, m twin, now int64) (twin, twin)) {
+// pair is replaced by its successors, as the registry would; an evicted
+// pair, by the states spent makes from the instants Evict reported.
+func runTwins(t *testing.T, ops []byte, now, limit int64, period time.Duration, a, m twin,
+	successors func(a, m twin, now int64) (twin, twin), spent func(now, sa, sm int64) (twin, twin)) {
 	step := max(1, int64(period)/limit)
 	for i, b := range ops {
 		op, arg := b%10, int64(b/10)
@@ -111,9 +118,16 @@ func runTwins(t *testing.T, ops []byte, now, limit int64, period time.Duration, 
 		case 8:
 			now += arg * int64(period) << (arg % 40) // far jumps: rebases
 		case 9:
-			if arg%5 == 0 {
+			switch arg % 5 {
+			case 0:
 				a.Retire()
 				m.Retire()
+			case 1:
+				sa, sm := a.(evicter).Evict(now), m.(evicter).Evict(now)
+				if sa != sm {
+					t.Fatalf("op %d Evict(%d): lock-free %d, mutex %d", i, now, sa, sm)
+				}
+				a, m = spent(now, sa, sm)
 			}
 		}
 		_, la := a.Peek(now)

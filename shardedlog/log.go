@@ -58,6 +58,25 @@ func (p *LogParams) after(ts, t int64) time.Duration {
 	return time.Duration(diff)
 }
 
+// leaves returns ts + T, the instant at which an entry charged at ts has
+// left every window, saturating at math.MaxInt64.
+func (p *LogParams) leaves(ts int64) int64 {
+	if ts > math.MaxInt64-p.period {
+		return math.MaxInt64
+	}
+	return ts + p.period
+}
+
+// enters returns spent − T, the time at which an entry leaves the window
+// at spent, or math.MinInt64 if that lies before the clock's first
+// instant (the entry then leaves later than spent).
+func (p *LogParams) enters(spent int64) int64 {
+	if spent < math.MinInt64+p.period {
+		return math.MinInt64
+	}
+	return spent - p.period
+}
+
 // An entry of the log is 16 bytes, changed only by a 16-byte CAS:
 //
 //	ts    the time the entry was charged at
@@ -186,6 +205,24 @@ func NewLog(p LogParams, now int64) *Log {
 	r.slots[0].ts.Store(uint64(now)) // the base entry: index 0, cost 0
 	r.hint.Store(1)
 	l.ring.Store(r)
+	return l
+}
+
+// NewLogSpent returns a log made at now that refuses every request until
+// spent and answers as a new log from spent on: its window holds cost N
+// charged at spent − T (the base entry, then one entry of cumulative cost
+// N, both at that time), so that a key evicted with Evict comes back
+// without the room it had used. With spent ≤ now it is NewLog(p, now).
+func NewLogSpent(p LogParams, now, spent int64) *Log {
+	if spent <= now {
+		return NewLog(p, now)
+	}
+	at := p.enters(spent)
+	l := NewLog(p, at)
+	r := l.ring.Load()
+	r.slots[1].ts.Store(uint64(at))
+	r.slots[1].meta.Store(metaOf(1, uint64(p.limit)))
+	r.hint.Store(2)
 	return l
 }
 
@@ -536,6 +573,46 @@ func (l *Log) Retire() {
 		if retired || cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, kindRetire<<kindShift) {
 			return
 		}
+	}
+}
+
+// Evict retires the log for good, as Retire does (its successor is new),
+// and returns the instant from which the log it held would answer as a
+// new log made then would: every request is charged at the newest entry's
+// time or later, so it is the time of the newest entry that carries cost
+// in the window ending there, plus T; with no cost there, the newest
+// entry's time itself (a log made then charges no earlier). It may lie in
+// the past, where it still binds requests whose readings are older. The
+// reading and the retirement are one
+// 16-byte CAS at the head, so no claim lands between them. (A refund that
+// lands between them only lowers what the log held; the eviction counts
+// as before it.) On a log already retired it returns math.MinInt64 and
+// changes nothing.
+func (l *Log) Evict(int64) (spent int64) {
+	for {
+		v, retired := l.current()
+		if retired {
+			return math.MinInt64
+		}
+		o, ok := l.evaluate(&v, v.prevTs)
+		if !ok {
+			continue
+		}
+		spent = v.prevTs
+		if o.window != 0 {
+			// The first entry at which the cumulative cost reaches the
+			// newest one's is the newest that carries cost.
+			ts, ok := v.firstEnough(o.b, o.bCum, o.window)
+			if !ok {
+				continue
+			}
+			spent = l.p.leaves(ts)
+		}
+		chaos.Yield()
+		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, kindRetire<<kindShift) {
+			return spent
+		}
+		chaos.Retried()
 	}
 }
 

@@ -1,6 +1,9 @@
 package shardedlog
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // MutexLog is the sliding window log in its plain form, behind a mutex: a
 // slice of (time, cost) entries, summed over the window on every request.
@@ -27,6 +30,19 @@ type logEntry struct{ ts, cost int64 }
 // NewMutexLog returns an empty log, closed before now.
 func NewMutexLog(p LogParams, now int64) *MutexLog {
 	return &MutexLog{p: p, newest: now}
+}
+
+// NewMutexLogSpent returns a MutexLog as NewLogSpent returns a Log: one
+// entry of cost N at spent − T, which every request until spent finds in
+// its window.
+func NewMutexLogSpent(p LogParams, now, spent int64) *MutexLog {
+	if spent <= now {
+		return NewMutexLog(p, now)
+	}
+	at := p.enters(spent)
+	m := NewMutexLog(p, at)
+	m.push(logEntry{at, p.limit})
+	return m
 }
 
 // window returns the cost in the window that ends at charged, and the
@@ -151,6 +167,24 @@ func (m *MutexLog) Retire() {
 	if !m.retired {
 		m.retired, m.reset = true, true
 	}
+}
+
+// Evict is Log.Evict under a mutex: the reading and the retirement are
+// one critical section.
+func (m *MutexLog) Evict(int64) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return math.MinInt64
+	}
+	m.retired, m.reset = true, true
+	_, first := m.window(m.newest)
+	for i := len(m.entries) - 1; i >= first; i-- {
+		if m.entries[i].cost > 0 {
+			return m.p.leaves(m.entries[i].ts)
+		}
+	}
+	return m.newest
 }
 
 // Successor is Log.Successor under a mutex.

@@ -381,3 +381,19 @@ func (p *Params) successor(w uint64, origin, now int64) (int64, uint64) {
 	ks, curr, prev := p.unpack(w &^ retiredBit)
 	return origin + ks, p.pack(0, curr, prev)
 }
+
+// spentState returns the origin and word of a state made at now that is
+// new from spent on (see NewSpent): NewWord's word at the window of now,
+// or, when the window that word charges lies more than maxRel windows
+// ahead, that window at the edge of a later origin.
+func (p *Params) spentState(now, spent int64) (origin int64, w uint64) {
+	origin = p.Origin(now)
+	if spent > now {
+		ks := p.Origin(spent) - p.lag() // the window NewWord charges N to
+		if ks > origin && uint64(ks)-uint64(origin) > uint64(p.maxRel) {
+			return ks - p.maxRel, p.pack(p.maxRel, p.limit, 0)
+		}
+	}
+	w, _ = p.NewWord(origin, now, now, spent) // now is in range: always Live
+	return origin, w
+}

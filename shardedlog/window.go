@@ -1,6 +1,7 @@
 package shardedlog
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
@@ -31,6 +32,21 @@ type Window struct {
 func New(p Params, now int64) *Window {
 	k, _ := floorDivMod(now, p.period)
 	return &Window{origin: k, p: p}
+}
+
+// NewSpent returns the state of a key made at now that is new from spent
+// on, and as full as such a state can be before: the word
+// Params.NewWord(origin, now, now, spent) gives at the window of now (a
+// window that held N, closed before it), so that a key evicted with Evict
+// comes back without the room it had used. With spent ≤ now it is New(p,
+// now). Should that window lie beyond the range of now's (the clock went
+// back further than a state holds), the origin moves forward to keep it
+// exact, and a reading from before the new range is denied with Never.
+func NewSpent(p Params, now, spent int64) *Window {
+	origin, w := p.spentState(now, spent)
+	s := &Window{origin: origin, p: p}
+	s.word.Store(w)
+	return s
 }
 
 // AllowN admits a request of cost n at now if the window allows it, and
@@ -115,6 +131,29 @@ func (s *Window) RetireIdle(now int64) bool {
 
 // Retire retires the state whatever it holds; its successor is new.
 func (s *Window) Retire() { s.word.Store(resetWord) }
+
+// Evict retires the state for good, as Retire does (its successor is new),
+// and returns the instant from which the state it held would answer as a
+// new one made then would (Params.SpentValue); it may lie in the past,
+// where it still binds requests whose readings are older. The reading and
+// the retirement are one CAS, so no
+// grant lands between them. On a state already retired it returns
+// math.MinInt64 and changes nothing; what the state held then lives on,
+// if anywhere, in Successor.
+func (s *Window) Evict(int64) (spent int64) {
+	for {
+		w := s.word.Load()
+		if isRetired(w) {
+			return math.MinInt64
+		}
+		spent = s.p.SpentValue(w, s.origin)
+		chaos.Yield()
+		if s.word.CompareAndSwap(w, resetWord) {
+			return spent
+		}
+		chaos.Retried()
+	}
+}
 
 // Successor returns the state that stands for this one once it is retired.
 // Every call on a retired Window returns the same *Window.

@@ -1,6 +1,9 @@
 package shardedlog
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // MutexWindow is Window's twin behind a mutex: the same rule, the same
 // transitions, the same answers. Tests check Window against it; benchmarks
@@ -17,6 +20,12 @@ type MutexWindow struct {
 func NewMutex(p Params, now int64) *MutexWindow {
 	k, _ := floorDivMod(now, p.period)
 	return &MutexWindow{origin: k, p: p}
+}
+
+// NewMutexSpent returns a MutexWindow as NewSpent returns a Window.
+func NewMutexSpent(p Params, now, spent int64) *MutexWindow {
+	origin, w := p.spentState(now, spent)
+	return &MutexWindow{word: w, origin: origin, p: p}
 }
 
 // AllowN is Window.AllowN under a mutex.
@@ -75,6 +84,19 @@ func (s *MutexWindow) Retire() {
 	s.mu.Lock()
 	s.word = resetWord
 	s.mu.Unlock()
+}
+
+// Evict is Window.Evict under a mutex: the reading and the retirement are
+// one critical section.
+func (s *MutexWindow) Evict(int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if isRetired(s.word) {
+		return math.MinInt64
+	}
+	spent := s.p.SpentValue(s.word, s.origin)
+	s.word = resetWord
+	return spent
 }
 
 // Successor is Window.Successor under a mutex.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/hook"
 	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
@@ -39,22 +41,41 @@ const (
 )
 
 type algorithm struct {
-	name     string
-	family   family
-	lockFree bool
+	name      string
+	family    family
+	lockFree  bool
+	reference bool // on the reference registry (xsync maps) instead of the flat table
 }
 
-var algorithms = []algorithm{
-	{floodgate.TokenBucket, bucket, true},
-	{floodgate.TokenBucketMutex, bucket, false},
-	{floodgate.LeakyBucket, bucket, true},
-	{floodgate.LeakyBucketMutex, bucket, false},
-	{floodgate.FixedWindow, fixed, true},
-	{floodgate.FixedWindowMutex, fixed, false},
-	{floodgate.SlidingCounter, sliding, true},
-	{floodgate.SlidingCounterMutex, sliding, false},
-	{floodgate.SlidingLog, logged, true},
-	{floodgate.SlidingLogMutex, logged, false},
+// algorithms is every algorithm and twin, on the flat table and again on
+// the reference registry.
+var algorithms = onBoth([]algorithm{
+	{floodgate.TokenBucket, bucket, true, false},
+	{floodgate.TokenBucketMutex, bucket, false, false},
+	{floodgate.LeakyBucket, bucket, true, false},
+	{floodgate.LeakyBucketMutex, bucket, false, false},
+	{floodgate.FixedWindow, fixed, true, false},
+	{floodgate.FixedWindowMutex, fixed, false, false},
+	{floodgate.SlidingCounter, sliding, true, false},
+	{floodgate.SlidingCounterMutex, sliding, false, false},
+	{floodgate.SlidingLog, logged, true, false},
+	{floodgate.SlidingLogMutex, logged, false, false},
+})
+
+func onBoth(as []algorithm) []algorithm {
+	out := slices.Clone(as)
+	for _, a := range as {
+		a.reference = true
+		out = append(out, a)
+	}
+	return out
+}
+
+func (a algorithm) String() string {
+	if a.reference {
+		return a.name + "/xsync"
+	}
+	return a.name
 }
 
 // forEach runs f for every algorithm and its mutex twin, with GOMAXPROCS
@@ -64,7 +85,7 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 	old := runtime.GOMAXPROCS(max(8, 4*runtime.NumCPU()))
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 	for _, a := range algorithms {
-		t.Run(a.name, func(t *testing.T) {
+		t.Run(a.String(), func(t *testing.T) {
 			before := chaos.Retries()
 			f(t, a)
 			if a.lockFree && (a.family != logged || shardedlog.LockFreeLog()) {
@@ -78,8 +99,12 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 	}
 }
 
-func mustNew(t *testing.T, cfg floodgate.Config) *floodgate.Limiter {
+// mustNew builds a's limiter, on the registry a names.
+func mustNew(t *testing.T, a algorithm, cfg floodgate.Config) *floodgate.Limiter {
 	t.Helper()
+	if a.reference {
+		cfg = hook.Reference(cfg).(floodgate.Config)
+	}
 	l, err := floodgate.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +150,7 @@ func TestFrozenClockOneKey(t *testing.T) {
 			}
 		}
 		for _, rule := range rules {
-			l := mustNew(t, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: floodgate.NewManualClock(12345)})
+			l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: floodgate.NewManualClock(12345)})
 			var admitted atomic.Int64
 			hammer(1_000_000*scale(), func(*rand.Rand) {
 				if l.Allow("hot") {
@@ -144,7 +169,7 @@ func TestFrozenClockOneKey(t *testing.T) {
 func TestFrozenClockWeighted(t *testing.T) {
 	forEach(t, func(t *testing.T, a algorithm) {
 		const limit = 10_000
-		l := mustNew(t, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
+		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
 		var cost atomic.Int64
 		hammer(500_000*scale(), func(r *rand.Rand) {
 			n := 1 + r.Int64N(7)
@@ -161,7 +186,7 @@ func TestFrozenClockWeighted(t *testing.T) {
 func TestFrozenClockThousandKeys(t *testing.T) {
 	forEach(t, func(t *testing.T, a algorithm) {
 		const keys, limit = 1000, 100
-		l := mustNew(t, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
+		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
 		names := keyNames(keys)
 		var admitted [keys]atomic.Int64
 		hammer(1_000_000*scale(), func(r *rand.Rand) {
@@ -188,7 +213,7 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 	forEach(t, func(t *testing.T, a algorithm) {
 		const keys, limit = 200, 10
 		clock := floodgate.NewManualClock(0)
-		l := mustNew(t, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Hour}, Clock: clock})
+		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Hour}, Clock: clock})
 		names := keyNames(keys)
 		stopEvictor := startEvictor(l)
 		defer stopEvictor()
@@ -222,7 +247,7 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 func TestFrozenClockGlobalCap(t *testing.T) {
 	forEach(t, func(t *testing.T, a algorithm) {
 		const keys, limit, global = 1000, 100, 45_678
-		l := mustNew(t, floodgate.Config{
+		l := mustNew(t, a, floodgate.Config{
 			Algorithm: a.name,
 			Rule:      floodgate.Rule{Limit: limit, Period: time.Second},
 			Global:    &floodgate.Rule{Limit: global, Period: time.Second},
@@ -260,7 +285,7 @@ func TestMovingClockRounds(t *testing.T) {
 			rule.Burst = 50
 		}
 		clock := floodgate.NewManualClock(1 << 45)
-		l := mustNew(t, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock})
+		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock})
 		stopEvictor := startEvictor(l)
 		defer stopEvictor()
 		log := newLedger(a.family, rule)
@@ -296,7 +321,7 @@ func TestStaleClockWithEviction(t *testing.T) {
 			rule.Burst = 5
 		}
 		clock := floodgate.NewManualClock(0)
-		l := mustNew(t, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock})
+		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock})
 		names := keyNames(keys)
 		var mu [keys]sync.Mutex
 		var times [keys][]int64

@@ -1,0 +1,41 @@
+// Package word holds what the flat registry and the algorithms that keep
+// their state inline in it agree on: the two marks a table writes into a
+// state word, and the outcome of one operation on a word.
+//
+// A word whose top two bits are 10 is never a state: a token bucket's TAT
+// lies in [−2^62, 2^62), where the top two bits are equal, and a window's
+// word has its top bit clear. The table uses two such words as marks.
+package word
+
+// Marks a table writes over a state word with a CAS on the same word as
+// every grant, so that no grant can land after them.
+const (
+	// Moved says the state now lives in the table's successor (a resize or
+	// a rebase copied it there): find the key again.
+	Moved uint64 = 2<<62 | 1
+	// Dead says the key was removed (evicted or reset): it is no longer in
+	// the table, and a request creates it anew.
+	Dead uint64 = 2<<62 | 2
+)
+
+// IsMark reports whether w is Moved, Dead or any other word that cannot be
+// a state.
+func IsMark(w uint64) bool { return w>>62 == 2 }
+
+// Status is what one operation on an inline word found.
+type Status uint8
+
+const (
+	// Live: the operation ran on a live state.
+	Live Status = iota
+	// Gone: the word held a mark. Nothing changed; find the key again.
+	Gone
+	// Rebase: the reading lies beyond what the word can hold relative to
+	// its table's origin. Nothing changed; move the table's origin
+	// forward, then try again.
+	Rebase
+	// Early: the reading lies too far before the table's origin for a new
+	// state to hold it. Nothing was made; the request is denied with
+	// Never, as a reading that far before an existing key's origin is.
+	Early
+)

@@ -1,0 +1,231 @@
+package floodgate_test
+
+import (
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/hook"
+)
+
+// every is each built-in algorithm and twin.
+var every = []string{
+	floodgate.TokenBucket, floodgate.TokenBucketMutex, floodgate.LeakyBucket, floodgate.LeakyBucketMutex,
+	floodgate.FixedWindow, floodgate.FixedWindowMutex, floodgate.SlidingCounter, floodgate.SlidingCounterMutex,
+	floodgate.SlidingLog, floodgate.SlidingLogMutex,
+}
+
+func TestMaxKeysRejects(t *testing.T) {
+	rule := floodgate.Rule{Limit: 10, Period: time.Second}
+	if _, err := floodgate.New(floodgate.Config{Rule: rule, MaxKeys: -1}); err == nil {
+		t.Error("a negative MaxKeys must be an error")
+	}
+	if err := floodgate.Register("test_unbounded", newQuota); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := floodgate.New(floodgate.Config{Algorithm: "test_unbounded", Rule: rule, MaxKeys: 10}); err == nil {
+		t.Error("MaxKeys with an algorithm that cannot remember an evicted state must be an error")
+	}
+	if _, err := floodgate.New(hook.Reference(floodgate.Config{Rule: rule, MaxKeys: 10}).(floodgate.Config)); err == nil {
+		t.Error("MaxKeys on the reference registry must be an error")
+	}
+}
+
+// TestMaxKeysRemembers: at the bound, a key that spent its allowance is
+// evicted to make room, and comes back with no more than it left with;
+// Len never passes the bound. The clock is frozen, so nothing refills.
+func TestMaxKeysRemembers(t *testing.T) {
+	for _, alg := range every {
+		t.Run(alg, func(t *testing.T) {
+			const maxKeys = 64 // one shard of 64
+			clock := floodgate.NewManualClock(int64(time.Hour))
+			l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Minute}, Clock: clock, MaxKeys: maxKeys})
+			admitted := map[string]int{}
+			for round := range 3 {
+				for i := range 10 * maxKeys {
+					key := "k" + strconv.Itoa(i)
+					if l.Allow(key) {
+						admitted[key]++
+					}
+					if n := l.Len(); n > maxKeys {
+						t.Fatalf("round %d: Len %d above MaxKeys %d", round, n, maxKeys)
+					}
+				}
+			}
+			for key, n := range admitted {
+				if n > 3 {
+					t.Fatalf("%s was admitted %d times under a frozen clock: eviction gave it a fresh allowance", key, n)
+				}
+			}
+			st := l.Stats()
+			if st.EvictedAtBound < 2*10*maxKeys || st.Keys != l.Len() {
+				t.Fatalf("Stats %+v: want at least %d evictions at the bound", st, 2*10*maxKeys)
+			}
+		})
+	}
+}
+
+// TestMaxKeysIdleFirst: at the bound, idle keys make room before busy
+// ones, so a flood of one-request keys does not push out a client that is
+// in the middle of its allowance while idle keys remain.
+func TestMaxKeysIdleFirst(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	l := newLimiter(t, floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: time.Second}, Clock: clock, MaxKeys: 64})
+	for i := range 64 {
+		l.Allow("idle-" + strconv.Itoa(i))
+	}
+	clock.Advance(time.Second) // every key is full again
+	l.AllowN("busy", 5)
+	l.Allow("new")
+	if d := l.Peek("busy"); d.Remaining != 4 {
+		t.Fatalf("the busy key was evicted or changed: %+v", d)
+	}
+}
+
+// TestForcedCollision makes every key one identity through the test hook:
+// the keys then share one allowance. A collision can make a limiter
+// stricter, never let more through.
+func TestForcedCollision(t *testing.T) {
+	for _, alg := range every {
+		cfg := floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 4, Period: time.Hour}, Clock: floodgate.NewManualClock(0)}
+		cfg = hook.IDs(cfg, func(string) (uint64, uint64) { return 0x1234567 | 1, 42 }).(floodgate.Config)
+		l := newLimiter(t, cfg)
+		passed := 0
+		for i := range 100 {
+			if l.Allow("client-" + strconv.Itoa(i)) {
+				passed++
+			}
+		}
+		if passed != 4 || l.Len() != 1 {
+			t.Errorf("%s: 100 colliding keys passed %d (Len %d), want one allowance of 4 in one slot", alg, passed, l.Len())
+		}
+	}
+}
+
+// TestSketchCollision: two keys share their sketch cells (forced through
+// the hook) but not their identity. The first spends its allowance and is
+// evicted at the bound; the second, new, then starts from what the first
+// left: stricter, never looser.
+func TestSketchCollision(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	cfg := floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Hour}, Clock: clock, MaxKeys: 64}
+	cfg = hook.IDs(cfg, func(key string) (uint64, uint64) {
+		n, _ := strconv.ParseUint(key[1:], 10, 64)
+		if key[0] == 'v' {
+			n += 1 << 20
+		}
+		// The sketch's cells come from the low bits of lo and the upper
+		// middle of hi: equal for the two victims, distinct elsewhere.
+		return n<<1 | 1, 7 << 40
+	}).(floodgate.Config)
+	l := newLimiter(t, cfg)
+	l.AllowN("a0", 2) // spends its whole allowance
+	for i := 1; i <= 64; i++ {
+		l.Allow("x" + strconv.Itoa(i)) // every key has the same sketch cells
+	}
+	if l.Stats().EvictedAtBound == 0 {
+		t.Fatal("no key was evicted at the bound")
+	}
+	if d := l.Peek("v0"); d.Allowed && d.Remaining == 1 {
+		t.Fatalf("an innocent key whose cells collide starts fresh: %+v", d)
+	}
+}
+
+func TestStats(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	l := newLimiter(t, floodgate.Config{
+		Rule:   floodgate.Rule{Limit: 2, Period: time.Second},
+		Global: &floodgate.Rule{Limit: 3, Period: time.Hour},
+		Clock:  clock, Stats: true,
+	})
+	l.Allow("a")
+	l.Allow("a")
+	l.Allow("a")     // denied by its own rule
+	l.AllowN("b", 1) // the third global unit
+	l.AllowN("b", 1) // denied by the global cap
+	l.Allow("c")     // denied by the global cap
+	clock.Advance(time.Hour)
+	l.EvictIdle()
+	want := floodgate.Stats{Allowed: 3, Denied: 3, DeniedByGlobal: 2, Keys: 0, Evicted: 3}
+	if got := l.Stats(); got != want {
+		t.Fatalf("Stats = %+v, want %+v", got, want)
+	}
+	off := newLimiter(t, floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Second}, Clock: clock})
+	off.Allow("a")
+	if got := off.Stats(); got.Allowed != 0 || got.Keys != 1 {
+		t.Fatalf("without Config.Stats: %+v, want no decision counts and Keys 1", got)
+	}
+}
+
+// TestRebase moves a clock past the range an inline word can hold
+// relative to its table's origin (2^60 ticks: 39 hours at the finest
+// scale), so that the table moves its origin, with keys in every state:
+// their decisions carry across exactly.
+func TestRebase(t *testing.T) {
+	for _, alg := range []string{floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingCounter} {
+		// 7919 per second: a tick of 1/7919 ns, so 2^60 ticks is 40 hours.
+		rule := floodgate.Rule{Limit: 7919, Period: time.Second}
+		if alg == floodgate.SlidingCounter {
+			rule = floodgate.Rule{Limit: 8_000_000, Period: time.Millisecond} // 2^15 windows: 32s
+		}
+		a := floodgate.NewManualClock(0)
+		b := floodgate.NewManualClock(0)
+		la := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: rule, Clock: a})
+		lb := newLimiter(t, floodgate.Config{Algorithm: alg + "_mutex", Rule: rule, Clock: b})
+		step := 5 * time.Hour
+		if alg == floodgate.SlidingCounter {
+			step = 3 * time.Second
+		}
+		for i := range 40 {
+			for k := range 20 {
+				key := "k" + strconv.Itoa(k)
+				n := int64(1 + (i*k)%int(rule.Limit/2))
+				if da, db := la.AllowN(key, n), lb.AllowN(key, n); da != db {
+					t.Fatalf("%s round %d key %s: %+v, twin %+v", alg, i, key, da, db)
+				}
+			}
+			a.Advance(step + time.Duration(i))
+			b.Advance(step + time.Duration(i))
+		}
+		if la.Len() != 20 || lb.Len() != 20 {
+			t.Fatalf("%s: Len %d, twin %d", alg, la.Len(), lb.Len())
+		}
+	}
+}
+
+// TestMaxKeysHeapBound: after a flood of 200,000 one-request keys through
+// a limiter bounded at 10,000, the heap it holds is within MaxKeys × a
+// budget per key (64 bytes for a state inline in the table, 320 for one
+// out of line), plus the sketch (8 bytes a cell) and 1 MiB.
+func TestMaxKeysHeapBound(t *testing.T) {
+	for _, alg := range []string{floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingLog, floodgate.TokenBucketMutex} {
+		const maxKeys, keys = 10_000, 200_000
+		perKey := uint64(64)
+		if alg == floodgate.SlidingLog || alg == floodgate.TokenBucketMutex {
+			perKey = 320
+		}
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = "flood-" + strconv.Itoa(i)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 5, Period: time.Second}, Clock: floodgate.NewManualClock(0), MaxKeys: maxKeys})
+		for _, k := range names {
+			l.Allow(k)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		held := after.HeapAlloc - min(after.HeapAlloc, before.HeapAlloc)
+		limit := maxKeys*perKey + 8*16384 + 1<<20
+		if held > limit {
+			t.Errorf("%s: %d bytes held after the flood, above %d", alg, held, limit)
+		}
+		t.Logf("%s: %d bytes held for %d keys (%.1f per key of the bound)", alg, held, l.Len(), float64(held)/maxKeys)
+		runtime.KeepAlive(l)
+		runtime.KeepAlive(names)
+	}
+}

@@ -1,0 +1,484 @@
+package registry
+
+import (
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate/internal/word"
+	"golang.org/x/sys/cpu"
+)
+
+// ID is a key's identity in a Flat table: a 128-bit keyed hash of the
+// key, of which the table keeps 95 bits (Hi but its lowest bit, which is
+// always 1, and the low 32 bits of Lo); the rest only chose where the key
+// lives. The key itself is not stored. Two keys whose kept bits are equal
+// share one state, so they share one allowance: a collision can make a
+// limiter stricter for both, never let either pass more than the rule.
+// With a random seed per limiter, the chance that any two of 10^9 keys
+// held at once collide is about (10^9)² / 2^96 ≈ 1.3 × 10^-11.
+type ID struct{ Hi, Lo uint64 }
+
+// Hasher makes IDs with a seed of its own: two independent 64-bit keyed
+// hashes (AES-based where the CPU has AES), one pass over the key each.
+type Hasher struct{ a, b maphash.Seed }
+
+// NewHasher returns a Hasher with fresh random seeds.
+func NewHasher() Hasher { return Hasher{maphash.MakeSeed(), maphash.MakeSeed()} }
+
+// ID returns key's identity. Hi is always odd, so that 0 and tombHi never
+// stand for a key.
+func (h Hasher) ID(key string) ID {
+	return ID{Hi: maphash.String(h.a, key) | 1, Lo: maphash.String(h.b, key)}
+}
+
+// Marks in a slot's hi: an empty slot ends a probe; a tombstone is a key
+// removed, which a probe passes over. Slots are never reused within one
+// table, so a request that found a key's slot can never meet another key's
+// state there: only a migration to a new table frees tombstones.
+const (
+	emptyHi = 0
+	tombHi  = 2
+)
+
+// bucket is one cache line of a table: three keys' identities and their
+// state words. A state that fits one word (a token bucket, a window)
+// lives in w itself, so that finding a key and deciding its request touch
+// one line; any other state lives behind the table's parallel pointers,
+// and w then only carries the table's marks. Words come first, so that
+// each is 8-byte aligned; the bucket is 64 bytes and the table aligns it
+// to a line.
+type bucket struct {
+	w  [slotsPerBucket]atomic.Uint64
+	hi [slotsPerBucket]atomic.Uint64
+	lo [slotsPerBucket]atomic.Uint32
+	_  uint32
+}
+
+const (
+	slotsPerBucket = 3
+	// A slot index is bucket<<2 | position, so that no request divides.
+	slotShift = 2
+	slotMask  = 1<<slotShift - 1
+)
+
+// Table is one generation of a shard's slots. Origin is the instant (or
+// window index) that inline words are relative to; it changes only when a
+// rebase moves the shard to a new table.
+type Table struct {
+	b      []bucket
+	n      uint64           // len(b)
+	ptrs   []unsafe.Pointer // parallel to the slots, for states held out of line
+	Origin int64
+	next   atomic.Pointer[Table] // set before the first slot is marked Moved
+}
+
+// Word returns the state word of slot i.
+func (t *Table) Word(i int) *atomic.Uint64 { return &t.b[i>>slotShift].w[i&slotMask] }
+
+// Ptr returns the out-of-line state of slot i.
+func (t *Table) Ptr(i int) unsafe.Pointer { return atomic.LoadPointer(&t.ptrs[i]) }
+
+// ID returns the identity held in slot i, as far as the table keeps it.
+func (t *Table) ID(i int) ID {
+	b, j := &t.b[i>>slotShift], i&slotMask
+	return ID{b.hi[j].Load(), uint64(b.lo[j].Load())}
+}
+
+func (t *Table) hi(i int) uint64 { return t.b[i>>slotShift].hi[i&slotMask].Load() }
+
+// home maps an ID onto [0, n) by a multiply, so that a table can have any
+// number of buckets, not only a power of two: growth by half keeps the
+// load between 0.5 and 0.75. It reads only Hi, which the table keeps whole,
+// so that a migration finds every key's home again; the rotation moves the
+// top bits, which chose the shard, out of the way.
+func (t *Table) home(id ID) uint64 {
+	h, _ := bits.Mul64(bits.RotateLeft64(id.Hi, 32), t.n)
+	return h
+}
+
+// lookup returns the slot holding id, or -1. It reads the probed buckets'
+// identities and writes nothing. A key lives in the first bucket from its
+// home that had a free slot when it came, and a slot once taken is never
+// empty again in that table: a bucket with an empty slot ends the probe.
+// A table is never full, so a probe ends.
+func (t *Table) lookup(id ID) int {
+	lo := uint32(id.Lo)
+	i := t.home(id)
+	for {
+		b := &t.b[i]
+		for j := range slotsPerBucket {
+			h := b.hi[j].Load()
+			if h == id.Hi && b.lo[j].Load() == lo {
+				return int(i)<<slotShift | j
+			}
+			if h == emptyHi {
+				return -1
+			}
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// free returns the first empty slot on id's probe path.
+func (t *Table) free(id ID) int {
+	i := t.home(id)
+	for {
+		for j := range slotsPerBucket {
+			if t.b[i].hi[j].Load() == emptyHi {
+				return int(i)<<slotShift | j
+			}
+		}
+		if i++; i == t.n {
+			i = 0
+		}
+	}
+}
+
+// slots returns the number of slot indexes, bucket by bucket (some of them
+// are not slots: i&slotMask == slotsPerBucket).
+func (t *Table) slots() int { return int(t.n) << slotShift }
+
+// put writes id and its state into the empty slot i; the identity last,
+// so that a reader that sees it sees the state.
+func (t *Table) put(i int, id ID, w uint64, p unsafe.Pointer) {
+	b, j := &t.b[i>>slotShift], i&slotMask
+	b.w[j].Store(w)
+	if t.ptrs != nil {
+		atomic.StorePointer(&t.ptrs[i], p)
+	}
+	b.lo[j].Store(uint32(id.Lo))
+	b.hi[j].Store(id.Hi)
+}
+
+// Hooks is what a Flat table asks of the states it holds.
+type Hooks struct {
+	// Rebase translates a live inline word from origin from to origin to.
+	// Nil for tables whose states live out of line.
+	Rebase func(w uint64, from, to int64) uint64
+	// Spent returns, reading and changing nothing, the instant from which
+	// the state in slot i of t would answer as a new one does (at or
+	// before now for an idle key). Eviction at the bound takes the
+	// sampled key with the earliest.
+	Spent func(t *Table, i int, now int64) int64
+	// Evict retires the state in slot i of t for good, whatever it holds,
+	// as one atomic step with respect to its grants, and remembers what it
+	// held (see floodgate's MaxKeys). The table then removes the slot.
+	Evict func(t *Table, i int, now int64)
+}
+
+// Flat maps IDs to states in sharded open-addressing tables with linear
+// probing. Readers take no lock and write no shared memory: a lookup is a
+// hash, a load of the shard's table pointer (read-only between resizes),
+// and a probe that usually ends in the first slot, whose state word sits
+// beside the ID. Writers that add or remove keys take their shard's lock;
+// grants never do, they CAS the state word.
+//
+// A resize or a rebase builds a new table under the shard's lock and moves
+// each slot with a CAS of its word to word.Moved, after copying the word
+// it replaces: a grant that lands before the CAS is copied with it, and
+// one that comes after finds Moved and follows the table's successor. So
+// readers never wait, and no grant is lost.
+type Flat struct {
+	shards []flatShard
+	shift  uint
+	bound  int // keys per shard at most; 0 means unbounded
+	ptrs   bool
+	hooks  Hooks
+}
+
+type flatShard struct {
+	table atomic.Pointer[Table] // read by every request: on a line of its own
+	_     cpu.CacheLinePad
+	mu    sync.Mutex
+	live  atomic.Int64 // keys held; written under mu, read by Len
+	used  uint64       // live slots and tombstones of the table, under mu
+	rng   uint64       // sampling state for eviction at the bound, under mu
+	_     cpu.CacheLinePad
+}
+
+// minBuckets is the size of a new shard's table.
+const minBuckets = 2
+
+// FlatConfig configures a Flat table.
+type FlatConfig struct {
+	// Shards: 0 picks four per GOMAXPROCS, at most 64, fewer when MaxKeys
+	// is small, so that each shard may hold at least 64 keys.
+	Shards int
+	// MaxKeys bounds the keys held: each of the S shards holds at most
+	// MaxKeys/S, so Len never exceeds MaxKeys. 0 means unbounded.
+	MaxKeys int
+	// Pointers makes room for a state out of line in every slot.
+	Pointers bool
+	// Origin is the first table's origin.
+	Origin int64
+	Hooks  Hooks
+}
+
+// NewFlat returns an empty table.
+func NewFlat(c FlatConfig) *Flat {
+	n := c.Shards
+	if n <= 0 {
+		n = min(4*runtime.GOMAXPROCS(0), 64)
+	}
+	shards := 1
+	for shards < n {
+		shards *= 2
+	}
+	for c.MaxKeys > 0 && shards > 1 && c.MaxKeys/shards < 64 {
+		shards /= 2
+	}
+	f := &Flat{shards: make([]flatShard, shards), shift: uint(64 - bits.TrailingZeros(uint(shards))),
+		ptrs: c.Pointers, hooks: c.Hooks}
+	if c.MaxKeys > 0 {
+		f.bound = max(1, c.MaxKeys/shards)
+	}
+	for i := range f.shards {
+		f.shards[i].table.Store(newTable(minBuckets, c.Origin, c.Pointers))
+		f.shards[i].rng = uint64(i)*0x9e3779b97f4a7c15 + 1
+	}
+	return f
+}
+
+// newTable makes a table of n buckets, aligned to a cache line: a bucket
+// must be one line, or a lookup would touch two.
+func newTable(n uint64, origin int64, ptrs bool) *Table {
+	raw := make([]bucket, n+1)
+	off := (lineSize - uintptr(unsafe.Pointer(&raw[0]))%lineSize) % lineSize
+	t := &Table{b: unsafe.Slice((*bucket)(unsafe.Add(unsafe.Pointer(&raw[0]), off)), n), n: n, Origin: origin}
+	if ptrs {
+		t.ptrs = make([]unsafe.Pointer, n<<slotShift)
+	}
+	return t
+}
+
+const lineSize = 64
+
+func (f *Flat) shardOf(id ID) *flatShard { return &f.shards[id.Hi>>f.shift] }
+
+// Find returns the table and slot that hold id, or a slot below 0 when id
+// is absent. It takes no lock and writes nothing. A slot marked Moved is
+// followed into the table that replaced it. The slot's word may be Dead:
+// the key is being removed, and Insert will wait for that to finish.
+func (f *Flat) Find(id ID) (*Table, int) {
+	t := f.shardOf(id).table.Load()
+	for {
+		i := t.lookup(id)
+		if i < 0 || t.Word(i).Load() != word.Moved {
+			return t, i
+		}
+		t = t.next.Load()
+	}
+}
+
+// Insert returns the table and slot that hold id, creating the slot if id
+// is absent. Creation runs under the shard's lock, so it happens once per
+// key however many goroutines race on it: init gives the new state's word
+// (relative to the table's Origin) and, for tables of pointers, its state.
+// If init reports false, nothing is created and the slot returned is -1.
+// At the bound, a key already held is evicted first (see Flat).
+func (f *Flat) Insert(id ID, now int64, init func(t *Table) (w uint64, p unsafe.Pointer, ok bool)) (*Table, int) {
+	sh := f.shardOf(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.table.Load()
+	if i := t.lookup(id); i >= 0 {
+		return t, i
+	}
+	w, p, ok := init(t)
+	if !ok {
+		return t, -1
+	}
+	if f.bound > 0 && int(sh.live.Load()) >= f.bound {
+		f.evictOne(sh, t, now)
+	}
+	if (sh.used+1)*4 > t.n*slotsPerBucket*3 { // above a load of 0.75
+		t = f.migrate(sh, t, t.Origin)
+		// A resize keeps the origin, so the word init gave stands.
+	}
+	i := t.free(id)
+	t.put(i, id, w, p)
+	sh.used++
+	sh.live.Add(1)
+	return t, i
+}
+
+// evictOne removes one key of a full shard, chosen by sampling: from a
+// random slot, the first eight keys (or those within 64 slots, if fewer),
+// and of those the one whose state would be fresh soonest. An idle key
+// (fresh already) is taken at once and costs nothing to forget; among
+// busy ones, the one that leaves the least to remember.
+func (f *Flat) evictOne(sh *flatShard, t *Table, now int64) {
+	sh.rng ^= sh.rng << 13
+	sh.rng ^= sh.rng >> 7
+	sh.rng ^= sh.rng << 17
+	n := uint64(t.slots())
+	start := sh.rng % n
+	best, bestAt, seen := -1, int64(math.MaxInt64), 0
+	for k := uint64(0); k < n; k++ {
+		if best >= 0 && (seen >= 8 || k >= 64) {
+			break
+		}
+		i := (start + k) % n
+		if i&slotMask == slotsPerBucket {
+			continue
+		}
+		if h := t.hi(int(i)); h == emptyHi || h == tombHi {
+			continue
+		}
+		seen++
+		at := f.hooks.Spent(t, int(i), now)
+		if best < 0 || at < bestAt {
+			best, bestAt = int(i), at
+		}
+		if at <= now {
+			break // idle at now: the cheapest key to forget
+		}
+	}
+	if best < 0 {
+		return
+	}
+	f.hooks.Evict(t, best, now)
+	f.tombstone(sh, t, best)
+}
+
+// tombstone removes slot i, whose state has been retired. Under the lock.
+func (f *Flat) tombstone(sh *flatShard, t *Table, i int) {
+	t.b[i>>slotShift].hi[i&slotMask].Store(tombHi)
+	if f.ptrs {
+		atomic.StorePointer(&t.ptrs[i], nil)
+	}
+	sh.live.Add(-1)
+}
+
+// migrate moves the shard to a new table sized for its keys, with the given
+// origin, and returns it. Under the lock; readers go on meanwhile.
+func (f *Flat) migrate(sh *flatShard, old *Table, origin int64) *Table {
+	live := uint64(sh.live.Load())
+	nt := newTable(max(minBuckets, (live+1)*2/slotsPerBucket), origin, f.ptrs)
+	old.next.Store(nt)
+	rebase := f.hooks.Rebase != nil && origin != old.Origin
+	for i := range old.slots() {
+		if i&slotMask == slotsPerBucket {
+			continue
+		}
+		h := old.hi(i)
+		if h == emptyHi || h == tombHi {
+			continue
+		}
+		id := old.ID(i)
+		j := nt.free(id)
+		var p unsafe.Pointer
+		if f.ptrs {
+			p = old.Ptr(i)
+		}
+		// No reader looks for id in nt before its old slot says Moved, so
+		// the copy may be rewritten until the CAS holds.
+		src := old.Word(i)
+		w := src.Load()
+		for {
+			nw := w
+			if rebase {
+				nw = f.hooks.Rebase(w, old.Origin, origin)
+			}
+			nt.put(j, id, nw, p)
+			if src.CompareAndSwap(w, word.Moved) {
+				break
+			}
+			w = src.Load()
+		}
+	}
+	sh.used = live
+	sh.table.Store(nt)
+	return nt
+}
+
+// Rebase moves id's shard to a new table whose origin is origin, unless
+// its table is no longer t (another goroutine moved it already: the
+// caller reads again and asks again if it still must).
+func (f *Flat) Rebase(id ID, t *Table, origin int64) {
+	sh := f.shardOf(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if cur := sh.table.Load(); cur == t && origin > cur.Origin {
+		f.migrate(sh, cur, origin)
+	}
+}
+
+// Replace, for a table of pointers, sets id's state to swap(its current
+// one) under the shard's lock, and returns what id holds afterwards, or
+// nil if id is absent (swap is not called then).
+func (f *Flat) Replace(id ID, swap func(cur unsafe.Pointer) unsafe.Pointer) unsafe.Pointer {
+	sh := f.shardOf(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.table.Load()
+	i := t.lookup(id)
+	if i < 0 {
+		return nil
+	}
+	next := swap(atomic.LoadPointer(&t.ptrs[i]))
+	atomic.StorePointer(&t.ptrs[i], next)
+	return next
+}
+
+// Remove calls retire on id's slot under its shard's lock, then removes
+// it, and reports whether id was present.
+func (f *Flat) Remove(id ID, retire func(t *Table, i int)) bool {
+	sh := f.shardOf(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.table.Load()
+	i := t.lookup(id)
+	if i < 0 {
+		return false
+	}
+	retire(t, i)
+	f.tombstone(sh, t, i)
+	return true
+}
+
+// DeleteIf removes every key for which pred, called under the key's shard
+// lock, retires its state and reports true; it returns how many. Shards
+// are visited one after another: no lock spans the table.
+func (f *Flat) DeleteIf(pred func(t *Table, i int) bool) int {
+	n := 0
+	for s := range f.shards {
+		sh := &f.shards[s]
+		sh.mu.Lock()
+		t := sh.table.Load()
+		for i := range t.slots() {
+			if i&slotMask == slotsPerBucket {
+				continue
+			}
+			if h := t.hi(i); h == emptyHi || h == tombHi {
+				continue
+			}
+			if pred(t, i) {
+				f.tombstone(sh, t, i)
+				n++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Len returns the number of keys held: at every instant at most MaxKeys.
+func (f *Flat) Len() int {
+	n := int64(0)
+	for i := range f.shards {
+		n += f.shards[i].live.Load()
+	}
+	return int(n)
+}
+
+// Bound returns the keys each shard may hold (0: unbounded) and the number
+// of shards.
+func (f *Flat) Bound() (perShard, shards int) { return f.bound, len(f.shards) }

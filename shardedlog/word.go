@@ -1,0 +1,217 @@
+package shardedlog
+
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/word"
+)
+
+// The methods below run a window whose state is one word held by the
+// caller, in a slot of a table that many keys share (floodgate's flat
+// registry), relative to an origin window index that the table holds for
+// all of them. They apply the same transitions as Window and MutexWindow;
+// where those retire and name a successor, an inline word reports a
+// word.Status (see atomicbucket's word.go).
+
+// Origin returns the window index of now: the origin of a table that
+// holds window words.
+func (p *Params) Origin(now int64) int64 {
+	k, _ := floorDivMod(now, p.period)
+	return k
+}
+
+// NewWord returns the word of a key created at now: closed before the
+// window of at (at ≥ now: the latest eviction's instant), and, when
+// spent > at, as full as a state that is new only from spent on can be (a
+// key evicted at the bound: see SpentValue).
+func (p *Params) NewWord(origin, now, at, spent int64) (uint64, word.Status) {
+	if _, _, pos := p.locate(now, origin); pos != inRange {
+		return 0, p.status(pos)
+	}
+	rel, _, pos := p.locate(at, origin)
+	if pos != inRange {
+		rel = p.maxRel
+	}
+	w := p.pack(rel, 0, 0)
+	if spent > at {
+		// Window ks held N: it is closed before ks, refuses all of ks,
+		// and (sliding) weighs N in ks+1; it answers as new from spent.
+		k, _ := floorDivMod(spent, p.period)
+		ks := k - p.lag()
+		if r := ks - origin; r >= rel-1 {
+			w = p.pack(min(r, p.maxRel), p.limit, 0)
+		}
+	}
+	return w, word.Live
+}
+
+// lag is how many windows after its own a count still weighs, plus one.
+func (p *Params) lag() int64 {
+	if p.kind == Sliding {
+		return 2
+	}
+	return 1
+}
+
+func (p *Params) status(pos position) word.Status {
+	if pos == tooEarly {
+		return word.Early
+	}
+	return word.Rebase
+}
+
+// TakeWord is Window.Take on the word w.
+func (p *Params) TakeWord(w *atomic.Uint64, origin, now, n int64) (allowed bool, st word.Status) {
+	rel, e, pos := p.locate(now, origin)
+	if pos == pastRange {
+		return false, word.Rebase
+	}
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return false, word.Gone
+		}
+		if pos != inRange {
+			return false, word.Live
+		}
+		next, allowed, _ := p.admit(v, rel, e, pos, n)
+		if next == v {
+			return allowed, word.Live
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, next) {
+			return allowed, word.Live
+		}
+		chaos.Retried()
+	}
+}
+
+// AllowWord is Window.AllowN on the word w.
+func (p *Params) AllowWord(w *atomic.Uint64, origin, now, n int64) (Decision, word.Status) {
+	rel, e, pos := p.locate(now, origin)
+	if pos == pastRange {
+		return Decision{}, word.Rebase
+	}
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return Decision{}, word.Gone
+		}
+		next, d, _ := p.allow(v, rel, e, pos, n)
+		if next == v {
+			return d, word.Live
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, next) {
+			return d, word.Live
+		}
+		chaos.Retried()
+	}
+}
+
+// PeekValue is what Window.Peek answers for a window whose word is v.
+func (p *Params) PeekValue(v uint64, origin, now int64) Decision {
+	rel, e, pos := p.locate(now, origin)
+	d, _ := p.peek(v, rel, e, pos)
+	return d
+}
+
+// RefundWord is Window.Refund on the word w, for a grant at now.
+func (p *Params) RefundWord(w *atomic.Uint64, origin, now, n int64) word.Status {
+	rel, _, pos := p.locate(now, origin)
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return word.Gone
+		}
+		if pos != inRange {
+			return word.Live // the window of the grant is long gone
+		}
+		next, _ := p.refund(v, rel, n)
+		if next == v {
+			return word.Live
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, next) {
+			return word.Live
+		}
+		chaos.Retried()
+	}
+}
+
+// RetireIdleWord marks w Dead if at now it answers as a new window would.
+func (p *Params) RetireIdleWord(w *atomic.Uint64, origin, now int64) bool {
+	rel, _, pos := p.locate(now, origin)
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return false
+		}
+		if _, ok := p.retireIdle(v, rel, pos); !ok {
+			return false
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, word.Dead) {
+			return true
+		}
+		chaos.Retried()
+	}
+}
+
+// EvictWord marks w Dead whatever it holds and returns, in the same step,
+// SpentValue of what it held.
+func (p *Params) EvictWord(w *atomic.Uint64, origin int64) int64 {
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return math.MinInt64
+		}
+		at := p.SpentValue(v, origin)
+		if w.CompareAndSwap(v, word.Dead) {
+			return at
+		}
+	}
+}
+
+// SpentValue returns the instant from which a window whose word is v
+// answers as a new one made then would: the end of the last window its
+// counts weigh in, or, with no count, the start of its own window (before
+// which it refuses readings). It may lie in the past: a request whose
+// reading is older still finds the window closed or counted until then.
+func (p *Params) SpentValue(v uint64, origin int64) int64 {
+	ks, curr, prev := p.unpack(v)
+	lag := int64(0)
+	switch {
+	case curr > 0:
+		lag = p.lag()
+	case prev > 0:
+		lag = 1
+	}
+	k := origin + ks
+	switch {
+	case (k^origin)&(k^ks) < 0: // the sum overflowed
+		if ks > 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	case k > math.MaxInt64/p.period-lag:
+		return math.MaxInt64
+	case k+lag < math.MinInt64/p.period:
+		return math.MinInt64 // the window begins before the clock's first instant
+	}
+	return (k + lag) * p.period
+}
+
+// RebaseWord translates a live word from origin window from to a later
+// one, to. A window that falls out of the range held nothing that still
+// weighs: it becomes a new state at the edge of the range.
+func (p *Params) RebaseWord(v uint64, from, to int64) uint64 {
+	ks, curr, prev := p.unpack(v)
+	shift := uint64(to) - uint64(from)
+	if shift > uint64(p.maxRel) || ks-int64(shift) < -p.maxRel {
+		return p.pack(-p.maxRel, 0, 0)
+	}
+	return p.pack(ks-int64(shift), curr, prev)
+}
