@@ -34,15 +34,20 @@ var goroutinesFlag = flag.String("goroutines", "1,4,64", "comma-separated gorout
 // runs the hot-key scenarios; the key-set scenarios run the token bucket,
 // floodgate's default, against the per-key peers.
 var (
-	hotImpls = append(Floodgates(), Peers()...)
+	// variants are floodgate-tb on the reference registry, with Stats
+	// counting, and on a TSC clock.
+	variants = ByName("floodgate-tb-xsync", "floodgate-tb-xsync-coarse", "floodgate-tb-stats", "floodgate-tb-stats-coarse", "floodgate-tb-tsc")
+	hotImpls = append(append(Floodgates(), variants...), Peers()...)
 	// parallelImpls leaves out the coarse clock for all but the token
 	// bucket: the clock read is the same for every algorithm.
-	parallelImpls = append(ByName(
+	parallelImpls = append(append(ByName(
 		"floodgate-tb", "floodgate-tb-mutex", "floodgate-tb-coarse", "floodgate-tb-mutex-coarse",
 		"floodgate-lb", "floodgate-lb-mutex", "floodgate-fw", "floodgate-fw-mutex",
-		"floodgate-sc", "floodgate-sc-mutex", "floodgate-sl", "floodgate-sl-mutex"), Peers()...)
-	keyImpls   = ByName("floodgate-tb", "floodgate-tb-mutex", "floodgate-tb-coarse", "xtime-syncmap", "golimiter", "throttled", "ulule")
-	floorImpls = append([]Impl{Floor}, keyImpls...)
+		"floodgate-sc", "floodgate-sc-mutex", "floodgate-sl", "floodgate-sl-mutex"), variants...), Peers()...)
+	keyImpls = ByName("floodgate-tb", "floodgate-tb-mutex", "floodgate-tb-coarse",
+		"floodgate-tb-xsync", "floodgate-tb-xsync-coarse", "floodgate-tb-tsc",
+		"xtime-syncmap", "golimiter", "throttled", "ulule")
+	floorImpls = append([]Impl{Floor, FloorCAS}, keyImpls...)
 	sweepKeys  = []string{"floodgate-tb", "floodgate-tb-coarse", "xtime-syncmap", "golimiter", "throttled"}
 	sweepHot   = ByName("floodgate-tb", "floodgate-tb-coarse", "xtime", "juju", "uber", "golimiter", "throttled")
 	latencyHot = append(slices.Clone(keyImpls), ByName("xtime", "juju", "uber")...)
@@ -133,27 +138,21 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	}
 	// Every call is a key never seen before, and idle keys are evicted
-	// meanwhile. Making each key's string costs every implementation one
-	// allocation of its own.
-	for _, impl := range keyImpls {
-		b.Run("scenario=churn-parallel/impl="+impl.Name, func(b *testing.B) {
-			l := build(b, impl, Options{Rate: Plenty, IdleTTL: 100 * time.Millisecond})
-			var worker atomic.Int64
-			var denied atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				buf := strconv.AppendInt([]byte("churn-"), worker.Add(1), 10)
-				buf = append(buf, '-')
-				prefix := len(buf)
-				for i := uint64(0); pb.Next(); i++ {
-					buf = strconv.AppendUint(buf[:prefix], i, 10)
-					if !l.Allow(string(buf)) {
-						denied.Add(1)
-					}
-				}
-			})
-			checkDenied(b, denied.Load(), b.N)
-		})
+	// meanwhile ("churn"), or keys are bounded at 65,536 and each new one
+	// takes an old one's place ("churn-bounded": floodgate's MaxKeys,
+	// throttled's LRU). Making each key's string costs every
+	// implementation one allocation of 16 bytes; floor shows it, and the
+	// rest of B/op and allocs/op is what creating a key costs.
+	for _, sc := range []struct {
+		name string
+		o    Options
+	}{
+		{"churn-parallel", Options{Rate: Plenty, IdleTTL: 100 * time.Millisecond}},
+		{"churn-bounded-parallel", Options{Rate: Plenty, MaxKeys: 1 << 16}},
+	} {
+		for _, impl := range floorImpls {
+			b.Run("scenario="+sc.name+"/impl="+impl.Name, func(b *testing.B) { benchChurn(b, build(b, impl, sc.o)) })
+		}
 	}
 	// 1,000 keys and a global cap that is asked on every grant: every
 	// request also writes one shared word.
@@ -165,6 +164,26 @@ func BenchmarkAllow(b *testing.B) {
 			benchPicks(b, l, ks, picks(len(ks), "uniform"), true)
 		})
 	}
+}
+
+// benchChurn calls Allow from every core, each call with a key never seen
+// before.
+func benchChurn(b *testing.B, l Limiter) {
+	var worker atomic.Int64
+	var denied atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		buf := strconv.AppendInt([]byte("churn-"), worker.Add(1), 10)
+		buf = append(buf, '-')
+		prefix := len(buf)
+		for i := uint64(0); pb.Next(); i++ {
+			buf = strconv.AppendUint(buf[:prefix], i, 10)
+			if !l.Allow(string(buf)) {
+				denied.Add(1)
+			}
+		}
+	})
+	checkDenied(b, denied.Load(), b.N)
 }
 
 // keyCounts are the key-set sizes, with the names used in scenario=.
@@ -191,7 +210,7 @@ func BenchmarkKeys(b *testing.B) {
 			for _, kc := range keyCounts {
 				ks := keySet(kc.n)
 				perKey, l, release := filled(b, impl, ks)
-				if kc.n == 1_000_000 && impl.Name != Floor.Name {
+				if kc.n == 1_000_000 && !strings.HasPrefix(impl.Name, Floor.Name) {
 					b.Run("scenario=1M-bytes", func(b *testing.B) {
 						for b.Loop() {
 						}

@@ -3,10 +3,13 @@ package bench
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/hook"
 	"github.com/juju/ratelimit"
 	"github.com/sethvargo/go-limiter"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -65,6 +68,9 @@ type Options struct {
 	IdleTTL time.Duration
 	// Global, if not nil, is a cap over all keys together.
 	Global *Rate
+	// MaxKeys > 0 asks for at most that many keys to be held, by whatever
+	// means the implementation has.
+	MaxKeys int
 }
 
 // errUnsupported is returned by New for options an implementation lacks.
@@ -96,7 +102,9 @@ var floodgateAlgorithms = []struct{ short, lockFree, mutex string }{
 // CoarseResolution is the coarse clock's tick in the "-coarse" variants.
 const CoarseResolution = time.Millisecond
 
-func floodgateImpl(name, alg string, coarse bool) Impl {
+// floodgateImpl is floodgate with algorithm alg, on the coarse clock or
+// not; variant, if not nil, changes the Config further.
+func floodgateImpl(name, alg string, coarse bool, variant func(floodgate.Config) floodgate.Config) Impl {
 	return Impl{Name: name, PerKey: true, Denies: true,
 		New: func(o Options) (Limiter, func(), error) {
 			if o.Rate == Plenty {
@@ -106,6 +114,10 @@ func floodgateImpl(name, alg string, coarse bool) Impl {
 				Algorithm: alg,
 				Rule:      floodgate.Rule{Limit: o.Rate.Limit, Period: o.Rate.Period},
 				IdleTTL:   o.IdleTTL,
+				MaxKeys:   o.MaxKeys,
+			}
+			if variant != nil {
+				cfg = variant(cfg)
 			}
 			if g := o.Global; g != nil {
 				cfg.Global = &floodgate.Rule{Limit: g.Limit, Period: g.Period}
@@ -149,9 +161,40 @@ func Floodgates() []Impl {
 				suffix = "-coarse"
 			}
 			out = append(out,
-				floodgateImpl("floodgate-"+a.short+suffix, a.lockFree, coarse),
-				floodgateImpl("floodgate-"+a.short+"-mutex"+suffix, a.mutex, coarse))
+				floodgateImpl("floodgate-"+a.short+suffix, a.lockFree, coarse, nil),
+				floodgateImpl("floodgate-"+a.short+"-mutex"+suffix, a.mutex, coarse, nil))
 		}
+	}
+	return out
+}
+
+// Variants returns floodgate-tb in the forms that show what one choice
+// costs or gains, each on the SystemClock and the coarse clock:
+// "-xsync" keeps keys in the reference registry (sharded xsync maps, a
+// state object per key) instead of the flat table; "-stats" counts every
+// decision (Config.Stats).
+func Variants() []Impl {
+	var out []Impl
+	for _, coarse := range []bool{false, true} {
+		suffix := ""
+		if coarse {
+			suffix = "-coarse"
+		}
+		xsync := floodgateImpl("floodgate-tb-xsync"+suffix, floodgate.TokenBucket, coarse, func(c floodgate.Config) floodgate.Config {
+			return hook.Reference(c).(floodgate.Config)
+		})
+		build := xsync.New
+		xsync.New = func(o Options) (Limiter, func(), error) {
+			if o.MaxKeys > 0 {
+				return nil, nil, errUnsupported // the reference registry has no bound
+			}
+			return build(o)
+		}
+		out = append(out, xsync,
+			floodgateImpl("floodgate-tb-stats"+suffix, floodgate.TokenBucket, coarse, func(c floodgate.Config) floodgate.Config {
+				c.Stats = true
+				return c
+			}))
 	}
 	return out
 }
@@ -172,7 +215,7 @@ func Peers() []Impl {
 
 // ByName returns the implementations with the given names, in that order.
 func ByName(names ...string) []Impl {
-	all := append(Floodgates(), Peers()...)
+	all := append(append(Floodgates(), append(Variants(), tscImpl())...), Peers()...)
 	out := make([]Impl, 0, len(names))
 	for _, n := range names {
 		found := false
@@ -192,7 +235,7 @@ func ByName(names ...string) []Impl {
 
 // singleKey rejects the options a one-limit peer cannot honour.
 func singleKey(o Options) error {
-	if o.IdleTTL > 0 || o.Global != nil {
+	if o.IdleTTL > 0 || o.Global != nil || o.MaxKeys > 0 {
 		return errUnsupported
 	}
 	return nil
@@ -209,6 +252,28 @@ var Floor = Impl{Name: "floor", PerKey: true, New: func(Options) (Limiter, func(
 type floor struct{}
 
 func (floor) Allow(key string) bool { return len(key) > 0 && key[len(key)-1] != 0 }
+
+// FloorCAS is the least any limiter that keeps a word per key can do: it
+// hashes the key (hash/maphash) to one word of a table as large as
+// floodgate's at 1M keys (36 MB) and CASes it, with no identity check,
+// no probing and no clock. At 1M keys the word is a cache miss that
+// depends on the key's own: its figure is the floor of the key-set
+// scenarios under one miss per lookup. It is not a limiter.
+var FloorCAS = Impl{Name: "floor-cas", PerKey: true, New: func(Options) (Limiter, func(), error) {
+	return &floorCAS{words: make([]atomic.Uint64, 36<<20/8), seed: maphash.MakeSeed()}, func() {}, nil
+}}
+
+type floorCAS struct {
+	words []atomic.Uint64
+	seed  maphash.Seed
+}
+
+func (f *floorCAS) Allow(key string) bool {
+	w := &f.words[maphash.String(f.seed, key)%uint64(len(f.words))]
+	v := w.Load()
+	w.CompareAndSwap(v, v+1)
+	return true
+}
 
 // --- golang.org/x/time/rate ---
 
@@ -250,7 +315,7 @@ func (x *xtimeSyncMap) Allow(key string) bool {
 }
 
 func newXTimeSyncMap(o Options) (Limiter, func(), error) {
-	if o.IdleTTL > 0 {
+	if o.IdleTTL > 0 || o.MaxKeys > 0 {
 		return nil, nil, errUnsupported // a sync.Map of limiters has no eviction
 	}
 	x := &xtimeSyncMap{rate: o.Rate}
@@ -277,6 +342,9 @@ func (g goLimiter) Allow(key string) bool {
 }
 
 func newGoLimiter(o Options) (Limiter, func(), error) {
+	if o.MaxKeys > 0 {
+		return nil, nil, errUnsupported // its memorystore has no bound on keys
+	}
 	cfg := &memorystore.Config{Tokens: uint64(o.Rate.Limit), Interval: o.Rate.Period}
 	if o.IdleTTL > 0 {
 		cfg.SweepInterval, cfg.SweepMinTTL = o.IdleTTL/2, o.IdleTTL
@@ -341,10 +409,14 @@ func throttledLimiter(r Rate, maxKeys int) (*throttled.GCRARateLimiterCtx, error
 
 // newThrottled uses an unbounded memstore (maxKeys 0: a map of atomic
 // words under a RWMutex), the leanest of its stores, unless idle keys must
-// go: then the LRU-bounded one, which is how throttled evicts.
+// go or keys are bounded: then the LRU-bounded one, which is how throttled
+// evicts.
 func newThrottled(o Options) (Limiter, func(), error) {
 	maxKeys := 0
-	if o.IdleTTL > 0 {
+	switch {
+	case o.MaxKeys > 0:
+		maxKeys = o.MaxKeys
+	case o.IdleTTL > 0:
 		maxKeys = throttledMaxKeys
 	}
 	l, err := throttledLimiter(o.Rate, maxKeys)
@@ -370,7 +442,7 @@ func (u ululeLimiter) Allow(key string) bool {
 }
 
 func newUlule(o Options) (Limiter, func(), error) {
-	if o.Global != nil {
+	if o.Global != nil || o.MaxKeys > 0 {
 		return nil, nil, errUnsupported
 	}
 	opts := ulule.StoreOptions{Prefix: ulule.DefaultPrefix, CleanUpInterval: ulule.DefaultCleanUpInterval}

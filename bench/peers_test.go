@@ -2,8 +2,12 @@ package bench
 
 import (
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // The comparison is fair only if every adapter limits as configured: these
@@ -22,7 +26,7 @@ func newOrSkip(t *testing.T, impl Impl, o Options) Limiter {
 	return l
 }
 
-func allImpls() []Impl { return append(Floodgates(), Peers()...) }
+func allImpls() []Impl { return append(append(Floodgates(), append(Variants(), tscImpl())...), Peers()...) }
 
 // TestScarceDeniesSecond: with one request an hour, the first call on a key
 // passes and the second is refused.
@@ -159,5 +163,50 @@ func TestKeySetAndPicks(t *testing.T) {
 	}
 	if u, z := count0(picks(1000, "uniform")), count0(picks(1000, "zipf")); z < 10*u {
 		t.Fatalf("zipf picks key 0 %d times, uniform %d: not skewed", z, u)
+	}
+}
+
+// TestBoundedChurn: with MaxKeys, an implementation that can bound its
+// keys holds no more than the bound however many new keys come, and new
+// keys pass. (With a burst of 1,000, a key that took one token and was
+// evicted leaves 999 for any new key that floodgate's sketch confuses
+// with it. A window or a log evicted at the bound comes back spent for
+// the rest of its window, and so does a new key that the sketch confuses
+// with it: for those only the bound is checked.)
+func TestBoundedChurn(t *testing.T) {
+	for _, impl := range allImpls() {
+		if !impl.PerKey {
+			continue
+		}
+		t.Run(impl.Name, func(t *testing.T) {
+			l := newOrSkip(t, impl, Options{Rate: Rate{Limit: 1000, Period: time.Hour}, MaxKeys: 100})
+			window := strings.Contains(impl.Name, "-fw") || strings.Contains(impl.Name, "-sc") || strings.Contains(impl.Name, "-sl")
+			for i := range 1000 {
+				if !l.Allow("k"+strconv.Itoa(i)) && !window {
+					t.Fatalf("new key %d refused", i)
+				}
+			}
+			if fl, ok := l.(*floodgate.Limiter); ok && fl.Len() > 100 {
+				t.Fatalf("%d keys held, above the bound of 100", fl.Len())
+			}
+		})
+	}
+}
+
+// TestTSCClock: the TSC clock moves forward at about the monotonic
+// clock's rate (within a factor of two: it is a measurement aid, not a
+// shipped clock). It spins rather than sleeps, and checks only that the
+// conversion is sane, so that a loaded machine cannot fail it.
+func TestTSCClock(t *testing.T) {
+	c, ok := newTSCClock()
+	if !ok {
+		t.Skip("no invariant TSC on this CPU")
+	}
+	start, wall := c.Now(), time.Now()
+	for time.Since(wall) < 10*time.Millisecond {
+	}
+	got, want := c.Now()-start, time.Since(wall)
+	if r := float64(got) / float64(want); r < 0.5 || r > 2 {
+		t.Fatalf("TSC clock advanced %v while the monotonic clock advanced %v", time.Duration(got), want)
 	}
 }

@@ -23,17 +23,56 @@ import (
 // held at once collide is about (10^9)² / 2^96 ≈ 1.3 × 10^-11.
 type ID struct{ Hi, Lo uint64 }
 
-// Hasher makes IDs with a seed of its own: two independent 64-bit keyed
-// hashes (AES-based where the CPU has AES), one pass over the key each.
-type Hasher struct{ a, b maphash.Seed }
+// Hasher makes IDs with random keys of its own. A key of at most 16 bytes
+// (an address, most ids) is read as two words that hold every byte of it,
+// and each half of the ID is one 128-bit multiply of those words with two
+// random keys, folded: keys of one length differ in the words, and the
+// length goes into the mix. A longer key takes two passes of hash/maphash
+// (AES-based where the CPU has AES) with two seeds. Either way, nothing
+// but the random keys tells where a key lands, and the key is not stored.
+type Hasher struct {
+	a, b           maphash.Seed
+	k1, k2, k3, k4 uint64
+}
 
-// NewHasher returns a Hasher with fresh random seeds.
-func NewHasher() Hasher { return Hasher{maphash.MakeSeed(), maphash.MakeSeed()} }
+// NewHasher returns a Hasher with fresh random keys.
+func NewHasher() *Hasher {
+	a, b := maphash.MakeSeed(), maphash.MakeSeed()
+	return &Hasher{a: a, b: b,
+		k1: maphash.String(a, "k1"), k2: maphash.String(a, "k2"),
+		k3: maphash.String(b, "k3"), k4: maphash.String(b, "k4")}
+}
 
 // ID returns key's identity. Hi is always odd, so that 0 and tombHi never
 // stand for a key.
-func (h Hasher) ID(key string) ID {
-	return ID{Hi: maphash.String(h.a, key) | 1, Lo: maphash.String(h.b, key)}
+func (h *Hasher) ID(key string) ID {
+	n := len(key)
+	var a, b uint64
+	switch {
+	case n > 16:
+		return ID{Hi: maphash.String(h.a, key) | 1, Lo: maphash.String(h.b, key)}
+	case n >= 8:
+		a, b = le64(key), le64(key[n-8:])
+	case n >= 4:
+		a, b = le32(key), le32(key[n-4:])
+	case n > 0:
+		a = uint64(key[0])<<16 | uint64(key[n>>1])<<8 | uint64(key[n-1])
+	}
+	b ^= uint64(n)
+	h1, l1 := bits.Mul64(a^h.k1, b^h.k2)
+	h2, l2 := bits.Mul64(a^h.k3, b^h.k4)
+	return ID{Hi: (h1 ^ l1) | 1, Lo: h2 ^ l2}
+}
+
+func le64(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+func le32(s string) uint64 {
+	_ = s[3]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
 }
 
 // Marks in a slot's hi: an empty slot ends a probe; a tombstone is a key
@@ -111,6 +150,19 @@ func (t *Table) lookup(id ID) int {
 	i := t.home(id)
 	for {
 		b := &t.b[i]
+		// Which slot holds the key is computed, not branched on: at a
+		// million keys the bucket is a cache miss, and a mispredicted
+		// branch on what it holds would throw away the work the CPU has
+		// begun on the next request meanwhile (measured: 373 ns → see
+		// results/). ne(x) is 1 where the slot's hi differs, and j is the
+		// first slot that matches, or slotsPerBucket.
+		n0 := ne(b.hi[0].Load() ^ id.Hi)
+		n1 := ne(b.hi[1].Load() ^ id.Hi)
+		n2 := ne(b.hi[2].Load() ^ id.Hi)
+		j := int(n0 * (1 + n1*(1+n2)))
+		if j < slotsPerBucket && b.lo[j].Load() == lo {
+			return int(i)<<slotShift | j
+		}
 		for j := range slotsPerBucket {
 			h := b.hi[j].Load()
 			if h == id.Hi && b.lo[j].Load() == lo {
@@ -125,6 +177,9 @@ func (t *Table) lookup(id ID) int {
 		}
 	}
 }
+
+// ne is 0 for x == 0 and 1 otherwise, without a branch.
+func ne(x uint64) uint64 { return (x | -x) >> 63 }
 
 // free returns the first empty slot on id's probe path.
 func (t *Table) free(id ID) int {
@@ -221,8 +276,9 @@ type FlatConfig struct {
 	Hooks  Hooks
 }
 
-// NewFlat returns an empty table.
-func NewFlat(c FlatConfig) *Flat {
+// NewFlat returns an empty table. A Flat may be copied (it holds its shards
+// by reference), so that a user can keep it by value and save a load.
+func NewFlat(c FlatConfig) Flat {
 	n := c.Shards
 	if n <= 0 {
 		n = min(4*runtime.GOMAXPROCS(0), 64)
@@ -234,7 +290,7 @@ func NewFlat(c FlatConfig) *Flat {
 	for c.MaxKeys > 0 && shards > 1 && c.MaxKeys/shards < 64 {
 		shards /= 2
 	}
-	f := &Flat{shards: make([]flatShard, shards), shift: uint(64 - bits.TrailingZeros(uint(shards))),
+	f := Flat{shards: make([]flatShard, shards), shift: uint(64 - bits.TrailingZeros(uint(shards))),
 		ptrs: c.Pointers, hooks: c.Hooks}
 	if c.MaxKeys > 0 {
 		f.bound = max(1, c.MaxKeys/shards)
@@ -275,6 +331,14 @@ func (f *Flat) Find(id ID) (*Table, int) {
 		}
 		t = t.next.Load()
 	}
+}
+
+// Lookup returns the slot of id in the shard's current table, without
+// following a Moved mark: the request path, where the state word's own
+// check of the mark sends the rare request that meets one to Insert.
+func (f *Flat) Lookup(id ID) (*Table, int) {
+	t := f.shardOf(id).table.Load()
+	return t, t.lookup(id)
 }
 
 // Insert returns the table and slot that hold id, creating the slot if id

@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d))
+	tables = append(tables, twinTable(d), registryTable(d), costTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -185,7 +185,7 @@ var peerFamilies = []string{"Allow", "Keys"}
 func peerTable(d *dataset) table {
 	const tb, coarse = "floodgate-tb", "floodgate-tb-coarse"
 	peers := d.impls(func(k benchKey) bool {
-		return slices.Contains(peerFamilies, k.family) && k.g == 0 && !isOurs(k.impl) && k.impl != floorImpl
+		return slices.Contains(peerFamilies, k.family) && k.g == 0 && !isOurs(k.impl) && !strings.HasPrefix(k.impl, floorImpl)
 	}, unitNs)
 	t := table{
 		title: "floodgate vs peers, ns/op (lower is better)",
@@ -193,8 +193,9 @@ func peerTable(d *dataset) table {
 			"(below 1× means floodgate-tb is faster); the best per-key peer is the fastest of " +
 			strings.Join(perKeyPeers, ", ") + " in that row, and \"coarse vs best\" is " +
 			coarse + " ÷ that peer. \"floor\" is the harness alone (pick a key, read it, no limiter), " +
-			"the part of every figure in its row that no limiter can remove.",
-		header: []string{"scenario", tb + " (ns)", coarse + " (ns)", floorImpl + " (ns)"},
+			"the part of every figure in its row that no limiter can remove; \"floor-cas\" adds a hash " +
+			"and a CAS on one word of a 36 MB table, the least a limiter with a word per key can do.",
+		header: []string{"scenario", tb + " (ns)", coarse + " (ns)", floorImpl + " (ns)", floorImpl + "-cas (ns)"},
 	}
 	for _, p := range peers {
 		t.header = append(t.header, "vs "+p)
@@ -214,7 +215,8 @@ func peerRow(d *dataset, fam, sc string, peers []string) []string {
 	tb, tbOK := d.ns(fam, sc, "floodgate-tb")
 	co, coOK := d.ns(fam, sc, "floodgate-tb-coarse")
 	fl, flOK := d.ns(fam, sc, floorImpl)
-	row := []string{sc, cell(tb, tbOK, fmtNs), cell(co, coOK, fmtNs), cell(fl, flOK, fmtNs)}
+	fc, fcOK := d.ns(fam, sc, floorImpl+"-cas")
+	row := []string{sc, cell(tb, tbOK, fmtNs), cell(co, coOK, fmtNs), cell(fl, flOK, fmtNs), cell(fc, fcOK, fmtNs)}
 	for _, p := range peers {
 		pv, ok := d.ns(fam, sc, p)
 		row = append(row, ratioCell(tb, tbOK, pv, ok))
@@ -323,6 +325,73 @@ func twinTable(d *dataset) table {
 			}
 			t.rows = append(t.rows, []string{sc, strings.TrimPrefix(impl, floodgate),
 				fmtNs(lf), fmtNs(mu), fmtRatio(lf / mu)})
+		}
+	}
+	return t
+}
+
+// registryTable compares floodgate-tb on the flat table with the same on
+// the reference registry (xsync maps), on both clocks, in every scenario
+// both ran.
+func registryTable(d *dataset) table {
+	t := table{
+		title: "floodgate registries: flat table vs xsync maps",
+		note: "floodgate-tb, ns/op; ratio = flat ÷ xsync (below 1× means the flat table is faster). " +
+			"The 1M-bytes row is B/key.",
+		header: []string{"scenario", "flat", "xsync", "ratio", "flat coarse", "xsync coarse", "ratio coarse"},
+		right:  rightFrom(1, 7),
+	}
+	for _, fam := range peerFamilies {
+		for _, sc := range d.scenarios(fam) {
+			unit := unitNs
+			if strings.HasSuffix(sc, "-bytes") {
+				unit = unitBKey
+			}
+			row := []string{sc}
+			found := false
+			for _, suffix := range []string{"", "-coarse"} {
+				f, fOK := d.value(benchKey{family: fam, scenario: sc, impl: "floodgate-tb" + suffix}, unit)
+				x, xOK := d.value(benchKey{family: fam, scenario: sc, impl: "floodgate-tb-xsync" + suffix}, unit)
+				found = found || xOK
+				row = append(row, cell(f, fOK, fmtNs), cell(x, xOK, fmtNs), ratioCell(f, fOK, x, xOK))
+			}
+			if found {
+				t.rows = append(t.rows, row)
+			}
+		}
+	}
+	return t
+}
+
+// costTable shows what counting decisions (Config.Stats) and the clock
+// cost on a hot key: each variant of floodgate-tb against floodgate-tb.
+func costTable(d *dataset) table {
+	t := table{
+		title: "What Stats and the clock cost",
+		note: "floodgate-tb, ns/op. \"+stats\" is the share Config.Stats adds; tsc is floodgate-tb on a " +
+			"plain RDTSC clock (a measurement aid, not shipped), coarse on the 1ms CoarseClock.",
+		header: []string{"scenario", "tb", "tb-stats", "+stats", "tb-coarse", "tb-stats-coarse", "+stats coarse", "tb-tsc"},
+		right:  rightFrom(1, 8),
+	}
+	for _, fam := range peerFamilies {
+		for _, sc := range d.scenarios(fam) {
+			row := []string{sc}
+			found := false
+			for _, suffix := range []string{"", "-coarse"} {
+				b, bOK := d.ns(fam, sc, "floodgate-tb"+suffix)
+				s, sOK := d.ns(fam, sc, "floodgate-tb-stats"+suffix)
+				found = found || sOK
+				share := missing
+				if bOK && sOK {
+					share = fmt.Sprintf("%+.1f%%", 100*(s/b-1))
+				}
+				row = append(row, cell(b, bOK, fmtNs), cell(s, sOK, fmtNs), share)
+			}
+			ts, tsOK := d.ns(fam, sc, "floodgate-tb-tsc")
+			row = append(row, cell(ts, tsOK, fmtNs))
+			if found || tsOK {
+				t.rows = append(t.rows, row)
+			}
 		}
 	}
 	return t
