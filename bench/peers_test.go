@@ -26,7 +26,9 @@ func newOrSkip(t *testing.T, impl Impl, o Options) Limiter {
 	return l
 }
 
-func allImpls() []Impl { return append(append(Floodgates(), append(Variants(), tscImpl())...), Peers()...) }
+func allImpls() []Impl {
+	return append(append(Floodgates(), append(Variants(), tscImpl())...), Peers()...)
+}
 
 // TestScarceDeniesSecond: with one request an hour, the first call on a key
 // passes and the second is refused.
