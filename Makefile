@@ -25,11 +25,11 @@ lint:
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 race:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 	cd bench && $(GO) test -race -count=1 ./...
 
 chaos:
-	$(GO) test -race -count=1 -tags chaos ./atomicbucket ./shardedlog ./stress .
+	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./shardedlog ./stress .
 
 # Minutes, not seconds: for a multi-core runner.
 stress:

@@ -25,9 +25,9 @@
 //     back;
 //   - with Config.MaxKeys, Len never exceeds the bound, and a key evicted
 //     to make room comes back with no more than it left with;
-//   - for a key already present, Allow and AllowN allocate nothing, and
-//     requests for different keys share no lock and write no common cache
-//     line.
+//   - for a key already present, Allow and AllowN allocate nothing, take no
+//     lock, and write nothing but the key's own state word (which shares
+//     its cache line with two other keys' words: see the README).
 package floodgate
 
 import (
@@ -264,28 +264,38 @@ func (l *Limiter) Allow(key string) bool {
 	}
 	id := l.id(key)
 	allowed, t, i := l.takeWord(id, now, 1)
-	if allowed && l.global.Load() != nil && !l.takeGlobal(now) {
+	if allowed && l.refusedByGlobal(now) {
 		l.refundWord(id, t, i, now, 1)
-		if l.count != nil {
-			l.count.deniedByGlobal.Inc()
-		}
 		allowed = false
 	}
-	if l.count != nil {
-		l.count.decided(allowed)
-	}
+	l.decided(allowed)
 	return allowed
 }
 
-// takeGlobal takes one unit from the global cap.
-func (l *Limiter) takeGlobal(now int64) bool {
+// refusedByGlobal takes one unit from the global cap, if there is one, and
+// reports whether the cap refused it: the caller then refunds the key's own
+// grant.
+func (l *Limiter) refusedByGlobal(now int64) bool {
 	g := l.global.Load()
+	if g == nil {
+		return false
+	}
 	allowed, live := g.Take(now, 1)
 	for !live {
 		g = l.nextGlobal(g, now)
 		allowed, live = g.Take(now, 1)
 	}
-	return allowed
+	if !allowed && l.count != nil {
+		l.count.deniedByGlobal.Inc()
+	}
+	return !allowed
+}
+
+// decided counts a decision, with Config.Stats.
+func (l *Limiter) decided(allowed bool) {
+	if l.count != nil {
+		l.count.decided(allowed)
+	}
 }
 
 func (l *Limiter) allowObject(key string, now int64) bool {
@@ -296,16 +306,11 @@ func (l *Limiter) allowObject(key string, now int64) bool {
 		s = l.successor(key, id, s, now)
 		allowed, live = s.Take(now, 1)
 	}
-	if allowed && l.global.Load() != nil && !l.takeGlobal(now) {
+	if allowed && l.refusedByGlobal(now) {
 		refund(s, now, 1)
-		if l.count != nil {
-			l.count.deniedByGlobal.Inc()
-		}
 		allowed = false
 	}
-	if l.count != nil {
-		l.count.decided(allowed)
-	}
+	l.decided(allowed)
 	return allowed
 }
 
@@ -364,15 +369,13 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 			give()
 			if l.count != nil {
 				l.count.deniedByGlobal.Inc()
-				l.count.denied.Inc()
 			}
+			l.decided(false)
 			return fromCore(gd)
 		}
 		d.Remaining = min(d.Remaining, gd.Remaining)
 	}
-	if l.count != nil {
-		l.count.decided(d.Allowed)
-	}
+	l.decided(d.Allowed)
 	return d
 }
 

@@ -195,13 +195,13 @@ func TestRebase(t *testing.T) {
 	}
 }
 
-// TestMaxKeysHeapBound: after a flood of 200,000 one-request keys through
+// TestMaxKeysHeapBound: after a flood of 60,000 one-request keys through
 // a limiter bounded at 10,000, the heap it holds is within MaxKeys × a
 // budget per key (64 bytes for a state inline in the table, 320 for one
 // out of line), plus the sketch (8 bytes a cell) and 1 MiB.
 func TestMaxKeysHeapBound(t *testing.T) {
 	for _, alg := range []string{floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingLog, floodgate.TokenBucketMutex} {
-		const maxKeys, keys = 10_000, 200_000
+		const maxKeys, keys = 10_000, 60_000
 		perKey := uint64(64)
 		if alg == floodgate.SlidingLog || alg == floodgate.TokenBucketMutex {
 			perKey = 320

@@ -128,36 +128,17 @@ func (p *Params) RefundWord(w *atomic.Uint64, n int64) word.Status {
 // is, and reports whether it did.
 func (p *Params) RetireIdleWord(w *atomic.Uint64, origin, now int64) bool {
 	t, pos := p.ticks(now, origin)
-	for {
-		v := w.Load()
-		if word.IsMark(v) {
-			return false
-		}
-		if _, ok := p.retireIdle(int64(v), t, pos); !ok {
-			return false
-		}
-		chaos.Yield()
-		if w.CompareAndSwap(v, word.Dead) {
-			return true
-		}
-		chaos.Retried()
-	}
+	return word.RetireIf(w, func(v uint64) bool {
+		_, ok := p.retireIdle(int64(v), t, pos)
+		return ok
+	})
 }
 
 // EvictWord marks w Dead whatever it holds, and returns the instant from
 // which the bucket it held would have been full (SpentValue), in the same
 // step: no grant lands between the reading and the mark.
 func (p *Params) EvictWord(w *atomic.Uint64, origin int64) int64 {
-	for {
-		v := w.Load()
-		if word.IsMark(v) {
-			return math.MinInt64
-		}
-		at := p.SpentValue(v, origin)
-		if w.CompareAndSwap(v, word.Dead) {
-			return at
-		}
-	}
+	return word.Evict(w, func(v uint64) int64 { return p.SpentValue(v, origin) })
 }
 
 // SpentValue returns the instant from which a bucket whose word is v is

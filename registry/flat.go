@@ -479,33 +479,36 @@ func (f *Flat) Rebase(id ID, t *Table, origin int64) {
 // one) under the shard's lock, and returns what id holds afterwards, or
 // nil if id is absent (swap is not called then).
 func (f *Flat) Replace(id ID, swap func(cur unsafe.Pointer) unsafe.Pointer) unsafe.Pointer {
-	sh := f.shardOf(id)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	t := sh.table.Load()
-	i := t.lookup(id)
-	if i < 0 {
-		return nil
-	}
-	next := swap(atomic.LoadPointer(&t.ptrs[i]))
-	atomic.StorePointer(&t.ptrs[i], next)
+	var next unsafe.Pointer
+	f.locked(id, func(_ *flatShard, t *Table, i int) {
+		next = swap(atomic.LoadPointer(&t.ptrs[i]))
+		atomic.StorePointer(&t.ptrs[i], next)
+	})
 	return next
 }
 
 // Remove calls retire on id's slot under its shard's lock, then removes
 // it, and reports whether id was present.
 func (f *Flat) Remove(id ID, retire func(t *Table, i int)) bool {
+	return f.locked(id, func(sh *flatShard, t *Table, i int) {
+		retire(t, i)
+		f.tombstone(sh, t, i)
+	})
+}
+
+// locked calls fn with id's slot in its shard's current table, under the
+// shard's lock, and reports whether id was present (fn is not called if
+// not).
+func (f *Flat) locked(id ID, fn func(sh *flatShard, t *Table, i int)) bool {
 	sh := f.shardOf(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table.Load()
 	i := t.lookup(id)
-	if i < 0 {
-		return false
+	if i >= 0 {
+		fn(sh, t, i)
 	}
-	retire(t, i)
-	f.tombstone(sh, t, i)
-	return true
+	return i >= 0
 }
 
 // DeleteIf removes every key for which pred, called under the key's shard
@@ -542,7 +545,3 @@ func (f *Flat) Len() int {
 	}
 	return int(n)
 }
-
-// Bound returns the keys each shard may hold (0: unbounded) and the number
-// of shards.
-func (f *Flat) Bound() (perShard, shards int) { return f.bound, len(f.shards) }

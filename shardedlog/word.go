@@ -144,35 +144,16 @@ func (p *Params) RefundWord(w *atomic.Uint64, origin, now, n int64) word.Status 
 // RetireIdleWord marks w Dead if at now it answers as a new window would.
 func (p *Params) RetireIdleWord(w *atomic.Uint64, origin, now int64) bool {
 	rel, _, pos := p.locate(now, origin)
-	for {
-		v := w.Load()
-		if word.IsMark(v) {
-			return false
-		}
-		if _, ok := p.retireIdle(v, rel, pos); !ok {
-			return false
-		}
-		chaos.Yield()
-		if w.CompareAndSwap(v, word.Dead) {
-			return true
-		}
-		chaos.Retried()
-	}
+	return word.RetireIf(w, func(v uint64) bool {
+		_, ok := p.retireIdle(v, rel, pos)
+		return ok
+	})
 }
 
 // EvictWord marks w Dead whatever it holds and returns, in the same step,
 // SpentValue of what it held.
 func (p *Params) EvictWord(w *atomic.Uint64, origin int64) int64 {
-	for {
-		v := w.Load()
-		if word.IsMark(v) {
-			return math.MinInt64
-		}
-		at := p.SpentValue(v, origin)
-		if w.CompareAndSwap(v, word.Dead) {
-			return at
-		}
-	}
+	return word.Evict(w, func(v uint64) int64 { return p.SpentValue(v, origin) })
 }
 
 // SpentValue returns the instant from which a window whose word is v

@@ -10,14 +10,18 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/chaos"
 )
 
 // flood streams distinct new keys from its own goroutines while legitimate
 // goroutines hammer a few keys; a sampler checks Len all along. Flood keys
-// come back now and then (the key floodBack keys earlier), so that a key
-// evicted at the bound is asked again. onAdmit sees each admission.
+// come back now and then (each goroutine asks again for its key of
+// maxKeys/4 keys earlier: by then its 8 streams have brought twice the
+// bound of new keys), so that a key evicted at the bound is asked again.
+// onAdmit sees each admission.
 func flood(t *testing.T, l *floodgate.Limiter, maxKeys, floodKeys int, clock func() int64, onAdmit func(key string, now int64, d floodgate.Decision)) {
-	const legitKeys, legitG, floodG, floodBack = 100, 32, 8, 5_000
+	const legitKeys, legitG, floodG = 100, 32, 8
+	floodBack := maxKeys / 4
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	var samples, over atomic.Int64
@@ -44,7 +48,11 @@ func flood(t *testing.T, l *floodgate.Limiter, maxKeys, floodKeys int, clock fun
 		go func() {
 			defer work.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 11))
+			// Until the flood ends, with a yield between requests so that
+			// 32 of them leave the flood its share of the cores, and at
+			// least 2,000 requests each.
 			for i := 0; !floodDone.Load() || i < 2_000; i++ {
+				runtime.Gosched()
 				key := "legit-" + strconv.Itoa(r.IntN(legitKeys))
 				now := clock()
 				if d := l.AllowAt(key, now, 1); d.Allowed {
@@ -89,13 +97,24 @@ func flood(t *testing.T, l *floodgate.Limiter, maxKeys, floodKeys int, clock fun
 	}
 }
 
-// floodKeys is the short form's stream: 48,000 new keys, enough to cycle
-// the bound of 10,000 more than four times.
-func floodKeys() int { return 48_000 }
+// floodSize is the bound and the stream of new keys: MaxKeys 10,000 and
+// 48,000 keys, enough to cycle the bound more than four times, and
+// 2,000,000 under -long. Under the chaos tag, where every CAS yields, the
+// short form shrinks to a bound of 2,000 and 12,000 keys: the same
+// cycling, in the time CI has.
+func floodSize() (maxKeys, keys int) {
+	switch {
+	case *long:
+		return 10_000, 2_000_000
+	case chaos.Enabled:
+		return 2_000, 12_000
+	}
+	return 10_000, 48_000
+}
 
 // TestMaxKeysFrozenFlood: a frozen clock, MaxKeys 10,000, 32 goroutines
-// on 100 legitimate keys and a stream of distinct new keys (2,000,000
-// under -long), some asked again after they were surely evicted. Nothing
+// on 100 legitimate keys and a stream of distinct new keys (see
+// floodSize), some asked again after they were surely evicted. Nothing
 // refills, so every key, legitimate or not, admits at most its capacity
 // in all, and Len never passes MaxKeys.
 func TestMaxKeysFrozenFlood(t *testing.T) {
@@ -103,16 +122,12 @@ func TestMaxKeysFrozenFlood(t *testing.T) {
 		if a.reference {
 			t.Skip("the reference registry has no MaxKeys")
 		}
-		const maxKeys = 10_000
+		maxKeys, n := floodSize()
 		rule := floodgate.Rule{Limit: 5, Period: time.Hour}
 		clock := floodgate.NewManualClock(1 << 40)
 		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock, MaxKeys: maxKeys})
 		var mu sync.Mutex
 		admitted := map[string]int64{}
-		n := floodKeys()
-		if *long {
-			n = 2_000_000
-		}
 		flood(t, l, maxKeys, n, clock.Now, func(key string, _ int64, _ floodgate.Decision) {
 			mu.Lock()
 			admitted[key]++
@@ -135,7 +150,7 @@ func TestMaxKeysMovingFlood(t *testing.T) {
 		if a.reference {
 			t.Skip("the reference registry has no MaxKeys")
 		}
-		const maxKeys = 10_000
+		maxKeys, n := floodSize()
 		rule := floodgate.Rule{Limit: 50, Period: 100 * time.Millisecond}
 		if a.family == bucket {
 			rule.Burst = 5
@@ -151,10 +166,6 @@ func TestMaxKeysMovingFlood(t *testing.T) {
 		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock, MaxKeys: maxKeys})
 		var mu sync.Mutex
 		times := map[string][]int64{}
-		n := floodKeys()
-		if *long {
-			n = 2_000_000
-		}
 		flood(t, l, maxKeys, n, now, func(key string, at int64, d floodgate.Decision) {
 			if a.family == logged {
 				// The log charges a reading that was overtaken at the

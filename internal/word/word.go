@@ -7,6 +7,13 @@
 // word has its top bit clear. The table uses two such words as marks.
 package word
 
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+)
+
 // Marks a table writes over a state word with a CAS on the same word as
 // every grant, so that no grant can land after them.
 const (
@@ -39,3 +46,39 @@ const (
 	// Never, as a reading that far before an existing key's origin is.
 	Early
 )
+
+// RetireIf marks w Dead if idle holds for the state it holds, in one CAS
+// on the word that every grant changes, and reports whether it did. A
+// word that holds a mark is left alone.
+func RetireIf(w *atomic.Uint64, idle func(v uint64) bool) bool {
+	for {
+		v := w.Load()
+		if IsMark(v) || !idle(v) {
+			return false
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, Dead) {
+			return true
+		}
+		chaos.Retried()
+	}
+}
+
+// Evict marks w Dead whatever state it holds and returns spent of that
+// state, read in the same step: no grant lands between the reading and
+// the mark. A word that holds a mark is left alone, and Evict returns
+// math.MinInt64.
+func Evict(w *atomic.Uint64, spent func(v uint64) int64) int64 {
+	for {
+		v := w.Load()
+		if IsMark(v) {
+			return math.MinInt64
+		}
+		at := spent(v)
+		chaos.Yield()
+		if w.CompareAndSwap(v, Dead) {
+			return at
+		}
+		chaos.Retried()
+	}
+}
