@@ -9,7 +9,11 @@
 // ulule/limiter's memory store, juju/ratelimit, and go.uber.org/ratelimit
 // (which only waits, so it runs only at a rate where it never has to).
 // Floodgate runs every algorithm, lock-free and its mutex twin, on the
-// SystemClock and on a 1ms CoarseClock (see Floodgates).
+// SystemClock and on a 1ms CoarseClock (see Floodgates), and the token
+// bucket also on the reference registry and with Stats counting (see
+// Variants) and on a plain-RDTSC clock (floodgate-tb-tsc, a measurement
+// aid). Floor and FloorCAS are not limiters: they show what the harness
+// alone, and a hash with one CAS, cost in each key-set scenario.
 //
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
 // puts implementations side by side, and cmd/report turns the raw output
