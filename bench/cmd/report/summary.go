@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), registryTable(d), costTable(d))
+	tables = append(tables, twinTable(d), registryTable(d), costTable(d), churnTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -392,6 +392,33 @@ func costTable(d *dataset) table {
 			if found || tsOK {
 				t.rows = append(t.rows, row)
 			}
+		}
+	}
+	return t
+}
+
+// churnTable shows what creating a key costs: time, bytes and allocations
+// per call in the churn scenarios, where every call brings a new key. The
+// floor row is the harness's own share (the key's string).
+func churnTable(d *dataset) table {
+	t := table{
+		title:  "Creating a key: churn scenarios",
+		note:   "Per call, each with a key never seen before: ns/op, B/op and allocs/op. \"floor\" makes the key's string and nothing else.",
+		header: []string{"scenario", "impl", "ns/op", "B/op", "allocs/op"},
+		right:  rightFrom(2, 5),
+	}
+	for _, sc := range d.scenarios("Allow") {
+		if !strings.HasPrefix(sc, "churn") {
+			continue
+		}
+		for _, impl := range d.impls(func(k benchKey) bool { return k.family == "Allow" && k.scenario == sc }, unitNs) {
+			k := benchKey{family: "Allow", scenario: sc, impl: impl}
+			row := []string{sc, impl}
+			for _, u := range []string{unitNs, "B/op", "allocs/op"} {
+				v, ok := d.value(k, u)
+				row = append(row, cell(v, ok, fmtNs))
+			}
+			t.rows = append(t.rows, row)
 		}
 	}
 	return t
