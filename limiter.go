@@ -388,14 +388,8 @@ func (l *Limiter) takeWord(id registry.ID, now, n int64) (bool, *registry.Table,
 	t, i := l.flat.Lookup(id)
 	for {
 		if i < 0 {
-			var st word.Status
-			if t, i, st = l.insertWord(id, now); st == word.Early {
+			if t, i = l.create(id, now); i < 0 {
 				return false, t, -1
-			}
-			if st == word.Rebase {
-				l.flat.Rebase(id, t, l.origin(now))
-				t, i = l.flat.Find(id)
-				continue
 			}
 		}
 		var allowed bool
@@ -411,8 +405,7 @@ func (l *Limiter) takeWord(id registry.ID, now, n int64) (bool, *registry.Table,
 		case word.Gone:
 			i = -1 // moved or removed: find it again under the shard's lock
 		case word.Rebase:
-			l.flat.Rebase(id, t, l.origin(now))
-			t, i = l.flat.Find(id)
+			t, i = l.rebase(id, t, now)
 		}
 	}
 }
@@ -422,14 +415,8 @@ func (l *Limiter) allowWord(id registry.ID, now, n int64) (Decision, *registry.T
 	t, i := l.flat.Find(id)
 	for {
 		if i < 0 {
-			var st word.Status
-			if t, i, st = l.insertWord(id, now); st == word.Early {
+			if t, i = l.create(id, now); i < 0 {
 				return Decision{Limit: l.capacity, RetryAfter: Never}, t, -1
-			}
-			if st == word.Rebase {
-				l.flat.Rebase(id, t, l.origin(now))
-				t, i = l.flat.Find(id)
-				continue
 			}
 		}
 		var d Decision
@@ -449,10 +436,31 @@ func (l *Limiter) allowWord(id registry.ID, now, n int64) (Decision, *registry.T
 		case word.Gone:
 			i = -1
 		case word.Rebase:
-			l.flat.Rebase(id, t, l.origin(now))
-			t, i = l.flat.Find(id)
+			t, i = l.rebase(id, t, now)
 		}
 	}
+}
+
+// create finds or creates id's word under its shard's lock, moving the
+// table's origin first if the reading lies past its range. The slot is -1
+// when the reading is too early for the table: the request is denied with
+// Never.
+func (l *Limiter) create(id registry.ID, now int64) (*registry.Table, int) {
+	for {
+		t, i, st := l.insertWord(id, now)
+		if st != word.Rebase {
+			return t, i
+		}
+		if t, i = l.rebase(id, t, now); i >= 0 {
+			return t, i
+		}
+	}
+}
+
+// rebase moves the origin of id's table to now's and finds id again.
+func (l *Limiter) rebase(id registry.ID, t *registry.Table, now int64) (*registry.Table, int) {
+	l.flat.Rebase(id, t, l.origin(now))
+	return l.flat.Find(id)
 }
 
 // insertWord finds id under its shard's lock, creating its word if absent.
