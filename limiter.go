@@ -166,7 +166,7 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("floodgate: MaxKeys must be 0 (unbounded) or positive, got %d", cfg.MaxKeys)
 	}
-	if _, ok := alg.(spentAlgorithm); cfg.MaxKeys > 0 && !ok {
+	if _, ok := alg.(spentAlgorithm); cfg.MaxKeys > 0 && !ok && !inline(alg) {
 		return nil, fmt.Errorf("floodgate: algorithm %q cannot be bounded by MaxKeys: it cannot make a state that remembers an evicted one", name)
 	}
 	if cfg.MaxKeys > 0 && cfg.reference {
@@ -207,6 +207,16 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
+// inline reports whether alg's state lives in the flat table's word, where
+// MaxKeys evicts and remembers it without a state object.
+func inline(alg Algorithm) bool {
+	switch alg.(type) {
+	case lockFreeBucket, lockFreeWindows:
+		return true
+	}
+	return false
+}
+
 // build makes the registry: the flat table, with the state inline for the
 // word algorithms, or the reference registry.
 func (l *Limiter) build(cfg Config) {
@@ -225,10 +235,10 @@ func (l *Limiter) build(cfg Config) {
 	case objects:
 		fc.Hooks = registry.Hooks{Spent: l.objectSpent, Evict: l.evictObject}
 	case bucketWords:
-		fc.Origin = l.now()
+		fc.Origin = l.origin(l.now())
 		fc.Hooks = registry.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.bucket.RebaseWord}
 	case windowWords:
-		fc.Origin = l.window.Origin(l.now())
+		fc.Origin = l.origin(l.now())
 		fc.Hooks = registry.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.window.RebaseWord}
 	}
 	l.flat = registry.NewFlat(fc)
@@ -412,7 +422,7 @@ func (l *Limiter) takeWord(id registry.ID, now, n int64) (bool, *registry.Table,
 
 // allowWord is takeWord with the whole Decision.
 func (l *Limiter) allowWord(id registry.ID, now, n int64) (Decision, *registry.Table, int) {
-	t, i := l.flat.Find(id)
+	t, i := l.flat.Lookup(id)
 	for {
 		if i < 0 {
 			if t, i = l.create(id, now); i < 0 {

@@ -137,10 +137,6 @@ func (s *leakyState) Successor(now int64) State { return (*leakyState)(s.m().Suc
 // The methods below let MaxKeys evict a key held out of line without
 // giving it a fresh allowance when it returns (see spentAlgorithm).
 
-func (a lockFreeBucket) newSpent(now, spent int64) State {
-	return (*bucketState)(atomicbucket.NewSpent(atomicbucket.Params(a), now, spent))
-}
-
 func (a mutexBucket) newSpent(now, spent int64) State {
 	return (*mutexState)(atomicbucket.NewMutexSpent(atomicbucket.Params(a), now, spent))
 }
@@ -149,6 +145,5 @@ func (a leakyMeter) newSpent(now, spent int64) State {
 	return (*leakyState)(atomicbucket.NewLeakyMutexSpent(atomicbucket.Params(a), now, spent))
 }
 
-func (s *bucketState) Evict(now int64) int64 { return s.b().Evict(now) }
-func (s *mutexState) Evict(now int64) int64  { return s.b().Evict(now) }
-func (s *leakyState) Evict(now int64) int64  { return s.m().Evict(now) }
+func (s *mutexState) Evict(now int64) int64 { return s.b().Evict(now) }
+func (s *leakyState) Evict(now int64) int64 { return s.m().Evict(now) }

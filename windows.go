@@ -191,10 +191,6 @@ func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l
 // The methods below let MaxKeys evict a key held out of line without
 // giving it a fresh allowance when it returns (see spentAlgorithm).
 
-func (a lockFreeWindows) newSpent(now, spent int64) State {
-	return (*windowState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent))
-}
-
 func (a mutexWindows) newSpent(now, spent int64) State {
 	return (*mutexWindowState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent))
 }
@@ -207,7 +203,6 @@ func (a mutexLogs) newSpent(now, spent int64) State {
 	return (*mutexLogState)(shardedlog.NewMutexLogSpent(shardedlog.LogParams(a), now, spent))
 }
 
-func (s *windowState) Evict(now int64) int64      { return s.w().Evict(now) }
 func (s *mutexWindowState) Evict(now int64) int64 { return s.w().Evict(now) }
 func (s *logState) Evict(now int64) int64         { return s.l().Evict(now) }
 func (s *mutexLogState) Evict(now int64) int64    { return s.l().Evict(now) }
