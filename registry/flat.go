@@ -140,12 +140,12 @@ func (t *Table) home(id ID) uint64 {
 	return h
 }
 
-// lookup returns the slot holding id, or -1. It reads the probed buckets'
+// Lookup returns the slot holding id, or -1. It reads the probed buckets'
 // identities and writes nothing. A key lives in the first bucket from its
 // home that had a free slot when it came, in the first free slot there,
 // and a slot once taken is never empty again in that table: an empty slot
 // ends the probe. A table is never full, so a probe ends.
-func (t *Table) lookup(id ID) int {
+func (t *Table) Lookup(id ID) int {
 	lo := uint32(id.Lo)
 	i := t.home(id)
 	for {
@@ -309,7 +309,7 @@ func (f *Flat) shardOf(id ID) *flatShard { return &f.shards[id.Hi>>f.shift] }
 func (f *Flat) Find(id ID) (*Table, int) {
 	t := f.shardOf(id).table.Load()
 	for {
-		i := t.lookup(id)
+		i := t.Lookup(id)
 		if i < 0 || t.Word(i).Load() != word.Moved {
 			return t, i
 		}
@@ -321,9 +321,13 @@ func (f *Flat) Find(id ID) (*Table, int) {
 // following a Moved mark: the request path, where the state word's own
 // check of the mark sends the rare request that meets one to Insert.
 func (f *Flat) Lookup(id ID) (*Table, int) {
-	t := f.shardOf(id).table.Load()
-	return t, t.lookup(id)
+	t := f.Current(id)
+	return t, t.Lookup(id)
 }
+
+// Current returns the current table of id's shard: Lookup in two steps,
+// so that a request makes one call for both.
+func (f *Flat) Current(id ID) *Table { return f.shardOf(id).table.Load() }
 
 // Insert returns the table and slot that hold id, creating the slot if id
 // is absent. Creation runs under the shard's lock, so it happens once per
@@ -336,7 +340,7 @@ func (f *Flat) Insert(id ID, now int64, init func(t *Table) (w uint64, p unsafe.
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table.Load()
-	if i := t.lookup(id); i >= 0 {
+	if i := t.Lookup(id); i >= 0 {
 		return t, i
 	}
 	w, p, ok := init(t)
@@ -488,7 +492,7 @@ func (f *Flat) locked(id ID, fn func(sh *flatShard, t *Table, i int)) bool {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	t := sh.table.Load()
-	i := t.lookup(id)
+	i := t.Lookup(id)
 	if i >= 0 {
 		fn(sh, t, i)
 	}
