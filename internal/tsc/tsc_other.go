@@ -1,0 +1,7 @@
+//go:build !amd64
+
+package tsc
+
+const invariant = false
+
+func read() uint64 { return 0 }
