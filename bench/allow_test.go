@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/loov/hrtime"
 )
 
@@ -38,6 +39,9 @@ var (
 	// counting, and on a TSC clock.
 	variants = ByName("floodgate-tb-xsync", "floodgate-tb-xsync-coarse", "floodgate-tb-stats", "floodgate-tb-stats-coarse", "floodgate-tb-tsc")
 	hotImpls = append(append(Floodgates(), variants...), Peers()...)
+	// hotFloors run the hot-key scenarios too: a hash and a CAS on one
+	// word, with and without a clock read, the least a limiter does there.
+	hotFloors = []Impl{FloorCAS, FloorCASClock}
 	// parallelImpls leaves out the coarse clock for all but the token
 	// bucket: the clock read is the same for every algorithm.
 	parallelImpls = append(append(ByName(
@@ -47,7 +51,7 @@ var (
 	keyImpls = ByName("floodgate-tb", "floodgate-tb-mutex", "floodgate-tb-coarse",
 		"floodgate-tb-xsync", "floodgate-tb-xsync-coarse", "floodgate-tb-tsc",
 		"xtime-syncmap", "golimiter", "throttled", "ulule")
-	floorImpls = append([]Impl{Floor, FloorCAS}, keyImpls...)
+	floorImpls = append([]Impl{Floor, FloorCAS, FloorCASClock}, keyImpls...)
 	sweepKeys  = []string{"floodgate-tb", "floodgate-tb-coarse", "xtime-syncmap", "golimiter", "throttled"}
 	sweepHot   = ByName("floodgate-tb", "floodgate-tb-coarse", "xtime", "juju", "uber", "golimiter", "throttled")
 	latencyHot = append(slices.Clone(keyImpls), ByName("xtime", "juju", "uber")...)
@@ -72,7 +76,7 @@ func build(b *testing.B, impl Impl, o Options) Limiter {
 // keys on every call with eviction running, and 1,000 keys under a global
 // cap.
 func BenchmarkAllow(b *testing.B) {
-	for _, impl := range hotImpls {
+	for _, impl := range append(slices.Clone(hotImpls), hotFloors...) {
 		b.Run("scenario=hotkey/impl="+impl.Name, func(b *testing.B) {
 			l := build(b, impl, Options{Rate: Plenty})
 			l.Allow("hot")
@@ -86,7 +90,7 @@ func BenchmarkAllow(b *testing.B) {
 			checkDenied(b, denied, b.N)
 		})
 	}
-	for _, impl := range parallelImpls {
+	for _, impl := range append(slices.Clone(parallelImpls), hotFloors...) {
 		b.Run("scenario=hotkey-parallel/impl="+impl.Name, func(b *testing.B) {
 			l := build(b, impl, Options{Rate: Plenty})
 			l.Allow("hot")
@@ -535,6 +539,27 @@ func BenchmarkDependentLoad(b *testing.B) {
 		}
 	})
 	runtime.KeepAlive(p)
+}
+
+// BenchmarkClockRead times one reading of each clock floodgate offers, on
+// its own: the share of a hot-key Allow that is the clock's.
+func BenchmarkClockRead(b *testing.B) {
+	coarse := floodgate.NewCoarseClock(CoarseResolution)
+	defer coarse.Stop()
+	tsc := floodgate.NewTSCClock()
+	defer tsc.Stop()
+	for _, c := range []struct {
+		name  string
+		clock floodgate.Clock
+	}{{"system", floodgate.SystemClock()}, {"coarse", coarse}, {"tsc", tsc}} {
+		b.Run("scenario=read/impl="+c.name, func(b *testing.B) {
+			var sum int64
+			for b.Loop() {
+				sum += c.clock.Now()
+			}
+			runtime.KeepAlive(sum)
+		})
+	}
 }
 
 // pickLen is the length of every pick sequence, a power of two.

@@ -11,9 +11,10 @@
 // Floodgate runs every algorithm, lock-free and its mutex twin, on the
 // SystemClock and on a 1ms CoarseClock (see Floodgates), and the token
 // bucket also on the reference registry and with Stats counting (see
-// Variants) and on a plain-RDTSC clock (floodgate-tb-tsc, a measurement
-// aid). Floor and FloorCAS are not limiters: they show what the harness
-// alone, and a hash with one CAS, cost in each key-set scenario.
+// Variants) and on the opt-in TSCClock (floodgate-tb-tsc). Floor, FloorCAS
+// and FloorCASClock are not limiters: they show what the harness alone, a
+// hash with one CAS, and that with a read of the monotonic clock, cost in
+// each key-set scenario and on a hot key.
 //
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
 // puts implementations side by side, and cmd/report turns the raw output

@@ -194,21 +194,3 @@ func TestBoundedChurn(t *testing.T) {
 		})
 	}
 }
-
-// TestTSCClock: the TSC clock moves forward at about the monotonic
-// clock's rate (within a factor of two: it is a measurement aid, not a
-// shipped clock). It spins rather than sleeps, and checks only that the
-// conversion is sane, so that a loaded machine cannot fail it.
-func TestTSCClock(t *testing.T) {
-	c, ok := newTSCClock()
-	if !ok {
-		t.Skip("no invariant TSC on this CPU")
-	}
-	start, wall := c.Now(), time.Now()
-	for time.Since(wall) < 10*time.Millisecond {
-	}
-	got, want := c.Now()-start, time.Since(wall)
-	if r := float64(got) / float64(want); r < 0.5 || r > 2 {
-		t.Fatalf("TSC clock advanced %v while the monotonic clock advanced %v", time.Duration(got), want)
-	}
-}
