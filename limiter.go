@@ -276,9 +276,8 @@ func (l *Limiter) id(key string) registry.ID {
 // consumes it. It is AllowN(key, 1).Allowed, without the cost of computing
 // the rest of the Decision.
 func (l *Limiter) Allow(key string) bool {
-	now := l.now()
 	if l.kind == objects {
-		return l.allowObject(key, now)
+		return l.allowObject(key, l.now())
 	}
 	var id registry.ID
 	if l.ids == nil { // l.id, inlined by hand: the request's hottest call
@@ -286,6 +285,11 @@ func (l *Limiter) Allow(key string) bool {
 	} else {
 		id = l.ids(key)
 	}
+	// The clock is read after the hash: the monotonic clock's ordered read
+	// waits for every earlier load, so reading it first would hold the
+	// key's bytes back until the previous request's CAS had completed
+	// (results/: 4-15% at 1M keys).
+	now := l.now()
 	allowed, t, i := l.takeWord(id, now, 1)
 	if allowed && l.refusedByGlobal(now) {
 		l.refundWord(id, t, i, now, 1)
