@@ -136,6 +136,22 @@ func ExampleNewCoarseClock() {
 	// Output: true
 }
 
+// A TSCClock reads the processor's counter instead of the monotonic
+// clock, where the processor has an invariant one; elsewhere it is the
+// SystemClock. Either way the rule holds.
+func ExampleNewTSCClock() {
+	clock := floodgate.NewTSCClock()
+	defer clock.Stop() // after the limiters that use it are done
+
+	limiter, _ := floodgate.New(floodgate.Config{
+		Rule:  floodgate.Rule{Limit: 2, Period: time.Hour},
+		Clock: clock,
+	})
+	defer limiter.Close()
+	fmt.Println(limiter.Allow("k"), limiter.Allow("k"), limiter.Allow("k"))
+	// Output: true true false
+}
+
 // AllowAt takes a time the caller already holds, on the scale of the
 // limiter's Clock (here a ManualClock's nanoseconds), as x/time/rate's
 // AllowN(t, n) does: no clock read at all.
