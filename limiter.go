@@ -369,8 +369,26 @@ func (l *Limiter) AllowN(key string, n int64) Decision {
 // twice, and the cap's answer is returned (its Limit, RetryAfter and
 // ResetAfter). When both allow, Remaining is the smaller of the two.
 func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
+	d, _ := l.allowAt(key, now, n)
+	return d
+}
+
+// grant is what one admitted request took from a Limiter, so that it can
+// be given back whole (see Limits): the key's state, found again by its
+// identity if it moved, and the global cap's state if the cap was asked.
+type grant struct {
+	s      State // for states held as objects
+	id     registry.ID
+	t      *registry.Table // for inline words: the slot the grant landed in
+	i      int
+	g      *atomicbucket.Bucket
+	now, n int64
+}
+
+// allowAt is AllowAt, which also returns what an admitted request took.
+func (l *Limiter) allowAt(key string, now int64, n int64) (Decision, grant) {
 	var d Decision
-	var give func()
+	gr := grant{now: now, n: n, i: -1}
 	if l.kind == objects {
 		id := l.objectID(key)
 		s := l.state(key, id, now)
@@ -380,13 +398,10 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 			s = l.successor(key, id, s, now)
 			d, live = s.AllowN(now, n)
 		}
-		give = func() { refund(s, now, n) }
+		gr.s = s
 	} else {
-		id := l.id(key)
-		var t *registry.Table
-		var i int
-		d, t, i = l.allowWord(id, now, n)
-		give = func() { l.refundWord(id, t, i, now, n) }
+		gr.id = l.id(key)
+		d, gr.t, gr.i = l.allowWord(gr.id, now, n)
 	}
 	if g := l.global.Load(); g != nil && d.Allowed {
 		gd, live := g.AllowN(now, n)
@@ -395,17 +410,43 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 			gd, live = g.AllowN(now, n)
 		}
 		if !gd.Allowed {
-			give()
+			l.refundKey(&gr)
 			if l.count != nil {
 				l.count.deniedByGlobal.Inc()
 			}
 			l.decided(false)
-			return fromCore(gd)
+			return fromCore(gd), grant{}
 		}
+		gr.g = g
 		d.Remaining = min(d.Remaining, gd.Remaining)
 	}
 	l.decided(d.Allowed)
-	return d
+	return d, gr
+}
+
+// refundKey gives the key's own state back what gr took from it.
+func (l *Limiter) refundKey(gr *grant) {
+	if gr.s != nil {
+		refund(gr.s, gr.now, gr.n)
+	} else {
+		l.refundWord(gr.id, gr.t, gr.i, gr.now, gr.n)
+	}
+}
+
+// giveBack returns all that an admitted request took, the global cap's
+// share included: a later check refused the request. The decision then
+// counts as a denial in Stats.
+func (l *Limiter) giveBack(gr *grant) {
+	l.refundKey(gr)
+	if g := gr.g; g != nil {
+		for !g.Refund(gr.n) {
+			g = l.nextGlobal(g, gr.now)
+		}
+	}
+	if l.count != nil {
+		l.count.allowed.Add(-1)
+		l.count.denied.Inc()
+	}
 }
 
 // --- states inline in the flat table ---

@@ -1,0 +1,98 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Limits decides each request against several Limiters together, for
+// rules such as "10 a second and 1,000 an hour": a request passes only if
+// every one of them admits it. The Limiters are asked in order; when one
+// refuses, the ones before it are given back what they took (the key's
+// grant and any global cap's), as a Limiter's own global cap is, so a
+// refused request consumes nothing anywhere. Between the grant and its
+// refund, a concurrent request for the key may find less than was there,
+// never more, so no Limiter ever admits more than its rule.
+//
+// A refund is exact for every algorithm but the sliding log, which drops
+// one when another grant for the key landed in between (it is then charged
+// for the refused request, never the reverse): put a sliding-log Limiter
+// last, where it is never refunded.
+//
+// Each Limiter keeps its own keys, clock and options; a key means the same
+// client in all of them. Limits is safe for concurrent use. It does not
+// own its Limiters: Close them when done.
+type Limits struct {
+	ls []*Limiter
+}
+
+// maxLimits is the most Limiters one Limits holds: a request keeps what
+// each granted on its stack until all have answered.
+const maxLimits = 8
+
+// NewLimits returns Limits over ls, asked in the order given. It is an
+// error to pass none, a nil Limiter, or more than 8.
+func NewLimits(ls ...*Limiter) (*Limits, error) {
+	if len(ls) == 0 {
+		return nil, errors.New("floodgate: NewLimits needs at least one Limiter")
+	}
+	if len(ls) > maxLimits {
+		return nil, fmt.Errorf("floodgate: NewLimits takes at most %d Limiters, got %d", maxLimits, len(ls))
+	}
+	for i, l := range ls {
+		if l == nil {
+			return nil, fmt.Errorf("floodgate: NewLimits: Limiter %d is nil", i)
+		}
+	}
+	return &Limits{ls: append([]*Limiter(nil), ls...)}, nil
+}
+
+// Len returns the number of Limiters.
+func (m *Limits) Len() int { return len(m.ls) }
+
+// Allow reports whether one request for key passes every Limiter now, and
+// if so consumes one from each.
+func (m *Limits) Allow(key string) bool { return m.AllowN(key, 1).Allowed }
+
+// AllowN asks every Limiter for n units for key, each at its own clock's
+// now. It returns the most restrictive answer: on admission, the Decision
+// of the Limiter with the fewest requests remaining (the longest
+// ResetAfter among equals); on refusal, the refusing Limiter's, and
+// nothing is consumed.
+func (m *Limits) AllowN(key string, n int64) Decision { return m.AllowEach(key, n, nil) }
+
+// AllowEach is AllowN that also reports the k-th Limiter's own answer in
+// each[k], for every k below len(each) (nil reports none; pass Len()
+// entries for all): what it decided, or, for a refused request, what it
+// would answer to one request now (its Peek, after any refund), so that
+// every policy can be reported.
+func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
+	if len(each) > len(m.ls) {
+		each = each[:len(m.ls)]
+	}
+	var taken [maxLimits]grant
+	var best Decision
+	for j, l := range m.ls {
+		d, gr := l.allowAt(key, l.now(), n)
+		if !d.Allowed {
+			for k := j - 1; k >= 0; k-- {
+				m.ls[k].giveBack(&taken[k])
+			}
+			for k := range each {
+				each[k] = m.ls[k].Peek(key)
+			}
+			if j < len(each) {
+				each[j] = d
+			}
+			return d
+		}
+		taken[j] = gr
+		if j < len(each) {
+			each[j] = d
+		}
+		if j == 0 || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
+			best = d
+		}
+	}
+	return best
+}
