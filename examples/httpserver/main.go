@@ -1,0 +1,91 @@
+// Command httpserver is a small HTTP server behind floodgate's httplimit
+// middleware: GET /hello and GET /other each allow every client -limit
+// requests per -period, counted apart.
+//
+//	go run ./examples/httpserver -addr 127.0.0.1:8080 -limit 5 -period 1m
+//
+// Once it listens it prints exactly one line to standard output,
+// "listening on HOST:PORT"; with port 0 it picks a free port. It logs to
+// standard error, and stops on SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/httplimit"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on; port 0 picks a free one")
+	limit := flag.Int64("limit", 5, "requests per period per client, for each endpoint")
+	period := flag.Duration("period", time.Minute, "the period of -limit")
+	trusted := flag.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+	v6 := flag.Int("ipv6-prefix", 64, "IPv6 clients are grouped by this prefix length")
+	flag.Parse()
+	if err := run(*addr, *limit, *period, *trusted, *v6); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(addr string, limit int64, period time.Duration, trusted string, v6 int) error {
+	var proxies []string
+	if trusted != "" {
+		proxies = strings.Split(trusted, ",")
+	}
+	rule := floodgate.Rule{Limit: limit, Period: period}
+	lim, err := httplimit.New(httplimit.Config{
+		Routes: []httplimit.Route{
+			{Pattern: "GET /hello", Policies: []httplimit.Policy{{Name: "hello", Rule: rule}}},
+			{Pattern: "GET /other", Policies: []httplimit.Policy{{Name: "other", Rule: rule}}},
+		},
+		TrustedProxies: proxies,
+		IPv6Prefix:     v6,
+		IdleTTL:        10 * time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	defer lim.Close()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello, %s\n", lim.Client(r))
+	})
+	mux.HandleFunc("GET /other", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "other")
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: lim.Handler(mux), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Printf("listening on %s\n", ln.Addr())
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

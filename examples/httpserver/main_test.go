@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
+
+// build compiles the server once per test run, as a user's go build would.
+func build(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "httpserver")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binary = filepath.Join(dir, "httpserver")
+		out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+// start runs the built server on a free loopback port and returns its URL.
+// At the end of the test it stops the server with SIGTERM and checks that
+// it exited cleanly, having printed nothing but its one line.
+func start(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(build(t), append([]string{"-addr", "127.0.0.1:0"}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out := bufio.NewReader(stdout)
+	line := make(chan string, 1)
+	go func() {
+		s, _ := out.ReadString('\n')
+		line <- s
+	}()
+	var first string
+	select {
+	case first = <-line:
+	case <-time.After(time.Minute): // a bound on a broken build, not a wait for time to pass
+		cmd.Process.Kill()
+		t.Fatalf("no line from the server; stderr:\n%s", stderr.String())
+	}
+	hostport, ok := strings.CutPrefix(strings.TrimSuffix(first, "\n"), "listening on ")
+	if !ok || !strings.HasPrefix(hostport, "127.0.0.1:") || strings.HasSuffix(hostport, ":0") {
+		cmd.Process.Kill()
+		t.Fatalf("first line %q; stderr:\n%s", first, stderr.String())
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		rest, _ := io.ReadAll(out)
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("server exited with %v; stderr:\n%s", err, stderr.String())
+		}
+		if len(rest) > 0 {
+			t.Errorf("server printed more than one line: %q", rest)
+		}
+	})
+	return "http://" + hostport
+}
+
+func get(t *testing.T, url string, xff string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if xff != "" {
+		req.Header.Set("X-Forwarded-For", xff)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// TestServerLimits: each endpoint allows -limit per client, with the
+// RateLimit headers; the next is a 429 with a Retry-After of at least 1.
+func TestServerLimits(t *testing.T) {
+	url := start(t, "-limit", "3", "-period", "1h")
+	for i := range 3 {
+		resp := get(t, url+"/hello", "")
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); got != `"hello";q=3;w=3600` {
+			t.Fatalf("RateLimit-Policy %q", got)
+		}
+		if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, fmt.Sprintf(`"hello";r=%d;t=`, 2-i)) {
+			t.Fatalf("RateLimit %q", got)
+		}
+	}
+	resp := get(t, url+"/hello", "")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("fourth: %d", resp.StatusCode)
+	}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || s < 1 || s > 1200 {
+		t.Fatalf("Retry-After %q", resp.Header.Get("Retry-After"))
+	}
+	if resp := get(t, url+"/other", ""); resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"other";r=2;`) {
+		t.Fatalf("/other: %d %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+}
+
+// TestServerSpoofing: with no trusted proxies, a client's X-Forwarded-For
+// buys it nothing.
+func TestServerSpoofing(t *testing.T) {
+	url := start(t, "-limit", "2", "-period", "1h")
+	passed := 0
+	for i := range 6 {
+		if get(t, url+"/hello", fmt.Sprintf("203.0.113.%d", i)).StatusCode == 200 {
+			passed++
+		}
+	}
+	if passed != 2 {
+		t.Fatalf("%d passed, want 2", passed)
+	}
+}
+
+// TestServerTrustedProxy: behind a trusted proxy (the test, on loopback),
+// each forwarded client has its own allowance, and the IPv6 grouping
+// follows -ipv6-prefix.
+func TestServerTrustedProxy(t *testing.T) {
+	for _, tc := range []struct {
+		prefix string
+		want   int // requests passed for two addresses of one /64, two each
+	}{{"64", 2}, {"128", 4}} {
+		t.Run("ipv6-prefix="+tc.prefix, func(t *testing.T) {
+			url := start(t, "-limit", "2", "-period", "1h", "-trusted-proxies", "127.0.0.0/8,::1/128", "-ipv6-prefix", tc.prefix)
+			for _, c := range []string{"203.0.113.1", "203.0.113.2"} {
+				for i := range 3 {
+					if resp := get(t, url+"/hello", "198.51.100.1, "+c); (resp.StatusCode == 200) != (i < 2) {
+						t.Fatalf("client %s, request %d: %d", c, i, resp.StatusCode)
+					}
+				}
+			}
+			passed := 0
+			for _, c := range []string{"2001:db8::1", "2001:db8::1", "2001:db8::2", "2001:db8::2"} {
+				if get(t, url+"/hello", c).StatusCode == 200 {
+					passed++
+				}
+			}
+			if passed != tc.want {
+				t.Fatalf("%d passed, want %d", passed, tc.want)
+			}
+		})
+	}
+}
+
+// TestServerBadFlags: a bad rule or CIDR is an error at start, not a
+// server that limits something else.
+func TestServerBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}} {
+		out, err := exec.Command(build(t), append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
+		if err == nil {
+			t.Errorf("%v: exited 0: %s", args, out)
+		}
+	}
+}

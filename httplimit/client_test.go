@@ -1,0 +1,131 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func newClients(header ProxyHeader, v6bits int, trusted ...string) *clients {
+	c := &clients{header: header, v6bits: v6bits}
+	for _, s := range trusted {
+		c.trusted = append(c.trusted, netip.MustParsePrefix(s))
+	}
+	return c
+}
+
+// TestClientAddress: the peer is the client unless it is a trusted proxy;
+// then the right-most untrusted address of the configured header is. What
+// cannot be read falls back to the peer, or, for the peer itself, to the
+// fixed InvalidRemote; a client never picks its own key.
+func TestClientAddress(t *testing.T) {
+	huge := strings.Repeat("198.51.100.1, ", maxProxyHeader/14+1) + "203.0.113.9"
+	for _, tc := range []struct {
+		name    string
+		header  ProxyHeader
+		trusted []string
+		remote  string
+		xff     []string
+		fwd     []string
+		want    string
+	}{
+		{name: "peer", remote: "192.0.2.1:1234", want: "192.0.2.1"},
+		{name: "peer without port", remote: "192.0.2.1", want: "192.0.2.1"},
+		{name: "untrusted peer's header ignored", remote: "192.0.2.1:1", xff: []string{"203.0.113.9"}, want: "192.0.2.1"},
+		{name: "empty remote", remote: "", want: InvalidRemote},
+		{name: "garbage remote", remote: "not an address", want: InvalidRemote},
+		{name: "garbage remote behind header", remote: "@", xff: []string{"203.0.113.9"}, want: InvalidRemote},
+		{name: "v4-mapped peer", remote: "[::ffff:192.0.2.1]:80", want: "192.0.2.1"},
+		{name: "v6 peer grouped by /64", remote: "[2001:db8:1:2:3:4:5:6]:443", want: "2001:db8:1:2::/64"},
+		{name: "v6 peer with zone", remote: "[fe80::1%eth0]:443", want: "fe80::/64"},
+		{name: "trusted proxy", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"203.0.113.9"}, want: "203.0.113.9"},
+		{name: "right-most untrusted", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"198.51.100.7, 203.0.113.9, 10.0.0.2"}, want: "203.0.113.9"},
+		{name: "spoofed left entries ignored", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"1.1.1.1", "2.2.2.2, 203.0.113.9"}, want: "203.0.113.9"},
+		{name: "several lines in order", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"203.0.113.9", "10.0.0.7"}, want: "203.0.113.9"},
+		{name: "all trusted: left-most", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"10.0.0.9, 10.0.0.8"}, want: "10.0.0.9"},
+		{name: "no header behind proxy", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5", want: "10.1.2.3"},
+		{name: "entry with port", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"203.0.113.9:4711"}, want: "203.0.113.9"},
+		{name: "v6 entry grouped", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"2001:db8::1"}, want: "2001:db8::/64"},
+		{name: "malformed entry: peer", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"203.0.113.9, garbage"}, want: "10.1.2.3"},
+		{name: "empty entry: peer", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"203.0.113.9,"}, want: "10.1.2.3"},
+		{name: "huge header: peer", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{huge}, want: "10.1.2.3"},
+		{name: "malformed left of the client is never read", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"garbage, 203.0.113.9"}, want: "203.0.113.9"},
+		{name: "forwarded ignored under XFF", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			fwd: []string{"for=203.0.113.9"}, want: "10.1.2.3"},
+		{name: "forwarded", header: Forwarded, trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			fwd: []string{`for=198.51.100.7;proto=https, for="[2001:db8:cafe::17]:4711";by=10.0.0.1`}, want: "2001:db8:cafe::/64"},
+		{name: "forwarded right-most untrusted", header: Forwarded, trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			fwd: []string{"for=203.0.113.9, for=10.0.0.4"}, want: "203.0.113.9"},
+		{name: "forwarded unknown: peer", header: Forwarded, trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			fwd: []string{"for=unknown"}, want: "10.1.2.3"},
+		{name: "forwarded without for: peer", header: Forwarded, trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			fwd: []string{"proto=https"}, want: "10.1.2.3"},
+		{name: "forwarded quoted comma", header: Forwarded, trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			fwd: []string{`for=203.0.113.9;x="a,b"`}, want: "203.0.113.9"},
+		{name: "xff ignored under Forwarded", header: Forwarded, trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"203.0.113.9"}, want: "10.1.2.3"},
+		{name: "v6 trusted proxy", trusted: []string{"::1/128"}, remote: "[::1]:80",
+			xff: []string{"203.0.113.9"}, want: "203.0.113.9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClients(tc.header, 64, tc.trusted...)
+			r := &http.Request{RemoteAddr: tc.remote, Header: http.Header{}}
+			for _, v := range tc.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			for _, v := range tc.fwd {
+				r.Header.Add("Forwarded", v)
+			}
+			if got := c.address(r); got != tc.want {
+				t.Fatalf("client %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestIPv6Prefix: the grouping follows the configured prefix length.
+func TestIPv6Prefix(t *testing.T) {
+	for bits, want := range map[int]string{48: "2001:db8:1::/48", 64: "2001:db8:1:2::/64", 128: "2001:db8:1:2:3:4:5:6"} {
+		c := newClients(XForwardedFor, bits)
+		r := &http.Request{RemoteAddr: "[2001:db8:1:2:3:4:5:6]:1", Header: http.Header{}}
+		if got := c.address(r); got != want {
+			t.Errorf("/%d: %q, want %q", bits, got, want)
+		}
+	}
+}
+
+// FuzzClientAddress: no header or address makes the middleware panic, and
+// behind an untrusted peer the key is always the peer's, whatever the
+// headers say.
+func FuzzClientAddress(f *testing.F) {
+	f.Add("10.0.0.1:80", "203.0.113.9, 10.0.0.2", `for="[2001:db8::1]:80";by=x`)
+	f.Add("[::1]:1", ",,,", `for=";"`)
+	f.Add("", `"`, `for="`)
+	trusted := newClients(XForwardedFor, 64, "10.0.0.0/8", "::1/128")
+	fwd := newClients(Forwarded, 56, "10.0.0.0/8", "::1/128")
+	untrusted := newClients(XForwardedFor, 64)
+	f.Fuzz(func(t *testing.T, remote, xff, forwarded string) {
+		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
+		r.Header.Set("X-Forwarded-For", xff)
+		r.Header.Set("Forwarded", forwarded)
+		trusted.address(r)
+		fwd.address(r)
+		got := untrusted.address(r)
+		bare := &http.Request{RemoteAddr: remote, Header: http.Header{}}
+		if want := untrusted.address(bare); got != want {
+			t.Fatalf("untrusted peer %q keyed %q with headers, %q without", remote, got, want)
+		}
+	})
+}

@@ -1,0 +1,281 @@
+package httplimit
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// serve runs the middleware over a handler that answers "ok" on a real
+// loopback server, and returns its URL.
+func serve(t *testing.T, cfg Config) (*Limiter, string) {
+	t.Helper()
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	srv := httptest.NewServer(l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	})))
+	t.Cleanup(srv.Close)
+	return l, srv.URL
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func do(t *testing.T, method, url string, header ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(body)}
+}
+
+func perHour(name string, limit int64) []Policy {
+	return []Policy{{Name: name, Rule: floodgate.Rule{Limit: limit, Period: time.Hour}}}
+}
+
+// TestEndpointsAndHeaders: each route has its own allowance per client;
+// every limited answer carries RateLimit-Policy and RateLimit, and a
+// refusal is a 429 with Retry-After in whole seconds.
+func TestEndpointsAndHeaders(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, url := serve(t, Config{Clock: clock, Routes: []Route{
+		{Pattern: "GET /a", Policies: perHour("a", 3)},
+		{Pattern: "GET /b/{id}", Policies: perHour("b", 2)},
+	}})
+	for i := range 3 {
+		a := do(t, "GET", url+"/a")
+		if a.status != 200 || a.body != "ok" {
+			t.Fatalf("request %d: %d %q", i, a.status, a.body)
+		}
+		if got := a.header.Get("RateLimit-Policy"); got != `"a";q=3;w=3600` {
+			t.Fatalf("RateLimit-Policy %q", got)
+		}
+		want := fmt.Sprintf(`"a";r=%d;t=%d`, 2-i, (i+1)*1200)
+		if got := a.header.Get("RateLimit"); got != want {
+			t.Fatalf("request %d: RateLimit %q, want %q", i, got, want)
+		}
+		if a.header.Get("Retry-After") != "" {
+			t.Fatal("Retry-After on an admitted request")
+		}
+	}
+	a := do(t, "GET", url+"/a")
+	if a.status != http.StatusTooManyRequests || a.header.Get("Retry-After") != "1200" {
+		t.Fatalf("fourth request: %d, Retry-After %q; want 429 and 1200", a.status, a.header.Get("Retry-After"))
+	}
+	if got := a.header.Get("RateLimit"); got != `"a";r=0;t=3600` {
+		t.Fatalf("refusal's RateLimit %q", got)
+	}
+	if strings.Contains(a.body, "floodgate") || strings.TrimSpace(a.body) != "Too Many Requests" {
+		t.Fatalf("refusal's body %q", a.body)
+	}
+	// Another endpoint, and a wildcard route is one endpoint for every id.
+	for i, path := range []string{"/b/1", "/b/2", "/b/3"} {
+		if a := do(t, "GET", url+path); (a.status == 200) != (i < 2) {
+			t.Fatalf("%s: %d", path, a.status)
+		}
+	}
+	// Unmatched requests (another path, another method) pass untouched.
+	for _, m := range []string{"GET /c", "POST /a"} {
+		method, path, _ := strings.Cut(m, " ")
+		if a := do(t, method, url+path); a.status != 200 || a.header.Get("RateLimit") != "" {
+			t.Fatalf("%s: %d, RateLimit %q", m, a.status, a.header.Get("RateLimit"))
+		}
+	}
+	clock.Advance(20 * time.Minute)
+	if a := do(t, "GET", url+"/a"); a.status != 200 {
+		t.Fatalf("after the refill: %d", a.status)
+	}
+}
+
+// TestDefaultAndSeveralPolicies: the default rule limits what no route
+// matches; a route with two policies reports both and refuses when either
+// does.
+func TestDefaultAndSeveralPolicies(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, url := serve(t, Config{Clock: clock, Default: perHour("default", 1), Routes: []Route{{
+		Pattern: "/api/",
+		Policies: []Policy{
+			{Name: "burst", Rule: floodgate.Rule{Limit: 2, Period: time.Second}},
+			{Name: "hourly", Rule: floodgate.Rule{Limit: 3, Period: time.Hour}, Algorithm: floodgate.SlidingLog},
+		},
+	}}})
+	if a := do(t, "GET", url+"/x"); a.status != 200 || a.header.Get("RateLimit") != `"default";r=0;t=3600` {
+		t.Fatalf("default: %d %q", a.status, a.header.Get("RateLimit"))
+	}
+	if a := do(t, "POST", url+"/y"); a.status != 429 {
+		t.Fatalf("default, second: %d", a.status)
+	}
+	a := do(t, "GET", url+"/api/v1")
+	if got := a.header.Get("RateLimit-Policy"); got != `"burst";q=2;w=1, "hourly";q=3;w=3600` {
+		t.Fatalf("RateLimit-Policy %q", got)
+	}
+	if got := a.header.Get("RateLimit"); !strings.HasPrefix(got, `"burst";r=1;t=1, "hourly";r=2;t=`) {
+		t.Fatalf("RateLimit %q", got)
+	}
+	do(t, "GET", url+"/api/v1")
+	if a := do(t, "GET", url+"/api/v1"); a.status != 429 || a.header.Get("Retry-After") != "1" {
+		t.Fatalf("burst spent: %d, Retry-After %q", a.status, a.header.Get("Retry-After"))
+	}
+	clock.Advance(time.Second)
+	do(t, "GET", url+"/api/v1") // the hourly policy's third
+	clock.Advance(time.Second)
+	a = do(t, "GET", url+"/api/v1")
+	if a.status != 429 || !strings.Contains(a.header.Get("RateLimit"), `"hourly";r=0`) || !strings.Contains(a.header.Get("RateLimit"), `"burst";r=1`) {
+		t.Fatalf("hourly spent: %d, RateLimit %q (the burst policy's grant must be given back)", a.status, a.header.Get("RateLimit"))
+	}
+}
+
+// TestRetryAfterRoundsUp: a wait of under a second is 1, never 0; 1.5s is 2.
+func TestRetryAfterRoundsUp(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, url := serve(t, Config{Clock: clock, Routes: []Route{
+		{Pattern: "/fast", Policies: []Policy{{Name: "fast", Rule: floodgate.Rule{Limit: 10, Period: time.Second}}}},
+		{Pattern: "/slow", Policies: []Policy{{Name: "slow", Rule: floodgate.Rule{Limit: 1, Period: 1500 * time.Millisecond}}}},
+	}})
+	for range 10 {
+		do(t, "GET", url+"/fast")
+	}
+	if a := do(t, "GET", url+"/fast"); a.status != 429 || a.header.Get("Retry-After") != "1" {
+		t.Fatalf("fast: %d, Retry-After %q", a.status, a.header.Get("Retry-After"))
+	}
+	do(t, "GET", url+"/slow")
+	if a := do(t, "GET", url+"/slow"); a.status != 429 || a.header.Get("Retry-After") != "2" {
+		t.Fatalf("slow: %d, Retry-After %q", a.status, a.header.Get("Retry-After"))
+	}
+}
+
+// TestProxies: over loopback the peer is 127.0.0.1. Untrusted, the
+// client's own X-Forwarded-For changes nothing; trusted, each forwarded
+// client has its own allowance, and IPv6 clients share theirs by /64.
+func TestProxies(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, spoofable := serve(t, Config{Clock: clock, Routes: []Route{{Pattern: "/", Policies: perHour("p", 2)}}})
+	passed := 0
+	for i := range 5 {
+		if do(t, "GET", spoofable, "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i)).status == 200 {
+			passed++
+		}
+	}
+	if passed != 2 {
+		t.Fatalf("an untrusted peer's X-Forwarded-For bought %d requests, want 2", passed)
+	}
+	l, proxied := serve(t, Config{Clock: clock, TrustedProxies: []string{"127.0.0.0/8", "::1/128"},
+		Routes: []Route{{Pattern: "/", Policies: perHour("p", 2)}}})
+	for _, c := range []string{"203.0.113.1", "203.0.113.2"} {
+		for i := range 3 {
+			if a := do(t, "GET", proxied, "X-Forwarded-For", "198.51.100.99, "+c); (a.status == 200) != (i < 2) {
+				t.Fatalf("client %s, request %d: %d", c, i, a.status)
+			}
+		}
+	}
+	do(t, "GET", proxied, "X-Forwarded-For", "2001:db8::1")
+	do(t, "GET", proxied, "X-Forwarded-For", "2001:db8::2")
+	if a := do(t, "GET", proxied, "X-Forwarded-For", "2001:db8::3"); a.status != 429 {
+		t.Fatalf("a third address of one /64: %d, want 429", a.status)
+	}
+	if a := do(t, "GET", proxied, "X-Forwarded-For", "2001:db8:0:1::1"); a.status != 200 {
+		t.Fatalf("another /64: %d", a.status)
+	}
+	// A malformed header from the trusted proxy keys the proxy itself.
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "127.0.0.1:9"
+	r.Header.Set("X-Forwarded-For", "203.0.113.1, not-an-ip")
+	if got := l.Client(r); got != "127.0.0.1" {
+		t.Fatalf("malformed header keyed %q", got)
+	}
+}
+
+// TestDenyKeyLegacy: a custom Deny writes its own body after the headers
+// are set; Key names clients; legacy headers come on request.
+func TestDenyKeyLegacy(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, url := serve(t, Config{Clock: clock, LegacyHeaders: true,
+		Routes: []Route{{Pattern: "/", Policies: perHour("p", 1)}},
+		Key: func(r *http.Request, client string) string {
+			if k := r.Header.Get("X-Api-Key"); k != "" {
+				return "key:" + k
+			}
+			return client
+		},
+		Deny: func(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprintf(w, `{"retry_after_ms":%d}`, d.RetryAfter.Milliseconds())
+		},
+	})
+	a := do(t, "GET", url, "X-Api-Key", "alice")
+	if a.status != 200 || a.header.Get("X-RateLimit-Limit") != "1" || a.header.Get("X-RateLimit-Remaining") != "0" {
+		t.Fatalf("alice: %d, legacy %q %q", a.status, a.header.Get("X-RateLimit-Limit"), a.header.Get("X-RateLimit-Remaining"))
+	}
+	if a.header.Get("X-RateLimit-Reset") == "" {
+		t.Fatal("no X-RateLimit-Reset")
+	}
+	a = do(t, "GET", url, "X-Api-Key", "alice")
+	if a.status != 429 || a.body != `{"retry_after_ms":3600000}` || a.header.Get("Retry-After") != "3600" {
+		t.Fatalf("alice again: %d %q, Retry-After %q", a.status, a.body, a.header.Get("Retry-After"))
+	}
+	if a := do(t, "GET", url, "X-Api-Key", "bob"); a.status != 200 {
+		t.Fatalf("bob: %d", a.status)
+	}
+	if a := do(t, "GET", url); a.status != 200 {
+		t.Fatalf("no key, by address: %d", a.status)
+	}
+}
+
+// TestNewErrors: every bad configuration is an error, none a panic.
+func TestNewErrors(t *testing.T) {
+	ok := perHour("p", 1)
+	for name, cfg := range map[string]Config{
+		"bad pattern":       {Routes: []Route{{Pattern: "GET", Policies: ok}}},
+		"conflict":          {Routes: []Route{{Pattern: "/a", Policies: ok}, {Pattern: "/a", Policies: ok}}},
+		"no policies":       {Routes: []Route{{Pattern: "/a"}}},
+		"bad name":          {Routes: []Route{{Pattern: "/a", Policies: perHour(`a"b`, 1)}}},
+		"empty name":        {Routes: []Route{{Pattern: "/a", Policies: perHour("", 1)}}},
+		"duplicate name":    {Routes: []Route{{Pattern: "/a", Policies: append(perHour("p", 1), ok...)}}},
+		"bad rule":          {Routes: []Route{{Pattern: "/a", Policies: perHour("p", 0)}}},
+		"bad algorithm":     {Routes: []Route{{Pattern: "/a", Policies: []Policy{{Name: "p", Rule: ok[0].Rule, Algorithm: "nope"}}}}},
+		"too many policies": {Routes: []Route{{Pattern: "/a", Policies: nine()}}},
+		"bad default":       {Default: []Policy{}},
+		"bad cidr":          {TrustedProxies: []string{"10.0.0.0/33"}},
+		"cidr without bits": {TrustedProxies: []string{"10.0.0.1"}},
+		"ipv6 prefix":       {IPv6Prefix: 129},
+		"negative prefix":   {IPv6Prefix: -1},
+		"proxy header":      {ProxyHeader: 7},
+	} {
+		if l, err := New(cfg); err == nil {
+			l.Close()
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func nine() []Policy {
+	var ps []Policy
+	for i := range 9 {
+		ps = append(ps, perHour(fmt.Sprint("p", i), 1)...)
+	}
+	return ps
+}
