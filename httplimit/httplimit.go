@@ -21,12 +21,12 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/clientip"
 )
 
 // Policy is one named limit of a Route.
@@ -95,7 +95,8 @@ type Limiter struct {
 	mux     *http.ServeMux
 	routes  []*route
 	deflt   *route
-	clients clients
+	clients clientip.Finder
+	header  string // the proxy header's canonical name
 	key     func(*http.Request, string) string
 	deny    func(http.ResponseWriter, *http.Request, floodgate.Decision)
 	legacy  bool
@@ -106,8 +107,19 @@ type Limiter struct {
 type route struct {
 	limits *floodgate.Limits
 	names  []string
-	policy string
+	policy []string // the header's value, shared by every answer: net/http never writes into a value slice, it replaces it
 }
+
+// The header names, in the canonical form http.Header keys take, so that
+// an answer sets them without canonicalising them again.
+var (
+	hdrPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
+	hdrRateLimit  = http.CanonicalHeaderKey("RateLimit")
+	hdrRetryAfter = http.CanonicalHeaderKey("Retry-After")
+	hdrLimit      = http.CanonicalHeaderKey("X-RateLimit-Limit")
+	hdrRemaining  = http.CanonicalHeaderKey("X-RateLimit-Remaining")
+	hdrReset      = http.CanonicalHeaderKey("X-RateLimit-Reset")
+)
 
 // routeIndex is the handler that marks a pattern as the i-th route's in the
 // Limiter's own ServeMux, which only matches and never serves.
@@ -128,27 +140,19 @@ func New(cfg Config) (_ *Limiter, err error) {
 			l.Close() // the policies made before the error
 		}
 	}()
-	switch bits := cfg.IPv6Prefix; {
-	case bits == 0:
-		l.clients.v6bits = 64
-	case bits < 1 || bits > 128:
-		return nil, fmt.Errorf("httplimit: IPv6Prefix %d is not a prefix length of 1 to 128", bits)
-	default:
-		l.clients.v6bits = bits
+	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
+		return nil, fmt.Errorf("httplimit: %v", err)
 	}
-	if cfg.ProxyHeader != XForwardedFor && cfg.ProxyHeader != Forwarded {
+	switch cfg.ProxyHeader {
+	case XForwardedFor:
+		l.header = "X-Forwarded-For"
+	case Forwarded:
+		l.header, l.clients.Forwarded = "Forwarded", true
+	default:
 		return nil, fmt.Errorf("httplimit: unknown ProxyHeader %d", cfg.ProxyHeader)
 	}
-	l.clients.header = cfg.ProxyHeader
-	for _, s := range cfg.TrustedProxies {
-		p, err := netip.ParsePrefix(strings.TrimSpace(s))
-		if err != nil {
-			return nil, fmt.Errorf("httplimit: trusted proxy %q: %v", s, err)
-		}
-		if p.Addr().Is4In6() {
-			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
-		}
-		l.clients.trusted = append(l.clients.trusted, p.Masked())
+	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
+		return nil, fmt.Errorf("httplimit: %v", err)
 	}
 	for i, rc := range cfg.Routes {
 		rt, err := l.newRoute(rc.Policies, cfg)
@@ -213,7 +217,7 @@ func (l *Limiter) newRoute(ps []Policy, cfg Config) (*route, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt.limits, rt.policy = m, policy.String()
+	rt.limits, rt.policy = m, []string{policy.String()}
 	return rt, nil
 }
 
@@ -279,7 +283,7 @@ func (l *Limiter) match(r *http.Request) *route {
 // Client returns the key under which the middleware counts r: its client
 // address as Config's proxy rules find it, or Config.Key's answer.
 func (l *Limiter) Client(r *http.Request) string {
-	c := l.clients.address(r)
+	c := l.clients.Address(r.RemoteAddr, r.Header[l.header])
 	if l.key != nil {
 		return l.key(r, c)
 	}
@@ -292,20 +296,20 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt *route) (floo
 	each := buf[:len(rt.names)]
 	d := rt.limits.AllowEach(l.Client(r), 1, each)
 	h := w.Header()
-	h.Set("RateLimit-Policy", rt.policy)
-	h.Set("RateLimit", rateLimit(rt.names, each))
+	h[hdrPolicy] = rt.policy
+	h[hdrRateLimit] = []string{rateLimit(rt.names, each)}
 	if l.legacy {
-		h.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-		h.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
 		reset := time.Now().Add(d.ResetAfter)
 		sec := reset.Unix()
 		if reset.Nanosecond() > 0 {
 			sec++
 		}
-		h.Set("X-RateLimit-Reset", strconv.FormatInt(sec, 10))
+		h[hdrLimit] = []string{strconv.FormatInt(d.Limit, 10)}
+		h[hdrRemaining] = []string{strconv.FormatInt(d.Remaining, 10)}
+		h[hdrReset] = []string{strconv.FormatInt(sec, 10)}
 	}
 	if !d.Allowed && d.RetryAfter != floodgate.Never {
-		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10))
+		h[hdrRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)}
 	}
 	return d, d.Allowed
 }
@@ -313,7 +317,8 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt *route) (floo
 // rateLimit is the RateLimit header: one item per policy, what it has left
 // and the whole seconds until it is full again, rounded up.
 func rateLimit(names []string, each []floodgate.Decision) string {
-	b := make([]byte, 0, 32*len(names))
+	var buf [256]byte
+	b := buf[:0]
 	for i, d := range each {
 		if i > 0 {
 			b = append(b, ", "...)

@@ -1,29 +1,36 @@
-package httplimit
+package clientip
 
 import (
-	"net/http"
 	"net/netip"
 	"strings"
 	"testing"
 )
 
-func newClients(header ProxyHeader, v6bits int, trusted ...string) *clients {
-	c := &clients{header: header, v6bits: v6bits}
+// header is which proxy header a Finder reads, in these tables.
+type header int
+
+const (
+	XForwardedFor header = iota
+	Forwarded
+)
+
+func newClients(h header, v6bits int, trusted ...string) *Finder {
+	c := &Finder{Forwarded: h == Forwarded, V6Bits: v6bits}
 	for _, s := range trusted {
-		c.trusted = append(c.trusted, netip.MustParsePrefix(s))
+		c.Trusted = append(c.Trusted, netip.MustParsePrefix(s))
 	}
 	return c
 }
 
-// TestClientAddress: the peer is the client unless it is a trusted proxy;
+// TestAddress: the peer is the client unless it is a trusted proxy;
 // then the right-most untrusted address of the configured header is. What
 // cannot be read falls back to the peer, or, for the peer itself, to the
 // fixed InvalidRemote; a client never picks its own key.
-func TestClientAddress(t *testing.T) {
-	huge := strings.Repeat("198.51.100.1, ", maxProxyHeader/14+1) + "203.0.113.9"
+func TestAddress(t *testing.T) {
+	huge := strings.Repeat("198.51.100.1, ", MaxHeader/14+1) + "203.0.113.9"
 	for _, tc := range []struct {
 		name    string
-		header  ProxyHeader
+		header  header
 		trusted []string
 		remote  string
 		xff     []string
@@ -81,14 +88,11 @@ func TestClientAddress(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newClients(tc.header, 64, tc.trusted...)
-			r := &http.Request{RemoteAddr: tc.remote, Header: http.Header{}}
-			for _, v := range tc.xff {
-				r.Header.Add("X-Forwarded-For", v)
+			values := tc.xff
+			if tc.header == Forwarded {
+				values = tc.fwd
 			}
-			for _, v := range tc.fwd {
-				r.Header.Add("Forwarded", v)
-			}
-			if got := c.address(r); got != tc.want {
+			if got := c.Address(tc.remote, values); got != tc.want {
 				t.Fatalf("client %q, want %q", got, tc.want)
 			}
 		})
@@ -99,17 +103,16 @@ func TestClientAddress(t *testing.T) {
 func TestIPv6Prefix(t *testing.T) {
 	for bits, want := range map[int]string{48: "2001:db8:1::/48", 64: "2001:db8:1:2::/64", 128: "2001:db8:1:2:3:4:5:6"} {
 		c := newClients(XForwardedFor, bits)
-		r := &http.Request{RemoteAddr: "[2001:db8:1:2:3:4:5:6]:1", Header: http.Header{}}
-		if got := c.address(r); got != want {
+		if got := c.Address("[2001:db8:1:2:3:4:5:6]:1", nil); got != want {
 			t.Errorf("/%d: %q, want %q", bits, got, want)
 		}
 	}
 }
 
-// FuzzClientAddress: no header or address makes the middleware panic, and
+// FuzzAddress: no header or address makes the middleware panic, and
 // behind an untrusted peer the key is always the peer's, whatever the
 // headers say.
-func FuzzClientAddress(f *testing.F) {
+func FuzzAddress(f *testing.F) {
 	f.Add("10.0.0.1:80", "203.0.113.9, 10.0.0.2", `for="[2001:db8::1]:80";by=x`)
 	f.Add("[::1]:1", ",,,", `for=";"`)
 	f.Add("", `"`, `for="`)
@@ -117,15 +120,41 @@ func FuzzClientAddress(f *testing.F) {
 	fwd := newClients(Forwarded, 56, "10.0.0.0/8", "::1/128")
 	untrusted := newClients(XForwardedFor, 64)
 	f.Fuzz(func(t *testing.T, remote, xff, forwarded string) {
-		r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
-		r.Header.Set("X-Forwarded-For", xff)
-		r.Header.Set("Forwarded", forwarded)
-		trusted.address(r)
-		fwd.address(r)
-		got := untrusted.address(r)
-		bare := &http.Request{RemoteAddr: remote, Header: http.Header{}}
-		if want := untrusted.address(bare); got != want {
+		trusted.Address(remote, []string{xff})
+		fwd.Address(remote, []string{forwarded})
+		got := untrusted.Address(remote, []string{xff})
+		if want := untrusted.Address(remote, nil); got != want {
 			t.Fatalf("untrusted peer %q keyed %q with headers, %q without", remote, got, want)
 		}
 	})
+}
+
+// TestParseTrusted: CIDRs parse, masked; a v4-mapped prefix is its IPv4
+// one; a bare address or garbage is an error.
+func TestParseTrusted(t *testing.T) {
+	got, err := ParseTrusted([]string{" 10.1.2.3/8", "::ffff:192.0.2.0/120", "::1/128"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.0/8", "192.0.2.0/24", "::1/128"}
+	for i, p := range got {
+		if p.String() != want[i] {
+			t.Errorf("prefix %d: %s, want %s", i, p, want[i])
+		}
+	}
+	for _, bad := range []string{"10.0.0.1", "10.0.0.0/33", "nonsense"} {
+		if _, err := ParseTrusted([]string{bad}); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	for bits, want := range map[int]int{0: 64, 1: 1, 128: 128} {
+		if got, err := V6Bits(bits); err != nil || got != want {
+			t.Errorf("V6Bits(%d) = %d, %v", bits, got, err)
+		}
+	}
+	for _, bad := range []int{-1, 129} {
+		if _, err := V6Bits(bad); err == nil {
+			t.Errorf("V6Bits(%d): no error", bad)
+		}
+	}
 }

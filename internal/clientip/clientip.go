@@ -1,0 +1,197 @@
+// Package clientip finds the client of a request from the address of the
+// connection's peer and, behind trusted proxies, the proxy header: the
+// logic httplimit and grpclimit share.
+package clientip
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// InvalidRemote is the client of every request whose connection's address
+// cannot be read (an empty or garbage RemoteAddr): they share one
+// allowance, and no client can choose another.
+const InvalidRemote = "invalid-remote-addr"
+
+// MaxHeader bounds how much of the proxy header is read: a header
+// longer than this (all its lines together) is not believed, and the
+// request is keyed by its peer.
+const MaxHeader = 8 << 10
+
+// Finder finds a request's client. Trusted are the proxies whose header is
+// believed; Forwarded says the header is RFC 7239's Forwarded rather than
+// X-Forwarded-For; V6Bits is the prefix length IPv6 clients are grouped by.
+type Finder struct {
+	Trusted   []netip.Prefix
+	Forwarded bool
+	V6Bits    int
+}
+
+// Address returns the client address of a request from remote (its
+// peer, with or without a port) and values (the lines of the proxy
+// header), grouped: an IPv4 address
+// as it is, an IPv6 one as its prefix (say "2001:db8::/64"). The client is
+// the connection's peer unless the peer is a trusted proxy; then it is the
+// right-most address in the proxy header that is not itself trusted (the
+// left-most, if all are). A malformed header, or one longer than 8 KiB,
+// from a trusted proxy is not believed either: the key is then the peer's.
+func (c *Finder) Address(remote string, values []string) string {
+	peer, ok := ParseAddr(remote)
+	if !ok {
+		return InvalidRemote
+	}
+	if c.IsTrusted(peer) {
+		if a, ok := c.fromHeader(values); ok {
+			peer = a
+		}
+	}
+	return c.group(peer)
+}
+
+// IsTrusted reports whether a is a trusted proxy's address.
+func (c *Finder) IsTrusted(a netip.Addr) bool {
+	for _, p := range c.Trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Finder) group(a netip.Addr) string {
+	if a.Is4() || c.V6Bits == 128 {
+		return a.String()
+	}
+	p, _ := a.Prefix(c.V6Bits)
+	return p.String()
+}
+
+// fromHeader walks the proxy header from the right, and reports false if
+// it is absent, too long or malformed anywhere it had to read.
+func (c *Finder) fromHeader(lines []string) (netip.Addr, bool) {
+	total := 0
+	for _, l := range lines {
+		if total += len(l); total > MaxHeader {
+			return netip.Addr{}, false
+		}
+	}
+	var last netip.Addr
+	for i := len(lines) - 1; i >= 0; i-- {
+		line := lines[i]
+		for line != "" {
+			var elem string
+			line, elem = cutLast(line)
+			a, ok := c.node(elem)
+			if !ok {
+				return netip.Addr{}, false
+			}
+			if !c.IsTrusted(a) {
+				return a, true
+			}
+			last = a
+		}
+	}
+	return last, last.IsValid()
+}
+
+// node reads one element of the proxy header: an address in
+// X-Forwarded-For, the for= parameter of a Forwarded element.
+func (c *Finder) node(elem string) (netip.Addr, bool) {
+	elem = strings.TrimSpace(elem)
+	if !c.Forwarded {
+		return ParseAddr(elem)
+	}
+	for elem != "" {
+		var pair string
+		pair, elem = cutPair(elem)
+		k, v, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok || !strings.EqualFold(k, "for") {
+			continue
+		}
+		if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+			v = v[1 : len(v)-1]
+		}
+		return ParseAddr(v) // "unknown" and obfuscated names are not addresses
+	}
+	return netip.Addr{}, false
+}
+
+// cutLast splits s at its last comma outside a quoted string, returning
+// what precedes it and the element after it.
+func cutLast(s string) (rest, elem string) {
+	quoted := false
+	for i := len(s) - 1; i >= 0; i-- {
+		switch s[i] {
+		case '"':
+			quoted = !quoted
+		case ',':
+			if !quoted {
+				return s[:i], s[i+1:]
+			}
+		}
+	}
+	return "", s
+}
+
+// cutPair splits a Forwarded element at its first semicolon outside a
+// quoted string.
+func cutPair(s string) (pair, rest string) {
+	quoted := false
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '"':
+			quoted = !quoted
+		case ';':
+			if !quoted {
+				return s[:i], s[i+1:]
+			}
+		}
+	}
+	return s, ""
+}
+
+// ParseAddr reads an address with or without a port ("192.0.2.1",
+// "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]:80"), and returns it
+// without zone, an IPv4-mapped IPv6 address as IPv4.
+func ParseAddr(s string) (netip.Addr, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil { // a RemoteAddr has a port
+		return ap.Addr().WithZone("").Unmap(), true
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+			return ParseAddr(s[1 : len(s)-1])
+		}
+		return netip.Addr{}, false
+	}
+	return a.WithZone("").Unmap(), true
+}
+
+// ParseTrusted parses CIDR prefixes ("10.0.0.0/8", "::1/128"); an
+// IPv4-mapped IPv6 prefix is taken as the IPv4 prefix it maps.
+func ParseTrusted(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range cidrs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("trusted proxy %q: %v", s, err)
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// V6Bits validates an IPv6 grouping prefix length: 0 means 64.
+func V6Bits(bits int) (int, error) {
+	switch {
+	case bits == 0:
+		return 64, nil
+	case bits < 1 || bits > 128:
+		return 0, fmt.Errorf("IPv6Prefix %d is not a prefix length of 1 to 128", bits)
+	}
+	return bits, nil
+}
