@@ -6,6 +6,7 @@ replace github.com/floodgate-go/floodgate => ../
 
 require (
 	github.com/floodgate-go/floodgate v0.0.0-00010101000000-000000000000
+	github.com/go-chi/httprate v0.16.1
 	github.com/juju/ratelimit v1.0.2
 	github.com/loov/hrtime v1.0.3
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
@@ -20,7 +21,9 @@ require (
 require (
 	github.com/benbjohnson/clock v1.3.0 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/kr/text v0.2.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
+	github.com/zeebo/xxh3 v1.0.2 // indirect
 	golang.org/x/sys v0.40.0 // indirect
 )

@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), registryTable(d), costTable(d), churnTable(d))
+	tables = append(tables, twinTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -422,6 +422,39 @@ func churnTable(d *dataset) table {
 				row = append(row, cell(v, ok, fmtNs))
 			}
 			t.rows = append(t.rows, row)
+		}
+	}
+	return t
+}
+
+// middlewareTable shows what each HTTP middleware adds to a request: its
+// ns/op less the bare handler's, with its allocations, and floodgate's
+// overhead ÷ each one's.
+func middlewareTable(d *dataset) table {
+	const fam, bare, ours = "Middleware", "bare", "floodgate"
+	t := table{
+		title: "HTTP middleware overhead",
+		note: "One request through each middleware to a handler that writes \"ok\", keyed by the client's address, on one goroutine. " +
+			"Overhead is ns/op less bare's (no middleware); the ratio is floodgate's overhead ÷ that middleware's (below 1× means floodgate adds less).",
+		header: []string{"scenario", "impl", "ns/op", "overhead (ns)", "B/op", "allocs/op", "floodgate ÷ it"},
+		right:  rightFrom(2, 7),
+	}
+	for _, sc := range d.scenarios(fam) {
+		b, bok := d.ns(fam, sc, bare)
+		f, fok := d.ns(fam, sc, ours)
+		for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc }, unitNs) {
+			k := benchKey{family: fam, scenario: sc, impl: impl}
+			v, ok := d.value(k, unitNs)
+			row := []string{sc, impl, cell(v, ok, fmtNs), cell(v-b, ok && bok, fmtNs)}
+			for _, u := range []string{"B/op", "allocs/op"} {
+				x, xok := d.value(k, u)
+				row = append(row, cell(x, xok, fmtNs))
+			}
+			ratio := missing
+			if impl != bare {
+				ratio = ratioCell(f-b, fok && bok, v-b, ok && bok)
+			}
+			t.rows = append(t.rows, append(row, ratio))
 		}
 	}
 	return t
