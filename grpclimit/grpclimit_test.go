@@ -1,0 +1,281 @@
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// service answers unary calls and echoes every message of a full-duplex
+// stream.
+type service struct {
+	testpb.UnimplementedTestServiceServer
+}
+
+func (service) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, error) {
+	return &testpb.Empty{}, nil
+}
+
+func (service) UnaryCall(context.Context, *testpb.SimpleRequest) (*testpb.SimpleResponse, error) {
+	return &testpb.SimpleResponse{}, nil
+}
+
+func (service) FullDuplexCall(s testpb.TestService_FullDuplexCallServer) error {
+	for {
+		if _, err := s.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := s.Send(&testpb.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+}
+
+const (
+	unary  = "/grpc.testing.TestService/UnaryCall"
+	empty  = "/grpc.testing.TestService/EmptyCall"
+	duplex = "/grpc.testing.TestService/FullDuplexCall"
+)
+
+func perHour(name string, limit int64) []Policy {
+	return []Policy{{Name: name, Rule: floodgate.Rule{Limit: limit, Period: time.Hour}}}
+}
+
+// serve runs a real gRPC server with the interceptors on a loopback port
+// and returns a client connected to it.
+func serve(t *testing.T, cfg Config) (*Limiter, testpb.TestServiceClient) {
+	t.Helper()
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, connect(t, l, ln, "passthrough:///"+ln.Addr().String(), nil)
+}
+
+func connect(t *testing.T, l *Limiter, ln net.Listener, target string, dial func(context.Context, string) (net.Conn, error)) testpb.TestServiceClient {
+	t.Helper()
+	srv := grpc.NewServer(grpc.UnaryInterceptor(l.UnaryServerInterceptor()), grpc.StreamInterceptor(l.StreamServerInterceptor()))
+	testpb.RegisterTestServiceServer(srv, service{})
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if dial != nil {
+		opts = append(opts, grpc.WithContextDialer(dial))
+	}
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return testpb.NewTestServiceClient(conn)
+}
+
+// retryDelay checks that err is ResourceExhausted with a RetryInfo detail,
+// and returns its delay.
+func retryDelay(t *testing.T, err error) time.Duration {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		t.Fatalf("error %v, want ResourceExhausted", err)
+	}
+	if st.Message() != "rate limit exceeded" {
+		t.Fatalf("message %q", st.Message())
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.RetryDelay.AsDuration()
+		}
+	}
+	t.Fatalf("no RetryInfo in %v", st.Details())
+	return 0
+}
+
+func withXFF(xff string) context.Context {
+	return metadata.AppendToOutgoingContext(context.Background(), "x-forwarded-for", xff)
+}
+
+// TestUnary: a method's own limit, RetryInfo on refusal, another method
+// untouched, and a service-wide entry for the rest.
+func TestUnary(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, c := serve(t, Config{Clock: clock, Methods: map[string][]Policy{unary: perHour("unary", 3)}})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	_, err := c.UnaryCall(ctx, &testpb.SimpleRequest{})
+	if d := retryDelay(t, err); d != 20*time.Minute {
+		t.Fatalf("retry delay %v, want 20m", d)
+	}
+	for range 10 {
+		if _, err := c.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+			t.Fatalf("an unlimited method: %v", err)
+		}
+	}
+	clock.Advance(20 * time.Minute)
+	if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+		t.Fatalf("after the wait: %v", err)
+	}
+
+	_, c = serve(t, Config{Clock: clock, Methods: map[string][]Policy{
+		"/grpc.testing.TestService/": perHour("service", 1), unary: perHour("unary", 5)}})
+	if _, err := c.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EmptyCall(ctx, &testpb.Empty{}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the service's entry: %v", err)
+	}
+	if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+		t.Fatalf("a method's own entry comes first: %v", err)
+	}
+}
+
+// TestStream: a stream is charged when it opens, and with PerMessage for
+// every message too.
+func TestStream(t *testing.T) {
+	for _, perMessage := range []bool{false, true} {
+		clock := floodgate.NewManualClock(0)
+		_, c := serve(t, Config{Clock: clock, PerMessage: perMessage, Methods: map[string][]Policy{duplex: perHour("duplex", 3)}})
+		s, err := c.FullDuplexCall(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := 0
+		for ; sent < 5; sent++ {
+			if err := s.Send(&testpb.StreamingOutputCallRequest{}); err != nil {
+				break
+			}
+			if _, err := s.Recv(); err != nil {
+				if !perMessage {
+					t.Fatalf("message %d: %v", sent, err)
+				}
+				retryDelay(t, err)
+				break
+			}
+		}
+		s.CloseSend()
+		if want := map[bool]int{false: 5, true: 2}[perMessage]; sent != want {
+			t.Fatalf("PerMessage %v: %d messages through, want %d", perMessage, sent, want)
+		}
+		for range 2 { // the opening took one of three; two more streams may open, once per message or not
+			if perMessage {
+				break
+			}
+			s, _ := c.FullDuplexCall(context.Background())
+			s.Send(&testpb.StreamingOutputCallRequest{})
+			if _, err := s.Recv(); err != nil {
+				t.Fatalf("another stream: %v", err)
+			}
+			s.CloseSend()
+		}
+		if !perMessage {
+			s, _ := c.FullDuplexCall(context.Background())
+			s.Send(&testpb.StreamingOutputCallRequest{})
+			_, err := s.Recv()
+			retryDelay(t, err)
+		}
+	}
+}
+
+// TestProxiesAndKeys: an untrusted peer's x-forwarded-for buys nothing; a
+// trusted one's names the client; Key can key by anything else.
+func TestProxiesAndKeys(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, c := serve(t, Config{Clock: clock, Default: perHour("d", 2)})
+	passed := 0
+	for _, ip := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"} {
+		if _, err := c.EmptyCall(withXFF(ip), &testpb.Empty{}); err == nil {
+			passed++
+		}
+	}
+	if passed != 2 {
+		t.Fatalf("untrusted: %d passed, want 2", passed)
+	}
+	_, c = serve(t, Config{Clock: clock, Default: perHour("d", 2), TrustedProxies: []string{"127.0.0.0/8"}})
+	for _, ip := range []string{"203.0.113.1", "203.0.113.2"} {
+		for i := range 3 {
+			_, err := c.EmptyCall(withXFF("198.51.100.9, "+ip), &testpb.Empty{})
+			if (err == nil) != (i < 2) {
+				t.Fatalf("client %s call %d: %v", ip, i, err)
+			}
+		}
+	}
+	_, c = serve(t, Config{Clock: clock, Default: perHour("d", 1), Key: func(ctx context.Context, method, client string) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		return method + "|" + client + "|" + md.Get("user")[0]
+	}})
+	for _, u := range []string{"alice", "bob"} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "user", u)
+		if _, err := c.EmptyCall(ctx, &testpb.Empty{}); err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		if _, err := c.EmptyCall(ctx, &testpb.Empty{}); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("%s again: %v", u, err)
+		}
+	}
+}
+
+// TestBufconn: over an in-memory connection the peer has no IP address;
+// every such peer shares the fixed key, and the limit still holds.
+func TestBufconn(t *testing.T) {
+	l, err := New(Config{Clock: floodgate.NewManualClock(0), Default: perHour("d", 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ln := bufconn.Listen(1 << 20)
+	c := connect(t, l, ln, "passthrough:///bufnet", func(ctx context.Context, _ string) (net.Conn, error) { return ln.DialContext(ctx) })
+	var errs []error
+	for range 3 {
+		_, err := c.EmptyCall(context.Background(), &testpb.Empty{})
+		errs = append(errs, err)
+	}
+	if errs[0] != nil || errs[1] != nil || status.Code(errs[2]) != codes.ResourceExhausted {
+		t.Fatalf("bufconn calls: %v", errs)
+	}
+}
+
+// TestNewErrors: bad configurations are errors.
+func TestNewErrors(t *testing.T) {
+	ok := perHour("p", 1)
+	for name, cfg := range map[string]Config{
+		"no slash":       {Methods: map[string][]Policy{"Service/Method": ok}},
+		"no service":     {Methods: map[string][]Policy{"//Method": ok}},
+		"three parts":    {Methods: map[string][]Policy{"/a/b/c": ok}},
+		"no policies":    {Methods: map[string][]Policy{unary: nil}},
+		"empty name":     {Methods: map[string][]Policy{unary: perHour("", 1)}},
+		"duplicate name": {Methods: map[string][]Policy{unary: append(perHour("p", 1), ok...)}},
+		"bad rule":       {Methods: map[string][]Policy{unary: perHour("p", -1)}},
+		"empty default":  {Default: []Policy{}},
+		"bad cidr":       {TrustedProxies: []string{"300.0.0.0/8"}},
+		"ipv6 prefix":    {IPv6Prefix: 200},
+	} {
+		if l, err := New(cfg); err == nil {
+			l.Close()
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
