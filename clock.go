@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,9 +27,19 @@ func (systemClock) Now() int64 { return int64(time.Since(base)) }
 func SystemClock() Clock { return systemClock{} }
 
 // ManualClock is a Clock that moves only when told to. Tests use it to make
-// every decision reproducible without sleeping. It is safe for concurrent
-// use.
-type ManualClock struct{ ns atomic.Int64 }
+// every decision reproducible without sleeping. It is a Waker: a Wait on a
+// limiter with a ManualClock ends when Advance or Set brings the clock to
+// its instant. It is safe for concurrent use.
+type ManualClock struct {
+	ns    atomic.Int64
+	mu    sync.Mutex // guards wakes, and orders moves with WakeAt
+	wakes map[*manualWake]struct{}
+}
+
+type manualWake struct {
+	at int64
+	ch chan struct{}
+}
 
 // NewManualClock returns a ManualClock that reads start.
 func NewManualClock(start int64) *ManualClock {
@@ -40,8 +51,58 @@ func NewManualClock(start int64) *ManualClock {
 // Now returns the current reading.
 func (c *ManualClock) Now() int64 { return c.ns.Load() }
 
-// Advance moves the clock by d, which may be negative.
-func (c *ManualClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+// Advance moves the clock by d, which may be negative, and fires the wakes
+// it reaches.
+func (c *ManualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fire(c.ns.Add(int64(d)))
+}
 
-// Set moves the clock to ns, earlier or later.
-func (c *ManualClock) Set(ns int64) { c.ns.Store(ns) }
+// Set moves the clock to ns, earlier or later, and fires the wakes it
+// reaches.
+func (c *ManualClock) Set(ns int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ns.Store(ns)
+	c.fire(ns)
+}
+
+// fire closes the wakes due at now. Under mu.
+func (c *ManualClock) fire(now int64) {
+	for w := range c.wakes {
+		if w.at <= now {
+			close(w.ch)
+			delete(c.wakes, w)
+		}
+	}
+}
+
+// WakeAt returns a channel that is closed once the clock reads at or after
+// at, and a function that abandons the wake.
+func (c *ManualClock) WakeAt(at int64) (<-chan struct{}, func()) {
+	w := &manualWake{at: at, ch: make(chan struct{})}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ns.Load() >= at {
+		close(w.ch)
+		return w.ch, func() {}
+	}
+	if c.wakes == nil {
+		c.wakes = map[*manualWake]struct{}{}
+	}
+	c.wakes[w] = struct{}{}
+	return w.ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.wakes, w)
+	}
+}
+
+// Waiting returns the number of wakes not yet fired nor abandoned: a test
+// waits for its waiters to block before it moves the clock.
+func (c *ManualClock) Waiting() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.wakes)
+}

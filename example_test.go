@@ -1,6 +1,8 @@
 package floodgate_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -169,4 +171,37 @@ func ExampleLimiter_AllowAt() {
 	// true true
 	// false 500ms
 	// true
+}
+
+// Wait reserves and blocks until the request may pass, or fails at once
+// when it could pass only after the context's deadline, consuming nothing.
+func ExampleLimiter_Wait() {
+	limiter, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 1, Period: time.Hour}})
+	defer limiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fmt.Println(limiter.Wait(ctx, "k")) // the bucket's one token: at once
+	err := limiter.Wait(ctx, "k")       // the next comes in an hour
+	fmt.Println(errors.Is(err, floodgate.ErrExceedsDeadline))
+	// Output:
+	// <nil>
+	// true
+}
+
+// Limits admit a request only if every limiter does; a refusal by one
+// gives back what the others took.
+func ExampleNewLimits() {
+	perSecond, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: time.Second}})
+	perHour, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Hour}})
+	defer perSecond.Close()
+	defer perHour.Close()
+	limits, _ := floodgate.NewLimits(perSecond, perHour)
+	for range 3 {
+		d := limits.AllowN("client", 1)
+		fmt.Println(d.Allowed, d.Limit)
+	}
+	// Output:
+	// true 2
+	// true 2
+	// false 2
 }

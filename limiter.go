@@ -117,6 +117,8 @@ type Limiter struct {
 	ids      func(string) registry.ID  // nil: hasher.ID
 	ref      *registry.Registry[State] // the reference registry, when chosen
 	alg      Algorithm
+	name     string                              // the algorithm's registered name
+	reserves bool                                // the algorithm's states can reserve (WaitN)
 	sketch   *sketch                             // with MaxKeys
 	count    *counters                           // with Config.Stats
 	global   atomic.Pointer[atomicbucket.Bucket] // nil without Config.Global
@@ -172,8 +174,12 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.MaxKeys > 0 && cfg.reference {
 		return nil, fmt.Errorf("floodgate: the reference registry has no MaxKeys")
 	}
-	l := &Limiter{alg: alg, capacity: cfg.Rule.Capacity(), hasher: registry.NewHasher(), ids: cfg.ids,
+	l := &Limiter{alg: alg, name: name, capacity: cfg.Rule.Capacity(), hasher: registry.NewHasher(), ids: cfg.ids,
 		evicted: xsync.NewCounter(), evictedAtBound: xsync.NewCounter()}
+	switch alg.(type) {
+	case lockFreeBucket, mutexBucket, leakyMeter:
+		l.reserves = true // their states reserve: WaitN
+	}
 	l.evictedAt.Store(math.MinInt64)
 	if _, system := cfg.Clock.(systemClock); cfg.Clock != nil && !system {
 		l.clock = cfg.Clock

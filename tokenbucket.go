@@ -1,6 +1,8 @@
 package floodgate
 
 import (
+	"time"
+
 	"github.com/floodgate-go/floodgate/atomicbucket"
 	"github.com/floodgate-go/floodgate/internal/decision"
 )
@@ -147,3 +149,18 @@ func (a leakyMeter) newSpent(now, spent int64) State {
 
 func (s *mutexState) Evict(now int64) int64 { return s.b().Evict(now) }
 func (s *leakyState) Evict(now int64) int64 { return s.m().Evict(now) }
+
+// The bucket states reserve (see Limiter.WaitN): their twins alike, so
+// that the differential tests cover waiting too.
+func (s *bucketState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
+	return s.b().ReserveN(now, n, maxWait)
+}
+func (s *bucketState) CancelReservation(tat, n int64) bool { return s.b().CancelReservation(tat, n) }
+func (s *mutexState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
+	return s.b().ReserveN(now, n, maxWait)
+}
+func (s *mutexState) CancelReservation(tat, n int64) bool { return s.b().CancelReservation(tat, n) }
+func (s *leakyState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
+	return s.m().ReserveN(now, n, maxWait)
+}
+func (s *leakyState) CancelReservation(tat, n int64) bool { return s.m().CancelReservation(tat, n) }

@@ -3,6 +3,7 @@ package atomicbucket
 import (
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
 )
@@ -96,6 +97,58 @@ func (b *Bucket) Take(now, n int64) (allowed, live bool) {
 		chaos.Yield()
 		if b.tat.CompareAndSwap(w, next) {
 			return allowed, live
+		}
+		chaos.Retried()
+	}
+}
+
+// ReserveN takes n tokens at now if the bucket will hold them within
+// maxWait, and returns the wait before the caller may use them (0: at
+// once) and the TAT it left, which CancelReservation needs. ok is false,
+// and nothing changed, when the wait would be longer (wait then says how
+// long it would be), n is not a valid cost, or now lies before the
+// bucket's range; live is false when the bucket is retired (use
+// Successor).
+func (b *Bucket) ReserveN(now, n int64, maxWait time.Duration) (wait time.Duration, tat int64, ok, live bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	limit := b.p.waitTicks(maxWait)
+	for {
+		w := b.tat.Load()
+		if isRetired(w) || pos != inRange {
+			next, _, live := b.p.allow(w, t, pos, n) // retires a bucket past its range
+			if next == w || b.tat.CompareAndSwap(w, next) {
+				return 0, 0, false, live
+			}
+			continue
+		}
+		if !b.p.validCost(n) {
+			return 0, 0, false, true
+		}
+		next, ticks, ok := b.p.reserve(w, t, n, limit)
+		if !ok {
+			return b.p.duration(ticks), 0, false, true
+		}
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, next) {
+			return b.p.duration(ticks), next, true, true
+		}
+		chaos.Retried()
+	}
+}
+
+// CancelReservation gives back a reservation of n that left the TAT at
+// tat, if nothing has been taken from the bucket since, and reports
+// whether it did (see the package's Reservations).
+func (b *Bucket) CancelReservation(tat, n int64) bool {
+	for {
+		w := b.tat.Load()
+		next, ok := b.p.cancel(w, tat, n)
+		if !ok {
+			return false
+		}
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, next) {
+			return true
 		}
 		chaos.Retried()
 	}

@@ -3,6 +3,7 @@ package atomicbucket
 import (
 	"math"
 	"sync"
+	"time"
 )
 
 // MutexBucket is Bucket's twin behind a mutex: the same rule, the same
@@ -45,6 +46,36 @@ func (b *MutexBucket) Take(now, n int64) (allowed, live bool) {
 	b.tat = next
 	b.mu.Unlock()
 	return allowed, live
+}
+
+// ReserveN is Bucket.ReserveN under a mutex.
+func (b *MutexBucket) ReserveN(now, n int64, maxWait time.Duration) (wait time.Duration, tat int64, ok, live bool) {
+	t, pos := b.p.ticks(now, b.origin)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if isRetired(b.tat) || pos != inRange {
+		next, _, live := b.p.allow(b.tat, t, pos, n)
+		b.tat = next
+		return 0, 0, false, live
+	}
+	if !b.p.validCost(n) {
+		return 0, 0, false, true
+	}
+	next, ticks, ok := b.p.reserve(b.tat, t, n, b.p.waitTicks(maxWait))
+	if !ok {
+		return b.p.duration(ticks), 0, false, true
+	}
+	b.tat = next
+	return b.p.duration(ticks), next, true, true
+}
+
+// CancelReservation is Bucket.CancelReservation under a mutex.
+func (b *MutexBucket) CancelReservation(tat, n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next, ok := b.p.cancel(b.tat, tat, n)
+	b.tat = next
+	return ok
 }
 
 // Peek is Bucket.Peek under a mutex.

@@ -109,3 +109,101 @@ func FuzzTwins(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReserveTwins holds ReserveN and CancelReservation of Bucket,
+// MutexBucket and LeakyMutex against each other, among grants, peeks and
+// clock moves: the same wait, the same verdict, the same instant left
+// behind (the bucket's TAT is the meter's emptying instant), and the same
+// cancellations honoured, exact only for the latest reservation.
+func FuzzReserveTwins(f *testing.F) {
+	f.Add([]byte{0, 10, 1, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8, 9})
+	f.Add([]byte{3, 7, 2, 1, 12, 22, 32, 42, 52, 3, 1, 3, 11, 21, 31, 41})
+	f.Add([]byte{1, 3, 0, 0, 92, 92, 92, 1, 91, 81, 3, 23, 5, 5, 1, 1})
+	f.Add([]byte{4, 2, 5, 9, 250, 240, 230, 7, 17, 27, 4, 4, 4, 1, 6, 8})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		limits := []int64{1, 2, 3, 7, 10, 1000}
+		periods := []time.Duration{7, time.Microsecond, time.Millisecond, time.Second, time.Hour}
+		p, err := NewParams(limits[int(data[0])%len(limits)], periods[int(data[1])%len(periods)], int64(data[2]%8))
+		if err != nil {
+			return
+		}
+		origin := int64(binary.LittleEndian.Uint16(data[2:4])) << 20
+		a, m, lk := New(p, origin), NewMutex(p, origin), NewLeakyMutex(p, origin)
+		now := origin
+		step := p.interval / p.scale
+		type res struct{ a, m, l, n int64 }
+		var held []res
+		for i := 4; i < len(data); i++ {
+			op, arg := data[i]%10, int64(data[i]/10)
+			switch op {
+			case 0, 1, 2: // reserve, with a longest wait of arg intervals (or none)
+				n := arg%(p.capacity+1) + int64(op&1) // sometimes capacity+1: never
+				limit := time.Duration(arg%5) * time.Duration(step)
+				if op == 2 {
+					limit = time.Duration(1 << 62)
+				}
+				wa, ta, oa, la := a.ReserveN(now, n, limit)
+				wm, tm, om, lm := m.ReserveN(now, n, limit)
+				wl, tl, ol, ll := lk.ReserveN(now, n, limit)
+				if wa != wm || wa != wl || oa != om || oa != ol || la != lm || la != ll || ta != tm || ta != tl {
+					t.Fatalf("op %d ReserveN(%d, %d, %v): lock-free %v %d %v %v, mutex %v %d %v %v, leaky %v %d %v %v",
+						i, now, n, limit, wa, ta, oa, la, wm, tm, om, lm, wl, tl, ol, ll)
+				}
+				if oa && wa > limit {
+					t.Fatalf("op %d: reserved a wait of %v beyond %v", i, wa, limit)
+				}
+				if oa {
+					held = append(held, res{ta, tm, tl, n})
+				}
+			case 3, 4: // cancel a reservation: the latest, or another
+				if len(held) == 0 {
+					continue
+				}
+				k := len(held) - 1
+				if op == 4 {
+					k = int(arg) % len(held)
+				}
+				r := held[k]
+				held = append(held[:k], held[k+1:]...)
+				ca, cm, cl := a.CancelReservation(r.a, r.n), m.CancelReservation(r.m, r.n), lk.CancelReservation(r.l, r.n)
+				if ca != cm || ca != cl {
+					t.Fatalf("op %d CancelReservation differs: %v %v %v", i, ca, cm, cl)
+				}
+			case 5:
+				n := arg % (p.capacity + 1)
+				da, _ := a.AllowN(now, n)
+				dm, _ := m.AllowN(now, n)
+				dl, _ := lk.AllowN(now, n)
+				if da != dm || da != dl {
+					t.Fatalf("op %d AllowN(%d): %+v %+v %+v", i, n, da, dm, dl)
+				}
+			case 6:
+				da, _ := a.Peek(now)
+				dm, _ := m.Peek(now)
+				dl, _ := lk.Peek(now)
+				if da != dm || da != dl {
+					t.Fatalf("op %d Peek: %+v %+v %+v", i, da, dm, dl)
+				}
+			case 7:
+				now += arg * step / 2
+			case 8:
+				now -= arg * step / 8
+			case 9:
+				now += arg << 56 // out of range: the states retire
+			}
+			_, la := a.Peek(now)
+			_, lm := m.Peek(now)
+			_, ll := lk.Peek(now)
+			if la != lm || la != ll {
+				t.Fatalf("op %d: one twin retired, another not", i)
+			}
+			if !la {
+				a, m, lk = a.Successor(now), m.Successor(now), lk.Successor(now)
+				held = nil
+			}
+		}
+	})
+}

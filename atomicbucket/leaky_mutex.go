@@ -3,6 +3,7 @@ package atomicbucket
 import (
 	"math"
 	"sync"
+	"time"
 )
 
 // LeakyMutex is the leaky bucket as a meter in its textbook form — the
@@ -100,6 +101,47 @@ func (m *LeakyMutex) judge(level, n int64) (int64, Decision) {
 		return level, d
 	}
 	return raised, m.answer(true, raised)
+}
+
+// ReserveN raises the level by n at now if it will have drained enough
+// within maxWait for the request to conform, and returns the wait and the
+// instant the raised level drains to zero, which CancelReservation needs:
+// Bucket.ReserveN, from the level's point of view. The level may stand
+// above the capacity meanwhile, by what the waiting requests hold.
+func (m *LeakyMutex) ReserveN(now, n int64, maxWait time.Duration) (wait time.Duration, empties int64, ok, live bool) {
+	t, pos := m.p.ticks(now, m.origin)
+	if pos != inRange {
+		_, live := m.AllowN(now, n) // retires a meter past its range
+		return 0, 0, false, live
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return 0, 0, false, false
+	}
+	if !m.p.validCost(n) {
+		return 0, 0, false, true
+	}
+	raised := m.drained(t) + n*m.p.interval
+	over := max(0, raised-m.p.tau())
+	if over > m.p.waitTicks(maxWait) || t+raised > maxT {
+		return m.p.duration(over), 0, false, true
+	}
+	m.level, m.lct = raised, t
+	return m.p.duration(over), m.empties(), true, true
+}
+
+// CancelReservation lowers the level by a reservation of n whose raised
+// level drained to zero at empties, if the meter has not been raised
+// since.
+func (m *LeakyMutex) CancelReservation(empties, n int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired || m.empties() != empties || !m.p.validCost(n) {
+		return false
+	}
+	m.level -= n * m.p.interval
+	return true
 }
 
 // Take is AllowN reduced to its verdict.

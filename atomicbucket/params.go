@@ -317,6 +317,45 @@ func (p *Params) refund(w, n int64) (next int64, live bool) {
 	return max(w-n*p.interval, floorTAT), true
 }
 
+// reserve is take for a request that may wait: it admits n at t whatever
+// the bucket holds now, provided they will be there within maxWait ticks,
+// and returns the TAT after them and the wait in ticks before the request
+// conforms (0 when take would admit it at t). ok is false, and nothing may
+// be written, when the wait is longer or the TAT would leave its range.
+// Requests that wait are served in the order they reserved: each TAT is
+// the last one's plus its cost, so waiting never lets more pass than the
+// rule.
+func (p *Params) reserve(w, t, n, maxWait int64) (next, wait int64, ok bool) {
+	next = max(w, t) + n*p.interval
+	wait = max(0, next-t-p.tau())
+	return next, wait, wait <= maxWait && next <= maxT
+}
+
+// cancel undoes a reservation of n that left the TAT at tat, if the TAT is
+// still tat: nothing was taken since, so no later request was promised a
+// time that counts on the tokens it gives back. Otherwise it changes
+// nothing and reports false: giving them back then would let a new request
+// take the slot that a later waiter was already promised, and pass beside
+// it.
+func (p *Params) cancel(w, tat, n int64) (next int64, ok bool) {
+	if isRetired(w) || w != tat || n < 1 || n > p.capacity {
+		return w, false
+	}
+	return max(w-n*p.interval, floorTAT), true
+}
+
+// waitTicks converts a longest wait to ticks, saturating: a wait no
+// deadline bounds is math.MaxInt64.
+func (p *Params) waitTicks(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	if int64(d) > math.MaxInt64/p.scale {
+		return math.MaxInt64
+	}
+	return int64(d) * p.scale
+}
+
 // retireIdle retires a word that is full at t, as a new bucket is, and
 // carries t so that the successor is full from t on.
 func (p *Params) retireIdle(w, t int64, pos position) (next int64, ok bool) {

@@ -3,6 +3,7 @@ package atomicbucket
 import (
 	"math"
 	"sync/atomic"
+	"time"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
 	"github.com/floodgate-go/floodgate/internal/word"
@@ -169,4 +170,54 @@ func (p *Params) RebaseWord(v uint64, from, to int64) uint64 {
 		return uint64(floor)
 	}
 	return uint64(max(int64(v)-int64(shift)*p.scale, floor))
+}
+
+// ReserveWord is Bucket.ReserveN on the word w; tat is the word it left.
+// A reading past the word's range reports word.Rebase, and a mark
+// word.Gone; nothing changes then.
+func (p *Params) ReserveWord(w *atomic.Uint64, origin, now, n int64, maxWait time.Duration) (wait time.Duration, tat uint64, ok bool, st word.Status) {
+	t, pos := p.ticks(now, origin)
+	if pos == pastRange {
+		return 0, 0, false, word.Rebase
+	}
+	limit := p.waitTicks(maxWait)
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return 0, 0, false, word.Gone
+		}
+		if pos != inRange || !p.validCost(n) {
+			return 0, 0, false, word.Live
+		}
+		next, ticks, ok := p.reserve(int64(v), t, n, limit)
+		if !ok {
+			return p.duration(ticks), 0, false, word.Live
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, uint64(next)) {
+			return p.duration(ticks), uint64(next), true, word.Live
+		}
+		chaos.Retried()
+	}
+}
+
+// CancelWord is Bucket.CancelReservation on the word w. A mark reports
+// word.Gone: the key moved, and its word must be found again (a resize
+// copies it unchanged).
+func (p *Params) CancelWord(w *atomic.Uint64, tat uint64, n int64) (done bool, st word.Status) {
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return false, word.Gone
+		}
+		next, ok := p.cancel(int64(v), int64(tat), n)
+		if !ok {
+			return false, word.Live
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, uint64(next)) {
+			return true, word.Live
+		}
+		chaos.Retried()
+	}
 }
