@@ -70,6 +70,14 @@ func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 	if len(each) > len(m.ls) {
 		each = each[:len(m.ls)]
 	}
+	if len(m.ls) == 1 { // nothing to give back: one Limiter's own answer
+		l := m.ls[0]
+		d := l.AllowAt(key, l.now(), n)
+		if len(each) > 0 {
+			each[0] = d
+		}
+		return d
+	}
 	var taken [maxLimits]grant
 	var best Decision
 	for j, l := range m.ls {

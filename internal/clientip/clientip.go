@@ -41,12 +41,12 @@ func (c *Finder) Address(remote string, values []string) string {
 	if !ok {
 		return InvalidRemote
 	}
-	if c.IsTrusted(peer) {
+	if len(c.Trusted) > 0 && c.IsTrusted(peer) {
 		if a, ok := c.fromHeader(values); ok {
-			peer = a
+			return c.group(a, "")
 		}
 	}
-	return c.group(peer)
+	return c.group(peer, remote)
 }
 
 // IsTrusted reports whether a is a trusted proxy's address.
@@ -59,8 +59,22 @@ func (c *Finder) IsTrusted(a netip.Addr) bool {
 	return false
 }
 
-func (c *Finder) group(a netip.Addr) string {
-	if a.Is4() || c.V6Bits == 128 {
+// group names a's group; from is the text a was read from, if any. When
+// from's host part already spells a (a plain IPv4 peer, as most are), the
+// name is that substring, and the common case allocates nothing.
+func (c *Finder) group(a netip.Addr, from string) string {
+	if a.Is4() {
+		host := from
+		if i := strings.LastIndexByte(from, ':'); i >= 0 {
+			host = from[:i]
+		}
+		var buf [len("255.255.255.255")]byte
+		if string(a.AppendTo(buf[:0])) == host {
+			return host
+		}
+		return a.String()
+	}
+	if c.V6Bits == 128 {
 		return a.String()
 	}
 	p, _ := a.Prefix(c.V6Bits)
