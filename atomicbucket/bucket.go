@@ -140,9 +140,16 @@ func (b *Bucket) ReserveN(now, n int64, maxWait time.Duration) (wait time.Durati
 // tat, if nothing has been taken from the bucket since, and reports
 // whether it did (see the package's Reservations).
 func (b *Bucket) CancelReservation(tat, n int64) bool {
+	return b.changeIf(func(w int64) (int64, bool) { return b.p.cancel(w, tat, n) })
+}
+
+// changeIf applies step to the word by CAS for as long as step says the
+// word's current value is one to change, and reports whether it changed
+// it: the loop of the operations off the request path.
+func (b *Bucket) changeIf(step func(w int64) (next int64, ok bool)) bool {
 	for {
 		w := b.tat.Load()
-		next, ok := b.p.cancel(w, tat, n)
+		next, ok := step(w)
 		if !ok {
 			return false
 		}
@@ -183,18 +190,7 @@ func (b *Bucket) Refund(n int64) (live bool) {
 // and reports whether it did. Its successor is full from now on.
 func (b *Bucket) RetireIdle(now int64) bool {
 	t, pos := b.p.ticks(now, b.origin)
-	for {
-		w := b.tat.Load()
-		next, ok := b.p.retireIdle(w, t, pos)
-		if !ok {
-			return false
-		}
-		chaos.Yield()
-		if b.tat.CompareAndSwap(w, next) {
-			return true
-		}
-		chaos.Retried()
-	}
+	return b.changeIf(func(w int64) (int64, bool) { return b.p.retireIdle(w, t, pos) })
 }
 
 // Retire retires the bucket whatever it holds; its successor is new.

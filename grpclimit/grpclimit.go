@@ -17,13 +17,13 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/clientip"
+	"github.com/floodgate-go/floodgate/internal/policy"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -123,25 +123,12 @@ func validMethod(s string) bool {
 }
 
 func (l *Limiter) limits(ps []Policy, cfg Config) (*floodgate.Limits, error) {
-	if len(ps) == 0 {
-		return nil, errors.New("no policies")
+	specs := make([]policy.Spec, len(ps))
+	for i, p := range ps {
+		specs[i] = policy.Spec(p)
 	}
-	seen := map[string]bool{}
-	var ls []*floodgate.Limiter
-	for _, p := range ps {
-		if p.Name == "" || seen[p.Name] {
-			return nil, fmt.Errorf("policy name %q empty or used twice", p.Name)
-		}
-		seen[p.Name] = true
-		fl, err := floodgate.New(floodgate.Config{Algorithm: p.Algorithm, Rule: p.Rule,
-			Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL})
-		if err != nil {
-			return nil, fmt.Errorf("policy %q: %v", p.Name, err)
-		}
-		l.all = append(l.all, fl)
-		ls = append(ls, fl)
-	}
-	return floodgate.NewLimits(ls...)
+	return policy.Build(specs, policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL},
+		func(name string) bool { return name != "" }, &l.all)
 }
 
 // Close stops every limiter made (their IdleTTL sweepers). It is

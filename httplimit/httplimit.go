@@ -17,7 +17,6 @@
 package httplimit
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/clientip"
+	"github.com/floodgate-go/floodgate/internal/policy"
 )
 
 // Policy is one named limit of a Route.
@@ -185,39 +185,24 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 }
 
 func (l *Limiter) newRoute(ps []Policy, cfg Config) (*route, error) {
-	if len(ps) == 0 {
-		return nil, errors.New("no policies")
-	}
-	rt := &route{}
-	var ls []*floodgate.Limiter
-	var policy strings.Builder
+	specs := make([]policy.Spec, len(ps))
 	for i, p := range ps {
-		if !validName(p.Name) {
-			return nil, fmt.Errorf("policy name %q: want 1 to 64 of A-Z a-z 0-9 . _ -", p.Name)
-		}
-		for _, n := range rt.names {
-			if n == p.Name {
-				return nil, fmt.Errorf("policy name %q used twice", p.Name)
-			}
-		}
-		fl, err := floodgate.New(floodgate.Config{Algorithm: p.Algorithm, Rule: p.Rule,
-			Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL})
-		if err != nil {
-			return nil, fmt.Errorf("policy %q: %v", p.Name, err)
-		}
-		l.all = append(l.all, fl)
-		ls = append(ls, fl)
-		rt.names = append(rt.names, p.Name)
-		if i > 0 {
-			policy.WriteString(", ")
-		}
-		fmt.Fprintf(&policy, "%q;q=%d;w=%d", p.Name, p.Rule.Limit, ceilSeconds(p.Rule.Period))
+		specs[i] = policy.Spec(p)
 	}
-	m, err := floodgate.NewLimits(ls...)
+	m, err := policy.Build(specs, policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}, validName, &l.all)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%v (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
 	}
-	rt.limits, rt.policy = m, []string{policy.String()}
+	rt := &route{limits: m}
+	var header strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			header.WriteString(", ")
+		}
+		fmt.Fprintf(&header, "%q;q=%d;w=%d", p.Name, p.Rule.Limit, ceilSeconds(p.Rule.Period))
+		rt.names = append(rt.names, p.Name)
+	}
+	rt.policy = []string{header.String()}
 	return rt, nil
 }
 
