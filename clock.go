@@ -31,9 +31,10 @@ func SystemClock() Clock { return systemClock{} }
 // limiter with a ManualClock ends when Advance or Set brings the clock to
 // its instant. It is safe for concurrent use.
 type ManualClock struct {
-	ns    atomic.Int64
-	mu    sync.Mutex // guards wakes, and orders moves with WakeAt
-	wakes map[*manualWake]struct{}
+	ns      atomic.Int64
+	pending atomic.Int64 // wakes registered or being registered: moves take mu only when there are some
+	mu      sync.Mutex   // guards wakes
+	wakes   map[*manualWake]struct{}
 }
 
 type manualWake struct {
@@ -54,26 +55,33 @@ func (c *ManualClock) Now() int64 { return c.ns.Load() }
 // Advance moves the clock by d, which may be negative, and fires the wakes
 // it reaches.
 func (c *ManualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.fire(c.ns.Add(int64(d)))
+	c.ns.Add(int64(d))
+	c.fire()
 }
 
 // Set moves the clock to ns, earlier or later, and fires the wakes it
 // reaches.
 func (c *ManualClock) Set(ns int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.ns.Store(ns)
-	c.fire(ns)
+	c.fire()
 }
 
-// fire closes the wakes due at now. Under mu.
-func (c *ManualClock) fire(now int64) {
+// fire closes the wakes due now. A move that finds none pending takes no
+// lock, so that goroutines moving the clock never contend; WakeAt counts
+// a wake as pending before it reads the clock, so a move it misses is one
+// that it saw.
+func (c *ManualClock) fire() {
+	if c.pending.Load() == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.ns.Load()
 	for w := range c.wakes {
 		if w.at <= now {
 			close(w.ch)
 			delete(c.wakes, w)
+			c.pending.Add(-1)
 		}
 	}
 }
@@ -84,7 +92,9 @@ func (c *ManualClock) WakeAt(at int64) (<-chan struct{}, func()) {
 	w := &manualWake{at: at, ch: make(chan struct{})}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.pending.Add(1)
 	if c.ns.Load() >= at {
+		c.pending.Add(-1)
 		close(w.ch)
 		return w.ch, func() {}
 	}
@@ -95,7 +105,10 @@ func (c *ManualClock) WakeAt(at int64) (<-chan struct{}, func()) {
 	return w.ch, func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		delete(c.wakes, w)
+		if _, ok := c.wakes[w]; ok {
+			delete(c.wakes, w)
+			c.pending.Add(-1)
+		}
 	}
 }
 
