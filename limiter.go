@@ -375,8 +375,7 @@ func (l *Limiter) AllowN(key string, n int64) Decision {
 // twice, and the cap's answer is returned (its Limit, RetryAfter and
 // ResetAfter). When both allow, Remaining is the smaller of the two.
 func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
-	d, _ := l.allowAt(key, now, n)
-	return d
+	return l.allowAt(key, now, n, nil)
 }
 
 // grant is what one admitted request took from a Limiter, so that it can
@@ -391,24 +390,29 @@ type grant struct {
 	now, n int64
 }
 
-// allowAt is AllowAt, which also returns what an admitted request took.
-func (l *Limiter) allowAt(key string, now int64, n int64) (Decision, grant) {
+// allowAt is AllowAt; if out is not nil, an admitted request's grant is
+// written there. Nothing is recorded otherwise, so that AllowN pays for
+// no bookkeeping it does not use.
+func (l *Limiter) allowAt(key string, now int64, n int64, out *grant) Decision {
 	var d Decision
-	gr := grant{now: now, n: n, i: -1}
+	var s State
+	var id registry.ID
+	var t *registry.Table
+	i := -1
 	if l.kind == objects {
-		id := l.objectID(key)
-		s := l.state(key, id, now)
+		id = l.objectID(key)
+		s = l.state(key, id, now)
 		var live bool
 		d, live = s.AllowN(now, n)
 		for !live {
 			s = l.successor(key, id, s, now)
 			d, live = s.AllowN(now, n)
 		}
-		gr.s = s
 	} else {
-		gr.id = l.id(key)
-		d, gr.t, gr.i = l.allowWord(gr.id, now, n)
+		id = l.id(key)
+		d, t, i = l.allowWord(id, now, n)
 	}
+	var asked *atomicbucket.Bucket
 	if g := l.global.Load(); g != nil && d.Allowed {
 		gd, live := g.AllowN(now, n)
 		for !live {
@@ -416,18 +420,21 @@ func (l *Limiter) allowAt(key string, now int64, n int64) (Decision, grant) {
 			gd, live = g.AllowN(now, n)
 		}
 		if !gd.Allowed {
-			l.refundKey(&gr)
+			l.refundKey(&grant{s: s, id: id, t: t, i: i, now: now, n: n})
 			if l.count != nil {
 				l.count.deniedByGlobal.Inc()
 			}
 			l.decided(false)
-			return fromCore(gd), grant{}
+			return fromCore(gd)
 		}
-		gr.g = g
+		asked = g
 		d.Remaining = min(d.Remaining, gd.Remaining)
 	}
 	l.decided(d.Allowed)
-	return d, gr
+	if out != nil && d.Allowed {
+		*out = grant{s: s, id: id, t: t, i: i, g: asked, now: now, n: n}
+	}
+	return d
 }
 
 // refundKey gives the key's own state back what gr took from it.

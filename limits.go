@@ -81,7 +81,7 @@ func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 	var taken [maxLimits]grant
 	var best Decision
 	for j, l := range m.ls {
-		d, gr := l.allowAt(key, l.now(), n)
+		d := l.allowAt(key, l.now(), n, &taken[j])
 		if !d.Allowed {
 			for k := j - 1; k >= 0; k-- {
 				m.ls[k].giveBack(&taken[k])
@@ -94,7 +94,6 @@ func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 			}
 			return d
 		}
-		taken[j] = gr
 		if j < len(each) {
 			each[j] = d
 		}
