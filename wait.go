@@ -101,13 +101,13 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	r := reservation{n: n, i: -1}
 	wait, ok := l.reserveKey(key, now, limit, &r)
 	if !ok {
-		return l.tooLong(wait, limit)
+		return tooLong(wait, limit)
 	}
 	if g := l.global.Load(); g != nil {
 		gw, ok := l.reserveGlobal(g, now, limit, &r)
 		if !ok {
 			l.cancelKey(&r)
-			return l.tooLong(gw, limit)
+			return tooLong(gw, limit)
 		}
 		wait = max(wait, gw)
 	}
@@ -118,7 +118,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	if err := l.sleep(ctx, now, wait); err != nil {
 		l.cancelKey(&r)
 		if r.g != nil {
-			l.cancelGlobal(&r)
+			r.g.CancelReservation(r.gtat, r.n)
 		}
 		l.decided(false)
 		return err
@@ -128,7 +128,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 }
 
 // tooLong is the error of a reservation that could not be made.
-func (l *Limiter) tooLong(wait, limit time.Duration) error {
+func tooLong(wait, limit time.Duration) error {
 	if wait == 0 { // not a wait: the cost never fits, or the reading is out of range
 		return fmt.Errorf("%w for this limiter now", ErrExceedsCapacity)
 	}
@@ -226,5 +226,3 @@ func (l *Limiter) reserveGlobal(g *atomicbucket.Bucket, now int64, limit time.Du
 		g = l.nextGlobal(g, now)
 	}
 }
-
-func (l *Limiter) cancelGlobal(r *reservation) { r.g.CancelReservation(r.gtat, r.n) }

@@ -41,7 +41,7 @@ func (c *Finder) Address(remote string, values []string) string {
 	if !ok {
 		return InvalidRemote
 	}
-	if len(c.Trusted) > 0 && c.IsTrusted(peer) {
+	if c.IsTrusted(peer) {
 		if a, ok := c.fromHeader(values); ok {
 			return c.group(a, "")
 		}
