@@ -1,0 +1,488 @@
+// Package redislimit keeps floodgate's rules in Redis, so that every
+// replica of a service shares one limit per client.
+//
+// A Limiter decides each request in one round trip: one Lua script, run
+// atomically by Redis, reads the client's state, decides, and writes the new
+// state only when it admits. Time is Redis's own clock (TIME, read inside
+// the script), so the application servers' clocks may disagree. The state
+// is integers in microseconds, and every step is exact integer arithmetic:
+//
+//   - "token_bucket" and "leaky_bucket" are GCRA, as in floodgate: one
+//     integer per key, the theoretical arrival time;
+//   - "fixed_window" and "sliding_counter" are floodgate's window
+//     definitions with 1 µs for 1 ns: "k:curr:prev" per key.
+//
+// Each key lives under "<Prefix>:<algorithm>:<hash of the client id>" with
+// a TTL that ends a second after the key would be fresh again, so Redis's
+// memory follows the active clients (about 100 bytes per active key).
+//
+// When Redis fails or exceeds Config.Timeout, the Limiter decides by its
+// FailureMode, and after a few consecutive failures a circuit breaker stops
+// calling Redis until a periodic probe finds it back.
+package redislimit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/redis/go-redis/v9"
+)
+
+// FailureMode says how a Limiter decides while Redis cannot.
+type FailureMode uint8
+
+const (
+	// FailLocal, the default, decides with an in-process floodgate
+	// limiter on Config.Local (by default, Config.Rule). Each process then
+	// applies the rule on its own: with R replicas a client may pass up to
+	// R times the rule while Redis is away, unless Local says less.
+	FailLocal FailureMode = iota
+	// FailOpen admits every request while Redis cannot decide.
+	FailOpen
+	// FailClosed denies every request while Redis cannot decide, with
+	// RetryAfter set to the breaker's probe interval.
+	FailClosed
+)
+
+// String returns the mode's name.
+func (m FailureMode) String() string {
+	switch m {
+	case FailLocal:
+		return "FailLocal"
+	case FailOpen:
+		return "FailOpen"
+	case FailClosed:
+		return "FailClosed"
+	}
+	return fmt.Sprintf("FailureMode(%d)", uint8(m))
+}
+
+// Config configures a Limiter. Only Rule is required.
+type Config struct {
+	// Algorithm is one of floodgate's names: "token_bucket" (the default
+	// when empty), "leaky_bucket", "fixed_window" or "sliding_counter".
+	Algorithm string
+	// Rule is the limit per client, with floodgate's meaning (see
+	// floodgate.Rule). Redis's clock counts microseconds, so the rule's
+	// step (Period/Limit for the buckets, Period for the windows) is held
+	// in whole microseconds: exact when it is one, else rounded up, so that
+	// a client never passes more than the rule. New refuses a rule whose
+	// step is below 1 µs, or whose rounding would slow it by more than
+	// 0.1% (a step under 1 ms that is not a whole number of µs).
+	Rule floodgate.Rule
+	// Prefix begins every key; "" means "floodgate". Keep it free of
+	// braces unless every key is meant for one Cluster slot.
+	Prefix string
+	// Timeout is each call's budget for Redis, including a reload of the
+	// script after a restart; 0 means 100ms. The caller's context can only
+	// shorten it.
+	Timeout time.Duration
+	// FailureMode decides while Redis cannot; the zero value is FailLocal.
+	FailureMode FailureMode
+	// Local is FailLocal's rule; nil means Rule. It is an error with
+	// another FailureMode.
+	Local *floodgate.Rule
+	// LocalMaxKeys bounds the keys the FailLocal limiter holds (see
+	// floodgate.Config.MaxKeys); 0 means 65,536.
+	LocalMaxKeys int
+
+	// BreakAfter is how many consecutive failures open the circuit
+	// breaker; 0 means 3. ProbeEvery is how long it then stays open
+	// before one call probes Redis again; 0 means 1s.
+	BreakAfter int
+	ProbeEvery time.Duration
+	// Clock times the breaker and the FailLocal limiter; nil means
+	// floodgate.SystemClock(). Decisions on Redis use Redis's clock.
+	Clock floodgate.Clock
+	// OnError, when set, is called with every error from Redis that the
+	// FailureMode answered for. It runs on the request path.
+	OnError func(error)
+}
+
+// Stats counts what a Limiter has done since New.
+type Stats struct {
+	// Calls counts round trips to Redis; Errors, those that failed; and
+	// Timeouts, those of the failures that ran out of Config.Timeout.
+	Calls, Errors, Timeouts int64
+	// Reloads counts scripts sent again after Redis had lost them
+	// (a restart, a failover, SCRIPT FLUSH).
+	Reloads int64
+	// Fallbacks counts decisions made by the FailureMode, with Redis
+	// failing or the breaker open; Opens counts the times the breaker
+	// opened.
+	Fallbacks, Opens int64
+}
+
+// Limiter applies one Rule to every client, with the state in Redis. It is
+// safe for concurrent use.
+type Limiter struct {
+	client   redis.UniversalClient
+	script   *script
+	keyHead  string // "<prefix>:<algorithm>:"
+	interval int64  // µs per token (buckets) or per window (windows)
+	kind     int64  // 0 for the buckets; 1 fixed_window, 2 sliding_counter
+	capacity int64
+	timeout  time.Duration
+	mode     FailureMode
+	local    *floodgate.Limiter
+	clock    floodgate.Clock
+	breaker  breaker
+	onError  func(error)
+	margin   int64 // ms added to each key's TTL
+
+	calls, errs, timeouts, reloads, fallbacks, opens atomic.Int64
+}
+
+const (
+	defaultTimeout    = 100 * time.Millisecond
+	defaultBreakAfter = 3
+	defaultProbeEvery = time.Second
+	defaultLocalKeys  = 1 << 16
+	ttlMargin         = 1000 // ms
+)
+
+// New validates cfg and returns a Limiter on client. It returns an error for
+// a rule that floodgate would reject, or that Redis's microseconds cannot
+// hold (see Config.Rule); for an unknown algorithm or one with no Redis
+// form; for a negative Timeout, BreakAfter, ProbeEvery or LocalMaxKeys; for
+// Local with a FailureMode other than FailLocal; and for a client that would
+// break the Limiter's promises: one that retries commands (a retried script
+// may charge a request twice) or ignores its context's deadline (a stalled
+// server would hold each call past Timeout). Build the client with
+// ContextTimeoutEnabled: true; redislimit turns go-redis's retries off for
+// its own commands.
+func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
+	if client == nil {
+		return nil, errors.New("redislimit: New needs a client")
+	}
+	if err := checkClient(client); err != nil {
+		return nil, err
+	}
+	name := cfg.Algorithm
+	if name == "" {
+		name = floodgate.TokenBucket
+	}
+	if _, err := floodgate.New(floodgate.Config{Algorithm: name, Rule: cfg.Rule}); err != nil {
+		return nil, fmt.Errorf("redislimit: %w", err)
+	}
+	l := &Limiter{client: client, capacity: cfg.Rule.Capacity(), timeout: cfg.Timeout, mode: cfg.FailureMode,
+		clock: cfg.Clock, onError: cfg.OnError, margin: ttlMargin}
+	switch name {
+	case floodgate.TokenBucket, floodgate.LeakyBucket:
+		interval, err := micros(ceilDiv(int64(cfg.Rule.Period), cfg.Rule.Limit), "Period/Limit")
+		if err != nil {
+			return nil, err
+		}
+		if l.capacity > maxTau/interval {
+			return nil, fmt.Errorf("redislimit: a burst of %d at %dµs per token is beyond the script's range (2^50 µs)", l.capacity, interval)
+		}
+		l.script, l.interval = gcraScript, interval
+	case floodgate.FixedWindow, floodgate.SlidingCounter:
+		period, err := micros(int64(cfg.Rule.Period), "Period")
+		if err != nil {
+			return nil, err
+		}
+		kind := int64(1)
+		if name == floodgate.SlidingCounter {
+			kind = 2
+			if cfg.Rule.Limit > maxSlidingProduct/period {
+				return nil, fmt.Errorf("redislimit: sliding_counter needs Limit × Period ≤ 2^52 µs to stay exact; %d × %dµs is beyond it", cfg.Rule.Limit, period)
+			}
+		}
+		l.script, l.interval, l.kind = windowScript, period, kind
+	default:
+		return nil, fmt.Errorf("redislimit: algorithm %q has no Redis form (supported: %s, %s, %s, %s)",
+			name, floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter)
+	}
+	if strings.TrimSpace(cfg.Prefix) != cfg.Prefix {
+		return nil, fmt.Errorf("redislimit: Prefix %q has leading or trailing space", cfg.Prefix)
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = "floodgate"
+	}
+	l.keyHead = prefix + ":" + name + ":"
+
+	switch {
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("redislimit: Timeout must be 0 (meaning %v) or positive, got %v", defaultTimeout, cfg.Timeout)
+	case cfg.Timeout == 0:
+		l.timeout = defaultTimeout
+	}
+	if cfg.FailureMode > FailClosed {
+		return nil, fmt.Errorf("redislimit: unknown %v", cfg.FailureMode)
+	}
+	if cfg.BreakAfter < 0 || cfg.ProbeEvery < 0 || cfg.LocalMaxKeys < 0 {
+		return nil, fmt.Errorf("redislimit: BreakAfter, ProbeEvery and LocalMaxKeys must be 0 (the default) or positive, got %d, %v, %d",
+			cfg.BreakAfter, cfg.ProbeEvery, cfg.LocalMaxKeys)
+	}
+	if l.clock == nil {
+		l.clock = floodgate.SystemClock()
+	}
+	l.breaker.after = int64(cmp(cfg.BreakAfter, defaultBreakAfter))
+	l.breaker.every = int64(cmp(cfg.ProbeEvery, defaultProbeEvery))
+	l.breaker.openUntil.Store(closed)
+
+	switch {
+	case cfg.Local != nil && cfg.FailureMode != FailLocal:
+		return nil, fmt.Errorf("redislimit: Local is the rule of FailLocal, and FailureMode is %v", cfg.FailureMode)
+	case cfg.FailureMode == FailLocal:
+		rule := cfg.Rule
+		if cfg.Local != nil {
+			rule = *cfg.Local
+		}
+		local, err := floodgate.New(floodgate.Config{Algorithm: name, Rule: rule, Clock: cfg.Clock,
+			MaxKeys: cmp(cfg.LocalMaxKeys, defaultLocalKeys)})
+		if err != nil {
+			return nil, fmt.Errorf("redislimit: Local: %w", err)
+		}
+		l.local = local
+	}
+	return l, nil
+}
+
+// cmp returns v, or def when v is zero.
+func cmp[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+const (
+	maxTau            = 1 << 50 // the scripts' bound on capacity × interval, µs
+	maxSlidingProduct = 1 << 52 // the window script's bound on Limit × Period, µs
+)
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// micros converts a step of ns nanoseconds to whole microseconds, rounding
+// up, and refuses a step that the rounding would change by more than 0.1%.
+func micros(ns int64, what string) (int64, error) {
+	if ns < 1000 {
+		return 0, fmt.Errorf("redislimit: %s is %v, below the 1µs that Redis's clock counts", what, time.Duration(ns))
+	}
+	us := ceilDiv(ns, 1000)
+	if ns%1000 != 0 && ns < int64(time.Millisecond) {
+		return 0, fmt.Errorf("redislimit: %s is %v, not a whole number of microseconds; rounding it up to %dµs would slow the rule by more than 0.1%%", what, time.Duration(ns), us)
+	}
+	return us, nil
+}
+
+// checkClient refuses a go-redis client that would not hold a call to its
+// context's deadline. (Its retries do not matter: every command of ours is
+// marked NoRetry.) Another implementation of UniversalClient answers for
+// itself.
+func checkClient(c redis.UniversalClient) error {
+	var ctxTimeout bool
+	switch c := c.(type) {
+	case *redis.Client:
+		ctxTimeout = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		ctxTimeout = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		ctxTimeout = c.Options().ContextTimeoutEnabled
+	default:
+		return nil
+	}
+	if !ctxTimeout {
+		return errors.New("redislimit: the client ignores its context's deadline, so a stalled server would hold each call for the client's ReadTimeout instead of Config.Timeout; build it with ContextTimeoutEnabled: true")
+	}
+	return nil
+}
+
+// Allow reports whether one request from key may pass, with the details a
+// response needs. See AllowN.
+func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN decides a request of cost n from key. A cost below 1 or above the
+// rule's capacity is a denial with RetryAfter == floodgate.Never, and
+// reaches no server.
+//
+// The error is nil whenever the Limiter decided: by Redis, or by the
+// FailureMode while Redis failed (see Stats and Config.OnError). It is the
+// context's error when ctx ended before Redis answered; the Decision is
+// then the FailureMode's, so a caller may use it either way.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
+	if n < 1 || int64(n) > l.capacity {
+		return floodgate.Decision{Limit: l.capacity, RetryAfter: floodgate.Never}, nil
+	}
+	return l.decide(ctx, key, int64(n), false, -1)
+}
+
+// Peek returns what Allow would answer for key now, and changes nothing.
+func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
+	return l.decide(ctx, key, 1, true, -1)
+}
+
+// Reset forgets key's state in Redis, and in the FailLocal limiter, so that
+// its next request finds it full. It returns Redis's error, if any: a reset
+// has no failure mode.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.local != nil {
+		l.local.Reset(key)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	err := l.client.Process(ctx, noRetry{redis.NewIntCmd(ctx, "del", l.Key(key))})
+	if err != nil {
+		return fmt.Errorf("redislimit: reset %q: %w", key, err)
+	}
+	return nil
+}
+
+// Key returns the Redis key that holds key's state:
+// "<Prefix>:<algorithm>:" and 32 hex digits of key's SHA-256.
+func (l *Limiter) Key(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b [32]byte
+	hex.Encode(b[:], sum[:16])
+	return l.keyHead + string(b[:])
+}
+
+// Stats returns the counts so far.
+func (l *Limiter) Stats() Stats {
+	return Stats{
+		Calls: l.calls.Load(), Errors: l.errs.Load(), Timeouts: l.timeouts.Load(), Reloads: l.reloads.Load(),
+		Fallbacks: l.fallbacks.Load(), Opens: l.opens.Load(),
+	}
+}
+
+// decide runs the script for key at cost n, or falls back. now ≥ 0 is the
+// test form's clock; -1 means Redis's.
+func (l *Limiter) decide(ctx context.Context, key string, n int64, dry bool, now int64) (floodgate.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return l.fallback(key, n, dry), err
+	}
+	probe, ok := l.breaker.enter(l.clock.Now())
+	if !ok {
+		return l.fallback(key, n, dry), nil
+	}
+	l.calls.Add(1)
+	d, err := l.run(ctx, key, n, dry, now)
+	if err == nil {
+		l.breaker.succeed(probe)
+		return d, nil
+	}
+	callerErr := ctx.Err()
+	if errors.Is(callerErr, context.Canceled) {
+		// The caller gave up: that says nothing of Redis.
+		l.breaker.abandon(probe)
+		return l.fallback(key, n, dry), callerErr
+	}
+	// A deadline, the budget's or the caller's own, is Redis not answering
+	// in time: it counts towards the breaker either way.
+	l.errs.Add(1)
+	if isTimeout(err) {
+		l.timeouts.Add(1)
+	}
+	if l.breaker.fail(probe, l.clock.Now()) {
+		l.opens.Add(1)
+	}
+	if l.onError != nil {
+		l.onError(err)
+	}
+	return l.fallback(key, n, dry), callerErr
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// run is one decision on Redis: EVALSHA, and EVAL when Redis has lost the
+// script, within the budget.
+func (l *Limiter) run(ctx context.Context, key string, n int64, dry bool, now int64) (floodgate.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	s := l.script
+	if now >= 0 {
+		s = s.at
+	}
+	args := make([]any, 0, 11)
+	args = append(args, "evalsha", s.sha, 1, l.Key(key), n, l.interval, l.capacity, l.margin, b2i(dry))
+	if l.kind != 0 {
+		args = append(args, l.kind)
+	}
+	if now >= 0 {
+		args = append(args, now)
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	err := l.client.Process(ctx, noRetry{cmd})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Redis lost the script, so it ran nothing: send it whole.
+		l.reloads.Add(1)
+		args[0], args[1] = "eval", s.src
+		cmd = redis.NewCmd(ctx, args...)
+		err = l.client.Process(ctx, noRetry{cmd})
+	}
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	return l.decision(cmd)
+}
+
+// decision reads the script's reply: {allowed, remaining, retry_after,
+// reset_after}, the waits in µs, -1 for a wait too long to represent.
+func (l *Limiter) decision(cmd *redis.Cmd) (floodgate.Decision, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	if len(v) != 4 {
+		return floodgate.Decision{}, fmt.Errorf("redislimit: the script answered %d values, not 4", len(v))
+	}
+	return floodgate.Decision{Allowed: v[0] == 1, Limit: l.capacity, Remaining: v[1],
+		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, nil
+}
+
+func fromMicros(us int64) time.Duration {
+	if us < 0 || us > int64(floodgate.Never/time.Microsecond) {
+		return floodgate.Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// fallback is the FailureMode's answer.
+func (l *Limiter) fallback(key string, n int64, dry bool) floodgate.Decision {
+	l.fallbacks.Add(1)
+	switch l.mode {
+	case FailOpen:
+		return floodgate.Decision{Allowed: true, Limit: l.capacity, Remaining: l.capacity - n}
+	case FailClosed:
+		return floodgate.Decision{Limit: l.capacity, RetryAfter: time.Duration(l.breaker.every)}
+	}
+	if dry {
+		return l.local.Peek(key)
+	}
+	return l.local.AllowN(key, n)
+}
+
+// noRetry marks a command that go-redis must not send twice: a script that
+// timed out or lost its connection may have charged the request already.
+// (MOVED and ASK redirections, which Redis sends instead of running the
+// command, are still followed.)
+type noRetry struct{ redis.Cmder }
+
+// NoRetry tells go-redis not to retry the command.
+func (noRetry) NoRetry() bool { return true }

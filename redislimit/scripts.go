@@ -1,0 +1,53 @@
+package redislimit
+
+import (
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"strings"
+)
+
+//go:embed gcra.lua
+var gcraSource string
+
+//go:embed window.lua
+var windowSource string
+
+// script is a Lua script and its SHA-1, the name EVALSHA knows it by. at is
+// its test form, which reads now from its last argument instead of Redis's
+// clock.
+type script struct {
+	src, sha string
+	at       *script
+}
+
+var (
+	gcraScript   = newScript(gcraSource, 6)
+	windowScript = newScript(windowSource, 7)
+)
+
+func newScript(src string, nowArg int) *script {
+	s := &script{src: src, sha: sha1hex(src)}
+	s.at = &script{src: testForm(src, nowArg)}
+	s.at.sha = sha1hex(s.at.src)
+	return s
+}
+
+func sha1hex(s string) string {
+	sum := sha1.Sum([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// testForm replaces a script's reading of Redis's clock, the block between
+// "do -- clock" and "end -- clock", with ARGV[nowArg], checked as every
+// argument is. Only tests run it: the differential tests drive the script
+// and the in-process algorithm through the same instants.
+func testForm(src string, nowArg int) string {
+	i := strings.Index(src, "do -- clock")
+	j := strings.Index(src, "end -- clock")
+	if i < 0 || j < i {
+		panic("redislimit: a script has no clock block")
+	}
+	return src[:i] + fmt.Sprintf("now = arg(%d, 'now', 0, 2^52)\nif not now then return redis.error_reply('floodgate: bad now') end", nowArg) + src[j+len("end -- clock"):]
+}

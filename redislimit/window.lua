@@ -1,0 +1,150 @@
+-- floodgate's fixed_window and sliding_counter on Redis, at microsecond
+-- resolution on Redis's own clock. The key holds "k:curr:prev": the index
+-- of the window last charged, k = floor(now / T), that window's admitted
+-- cost, and the one before's. With e = now - k*T, a request of cost n is
+-- allowed if and only if curr + n <= N and, for the sliding counter,
+-- prev * (T - e) + (curr + n) * T <= N * T. A denial writes nothing. These
+-- are the in-process definitions (floodgate/shardedlog) with 1 µs for 1 ns;
+-- every product is checked to stay below 2^53, where Lua's doubles are
+-- exact integers.
+--
+-- KEYS[1]  the client's key
+-- ARGV[1]  n, the cost: 1 <= n <= N
+-- ARGV[2]  T, the window in microseconds: >= 1
+-- ARGV[3]  N, the limit per window: >= 1 (sliding: N * T <= 2^52)
+-- ARGV[4]  margin, milliseconds added to every key's TTL: >= 0
+-- ARGV[5]  dry: 1 answers as a cost-1 request would and writes nothing
+-- ARGV[6]  kind: 1 fixed_window, 2 sliding_counter
+--
+-- Returns {allowed, remaining, retry_after, reset_after}, the two waits in
+-- microseconds; retry_after is -1 for a wait too long to represent.
+
+local function arg(i, name, lo, hi)
+  local x = tonumber(ARGV[i])
+  -- x ~= x is NaN; the floor test rejects fractions and infinities
+  if x == nil or x ~= x or x < lo or x > hi or math.floor(x) ~= x then
+    return nil, redis.error_reply('floodgate: ' .. name .. ' must be an integer in [' ..
+      string.format('%d', lo) .. ', ' .. string.format('%d', hi) .. '], got ' .. tostring(ARGV[i]))
+  end
+  return x
+end
+
+local MAX = 2^52
+local kind, e6 = arg(6, 'kind', 1, 2)
+if not kind then return e6 end
+local sliding = kind == 2
+local T, e2 = arg(2, 'T', 1, 2^50)
+if not T then return e2 end
+local nmax = 2^50
+if sliding then nmax = math.floor(MAX / T) end
+local N, e3 = arg(3, 'N', 1, nmax)
+if not N then return e3 end
+local n, e1 = arg(1, 'n', 1, N)
+if not n then return e1 end
+local margin, e4 = arg(4, 'margin', 0, 2^40)
+if not margin then return e4 end
+local dry, e5 = arg(5, 'dry', 0, 1)
+if not dry then return e5 end
+
+local now
+do -- clock
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end -- clock
+
+local k = math.floor(now / T)
+if k * T > now then k = k - 1 elseif (k + 1) * T <= now then k = k + 1 end
+local e = now - k * T
+
+local ks, curr, prev = k, 0, 0
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local a, b, c = string.match(stored, '^(%-?%d+):(%d+):(%d+)$')
+  ks, curr, prev = tonumber(a), tonumber(b), tonumber(c)
+  if ks == nil or curr == nil or prev == nil or math.abs(ks) > MAX or curr > N or prev > N then
+    return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window')
+  end
+end
+
+-- floor(a / b) for integers 0 <= a < 2^53, b >= 1, corrected in integers.
+local function quo(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+
+local function fits(c, p, off)
+  if c + n > N then return false end
+  if not sliding or p == 0 then return true end
+  return p * (T - off) + (c + n) * T <= N * T
+end
+
+-- ceil(p * (T - off) / T): the previous window's share of the estimate.
+local function weighted(p, off)
+  if not sliding or p == 0 then return 0 end
+  local a = p * (T - off)
+  local q = quo(a, T)
+  if q * T < a then q = q + 1 end
+  return q
+end
+
+-- The shortest wait after which a request of cost n, denied at offset off
+-- with counts (c, p), would pass if nothing else came.
+local function retry_after(c, p, off)
+  if not sliding then return T - off end
+  -- Later in this window the previous one weighs less: the request fits
+  -- once p * (T - off') <= (N - c - n) * T.
+  if c + n <= N and p > 0 then
+    local x = math.min(T, quo((N - c - n) * T, p))
+    if x > 0 then return T - x - off end
+  end
+  -- In the next window this one's count becomes prev: it fits once
+  -- c * (T - off'') <= (N - n) * T.
+  local wait = T - off
+  if c > 0 then
+    local x = math.min(T, quo((N - n) * T, c))
+    if x < T then wait = wait + T - x end
+  end
+  return wait
+end
+
+-- The answer for counts (c, p) at offset off: after the grant when
+-- allowed, as they stand when denied.
+local function answer(allowed, c, p, off)
+  local remaining = math.max(0, N - c - weighted(p, off))
+  local reset = 0
+  if c > 0 and sliding then reset = 2 * T - off
+  elseif c > 0 or p > 0 then reset = T - off end
+  local retry = 0
+  if not allowed then retry = retry_after(c, p, off) end
+  return allowed, remaining, retry, reset
+end
+
+local allowed, remaining, retry, reset
+if k < ks then
+  -- This reading's window is closed (Redis's clock stepped back): its
+  -- count is gone, so nothing may be charged to it. Wait for the state's.
+  allowed, remaining, retry, reset = answer(false, curr, prev, 0)
+  local ahead = (ks - k) * T - e
+  if ahead + retry > MAX then retry = -1 else retry = retry + ahead end
+  if ahead + reset > MAX then reset = -1 else reset = reset + ahead end
+  return {0, remaining, retry, reset}
+end
+if k == ks + 1 and sliding then
+  curr, prev = 0, curr
+elseif k ~= ks then
+  curr, prev = 0, 0
+end
+if fits(curr, prev, e) then
+  curr = curr + n
+  allowed, remaining, retry, reset = answer(true, curr, prev, e)
+  if dry == 0 then
+    local fresh = (k + 1) * T -- the instant nothing this key holds counts
+    if sliding then fresh = fresh + T end
+    local ttl = math.floor((fresh - now + 999) / 1000) + margin
+    redis.call('SET', KEYS[1], string.format('%d:%d:%d', k, curr, prev), 'PX', string.format('%d', ttl))
+  end
+  return {1, remaining, retry, reset}
+end
+allowed, remaining, retry, reset = answer(false, curr, prev, e)
+return {0, remaining, retry, reset}
