@@ -112,9 +112,10 @@ type Stats struct {
 	// Calls counts round trips to Redis; Errors, those that failed; and
 	// Timeouts, those of the failures that ran out of Config.Timeout.
 	Calls, Errors, Timeouts int64
-	// Reloads counts scripts sent again after Redis had lost them
-	// (a restart, a failover, SCRIPT FLUSH).
-	Reloads int64
+	// Loads counts the calls that sent their script whole because Redis
+	// did not have it: the first on a server, and the first after a
+	// restart, a failover or SCRIPT FLUSH.
+	Loads int64
 	// Fallbacks counts decisions made by the FailureMode, with Redis
 	// failing or the breaker open; Opens counts the times the breaker
 	// opened.
@@ -138,7 +139,7 @@ type Limiter struct {
 	onError  func(error)
 	margin   int64 // ms added to each key's TTL
 
-	calls, errs, timeouts, reloads, fallbacks, opens atomic.Int64
+	calls, errs, timeouts, loads, fallbacks, opens atomic.Int64
 }
 
 const (
@@ -353,7 +354,7 @@ func (l *Limiter) Key(key string) string {
 // Stats returns the counts so far.
 func (l *Limiter) Stats() Stats {
 	return Stats{
-		Calls: l.calls.Load(), Errors: l.errs.Load(), Timeouts: l.timeouts.Load(), Reloads: l.reloads.Load(),
+		Calls: l.calls.Load(), Errors: l.errs.Load(), Timeouts: l.timeouts.Load(), Loads: l.loads.Load(),
 		Fallbacks: l.fallbacks.Load(), Opens: l.opens.Load(),
 	}
 }
@@ -424,7 +425,7 @@ func (l *Limiter) run(ctx context.Context, key string, n int64, dry bool, now in
 	err := l.client.Process(ctx, noRetry{cmd})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// Redis lost the script, so it ran nothing: send it whole.
-		l.reloads.Add(1)
+		l.loads.Add(1)
 		args[0], args[1] = "eval", s.src
 		cmd = redis.NewCmd(ctx, args...)
 		err = l.client.Process(ctx, noRetry{cmd})

@@ -287,3 +287,35 @@ func TestKey(t *testing.T) {
 		t.Fatal("two ids share a key")
 	}
 }
+
+// TestPeekAndReset: Peek answers as Allow would and consumes nothing;
+// Reset makes the key full again, in Redis and in the FailLocal limiter.
+func TestPeekAndReset(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		l := mustNew(t, client(t, srv), Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Hour}})
+		for i := 0; i < 3; i++ {
+			p, err := l.Peek(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := l.Allow(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Allowed != d.Allowed || p.Remaining != d.Remaining || p.Remaining != int64(2-i) {
+				t.Fatalf("%s: Peek %+v, then Allow %+v", alg, p, d)
+			}
+		}
+		if p, _ := l.Peek(ctx, "k"); p.Allowed || p.RetryAfter <= 0 {
+			t.Fatalf("%s: Peek of an empty key = %+v", alg, p)
+		}
+		if err := l.Reset(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("%s: Allow after Reset = %+v, %v", alg, d, err)
+		}
+	}
+}

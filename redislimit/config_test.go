@@ -1,0 +1,88 @@
+package redislimit
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestNewRejects checks that every bad configuration is an error from New
+// that says what is wrong, and that none reaches a server.
+func TestNewRejects(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer c.Close()
+	ok := floodgate.Rule{Limit: 10, Period: time.Second}
+	local := floodgate.Rule{Limit: 0, Period: time.Second}
+	cases := []struct {
+		name   string
+		client redis.UniversalClient
+		cfg    Config
+		want   string
+	}{
+		{"nil client", nil, Config{Rule: ok}, "needs a client"},
+		{"zero limit", c, Config{Rule: floodgate.Rule{Period: time.Second}}, "Limit"},
+		{"negative limit", c, Config{Rule: floodgate.Rule{Limit: -1, Period: time.Second}}, "Limit"},
+		{"zero period", c, Config{Rule: floodgate.Rule{Limit: 1}}, "Period"},
+		{"negative burst", c, Config{Rule: floodgate.Rule{Limit: 1, Period: time.Second, Burst: -1}}, "Burst"},
+		{"overflowing rule", c, Config{Rule: floodgate.Rule{Limit: 1, Period: 1 << 62, Burst: 1 << 40}}, "burst window"},
+		{"unknown algorithm", c, Config{Algorithm: "token-bucket", Rule: ok}, "unknown algorithm"},
+		{"mutex twin", c, Config{Algorithm: floodgate.TokenBucketMutex, Rule: ok}, "no Redis form"},
+		{"sliding log", c, Config{Algorithm: floodgate.SlidingLog, Rule: ok}, "no Redis form"},
+		{"window with a burst", c, Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 2, Period: time.Second, Burst: 5}}, "Burst"},
+		{"below a microsecond per token", c, Config{Rule: floodgate.Rule{Limit: 2_000_000, Period: time.Second}}, "below the 1µs"},
+		{"inexact step", c, Config{Rule: floodgate.Rule{Limit: 3, Period: 10 * time.Microsecond}}, "not a whole number of microseconds"},
+		{"sub-µs window", c, Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 1, Period: 1500}}, "not a whole number"},
+		{"sliding product", c, Config{Algorithm: floodgate.SlidingCounter, Rule: floodgate.Rule{Limit: 1_000_000, Period: 100 * 24 * time.Hour}}, "2^52"},
+		{"bucket beyond the script's range", c, Config{Rule: floodgate.Rule{Limit: 1, Period: 1 << 40 * time.Microsecond, Burst: 1025}}, "script's range"},
+		{"negative timeout", c, Config{Rule: ok, Timeout: -time.Second}, "Timeout"},
+		{"negative breaker", c, Config{Rule: ok, BreakAfter: -1}, "BreakAfter"},
+		{"negative probe", c, Config{Rule: ok, ProbeEvery: -time.Second}, "ProbeEvery"},
+		{"negative local keys", c, Config{Rule: ok, LocalMaxKeys: -1}, "LocalMaxKeys"},
+		{"unknown failure mode", c, Config{Rule: ok, FailureMode: 7}, "FailureMode(7)"},
+		{"Local without FailLocal", c, Config{Rule: ok, FailureMode: FailOpen, Local: &ok}, "Local is the rule of FailLocal"},
+		{"bad Local", c, Config{Rule: ok, Local: &local}, "Local"},
+		{"prefix with spaces", c, Config{Rule: ok, Prefix: " api"}, "Prefix"},
+		{"client ignoring deadlines", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Config{Rule: ok}, "ContextTimeoutEnabled"},
+		{"cluster ignoring deadlines", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}}), Config{Rule: ok}, "ContextTimeoutEnabled"},
+	}
+	for _, tc := range cases {
+		l, err := New(tc.client, tc.cfg)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, %v; want an error containing %q", tc.name, l, err, tc.want)
+		}
+		if cl, ok := tc.client.(interface{ Close() error }); ok && tc.client != c {
+			cl.Close()
+		}
+	}
+	for _, alg := range redisAlgorithms {
+		if _, err := New(c, Config{Algorithm: alg, Rule: ok}); err != nil {
+			t.Errorf("%s: %v", alg, err)
+		}
+	}
+	// The rounding New allows: a step of a millisecond or more, rounded
+	// up to the next microsecond, slows the rule by under 0.1%.
+	l, err := New(c, Config{Rule: floodgate.Rule{Limit: 3, Period: time.Second}})
+	if err != nil || l.interval != 333334 {
+		t.Fatalf("3 per second: %v, interval %dµs; want 333334", err, l.interval)
+	}
+}
+
+// TestInvalidCostReachesNoServer: a cost below 1 or above the capacity is
+// a denial that never waits, with no server behind the client at all.
+func TestInvalidCostReachesNoServer(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer c.Close()
+	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 5, Period: time.Second}})
+	for _, n := range []int{0, -1, 6, 1 << 40} {
+		d, err := l.AllowN(t.Context(), "k", n)
+		if err != nil || d.Allowed || d.RetryAfter != floodgate.Never || d.Limit != 5 {
+			t.Errorf("AllowN(%d) = %+v, %v", n, d, err)
+		}
+	}
+	if s := l.Stats(); s.Calls != 0 || s.Fallbacks != 0 {
+		t.Fatalf("invalid costs reached the server: %+v", s)
+	}
+}

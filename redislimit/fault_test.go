@@ -1,0 +1,225 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+)
+
+// budgetSlack is what a call may take beyond its budget before the test
+// calls it a wait past the budget: scheduling on a loaded 2-core machine
+// under the race detector. A client that ignored the budget would wait
+// for go-redis's ReadTimeout, 3s.
+const budgetSlack = 750 * time.Millisecond
+
+// TestFaults takes Redis away in each of the ways it goes in production,
+// under each FailureMode: paused (SIGSTOP: connections hang), killed
+// (connections refused), restarted empty (its script cache gone), and
+// SCRIPT FLUSH. In every case each call ends within its budget, the mode
+// decides as it promises, the breaker stops calling Redis after BreakAfter
+// failures and probes once ProbeEvery has passed, and decisions resume on
+// Redis once it is back.
+func TestFaults(t *testing.T) {
+	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			c := client(t, srv)
+			ctx := context.Background()
+			clock := floodgate.NewManualClock(0)
+			const budget = 250 * time.Millisecond
+			cfg := Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}, Timeout: budget, FailureMode: mode,
+				Clock: clock, BreakAfter: 3, ProbeEvery: time.Second}
+			if mode == FailLocal {
+				cfg.Local = &floodgate.Rule{Limit: 2, Period: time.Hour}
+			}
+			var reported []error
+			cfg.OnError = func(err error) { reported = append(reported, err) }
+			l := mustNew(t, c, cfg)
+
+			want := l.Stats()
+			check := func(stage string) {
+				t.Helper()
+				if got := l.Stats(); got != want {
+					t.Fatalf("%s: Stats = %+v, want %+v", stage, got, want)
+				}
+			}
+			fromRedis := func(stage string, remaining ...int64) floodgate.Decision {
+				t.Helper()
+				d, err := l.Allow(ctx, "k")
+				if err != nil {
+					t.Fatalf("%s: %v", stage, err)
+				}
+				want.Calls++
+				check(stage)
+				if len(remaining) == 2 && (d.Remaining < remaining[0] || d.Remaining > remaining[1]) {
+					t.Fatalf("%s: %+v; want Remaining in [%d, %d]", stage, d, remaining[0], remaining[1])
+				}
+				return d
+			}
+			// outage makes calls while Redis is away; the first `failing`
+			// of them reach it and fail.
+			localGrants := 0
+			outage := func(stage string, calls, failing int) {
+				t.Helper()
+				for i := 0; i < calls; i++ {
+					start := time.Now()
+					d, err := l.Allow(ctx, "k")
+					if took := time.Since(start); took > budget+budgetSlack {
+						t.Fatalf("%s: call %d took %v, past its budget of %v", stage, i, took, budget)
+					}
+					if err != nil {
+						t.Fatalf("%s: call %d: %v", stage, i, err)
+					}
+					switch mode {
+					case FailOpen:
+						if !d.Allowed {
+							t.Fatalf("%s: FailOpen denied: %+v", stage, d)
+						}
+					case FailClosed:
+						if d.Allowed || d.RetryAfter != time.Second {
+							t.Fatalf("%s: FailClosed answered %+v; want a denial with RetryAfter = ProbeEvery", stage, d)
+						}
+					case FailLocal:
+						if wantAllowed := localGrants < 2; d.Allowed != wantAllowed {
+							t.Fatalf("%s: FailLocal after %d local grants answered %+v (Local allows 2)", stage, localGrants, d)
+						}
+						if d.Allowed {
+							localGrants++
+						}
+					}
+					if i < failing {
+						want.Calls++
+						want.Errors++
+					}
+					want.Fallbacks++
+				}
+				want.Opens++
+			}
+
+			want.Loads++ // the first call on a server sends the script
+			fromRedis("healthy", 9, 9)
+			fromRedis("healthy", 8, 8)
+
+			// Paused: every call that reaches Redis waits out its budget.
+			srv.Pause()
+			outage("paused", 6, 3)
+			want.Timeouts += 3
+			check("paused")
+			if len(reported) != 3 {
+				t.Fatalf("OnError saw %d errors; want 3", len(reported))
+			}
+			srv.Resume()
+			// The breaker holds until ProbeEvery has passed on the clock.
+			clock.Advance(999 * time.Millisecond)
+			outage("resumed, breaker still open", 1, 0)
+			want.Opens--
+			check("resumed, breaker still open")
+			clock.Advance(time.Millisecond)
+			// The probe goes to Redis. The three timed-out scripts may have
+			// run once Redis woke (that is why none is retried): they
+			// charged up to three more.
+			probe := fromRedis("probe after the pause", 10-2-3-1, 10-2-1)
+			fromRedis("closed again", probe.Remaining-1, probe.Remaining-1)
+
+			// Killed: connections are refused at once.
+			srv.Kill()
+			before := want.Timeouts
+			outage("killed", 4, 3)
+			// A refused dial fails at once, but go-redis dials again with
+			// a backoff, so a call may end by its budget: either is a
+			// failure within the budget.
+			if got := l.Stats().Timeouts; got < before || got > before+3 {
+				t.Fatalf("killed: %d timeouts among 3 failed calls", got-before)
+			} else {
+				want.Timeouts = got
+			}
+			check("killed")
+			// Restarted empty: no data, no scripts. The probe reloads.
+			srv.Restart()
+			clock.Advance(time.Second)
+			want.Loads++
+			fromRedis("probe after the restart", 9, 9)
+
+			// SCRIPT FLUSH: the next call reloads, and nothing fails.
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			want.Loads++
+			fromRedis("after SCRIPT FLUSH", 8, 8)
+		})
+	}
+}
+
+// TestCallerGaveUp: a context that ends before Redis answers is the
+// caller's, not Redis's failure. The FailureMode still answers, with the
+// context's error, and the breaker counts nothing.
+func TestCallerGaveUp(t *testing.T) {
+	srv := redistest.Start(t)
+	l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, FailureMode: FailClosed})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := 0; i < 5; i++ {
+		d, err := l.Allow(ctx, "k")
+		if !errors.Is(err, context.Canceled) || d.Allowed {
+			t.Fatalf("Allow with a cancelled context = %+v, %v", d, err)
+		}
+	}
+	if s := l.Stats(); s.Calls != 0 || s.Errors != 0 || s.Opens != 0 || s.Fallbacks != 5 {
+		t.Fatalf("Stats = %+v", s)
+	}
+	if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed {
+		t.Fatalf("Allow after the cancelled calls = %+v, %v", d, err)
+	}
+}
+
+// TestOutageUnderLoad pauses Redis under 64 goroutines: every call ends
+// within its budget, and once the breaker opens no call reaches Redis, so
+// the outage costs only the calls already in flight.
+func TestOutageUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	const budget = 200 * time.Millisecond
+	l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, Timeout: budget,
+		Clock: floodgate.NewManualClock(0)})
+	if _, err := l.Allow(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	const goroutines, calls = 64, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < calls; i++ {
+				start := time.Now()
+				if _, err := l.Allow(context.Background(), "k"); err != nil {
+					errs <- err
+					return
+				}
+				if took := time.Since(start); took > budget+budgetSlack {
+					errs <- fmt.Errorf("a call took %v, past its budget of %v", took, budget)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	// In flight when the breaker opens: one call per goroutine, and the
+	// ones that failed before the third failure were back for one more.
+	if s.Opens != 1 || s.Fallbacks != goroutines*calls || s.Calls > 1+goroutines+defaultBreakAfter-1 {
+		t.Fatalf("Stats = %+v; want one opening, every call a fallback, and at most %d calls to Redis", s, 1+goroutines+defaultBreakAfter-1)
+	}
+}

@@ -1,0 +1,154 @@
+package redislimit
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// The exactness test's shape: processes × goroutines × attempts racing for
+// one key under a rule of limit per period. The period is so long that the
+// refill over the test is far below one token, and its windows' edges (at
+// multiples of 10,000 hours of Redis's clock) are a year apart.
+const (
+	childProcesses  = 4
+	childGoroutines = 16
+	childAttempts   = 25
+	exactLimit      = 100
+	exactPeriod     = 10_000 * time.Hour
+)
+
+// childEnv names the server a child process works against.
+const childEnv = "REDISLIMIT_CHILD"
+
+// TestExactAcrossProcesses starts four OS processes of this test binary,
+// each with 16 goroutines that race for one key in one Redis, released
+// together: for every algorithm, exactly Limit requests are admitted in
+// all.
+func TestExactAcrossProcesses(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("a child process runs TestChildProcess only")
+	}
+	srv := redistest.Start(t)
+	for _, alg := range redisAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			type child struct {
+				cmd   *exec.Cmd
+				stdin io.WriteCloser
+				out   *bufio.Scanner
+			}
+			var children []child
+			for i := 0; i < childProcesses; i++ {
+				cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.count=1", "-test.v")
+				cmd.Env = append(os.Environ(), childEnv+"="+srv.Addr+" "+alg)
+				cmd.Stderr = os.Stderr
+				stdin, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				stdout, err := cmd.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				children = append(children, child{cmd, stdin, bufio.NewScanner(stdout)})
+			}
+			// Each child says "ready" once its goroutines wait at the
+			// gate; a byte on its stdin opens it.
+			for _, c := range children {
+				if !scanFor(c.out, "ready") {
+					t.Fatal("a child process never became ready")
+				}
+			}
+			for _, c := range children {
+				c.stdin.Write([]byte("go\n"))
+				c.stdin.Close()
+			}
+			total := 0
+			for _, c := range children {
+				var admitted int
+				found := false
+				for c.out.Scan() {
+					if _, err := fmt.Sscanf(c.out.Text(), "admitted %d", &admitted); err == nil {
+						found = true
+					}
+				}
+				if err := c.cmd.Wait(); err != nil || !found {
+					t.Fatalf("a child process failed: %v (reported a count: %v)", err, found)
+				}
+				total += admitted
+			}
+			if total != exactLimit {
+				t.Fatalf("%d processes × %d goroutines × %d attempts admitted %d; want exactly %d",
+					childProcesses, childGoroutines, childAttempts, total, exactLimit)
+			}
+		})
+	}
+}
+
+func scanFor(sc *bufio.Scanner, word string) bool {
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == word {
+			return true
+		}
+	}
+	return false
+}
+
+// TestChildProcess is one of TestExactAcrossProcesses's processes; it does
+// nothing in an ordinary run.
+func TestChildProcess(t *testing.T) {
+	env := os.Getenv(childEnv)
+	if env == "" {
+		t.Skip("run by TestExactAcrossProcesses in its child processes")
+	}
+	addr, alg, _ := strings.Cut(env, " ")
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: childGoroutines})
+	defer c.Close()
+	l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: exactLimit, Period: exactPeriod}, Timeout: 10 * time.Second,
+		FailureMode: FailClosed})
+	gate := make(chan struct{})
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < childGoroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			for i := 0; i < childAttempts; i++ {
+				d, err := l.Allow(context.Background(), "shared")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	wg.Wait()
+	if s := l.Stats(); s.Errors != 0 || s.Fallbacks != 0 {
+		t.Fatalf("Redis failed during the test: %+v", s)
+	}
+	fmt.Printf("admitted %d\n", admitted.Load())
+}
