@@ -1,6 +1,7 @@
 -- floodgate's token_bucket and leaky_bucket on Redis: GCRA, one key, one
 -- integer. The key holds the theoretical arrival time (TAT) in microseconds
--- of Redis's own clock: the instant at which the bucket is full again. A
+-- of Redis's own clock, the instant at which the bucket is full again, as
+-- 8 bytes (a little-endian int64: struct.pack costs less than decimal). A
 -- request of cost n is allowed if and only if max(TAT, now) + n * interval
 -- lies at most tau = capacity * interval after now; then the TAT moves
 -- there. A denial writes nothing. Every number is an integer below 2^53, so
@@ -16,27 +17,18 @@
 -- Returns {allowed, remaining, retry_after, reset_after}, the two waits in
 -- microseconds.
 
-local function arg(i, name, lo, hi)
-  local x = tonumber(ARGV[i])
-  -- x ~= x is NaN; the floor test rejects fractions and infinities
-  if x == nil or x ~= x or x < lo or x > hi or math.floor(x) ~= x then
-    return nil, redis.error_reply('floodgate: ' .. name .. ' must be an integer in [' ..
-      string.format('%d', lo) .. ', ' .. string.format('%d', hi) .. '], got ' .. tostring(ARGV[i]))
-  end
-  return x
+local n, interval, capacity, margin, dry =
+  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+-- One expression, for speed: nil (not a number), NaN (every comparison is
+-- false), a fraction or an infinity (x % 1 is not 0), or out of range.
+if not (interval and interval >= 1 and interval % 1 == 0
+    and capacity and capacity >= 1 and capacity % 1 == 0 and capacity * interval <= 2^50
+    and n and n >= 1 and n <= capacity and n % 1 == 0
+    and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
+    and (dry == 0 or dry == 1)) then
+  return redis.error_reply('floodgate: bad arguments (n, interval, capacity, margin, dry): ' ..
+    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5])}, ', '))
 end
-
-local MAX = 2^50
-local interval, e1 = arg(2, 'interval', 1, MAX)
-if not interval then return e1 end
-local capacity, e2 = arg(3, 'capacity', 1, math.floor(MAX / interval))
-if not capacity then return e2 end
-local n, e3 = arg(1, 'n', 1, capacity)
-if not n then return e3 end
-local margin, e4 = arg(4, 'margin', 0, 2^40)
-if not margin then return e4 end
-local dry, e5 = arg(5, 'dry', 0, 1)
-if not dry then return e5 end
 
 local now
 do -- clock
@@ -48,17 +40,10 @@ local tau = capacity * interval
 local stored = redis.call('GET', KEYS[1])
 local tat = now -- no key: the bucket is full
 if stored then
-  tat = tonumber(stored)
-  if tat == nil or tat ~= tat or math.floor(tat) ~= tat or math.abs(tat) > 2^52 then
+  tat = #stored == 8 and struct.unpack('<i8', stored)
+  if not (tat and tat >= -2^52 and tat <= 2^52) then
     return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
   end
-end
-
--- floor(a / b) for integers 0 <= a < 2^53, b >= 1, corrected in integers.
-local function quo(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
 end
 
 local w = math.max(tat, now)
@@ -69,11 +54,13 @@ if allowed then
   debt = next - now
   if dry == 0 then
     local ttl = math.floor((debt + 999) / 1000) + margin
-    redis.call('SET', KEYS[1], string.format('%d', next), 'PX', string.format('%d', ttl))
+    redis.call('SET', KEYS[1], struct.pack('<i8', next), 'PX', string.format('%d', ttl))
   end
 else
   retry = debt + n * interval - tau
 end
 local remaining = 0
-if debt < tau then remaining = quo(tau - debt, interval) end
+-- floor of a quotient of integers below 2^53 is exact in doubles: the
+-- rounded quotient cannot reach the next integer.
+if debt < tau then remaining = math.floor((tau - debt) / interval) end
 return {allowed and 1 or 0, remaining, retry, debt}

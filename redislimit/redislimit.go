@@ -10,11 +10,12 @@
 //   - "token_bucket" and "leaky_bucket" are GCRA, as in floodgate: one
 //     integer per key, the theoretical arrival time;
 //   - "fixed_window" and "sliding_counter" are floodgate's window
-//     definitions with 1 µs for 1 ns: "k:curr:prev" per key.
+//     definitions with 1 µs for 1 ns: the window and two counts per key.
 //
 // Each key lives under "<Prefix>:<algorithm>:<hash of the client id>" with
 // a TTL that ends a second after the key would be fresh again, so Redis's
-// memory follows the active clients (about 100 bytes per active key).
+// memory follows the active clients: MEMORY USAGE reports 120 bytes for a
+// bucket's key and 136 for a window's.
 //
 // When Redis fails or exceeds Config.Timeout, the Limiter decides by its
 // FailureMode, and after a few consecutive failures a circuit breaker stops

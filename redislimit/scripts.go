@@ -49,5 +49,5 @@ func testForm(src string, nowArg int) string {
 	if i < 0 || j < i {
 		panic("redislimit: a script has no clock block")
 	}
-	return src[:i] + fmt.Sprintf("now = arg(%d, 'now', 0, 2^52)\nif not now then return redis.error_reply('floodgate: bad now') end", nowArg) + src[j+len("end -- clock"):]
+	return src[:i] + fmt.Sprintf("now = tonumber(ARGV[%d])\nif not (now and now >= 0 and now <= 2^52 and now %% 1 == 0) then return redis.error_reply('floodgate: bad now') end", nowArg) + src[j+len("end -- clock"):]
 }

@@ -1,7 +1,8 @@
 -- floodgate's fixed_window and sliding_counter on Redis, at microsecond
--- resolution on Redis's own clock. The key holds "k:curr:prev": the index
--- of the window last charged, k = floor(now / T), that window's admitted
--- cost, and the one before's. With e = now - k*T, a request of cost n is
+-- resolution on Redis's own clock. The key holds k, curr and prev, as 24
+-- bytes (three little-endian int64s): the index of the window last
+-- charged, k = floor(now / T), that window's admitted cost, and the one
+-- before's. With e = now - k*T, a request of cost n is
 -- allowed if and only if curr + n <= N and, for the sliding counter,
 -- prev * (T - e) + (curr + n) * T <= N * T. A denial writes nothing. These
 -- are the in-process definitions (floodgate/shardedlog) with 1 µs for 1 ns;
@@ -19,32 +20,21 @@
 -- Returns {allowed, remaining, retry_after, reset_after}, the two waits in
 -- microseconds; retry_after is -1 for a wait too long to represent.
 
-local function arg(i, name, lo, hi)
-  local x = tonumber(ARGV[i])
-  -- x ~= x is NaN; the floor test rejects fractions and infinities
-  if x == nil or x ~= x or x < lo or x > hi or math.floor(x) ~= x then
-    return nil, redis.error_reply('floodgate: ' .. name .. ' must be an integer in [' ..
-      string.format('%d', lo) .. ', ' .. string.format('%d', hi) .. '], got ' .. tostring(ARGV[i]))
-  end
-  return x
-end
-
-local MAX = 2^52
-local kind, e6 = arg(6, 'kind', 1, 2)
-if not kind then return e6 end
+local n, T, N, margin, dry, kind =
+  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local sliding = kind == 2
-local T, e2 = arg(2, 'T', 1, 2^50)
-if not T then return e2 end
-local nmax = 2^50
-if sliding then nmax = math.floor(MAX / T) end
-local N, e3 = arg(3, 'N', 1, nmax)
-if not N then return e3 end
-local n, e1 = arg(1, 'n', 1, N)
-if not n then return e1 end
-local margin, e4 = arg(4, 'margin', 0, 2^40)
-if not margin then return e4 end
-local dry, e5 = arg(5, 'dry', 0, 1)
-if not dry then return e5 end
+-- One expression, for speed: nil (not a number), NaN (every comparison is
+-- false), a fraction or an infinity (x % 1 is not 0), or out of range.
+if not ((kind == 1 or kind == 2)
+    and T and T >= 1 and T <= 2^50 and T % 1 == 0
+    and N and N >= 1 and N <= 2^50 and N % 1 == 0 and (not sliding or N * T <= 2^52)
+    and n and n >= 1 and n <= N and n % 1 == 0
+    and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
+    and (dry == 0 or dry == 1)) then
+  return redis.error_reply('floodgate: bad arguments (n, T, N, margin, dry, kind): ' ..
+    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]), tostring(ARGV[6])}, ', '))
+end
+local MAX = 2^52
 
 local now
 do -- clock
@@ -52,26 +42,22 @@ do -- clock
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end -- clock
 
-local k = math.floor(now / T)
-if k * T > now then k = k - 1 elseif (k + 1) * T <= now then k = k + 1 end
+-- floor(a / b) for integers 0 <= a < 2^53 and b >= 1 is exact in doubles:
+-- the rounded quotient cannot reach the next integer.
+local floor = math.floor
+local k = floor(now / T)
 local e = now - k * T
 
 local ks, curr, prev = k, 0, 0
 local stored = redis.call('GET', KEYS[1])
 if stored then
-  local a, b, c = string.match(stored, '^(%-?%d+):(%d+):(%d+)$')
-  ks, curr, prev = tonumber(a), tonumber(b), tonumber(c)
-  if ks == nil or curr == nil or prev == nil or math.abs(ks) > MAX or curr > N or prev > N then
+  if #stored ~= 24 then return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window') end
+  ks, curr, prev = struct.unpack('<i8i8i8', stored)
+  if not (ks >= -MAX and ks <= MAX and curr <= N and prev <= N) then
     return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window')
   end
 end
 
--- floor(a / b) for integers 0 <= a < 2^53, b >= 1, corrected in integers.
-local function quo(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
 
 local function fits(c, p, off)
   if c + n > N then return false end
@@ -83,7 +69,7 @@ end
 local function weighted(p, off)
   if not sliding or p == 0 then return 0 end
   local a = p * (T - off)
-  local q = quo(a, T)
+  local q = floor(a / T)
   if q * T < a then q = q + 1 end
   return q
 end
@@ -95,14 +81,14 @@ local function retry_after(c, p, off)
   -- Later in this window the previous one weighs less: the request fits
   -- once p * (T - off') <= (N - c - n) * T.
   if c + n <= N and p > 0 then
-    local x = math.min(T, quo((N - c - n) * T, p))
+    local x = math.min(T, floor((N - c - n) * T / p))
     if x > 0 then return T - x - off end
   end
   -- In the next window this one's count becomes prev: it fits once
   -- c * (T - off'') <= (N - n) * T.
   local wait = T - off
   if c > 0 then
-    local x = math.min(T, quo((N - n) * T, c))
+    local x = math.min(T, floor((N - n) * T / c))
     if x < T then wait = wait + T - x end
   end
   return wait
@@ -141,8 +127,8 @@ if fits(curr, prev, e) then
   if dry == 0 then
     local fresh = (k + 1) * T -- the instant nothing this key holds counts
     if sliding then fresh = fresh + T end
-    local ttl = math.floor((fresh - now + 999) / 1000) + margin
-    redis.call('SET', KEYS[1], string.format('%d:%d:%d', k, curr, prev), 'PX', string.format('%d', ttl))
+    local ttl = floor((fresh - now + 999) / 1000) + margin
+    redis.call('SET', KEYS[1], struct.pack('<i8i8i8', k, curr, prev), 'PX', string.format('%d', ttl))
   end
   return {1, remaining, retry, reset}
 end
