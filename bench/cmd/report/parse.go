@@ -11,12 +11,13 @@ import (
 
 // Units the report reads.
 const (
-	unitNs    = "ns/op"
-	unitBKey  = "B/key"
-	unitP50   = "p50-ns"
-	unitP99   = "p99-ns"
-	unitP999  = "p99.9-ns"
-	floodgate = "floodgate-"
+	unitNs     = "ns/op"
+	unitBKey   = "B/key"
+	unitP50    = "p50-ns"
+	unitP99    = "p99-ns"
+	unitServer = "server-us/call"
+	unitP999   = "p99.9-ns"
+	floodgate  = "floodgate-"
 )
 
 // perKeyPeers are the peers that keep a limit per key: the "best per-key

@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d))
+	tables = append(tables, twinTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -455,6 +455,45 @@ func middlewareTable(d *dataset) table {
 				ratio = ratioCell(f-b, fok && bok, v-b, ok && bok)
 			}
 			t.rows = append(t.rows, append(row, ratio))
+		}
+	}
+	return t
+}
+
+// redisTable compares the Redis-backed limiters on one server: checks a
+// second, latency and the server's own time per call, at each goroutine
+// count, and floodgate's time per check ÷ redis_rate's.
+func redisTable(d *dataset) table {
+	const fam, ours, peer = "Redis", "floodgate", "redis_rate"
+	t := table{
+		title: "Redis backend: redislimit vs redis_rate",
+		note: "One redis-server on loopback, started by the benchmark; checks of random keys of 1,000, every one admitted (so every call writes). " +
+			"checks/s is 1e9 ÷ ns/op; p50 and p99 are one check's latency in µs; server µs/call is EVALSHA's usec_per_call from INFO commandstats. " +
+			"The ratios are floodgate ÷ redis_rate in time per check and in server time per call (below 1× means floodgate costs less).",
+		header: []string{"scenario", "g", "impl", "checks/s", "p50 (µs)", "p99 (µs)", "server µs/call", "time ÷ redis_rate", "server ÷ redis_rate"},
+		right:  rightFrom(1, 9),
+	}
+	us := func(v float64) string { return fmt.Sprintf("%.1f", v/1000) }
+	for _, sc := range d.scenarios(fam) {
+		for _, g := range d.goroutines(fam, sc) {
+			key := func(impl string) benchKey { return benchKey{family: fam, scenario: sc, impl: impl, g: g} }
+			pn, pok := d.value(key(peer), unitNs)
+			ps, psok := d.value(key(peer), unitServer)
+			for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc && k.g == g }, unitNs) {
+				k := key(impl)
+				ns, ok := d.value(k, unitNs)
+				p50, p50ok := d.value(k, unitP50)
+				p99, p99ok := d.value(k, unitP99)
+				srv, srvok := d.value(k, unitServer)
+				row := []string{sc, fmt.Sprint(g), impl, cell(1e9/ns, ok, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
+					cell(p50, p50ok, us), cell(p99, p99ok, us), cell(srv, srvok, func(v float64) string { return fmt.Sprintf("%.2f", v) })}
+				if impl == ours {
+					row = append(row, ratioCell(ns, ok, pn, pok), ratioCell(srv, srvok, ps, psok))
+				} else {
+					row = append(row, missing, missing)
+				}
+				t.rows = append(t.rows, row)
+			}
 		}
 	}
 	return t

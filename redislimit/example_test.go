@@ -1,0 +1,78 @@
+package redislimit_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redislimit"
+	"github.com/redis/go-redis/v9"
+)
+
+// One limit per client shared by every replica: 100 requests a minute in
+// Redis, and 25 a minute per replica while Redis cannot answer.
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, err := redislimit.New(rdb, redislimit.Config{
+		Rule:    floodgate.Rule{Limit: 100, Period: time.Minute},
+		Timeout: 50 * time.Millisecond,
+		Local:   &floodgate.Rule{Limit: 25, Period: time.Minute},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, _ := lim.Allow(context.Background(), "client-42")
+	if !d.Allowed {
+		fmt.Printf("429, retry after %v\n", d.RetryAfter)
+	}
+}
+
+// A weighted request, and the answer's headers.
+func ExampleLimiter_AllowN() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, err := redislimit.New(rdb, redislimit.Config{
+		Algorithm: floodgate.SlidingCounter,
+		Rule:      floodgate.Rule{Limit: 1000, Period: time.Hour},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	d, err := lim.AllowN(context.Background(), "api-key-7", 10)
+	if err != nil {
+		return // the context ended; d is still the FailureMode's answer
+	}
+	fmt.Printf("RateLimit: limit=%d, remaining=%d, reset=%v\n", d.Limit, d.Remaining, d.ResetAfter)
+}
+
+// While Redis cannot answer (here nothing listens at all), FailLocal
+// decides on the Local rule in process, and after BreakAfter failures the
+// breaker stops calling Redis until ProbeEvery has passed.
+func ExampleFailLocal() {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, err := redislimit.New(rdb, redislimit.Config{
+		Rule:        floodgate.Rule{Limit: 100, Period: time.Minute},
+		Timeout:     20 * time.Millisecond,
+		FailureMode: redislimit.FailLocal,
+		Local:       &floodgate.Rule{Limit: 2, Period: time.Minute},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		d, _ := lim.Allow(context.Background(), "client-42")
+		fmt.Println(d.Allowed)
+	}
+	s := lim.Stats()
+	fmt.Printf("%d calls failed, %d decided in process, breaker opened %d time\n", s.Errors, s.Fallbacks, s.Opens)
+	// Output:
+	// true
+	// true
+	// false
+	// false
+	// 3 calls failed, 4 decided in process, breaker opened 1 time
+}
