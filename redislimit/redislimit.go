@@ -138,7 +138,8 @@ type Limiter struct {
 	clock    floodgate.Clock
 	breaker  breaker
 	onError  func(error)
-	margin   int64 // ms added to each key's TTL
+	margin   int64  // ms added to each key's TTL
+	boxed    [4]any // interval, capacity, margin, kind: boxed once, not per call
 
 	calls, errs, timeouts, loads, fallbacks, opens atomic.Int64
 }
@@ -212,6 +213,7 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 		prefix = "floodgate"
 	}
 	l.keyHead = prefix + ":" + name + ":"
+	l.box()
 
 	switch {
 	case cfg.Timeout < 0:
@@ -250,6 +252,10 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 	}
 	return l, nil
 }
+
+// box boxes the script's constant arguments; tests call it again after
+// changing the margin.
+func (l *Limiter) box() { l.boxed = [4]any{l.interval, l.capacity, l.margin, l.kind} }
 
 // cmp returns v, or def when v is zero.
 func cmp[T int | time.Duration](v, def T) T {
@@ -415,9 +421,9 @@ func (l *Limiter) run(ctx context.Context, key string, n int64, dry bool, now in
 		s = s.at
 	}
 	args := make([]any, 0, 11)
-	args = append(args, "evalsha", s.sha, 1, l.Key(key), n, l.interval, l.capacity, l.margin, b2i(dry))
+	args = append(args, "evalsha", s.sha, 1, l.Key(key), n, l.boxed[0], l.boxed[1], l.boxed[2], b2i(dry))
 	if l.kind != 0 {
-		args = append(args, l.kind)
+		args = append(args, l.boxed[3])
 	}
 	if now >= 0 {
 		args = append(args, now)

@@ -85,6 +85,7 @@ func TestScriptMatchesInProcess(t *testing.T) {
 					l, err = New(c, Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("diff%d", trial)})
 				}
 				l.margin = int64(time.Hour / time.Millisecond) // the test's clock is not Redis's
+				l.box()
 				clock := floodgate.NewManualClock(0)
 				ref, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: effective(t, l, alg, rule), Clock: clock})
 				if err != nil {
