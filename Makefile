@@ -9,7 +9,7 @@ BENCHTIME   ?= 100ms
 FUZZTIME    ?= 60s
 RESULTS     ?= results
 
-.PHONY: test lint race chaos stress fuzz bench bench-full
+.PHONY: test lint race chaos stress fuzz bench bench-full test-arm64 test-go-min
 
 # Lint, then every test under the race detector (the fuzz targets' seed
 # corpora run as ordinary tests), then the lock-free packages and the
@@ -38,6 +38,28 @@ race:
 
 chaos:
 	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./shardedlog ./stress .
+
+# The platforms users deploy on, from this amd64 machine. arm64: every
+# package's tests in every module, the fuzz seeds and the stress suite
+# (its -short form), as GOARCH=arm64 binaries run by qemu-user (Debian's
+# qemu-user-static), then the sliding log's packages again on the
+# LDAXP/STLXP loop instead of LSE's CASPAL. 386: the same tests, run
+# natively, which checks that every 64-bit atomic is aligned on a 32-bit
+# platform. windows/amd64: vet, and every test binary compiled and linked
+# (-exec true runs none of them). No race detector under emulation.
+EMU ?= qemu-aarch64-static
+ARM64 = GOARCH=arm64 FLOODGATE_EMULATOR=$(EMU) $(GO) test -short -count=1 -timeout 30m -exec $(EMU)
+
+test-arm64:
+	GOARCH=arm64 $(GO) vet ./...
+	$(ARM64) ./...
+	FLOODGATE_ARM64_LLSC=1 $(ARM64) ./shardedlog ./stress .
+	cd grpclimit && $(ARM64) ./...
+	cd redislimit && $(ARM64) ./...
+	GOARCH=386 $(GO) vet ./...
+	GOARCH=386 $(GO) test -short -count=1 ./...
+	GOOS=windows $(GO) vet ./...
+	GOOS=windows $(GO) test -count=1 -exec true ./...
 
 # Minutes, not seconds: for a multi-core runner.
 stress:

@@ -6,3 +6,5 @@ require (
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
 	golang.org/x/sys v0.40.0
 )
+
+require go.uber.org/goleak v1.3.0

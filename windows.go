@@ -105,8 +105,9 @@ func (s *mutexWindowState) Successor(now int64) State {
 
 // SlidingLog names the exact sliding window log: a request of cost n is
 // allowed if and only if the cost admitted in (now − Period, now] plus n is
-// at most Limit. Lock-free where the machine has a 16-byte CAS (amd64);
-// elsewhere it is served by its mutex twin, SlidingLogMutex. Burst must be
+// at most Limit. Lock-free on amd64 (CMPXCHG16B) and arm64 (CASPAL, or
+// LDAXP/STLXP without LSE); on other architectures it is served by its
+// mutex twin, SlidingLogMutex. Burst must be
 // 0 or Limit; Limit is at most 4,194,302.
 const (
 	SlidingLog      = "sliding_log"

@@ -428,7 +428,7 @@ func TestRefundFollowsRebase(t *testing.T) {
 			t.Fatalf("first grant denied: %+v", d)
 		}
 		if _, live := b.AllowN(now+int64(2*time.Millisecond), 1); live {
-			t.Fatalf("no rebase past %d", rebaseAt)
+			t.Fatalf("no rebase past %d", int64(rebaseAt))
 		}
 		if b.Refund(10) {
 			t.Fatalf("refund on a rebased bucket must go to its successor")

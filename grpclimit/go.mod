@@ -11,6 +11,7 @@ require (
 
 require (
 	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/net v0.47.0 // indirect
 	golang.org/x/sys v0.40.0 // indirect
 	golang.org/x/text v0.31.0 // indirect

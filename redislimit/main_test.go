@@ -2,9 +2,9 @@ package redislimit
 
 import (
 	"context"
-	"os"
 	"testing"
 
+	"github.com/floodgate-go/floodgate/internal/testmain"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -14,7 +14,9 @@ type quiet struct{}
 
 func (quiet) Printf(context.Context, string, ...any) {}
 
+// TestMain quiets go-redis and fails the tests if they leave a goroutine
+// behind.
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{})
-	os.Exit(m.Run())
+	testmain.Run(m)
 }

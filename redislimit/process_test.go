@@ -51,7 +51,11 @@ func TestExactAcrossProcesses(t *testing.T) {
 			}
 			var children []child
 			for i := 0; i < childProcesses; i++ {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestChildProcess$", "-test.count=1", "-test.v")
+				args := []string{os.Args[0], "-test.run=^TestChildProcess$", "-test.count=1", "-test.v"}
+				if emu := os.Getenv("FLOODGATE_EMULATOR"); emu != "" {
+					args = append([]string{emu}, args...) // make test-arm64: this binary runs under qemu
+				}
+				cmd := exec.Command(args[0], args[1:]...)
 				cmd.Env = append(os.Environ(), childEnv+"="+srv.Addr+" "+alg)
 				cmd.Stderr = os.Stderr
 				stdin, err := cmd.StdinPipe()

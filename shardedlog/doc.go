@@ -23,8 +23,8 @@
 // expects knows its view is stale and reads again. The cumulative cost is
 // what makes weighted cost exact: any cost is one entry and one CAS, and
 // the cost in a window is a difference of two cumulative counts. The 16-byte
-// CAS is CMPXCHG16B on amd64; elsewhere the root package serves the log
-// with MutexLog. Measured memory: see results/ (bytes per key at 100,000
+// CAS is CMPXCHG16B on amd64, and CASPAL (LSE) or an LDAXP/STLXP loop on
+// arm64; elsewhere the root package serves the log with MutexLog. Measured memory: see results/ (bytes per key at 100,000
 // keys, each holding one entry, from make bench).
 //
 // Most users want the root package, floodgate, which registers these as

@@ -642,5 +642,6 @@ func (l *Log) Successor(now int64) *Log {
 }
 
 // LockFreeLog reports whether Log is available on this machine: it needs a
-// 16-byte CAS, which floodgate uses on amd64. Elsewhere MutexLog serves.
+// 16-byte CAS, which floodgate has on amd64 and arm64. Elsewhere MutexLog
+// serves.
 func LockFreeLog() bool { return lockFreeLog }

@@ -100,13 +100,13 @@ func flood(t *testing.T, l *floodgate.Limiter, maxKeys, floodKeys int, clock fun
 // floodSize is the bound and the stream of new keys: MaxKeys 10,000 and
 // 48,000 keys, enough to cycle the bound more than four times, and
 // 2,000,000 under -long. Under the chaos tag, where every CAS yields, the
-// short form shrinks to a bound of 2,000 and 12,000 keys: the same
-// cycling, in the time CI has.
+// short form, and -short (for emulation), shrink to a bound of 2,000 and
+// 12,000 keys: the same cycling, in the time CI has.
 func floodSize() (maxKeys, keys int) {
 	switch {
 	case *long:
 		return 10_000, 2_000_000
-	case chaos.Enabled:
+	case chaos.Enabled, testing.Short():
 		return 2_000, 12_000
 	}
 	return 10_000, 48_000

@@ -15,17 +15,25 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/chaos"
 	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testmain"
 	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
 var long = flag.Bool("long", false, "run for minutes instead of seconds")
 
-// scale multiplies the attempts of every test under -long.
-func scale() int {
-	if *long {
-		return 20
+// size is a test's count of attempts or rounds, n in the ordinary run:
+// twenty times n under -long, for minutes on a many-core runner, and a
+// fifth of it under -short, for make test-arm64's run under emulation
+// (where each instruction costs tens of native ones). The short form keeps
+// every test's demand at least twice its supply.
+func size(n int) int {
+	switch {
+	case *long:
+		return 20 * n
+	case testing.Short():
+		return max(1, n/5)
 	}
-	return 1
+	return n
 }
 
 const goroutines = 64
@@ -152,7 +160,7 @@ func TestFrozenClockOneKey(t *testing.T) {
 		for _, rule := range rules {
 			l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: floodgate.NewManualClock(12345)})
 			var admitted atomic.Int64
-			hammer(1_000_000*scale(), func(*rand.Rand) {
+			hammer(size(1_000_000), func(*rand.Rand) {
 				if l.Allow("hot") {
 					admitted.Add(1)
 				}
@@ -171,7 +179,7 @@ func TestFrozenClockWeighted(t *testing.T) {
 		const limit = 10_000
 		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
 		var cost atomic.Int64
-		hammer(500_000*scale(), func(r *rand.Rand) {
+		hammer(size(500_000), func(r *rand.Rand) {
 			n := 1 + r.Int64N(7)
 			if l.AllowN("w", n).Allowed {
 				cost.Add(n)
@@ -189,7 +197,7 @@ func TestFrozenClockThousandKeys(t *testing.T) {
 		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
 		names := keyNames(keys)
 		var admitted [keys]atomic.Int64
-		hammer(1_000_000*scale(), func(r *rand.Rand) {
+		hammer(size(1_000_000), func(r *rand.Rand) {
 			k := r.IntN(keys)
 			if l.Allow(names[k]) {
 				admitted[k].Add(1)
@@ -218,7 +226,7 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 		stopEvictor := startEvictor(l)
 		defer stopEvictor()
 		var inline atomic.Int64 // evictions made by the requesting goroutines themselves
-		for round := range 20 * scale() {
+		for round := range size(20) {
 			clock.Advance(2 * time.Hour)
 			var admitted [keys]atomic.Int64
 			hammer(20_000, func(r *rand.Rand) {
@@ -256,7 +264,7 @@ func TestFrozenClockGlobalCap(t *testing.T) {
 		names := keyNames(keys)
 		var admitted [keys]atomic.Int64
 		var total atomic.Int64
-		hammer(1_000_000*scale(), func(r *rand.Rand) {
+		hammer(size(1_000_000), func(r *rand.Rand) {
 			k := r.IntN(keys)
 			if l.Allow(names[k]) {
 				admitted[k].Add(1)
@@ -290,7 +298,7 @@ func TestMovingClockRounds(t *testing.T) {
 		defer stopEvictor()
 		log := newLedger(a.family, rule)
 		r := rand.New(rand.NewPCG(3, 4))
-		for round := range 100 * scale() {
+		for round := range size(100) {
 			now := clock.Now()
 			var admitted atomic.Int64
 			hammer(20_000, func(*rand.Rand) {
@@ -333,7 +341,7 @@ func TestStaleClockWithEviction(t *testing.T) {
 		// too fall idle, and the goroutine that moved it evicts at once,
 		// racing the other goroutines' next requests.
 		var leapEvictions atomic.Int64
-		hammer(400_000*scale(), func(r *rand.Rand) {
+		hammer(size(400_000), func(r *rand.Rand) {
 			switch {
 			case r.IntN(50_000) == 0:
 				clock.Advance(2 * rule.Period)
@@ -416,5 +424,5 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	fmt.Printf("stress: GOMAXPROCS raised to %d on %d CPUs, %d goroutines, chaos=%v, long=%v\n",
 		max(8, 4*runtime.NumCPU()), runtime.NumCPU(), goroutines, chaos.Enabled, *long)
-	m.Run()
+	testmain.Run(m)
 }

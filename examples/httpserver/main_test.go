@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/floodgate-go/floodgate/internal/testmain"
+	"go.uber.org/goleak"
 	"io"
 	"net/http"
 	"os"
@@ -43,12 +45,28 @@ func build(t *testing.T) string {
 	return binary
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binary != "" {
-		os.RemoveAll(filepath.Dir(binary))
+// emulatorEnv names the user-mode emulator that runs this test binary, if
+// any (make test-arm64 sets qemu-aarch64-static): the server it builds, for
+// the same architecture, must run under it too.
+const emulatorEnv = "FLOODGATE_EMULATOR"
+
+// command is the built server with args, under the emulator if there is one.
+func command(t *testing.T, args ...string) *exec.Cmd {
+	if emu := os.Getenv(emulatorEnv); emu != "" {
+		return exec.Command(emu, append([]string{build(t)}, args...)...)
 	}
-	os.Exit(code)
+	return exec.Command(build(t), args...)
+}
+
+// TestMain removes the built binary once the tests are done, and fails
+// them if they leave a goroutine behind.
+func TestMain(m *testing.M) {
+	testmain.Run(m, goleak.Cleanup(func(code int) {
+		if binary != "" {
+			os.RemoveAll(filepath.Dir(binary))
+		}
+		os.Exit(code)
+	}))
 }
 
 // start runs the built server on a free loopback port and returns its URL.
@@ -56,7 +74,7 @@ func TestMain(m *testing.M) {
 // it exited cleanly, having printed nothing but its one line.
 func start(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(build(t), append([]string{"-addr", "127.0.0.1:0"}, args...)...)
+	cmd := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +210,7 @@ func TestServerTrustedProxy(t *testing.T) {
 // server that limits something else.
 func TestServerBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}} {
-		out, err := exec.Command(build(t), append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
+		out, err := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v: exited 0: %s", args, out)
 		}

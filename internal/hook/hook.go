@@ -14,3 +14,8 @@ var Reference func(cfg any) any
 // by id(key) instead of its keyed 128-bit hash: tests force collisions
 // with it. hi must be odd.
 var IDs func(cfg any, id func(key string) (hi, lo uint64)) any
+
+// ExclusivePair, where it is set (by shardedlog on arm64), makes the
+// sliding log's 16-byte CAS use the LDAXP/STLXP loop even where the
+// processor has LSE's CASPAL, so that tests run both forms.
+var ExclusivePair func()

@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -129,7 +128,7 @@ func (s *Server) start() error {
 	return nil
 }
 
-func (s *Server) signal(sig syscall.Signal) {
+func (s *Server) signal(sig os.Signal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd == nil {
@@ -141,11 +140,17 @@ func (s *Server) signal(sig syscall.Signal) {
 }
 
 // Pause stops the server's process (SIGSTOP): it keeps its connections and
-// its port, and answers nothing until Resume.
-func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+// its port, and answers nothing until Resume. Where there is no SIGSTOP
+// (Windows), it skips the test.
+func (s *Server) Pause() {
+	if stopSignal == nil {
+		s.tb.Skip("redistest: no SIGSTOP on this platform")
+	}
+	s.signal(stopSignal)
+}
 
 // Resume continues a paused server (SIGCONT).
-func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+func (s *Server) Resume() { s.signal(continueSignal) }
 
 // Kill ends the server at once (SIGKILL) and waits for it to exit. With no
 // persistence, its data and its script cache are gone.

@@ -1,0 +1,27 @@
+// Package testmain is the TestMain of every test package in floodgate's
+// modules. It checks, with go.uber.org/goleak, that no goroutine outlives
+// the tests: no sweeper, coarse clock, TSC anchor, server or test
+// goroutine may be left running by a test that forgot to stop it. It also
+// applies the switches that make test-arm64 sets in the environment.
+package testmain
+
+import (
+	"os"
+	"testing"
+
+	"github.com/floodgate-go/floodgate/internal/hook"
+	"go.uber.org/goleak"
+)
+
+// ExclusivePairEnv, set to 1, runs the sliding log's 16-byte CAS on arm64's
+// LDAXP/STLXP loop instead of CASPAL (make test-arm64 runs both).
+const ExclusivePairEnv = "FLOODGATE_ARM64_LLSC"
+
+// Run runs the package's tests, fails them if goroutines are left behind
+// (beyond those opts ignore), and exits.
+func Run(m *testing.M, opts ...goleak.Option) {
+	if os.Getenv(ExclusivePairEnv) == "1" && hook.ExclusivePair != nil {
+		hook.ExclusivePair()
+	}
+	goleak.VerifyTestMain(m, opts...)
+}
