@@ -866,7 +866,9 @@ func (l *Limiter) Stats() Stats {
 }
 
 // Close stops the background sweeper, if any, and waits for it. The Limiter
-// stays usable. Close is idempotent and returns nil.
+// stays usable: after Close it decides exactly as before, and only the
+// background sweep is gone (EvictIdle and MaxKeys still evict). Close is
+// idempotent, safe to call from several goroutines, and returns nil.
 func (l *Limiter) Close() error {
 	l.stopOnce.Do(func() {
 		if l.stop != nil {

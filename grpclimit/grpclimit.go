@@ -132,7 +132,8 @@ func (l *Limiter) limits(ps []Policy, cfg Config) (*floodgate.Limits, error) {
 }
 
 // Close stops every limiter made (their IdleTTL sweepers). It is
-// idempotent.
+// idempotent and returns nil. The interceptors go on limiting after Close,
+// as floodgate's Limiter does, but idle clients are no longer swept.
 func (l *Limiter) Close() error {
 	for _, fl := range l.all {
 		fl.Close()

@@ -220,7 +220,9 @@ func validName(s string) bool {
 }
 
 // Close stops every limiter the middleware made (their IdleTTL sweepers).
-// It is idempotent; a Limiter must not serve after Close.
+// It is idempotent and returns nil. The middleware goes on limiting after
+// Close, as floodgate's Limiter does, but idle clients are no longer
+// swept.
 func (l *Limiter) Close() error {
 	for _, fl := range l.all {
 		fl.Close()

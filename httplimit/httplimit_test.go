@@ -279,3 +279,26 @@ func nine() []Policy {
 	}
 	return ps
 }
+
+// TestCloseTwice: Close is idempotent, and the middleware goes on limiting
+// after it.
+func TestCloseTwice(t *testing.T) {
+	l, url := serve(t, Config{Default: []Policy{{Name: "d", Rule: floodgate.Rule{Limit: 1, Period: time.Hour}}},
+		IdleTTL: time.Minute})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		resp, err := http.Get(url + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("request %d after Close: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+}
