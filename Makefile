@@ -84,6 +84,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
 	$(GO) test -run '^$$' -fuzz '^FuzzLogTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiterTwins$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) .
 
 # `make bench` builds the harness in bench/ once and runs it COUNT times, one
 # pass after another, so that every implementation's samples interleave in
