@@ -16,6 +16,15 @@ type grant struct {
 	cost int64
 }
 
+// builtins are the algorithms FuzzConfig draws from, sorted by name: the
+// built-in ones, and not Algorithms(), which also lists whatever other
+// tests of the package registered before it ran.
+var builtins = []string{
+	floodgate.FixedWindow, floodgate.FixedWindowMutex, floodgate.LeakyBucket, floodgate.LeakyBucketMutex,
+	floodgate.SlidingCounter, floodgate.SlidingCounterMutex, floodgate.SlidingLog, floodgate.SlidingLogMutex,
+	floodgate.TokenBucket, floodgate.TokenBucketMutex,
+}
+
 // FuzzConfig builds a Limiter from a random Config: any registered
 // algorithm (or an unknown name), a rule and an optional global cap from
 // raw integers, a MaxKeys bound, then drives it with random costs on three
@@ -46,13 +55,13 @@ func FuzzConfig(f *testing.F) {
 	f.Add(uint8(20), int64(2), int64(time.Second), int64(0), false, int64(0), int64(0), uint8(0), []byte{1})          // unknown algorithm
 	f.Add(uint8(9), int64(2), int64(time.Second), int64(0), true, int64(-3), int64(time.Second), uint8(0), []byte{1}) // bad global
 	f.Add(uint8(0), int64(1), int64(1), int64(0), false, int64(0), int64(0), uint8(0), []byte{0, 126, 127, 1, 1})     // one per ns, bad costs
-	// Algorithms() is sorted: 6 and 7 are the sliding log and its twin, 8
-	// and 9 the token bucket and its twin.
+	// 6 and 7 in builtins are the sliding log and its twin, 8 and 9 the
+	// token bucket and its twin.
 	f.Add(uint8(6), int64(5), int64(100*ms), int64(0), false, int64(0), int64(0), uint8(2), []byte{0, 0, 0, 0, 0, 0, 0, 140, 0, 0, 0, 170, 1, 1, 1})
 	f.Add(uint8(7), int64(5), int64(100*ms), int64(0), true, int64(7), int64(100*ms), uint8(0), []byte{3, 4, 5, 150, 3, 4, 5, 3, 4, 5})
 	f.Add(uint8(8), int64(4), int64(40*ms), int64(6), true, int64(5), int64(10*ms), uint8(1), []byte{6, 6, 7, 8, 130, 6, 7, 8, 140, 6, 6})
 	f.Add(uint8(9), int64(2), int64(time.Minute), int64(2), false, int64(0), int64(0), uint8(3), []byte{3, 4, 5, 6, 7, 8, 255, 3, 4})
-	names := append(floodgate.Algorithms(), "no_such_algorithm")
+	names := append(slices.Clone(builtins), "no_such_algorithm")
 	f.Fuzz(func(t *testing.T, alg uint8, limit, period, burst int64, global bool, glimit, gperiod int64, maxKeys uint8, ops []byte) {
 		name := names[int(alg)%len(names)]
 		rule := floodgate.Rule{Limit: limit, Period: time.Duration(period), Burst: burst}
@@ -164,6 +173,19 @@ func checkBucket(t *testing.T, name string, r floodgate.Rule, capacity int64, gs
 			if lhs.Cmp(rhs) > 0 {
 				t.Fatalf("%s %+v: %d admitted between %d and %d, beyond capacity %d + the refill", name, r, sum, gs[i].at, gs[j].at, capacity)
 			}
+		}
+	}
+}
+
+// TestBuiltinsAreRegistered keeps FuzzConfig's list in step with the
+// algorithms the package registers itself.
+func TestBuiltinsAreRegistered(t *testing.T) {
+	if !slices.IsSorted(builtins) {
+		t.Fatal("builtins is not sorted")
+	}
+	for _, name := range builtins {
+		if !slices.Contains(floodgate.Algorithms(), name) {
+			t.Errorf("%q is not registered", name)
 		}
 	}
 }
