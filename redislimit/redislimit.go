@@ -156,12 +156,12 @@ const (
 // a rule that floodgate would reject, or that Redis's microseconds cannot
 // hold (see Config.Rule); for an unknown algorithm or one with no Redis
 // form; for a negative Timeout, BreakAfter, ProbeEvery or LocalMaxKeys; for
-// Local with a FailureMode other than FailLocal; and for a client that would
-// break the Limiter's promises: one that retries commands (a retried script
-// may charge a request twice) or ignores its context's deadline (a stalled
-// server would hold each call past Timeout). Build the client with
-// ContextTimeoutEnabled: true; redislimit turns go-redis's retries off for
-// its own commands.
+// Local with a FailureMode other than FailLocal; and for a go-redis client
+// that ignores its context's deadline, since a stalled server would then
+// hold each call past Timeout: build it with ContextTimeoutEnabled: true.
+// The client's retries do not matter: redislimit turns them off for its own
+// commands, because a script that timed out may already have charged its
+// request.
 func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redislimit: New needs a client")
@@ -231,8 +231,8 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 	if l.clock == nil {
 		l.clock = floodgate.SystemClock()
 	}
-	l.breaker.after = int64(cmp(cfg.BreakAfter, defaultBreakAfter))
-	l.breaker.every = int64(cmp(cfg.ProbeEvery, defaultProbeEvery))
+	l.breaker.after = int64(orDefault(cfg.BreakAfter, defaultBreakAfter))
+	l.breaker.every = int64(orDefault(cfg.ProbeEvery, defaultProbeEvery))
 	l.breaker.openUntil.Store(closed)
 
 	switch {
@@ -244,7 +244,7 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 			rule = *cfg.Local
 		}
 		local, err := floodgate.New(floodgate.Config{Algorithm: name, Rule: rule, Clock: cfg.Clock,
-			MaxKeys: cmp(cfg.LocalMaxKeys, defaultLocalKeys)})
+			MaxKeys: orDefault(cfg.LocalMaxKeys, defaultLocalKeys)})
 		if err != nil {
 			return nil, fmt.Errorf("redislimit: Local: %w", err)
 		}
@@ -257,8 +257,8 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 // changing the margin.
 func (l *Limiter) box() { l.boxed = [4]any{l.interval, l.capacity, l.margin, l.kind} }
 
-// cmp returns v, or def when v is zero.
-func cmp[T int | time.Duration](v, def T) T {
+// orDefault returns v, or def when v is zero.
+func orDefault[T int | time.Duration](v, def T) T {
 	if v == 0 {
 		return def
 	}
