@@ -1,10 +1,367 @@
 package main
 
 import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
-
-	"github.com/floodgate-go/floodgate/internal/testmain"
 )
 
-// TestMain fails the package's tests if they leave a goroutine behind.
-func TestMain(m *testing.M) { testmain.Run(m) }
+func TestStripProcs(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"Allow/scenario=hotkey/impl=floodgate-tb-2", "Allow/scenario=hotkey/impl=floodgate-tb"},
+		{"Allow/scenario=hotkey/impl=floodgate-tb-16", "Allow/scenario=hotkey/impl=floodgate-tb"},
+		{"Allow/scenario=hotkey/impl=floodgate-tb", "Allow/scenario=hotkey/impl=floodgate-tb"},
+		{"Keys/impl=ulule/scenario=1K-uniform-1-2", "Keys/impl=ulule/scenario=1K-uniform-1"},
+		{"Keys/impl=ulule/scenario=1K-uniform-1", "Keys/impl=ulule/scenario=1K-uniform-1"}, // GOMAXPROCS=1
+		{"Goroutines/impl=uber/scenario=hotkey/g=64-8", "Goroutines/impl=uber/scenario=hotkey/g=64"},
+		{"X-+2", "X-+2"},
+		{"X-", "X-"},
+	}
+	for _, tt := range tests {
+		if got := stripProcs(tt.in); got != tt.want {
+			t.Errorf("stripProcs(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestParseName(t *testing.T) {
+	tests := []struct {
+		in   string
+		want benchKey
+		ok   bool
+	}{
+		{"Allow/scenario=hotkey/impl=floodgate-tb", benchKey{"Allow", "hotkey", "floodgate-tb", 0}, true},
+		{"Keys/impl=ulule/scenario=1M-zipf-parallel", benchKey{"Keys", "1M-zipf-parallel", "ulule", 0}, true},
+		{"Goroutines/g=16/impl=xtime/scenario=hotkey", benchKey{"Goroutines", "hotkey", "xtime", 16}, true},
+		{"BytesPerKey/impl=golimiter/scenario=1M", benchKey{"BytesPerKey", "1M", "golimiter", 0}, true},
+		{"Latency/impl=a=b/scenario=s", benchKey{"Latency", "s", "a=b", 0}, true},   // value keeps later '='
+		{"Allow/scenario=hotkey", benchKey{}, false},                                // no impl
+		{"Allow/alg=token_bucket/scenario=hotkey/impl=lockfree", benchKey{}, false}, // unknown component
+		{"MapLoad/keys=1000/impl=xsync-v3", benchKey{}, false},
+		{"Goroutines/impl=x/scenario=hotkey/g=many", benchKey{}, false},
+		{"Goroutines/impl=x/scenario=hotkey/g=0", benchKey{}, false},
+		{"Allow/hotkey/impl=x", benchKey{}, false},
+		{"Allow", benchKey{}, false},
+		{"/impl=x", benchKey{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseName(tt.in)
+		if ok != tt.ok || ok && got != tt.want {
+			t.Errorf("parseName(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestParseResult(t *testing.T) {
+	tests := []struct {
+		line    string
+		name    string
+		metrics map[string]float64
+		ok      bool
+	}{
+		{
+			"BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2   \t19402113\t        61.85 ns/op\t       0 B/op\t       0 allocs/op",
+			"BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2",
+			map[string]float64{"ns/op": 61.85, "B/op": 0, "allocs/op": 0}, true,
+		},
+		{
+			"BenchmarkLatency/impl=xtime-syncmap/scenario=1M-uniform-parallel-2  1000000  120.5 ns/op  80.00 p50-ns  410.0 p99-ns  2100 p99.9-ns  0 B/op  0 allocs/op",
+			"BenchmarkLatency/impl=xtime-syncmap/scenario=1M-uniform-parallel-2",
+			map[string]float64{"ns/op": 120.5, "p50-ns": 80, "p99-ns": 410, "p99.9-ns": 2100, "B/op": 0, "allocs/op": 0}, true,
+		},
+		{"BenchmarkX-2 \t 1 \t 5e+06 ns/op \t 56.2 B/key", "BenchmarkX-2", map[string]float64{"ns/op": 5e6, "B/key": 56.2}, true},
+		{"BenchmarkX-2", "", nil, false},                        // name printed before log output
+		{"BenchmarkX-2 \t 100", "", nil, false},                 // no metrics
+		{"BenchmarkX-2 \t many \t 1 ns/op", "", nil, false},     // bad count
+		{"BenchmarkX-2 \t 100 \t fast ns/op", "", nil, false},   // bad value
+		{"BenchmarkX-2 \t 100 \t 1 ns/op \t 3", "", nil, false}, // dangling value
+		{"BenchmarkX-2 \t -1 \t 1 ns/op", "", nil, false},       // negative count
+	}
+	for _, tt := range tests {
+		name, metrics, ok := parseResult(tt.line)
+		if ok != tt.ok || name != tt.name || !sameMetrics(metrics, tt.metrics) {
+			t.Errorf("parseResult(%q) = %q, %v, %v; want %q, %v, %v", tt.line, name, metrics, ok, tt.name, tt.metrics, tt.ok)
+		}
+	}
+}
+
+func sameMetrics(a, b map[string]float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || math.Abs(v-w) > 1e-9 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestMedian(t *testing.T) {
+	tests := []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{5}, 5},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{4, 1, 3, 2}, 2.5},
+		{[]float64{10, 10, 1000, 10, 9, 11}, 10},
+	}
+	for _, tt := range tests {
+		in := append([]float64(nil), tt.in...)
+		if got := median(in); got != tt.want {
+			t.Errorf("median(%v) = %v, want %v", tt.in, got, tt.want)
+		}
+		for i := range in {
+			if in[i] != tt.in[i] {
+				t.Errorf("median(%v) reordered its argument", tt.in)
+				break
+			}
+		}
+	}
+}
+
+// raw is a small synthetic `make bench` output: two passes, interleaved,
+// with headers, junk lines and a root-package benchmark to ignore.
+const raw = `# command: make bench (2 passes)
+# date: 2026-12-01T09:00:00Z
+# machine: Test CPU, 2 cores, 8 GiB
+# go: go version go1.26.8 linux/amd64
+goos: linux
+goarch: amd64
+pkg: github.com/floodgate-go/floodgate
+cpu: Test Processor   
+BenchmarkAllow/alg=token_bucket/scenario=hotkey/impl=lockfree-2   	 5487487	        62.29 ns/op	       0 B/op	       0 allocs/op
+PASS
+ok  	github.com/floodgate-go/floodgate	12.3s
+pkg: github.com/floodgate-go/floodgate/bench
+cpu: Other Processor
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2   	19402113	        60.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-mutex-2   	19402113	        80.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkAllow/scenario=hotkey/impl=throttled-2   	 1000000	       200.0 ns/op	      16 B/op	       1 allocs/op
+BenchmarkAllow/scenario=hotkey/impl=golimiter-2   	 1000000	       150.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkKeys/impl=floodgate-tb/scenario=1K-uniform-1-2   	 1000000	        70.00 ns/op
+BenchmarkKeys/impl=ulule/scenario=1K-uniform-1-2   	 1000000	       700.0 ns/op
+BenchmarkLatency/impl=floodgate-tb/scenario=1M-uniform-parallel-2  1000000  120.5 ns/op  80.00 p50-ns  410.0 p99-ns  2100 p99.9-ns  0 B/op  0 allocs/op
+BenchmarkGoroutines/impl=floodgate-tb/scenario=hotkey/g=1-2  1000000  50.00 ns/op
+BenchmarkGoroutines/impl=floodgate-tb/scenario=hotkey/g=4-2  1000000  25.00 ns/op
+BenchmarkGoroutines/impl=<xtime&co>/scenario=hotkey/g=1-2  1000000  100.0 ns/op
+BenchmarkGoroutines/impl=<xtime&co>/scenario=hotkey/g=4-2  1000000  200.0 ns/op
+BenchmarkBytesPerKey/impl=floodgate-tb/scenario=1M-2  1  4000000 ns/op  56.00 B/key
+BenchmarkBytesPerKey/impl=golimiter/scenario=1M-2  1  4000000 ns/op  150.0 B/key
+BenchmarkMapLoad/keys=1000/impl=xsync-v3-2  	100000000	        12.00 ns/op
+BenchmarkHalf-2   
+some log output: from the benchmark
+--- FAIL: BenchmarkBroken-2
+    broken_test.go:12: oops
+PASS
+ok  	github.com/floodgate-go/floodgate/bench	40.1s
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2   	19402113	        70.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-mutex-2   	19402113	        90.00 ns/op	       0 B/op	       0 allocs/op
+BenchmarkAllow/scenario=hotkey/impl=throttled-2   	 1000000	       100.0 ns/op	      16 B/op	       1 allocs/op
+BenchmarkAllow/scenario=hotkey/impl=golimiter-2   	 1000000	       140.0 ns/op	       0 B/op	       0 allocs/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2   	19402113	        65.00 ns/op	       0 B/op	       0 allocs/op
+`
+
+func parseString(t *testing.T, s string) *dataset {
+	t.Helper()
+	d, err := parse(strings.NewReader(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestParse(t *testing.T) {
+	d := parseString(t, raw)
+	for k, want := range map[string]string{
+		"date": "2026-12-01T09:00:00Z", "machine": "Test CPU, 2 cores, 8 GiB",
+		"go": "go version go1.26.8 linux/amd64", "cpu": "Test Processor",
+	} {
+		if got := d.meta[k]; got != want {
+			t.Errorf("meta[%q] = %q, want %q", k, got, want)
+		}
+	}
+	if _, ok := d.meta["some log output"]; ok {
+		t.Error("a log line was read as a header")
+	}
+	values := []struct {
+		k    benchKey
+		unit string
+		want float64
+	}{
+		{benchKey{"Allow", "hotkey", "floodgate-tb", 0}, unitNs, 65}, // median of 60, 70, 65
+		{benchKey{"Allow", "hotkey", "floodgate-tb-mutex", 0}, unitNs, 85},
+		{benchKey{"Allow", "hotkey", "throttled", 0}, unitNs, 150},
+		{benchKey{"Keys", "1K-uniform-1", "ulule", 0}, unitNs, 700},
+		{benchKey{"Latency", "1M-uniform-parallel", "floodgate-tb", 0}, unitP999, 2100},
+		{benchKey{"Latency", "1M-uniform-parallel", "floodgate-tb", 0}, unitP50, 80},
+		{benchKey{"Goroutines", "hotkey", "floodgate-tb", 4}, unitNs, 25},
+		{benchKey{"BytesPerKey", "1M", "golimiter", 0}, unitBKey, 150},
+	}
+	for _, v := range values {
+		if got, ok := d.value(v.k, v.unit); !ok || got != v.want {
+			t.Errorf("value(%+v, %s) = %v, %v; want %v", v.k, v.unit, got, ok, v.want)
+		}
+	}
+	for _, k := range d.order {
+		if k.impl == "lockfree" || k.impl == "xsync-v3" || k.family == "Half" || k.family == "Broken" {
+			t.Errorf("read a benchmark that should be ignored: %+v", k)
+		}
+	}
+	if got := len(d.order); got != 13 {
+		t.Errorf("read %d benchmarks, want 13", got)
+	}
+	if got := d.sampleCount(); got != 1 {
+		t.Errorf("sampleCount() = %d, want 1", got)
+	}
+	if got := d.goroutines("Goroutines", "hotkey"); len(got) != 2 || got[0] != 1 || got[1] != 4 {
+		t.Errorf("goroutines = %v, want [1 4]", got)
+	}
+}
+
+func TestSampleCount(t *testing.T) {
+	d := newDataset()
+	d.lines = map[benchKey]int{{impl: "a"}: 6, {impl: "b"}: 6, {impl: "c"}: 5, {impl: "d"}: 2, {impl: "e"}: 2}
+	if got := d.sampleCount(); got != 6 {
+		t.Errorf("sampleCount() = %d, want 6 (the larger of a tie)", got)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	md := summary(parseString(t, raw), "bench-raw.txt", nil)
+	for _, want := range []string{
+		"Source: bench-raw.txt · 2026-12-01T09:00:00Z · Test CPU, 2 cores, 8 GiB · cpu: Test Processor · go1.26.8 linux/amd64 · medians of 1 sample.",
+		"| hotkey ",
+		"0.45× (golimiter)", // 65 ÷ min(145 golimiter, 150 throttled)
+		"0.10× (ulule)",     // 70 ÷ 700
+		"| 1M-uniform-parallel | floodgate-tb |",
+		"0.37× (golimiter)", // 56 ÷ 150 B/key
+		"|  g=1 |  g=4 |",
+		"| tb ",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "lockfree") || strings.Contains(md, "xsync") {
+		t.Errorf("summary shows an ignored benchmark:\n%s", md)
+	}
+}
+
+func TestSVGWellFormed(t *testing.T) {
+	d := parseString(t, raw)
+	charts := map[string]func() (string, bool){
+		"hotkey": func() (string, bool) { return throughputChart(d, "hotkey", "Hot key") },
+		"bytes":  func() (string, bool) { return bytesChart(d) },
+	}
+	wantNames := map[string][]string{
+		"hotkey": {"floodgate-tb", "<xtime&co>"},
+		"bytes":  {"floodgate-tb", "golimiter"},
+	}
+	for name, chart := range charts {
+		svg, ok := chart()
+		if !ok {
+			t.Fatalf("%s: no chart", name)
+		}
+		text := checkXML(t, name, svg)
+		for _, impl := range wantNames[name] {
+			if !strings.Contains(text, impl) {
+				t.Errorf("%s: chart text lacks %q", name, impl)
+			}
+		}
+	}
+	if _, ok := throughputChart(d, "1M-uniform", "absent"); ok {
+		t.Error("drew a chart without data")
+	}
+}
+
+// checkXML decodes svg as XML, failing t if it is not well formed, and
+// returns its character data.
+func checkXML(t *testing.T, name, svg string) string {
+	t.Helper()
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	var text strings.Builder
+	root := ""
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("%s: not well-formed XML: %v\n%s", name, err, svg)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if root == "" {
+				root = tok.Name.Space + " " + tok.Name.Local
+			}
+		case xml.CharData:
+			text.Write(tok)
+		}
+	}
+	if root != "http://www.w3.org/2000/svg svg" {
+		t.Errorf("%s: root element is %q, want svg in the SVG namespace", name, root)
+	}
+	return text.String()
+}
+
+func TestNiceScale(t *testing.T) {
+	tests := []struct{ hi, step, top float64 }{
+		{31.9, 10, 40},
+		{407, 100, 500},
+		{1, 0.2, 1},
+		{12, 2.5, 12.5},
+		{0, 0.2, 1},
+	}
+	for _, tt := range tests {
+		step, top := niceScale(tt.hi, 5)
+		if math.Abs(step-tt.step) > 1e-9 || math.Abs(top-tt.top) > 1e-9 {
+			t.Errorf("niceScale(%v) = %v, %v; want %v, %v", tt.hi, step, top, tt.step, tt.top)
+		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "bench-raw.txt")
+	if err := os.WriteFile(in, []byte(raw), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	var stdout, stderr bytes.Buffer
+	if err := run([]string{"-in", in, "-out", out}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	if err != nil || string(md) != stdout.String() {
+		t.Errorf("summary.md differs from stdout (err %v)", err)
+	}
+	for _, f := range []string{"throughput-hotkey.svg", "bytes-per-key.svg"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "throughput-1M.svg")); err == nil {
+		t.Error("wrote throughput-1M.svg without data")
+	}
+	if !strings.Contains(stderr.String(), "throughput-1M.svg") {
+		t.Errorf("stderr lacks a note on the missing chart: %q", stderr.String())
+	}
+}
+
+func TestRunNoResults(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "empty.txt")
+	if err := os.WriteFile(in, []byte("goos: linux\nPASS\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"-in", in, "-out", t.TempDir()}, io.Discard, io.Discard); err == nil {
+		t.Error("run succeeded on a file without results")
+	}
+}
