@@ -33,16 +33,15 @@ var redisPeers = []struct {
 	make func(b *testing.B, c *redis.Client) func(ctx context.Context, key string) (bool, error)
 }{
 	{"floodgate", func(b *testing.B, c *redis.Client) func(context.Context, string) (bool, error) {
+		// FailClosed: a call Redis failed is a denial, which benchRedis
+		// reports, rather than a local grant that would hide it.
 		l, err := redislimit.New(c, redislimit.Config{Rule: floodgate.Rule{Limit: 1_000_000_000, Period: 1000 * time.Second},
-			Timeout: time.Second})
+			Timeout: time.Second, FailureMode: redislimit.FailClosed})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return func(ctx context.Context, key string) (bool, error) {
 			d, err := l.Allow(ctx, key)
-			if s := l.Stats(); s.Errors != 0 {
-				return false, fmt.Errorf("redislimit failed %d calls", s.Errors)
-			}
 			return d.Allowed, err
 		}
 	}},
