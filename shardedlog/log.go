@@ -150,6 +150,27 @@ type logRing struct {
 	tail atomic.Uint64
 }
 
+// hintEvery is how many claims pass between moves of the head hint: look
+// scans forward from the hint, so a hint a few entries behind costs a few
+// reads of slots already in the cache, where moving it on every claim
+// would write one more shared line per claim.
+const hintEvery = 4
+
+// advanceHint moves the head hint on past entry h, just claimed, if h is
+// the last of a group of hintEvery. It never moves the hint back, and never
+// past the head: h+1 is at or below the first unclaimed index.
+func (r *logRing) advanceHint(h uint64) {
+	if (h+1)%hintEvery != 0 {
+		return
+	}
+	for {
+		hint := r.hint.Load()
+		if hint > h || r.hint.CompareAndSwap(hint, h+1) {
+			return
+		}
+	}
+}
+
 func newRing(capacity uint64) *logRing {
 	r := &logRing{slots: make([]entry, capacity), mask: capacity - 1}
 	if uintptr(unsafe.Pointer(&r.slots[0]))%16 != 0 {
@@ -244,14 +265,17 @@ func (l *Log) look() (v view, ok bool) {
 	h := r.hint.Load()
 	for {
 		ts, m := read(&r.slots[h&r.mask])
-		if kindOf(m) == kindLive {
+		if ahead := (seqOf(m) - h) & seqMask; ahead < 1<<23 {
 			// The slot holds entry h, or one a lap or more later when the
-			// hint lags: either way the head is further on. (An index
-			// behind h, an empty slot, or a seal means h is the head.)
-			if ahead := (seqOf(m) - h) & seqMask; ahead < 1<<23 {
-				h += ahead + 1
-				continue
+			// hint lags: either way the head is further on. A seal keeps
+			// the index of the entry it closed over, a lap below its own,
+			// so a seal met early names the head too. (An index behind h
+			// or an empty slot means h is the head.)
+			h += ahead + 1
+			if kindOf(m) != kindLive {
+				h += r.mask
 			}
+			continue
 		}
 		v = view{r: r, h: h, curTs: uint64(ts), curMeta: m}
 		break
@@ -415,15 +439,10 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 	newMeta := metaOf(v.h, v.prevCum+uint64(n))
 	chaos.Yield()
 	if !cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, uint64(o.charged), newMeta) {
-		chaos.Retried()
+		chaos.Lost("log.step")
 		return d, false, true, false
 	}
-	// Move the hints on. A lost race leaves one lagging, which costs the
-	// next search a few reads; look and boundary accept any hint at or
-	// below the truth.
-	if hint := v.r.hint.Load(); hint <= v.h {
-		v.r.hint.CompareAndSwap(hint, v.h+1)
-	}
+	v.r.advanceHint(v.h)
 	// The boundary expired at this entry's time, which every later charge
 	// is at least: it bounds every future search from below.
 	if tail := v.r.tail.Load(); tail < o.b {
@@ -501,12 +520,112 @@ func (l *Log) AllowN(now, n int64) (Decision, bool) {
 	}
 }
 
-// Take is AllowN reduced to its verdict.
+// Take is AllowN reduced to its verdict. Most grants need no search for
+// the window's boundary (see claim); the rest, and every denial, take the
+// path that AllowN takes.
 func (l *Log) Take(now, n int64) (allowed, live bool) {
 	for {
-		if _, allowed, live, done := l.step(now, n, true, false); done {
-			return allowed, live
+		switch l.claim(now, n) {
+		case claimed:
+			return true, true
+		case blocked:
+			if _, retired := l.current(); retired {
+				return false, false
+			}
+			continue
 		}
+		for {
+			if _, allowed, live, done := l.step(now, n, true, false); done {
+				return allowed, live
+			}
+		}
+	}
+}
+
+// claimResult is how claim ended.
+type claimResult uint8
+
+const (
+	claimed claimResult = iota // the request was admitted
+	blocked                    // the head is sealed or retired: current deals with it
+	search                     // one entry cannot tell: take step's path
+)
+
+// claim admits a request of cost n at t, if one entry shows that it fits,
+// with one 16-byte CAS and a handful of loads.
+//
+// The claim of head h overwrites entry lo = h − cap, the ring's oldest,
+// whose cost counts in no window; it is allowed only if the next oldest,
+// lo+1, has expired by the charged time too, since it becomes the oldest
+// (before the ring first wraps, nothing is overwritten and entry 0, the
+// base, is the oldest). That entry sits in slot h+1, beside the claimed
+// one. Its cumulative cost is a lower bound on the boundary's, so
+// prevCum − cum(lo+1) bounds the window's cost from above: if the request
+// fits beside that bound, it fits. Only a window within n of full needs
+// the exact boundary, which claim leaves to step.
+//
+// Each slot is read meta first, then time, without a second look at the
+// meta: the CAS on slot h checks the slot it writes, and claims are made
+// in index order, so the entries before h and slot h+1 can be overwritten
+// only after slot h has changed, when the CAS fails. (A refund may change
+// the newest entry's cost between the reads and the CAS; the grant then
+// keeps the refunded cost, as when the refund comes second: see Log.)
+//
+// A claim that loses its CAS carries on from the slot it lost: that slot
+// now holds the winner's entry, the newest, and the head is the next.
+func (l *Log) claim(t, n int64) claimResult {
+	if n < 1 || n > l.p.limit {
+		return search
+	}
+	r := l.ring.Load()
+	slots, mask := r.slots, r.mask
+	c := mask + 1
+	h := r.hint.Load()
+	for {
+		m := slots[h&mask].meta.Load()
+		if ahead := (seqOf(m) - h) & seqMask; ahead < 1<<23 {
+			if kindOf(m) != kindLive {
+				return blocked
+			}
+			h += ahead + 1 // claimed, here or a lap on: the head is further
+			continue
+		}
+		if kindOf(m) != kindLive {
+			return blocked
+		}
+		if h&mask == 0 && c > minRing*4 {
+			return search // once a lap, step checks whether to shrink
+		}
+		ts := slots[h&mask].ts.Load()
+		pm := slots[(h-1)&mask].meta.Load()
+		pts := int64(slots[(h-1)&mask].ts.Load())
+		if kindOf(pm) != kindLive || seqOf(pm) != (h-1)&seqMask {
+			h = r.hint.Load() // a lap went by since the scan: start again
+			continue
+		}
+		charged := max(t, pts)
+		oldest := uint64(0)
+		if h >= c {
+			oldest = h - c + 1
+		}
+		om := slots[oldest&mask].meta.Load()
+		ots := int64(slots[oldest&mask].ts.Load())
+		if kindOf(om) != kindLive || seqOf(om) != oldest&seqMask {
+			h = r.hint.Load()
+			continue
+		}
+		if oldest != 0 && !l.p.expired(ots, charged) {
+			return search // the ring is full of live entries: step grows it
+		}
+		if bound := (cumOf(pm) - cumOf(om)) & cumMask; bound+uint64(n) > uint64(l.p.limit) {
+			return search
+		}
+		chaos.Yield()
+		if cas128(&slots[h&mask], ts, m, uint64(charged), metaOf(h, cumOf(pm)+uint64(n))) {
+			r.advanceHint(h)
+			return claimed
+		}
+		chaos.Lost("log.claim")
 	}
 }
 
@@ -560,7 +679,7 @@ func (l *Log) RetireIdle(now int64) bool {
 		if o.window != 0 || v.prevTs > now {
 			return false
 		}
-		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, uint64(now), kindRetire<<kindShift) {
+		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, uint64(now), v.curMeta|kindRetire<<kindShift) {
 			return true
 		}
 	}
@@ -570,7 +689,7 @@ func (l *Log) RetireIdle(now int64) bool {
 func (l *Log) Retire() {
 	for {
 		v, retired := l.current()
-		if retired || cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, kindRetire<<kindShift) {
+		if retired || cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
 			return
 		}
 	}
@@ -609,10 +728,10 @@ func (l *Log) Evict(int64) (spent int64) {
 			spent = l.p.leaves(ts)
 		}
 		chaos.Yield()
-		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, kindRetire<<kindShift) {
+		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
 			return spent
 		}
-		chaos.Retried()
+		chaos.Lost("log.evict")
 	}
 }
 

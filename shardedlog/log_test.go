@@ -108,10 +108,15 @@ func TestLogDifferential(t *testing.T) {
 		t.Skip("no 16-byte CAS on this machine")
 	}
 	r := rand.New(rand.NewPCG(21, 22))
+	// pace stretches the time between requests: at 1, demand is about
+	// twelve times the limit and the window is mostly full; at 8 it is
+	// mostly not, and Take's grants find room without a search.
 	for _, rule := range []struct {
 		limit  int64
 		period time.Duration
-	}{{1, 10}, {3, time.Second}, {64, time.Millisecond}, {1000, time.Second}, {7, 3}} {
+		pace   int64
+	}{{1, 10, 1}, {3, time.Second, 1}, {64, time.Millisecond, 1}, {1000, time.Second, 1}, {7, 3, 1},
+		{64, time.Millisecond, 8}, {1000, time.Second, 8}, {2, 5, 8}} {
 		p := mustLogParams(t, rule.limit, rule.period)
 		T := int64(rule.period)
 		now := r.Int64N(1<<40) - 1<<39
@@ -123,7 +128,7 @@ func TestLogDifferential(t *testing.T) {
 		for i := range 20_000 {
 			switch op := r.IntN(100); {
 			case op < 50:
-				now += r.Int64N(T/rule.limit + 2)
+				now += r.Int64N(rule.pace*T/rule.limit + 2)
 			case op < 52:
 				now += r.Int64N(3 * T)
 			case op < 55:
@@ -157,8 +162,13 @@ func TestLogDifferential(t *testing.T) {
 				}
 				continue
 			}
-			da, la := a.AllowN(now, n)
 			dm, lm := m.AllowN(now, n)
+			da, la := dm, lm
+			if r.IntN(2) == 0 {
+				da, la = a.AllowN(now, n)
+			} else if ok, live := a.Take(now, n); ok != dm.Allowed || live != lm {
+				t.Fatalf("%d per %v step %d Take(%d, %d): lock-free %v %v, mutex %+v %v", rule.limit, rule.period, i, now, n, ok, live, dm, lm)
+			}
 			if da != dm || !la || !lm {
 				t.Fatalf("%d per %v step %d AllowN(%d, %d): lock-free %+v, mutex %+v", rule.limit, rule.period, i, now, n, da, dm)
 			}

@@ -11,5 +11,11 @@ func Yield() {}
 // Retried does nothing without the chaos tag.
 func Retried() {}
 
+// Lost does nothing without the chaos tag.
+func Lost(string) {}
+
 // Retries is always 0 without the chaos tag.
 func Retries() int64 { return 0 }
+
+// RetriesAt is always 0 without the chaos tag.
+func RetriesAt(string) int64 { return 0 }
