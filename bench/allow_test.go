@@ -53,9 +53,13 @@ var (
 		"xtime-syncmap", "golimiter", "throttled", "ulule")
 	floorImpls = append([]Impl{Floor, FloorCAS, FloorCASClock}, keyImpls...)
 	sweepKeys  = []string{"floodgate-tb", "floodgate-tb-coarse", "xtime-syncmap", "golimiter", "throttled"}
-	sweepHot   = ByName("floodgate-tb", "floodgate-tb-coarse", "xtime", "juju", "uber", "golimiter", "throttled")
-	latencyHot = append(slices.Clone(keyImpls), ByName("xtime", "juju", "uber")...)
-	bytesImpls = ByName("floodgate-lb", "floodgate-fw", "floodgate-sc", "floodgate-sl")
+	sweepHot   = ByName("floodgate-tb", "floodgate-tb-coarse", "floodgate-sl", "floodgate-sl-mutex", "xtime", "juju", "uber", "golimiter", "throttled")
+	// logKeyImpls run the 1K-key scenarios only: the sliding log against
+	// its twin where each key's log is small and the keys' states compete
+	// for the cache.
+	logKeyImpls = ByName("floodgate-sl", "floodgate-sl-mutex")
+	latencyHot  = append(slices.Clone(keyImpls), ByName("xtime", "juju", "uber")...)
+	bytesImpls  = ByName("floodgate-lb", "floodgate-fw", "floodgate-sc", "floodgate-sl")
 )
 
 // build makes impl for o, or skips the benchmark if impl cannot honour o.
@@ -207,6 +211,8 @@ var keyCounts = []struct {
 //	scenario=1M-bytes           the heap it holds per key (B/key)
 //	scenario=1M-uniform-latency latency percentiles under parallel load
 //	scenario=1M-uniform/g=N     throughput with N goroutines
+//
+// The sliding log and its twin run the 1K-key set alone, after the rest.
 func BenchmarkKeys(b *testing.B) {
 	counts := parseCounts(b, *goroutinesFlag)
 	for _, impl := range floorImpls {
@@ -236,6 +242,19 @@ func BenchmarkKeys(b *testing.B) {
 					}
 				}
 				release()
+			}
+		})
+	}
+	for _, impl := range logKeyImpls {
+		b.Run("impl="+impl.Name, func(b *testing.B) {
+			kc := keyCounts[0]
+			ks := keySet(kc.n)
+			_, l, release := filled(b, impl, ks)
+			defer release()
+			for _, dist := range []string{"uniform", "zipf"} {
+				seq := picks(kc.n, dist)
+				b.Run("scenario="+kc.name+"-"+dist+"-1", func(b *testing.B) { benchPicks(b, l, ks, seq, false) })
+				b.Run("scenario="+kc.name+"-"+dist+"-parallel", func(b *testing.B) { benchPicks(b, l, ks, seq, true) })
 			}
 		})
 	}

@@ -414,14 +414,19 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 	if retired {
 		return d, false, false, true
 	}
-	o, ok := l.evaluate(&v, t)
+	return l.decide(&v, t, n, claim, answer)
+}
+
+// decide is step on the view v, read from a live ring.
+func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
+	o, ok := l.evaluate(v, t)
 	if !ok {
 		return d, false, true, false
 	}
 	fits := n >= 1 && n <= l.p.limit && int64(o.window)+n <= l.p.limit
 	if !fits || !claim {
 		if answer {
-			d, ok = l.decision(&v, o, t, n, fits)
+			d, ok = l.decision(v, o, t, n, fits)
 		}
 		return d, fits, true, ok
 	}
@@ -429,11 +434,11 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 	if v.h >= c && o.b == v.lo {
 		// The slot to claim holds the boundary, and no later entry has
 		// expired: the ring is full of live entries. Grow it.
-		l.seal(&v, kindGrow)
+		l.seal(v, kindGrow)
 		return d, false, true, false
 	}
 	if c > minRing*4 && v.h&v.r.mask == 0 && (v.h-1-o.b)*8 < c {
-		l.seal(&v, kindShrink)
+		l.seal(v, kindShrink)
 		return d, false, true, false
 	}
 	newMeta := metaOf(v.h, v.prevCum+uint64(n))
@@ -449,7 +454,7 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 		v.r.tail.CompareAndSwap(tail, o.b)
 	}
 	if answer {
-		d, _ = l.decision(&v, o, t, n, true)
+		d, _ = l.decision(v, o, t, n, true)
 	}
 	return d, true, true, true
 }
@@ -524,8 +529,9 @@ func (l *Log) AllowN(now, n int64) (Decision, bool) {
 // the window's boundary (see claim); the rest, and every denial, take the
 // path that AllowN takes.
 func (l *Log) Take(now, n int64) (allowed, live bool) {
+	var v view
 	for {
-		switch l.claim(now, n) {
+		switch l.claim(&v, now, n) {
 		case claimed:
 			return true, true
 		case blocked:
@@ -533,6 +539,11 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 				return false, false
 			}
 			continue
+		case search:
+			// v is the view the claim read: decide from it.
+			if _, allowed, live, done := l.decide(&v, now, n, true, false); done {
+				return allowed, live
+			}
 		}
 		for {
 			if _, allowed, live, done := l.step(now, n, true, false); done {
@@ -548,7 +559,8 @@ type claimResult uint8
 const (
 	claimed claimResult = iota // the request was admitted
 	blocked                    // the head is sealed or retired: current deals with it
-	search                     // one entry cannot tell: take step's path
+	search                     // one entry cannot tell: decide from the view
+	invalid                    // the cost can never pass: take step's path
 )
 
 // claim admits a request of cost n at t, if one entry shows that it fits,
@@ -562,7 +574,8 @@ const (
 // one. Its cumulative cost is a lower bound on the boundary's, so
 // prevCum − cum(lo+1) bounds the window's cost from above: if the request
 // fits beside that bound, it fits. Only a window within n of full needs
-// the exact boundary, which claim leaves to step.
+// the exact boundary: claim then hands the view it read to decide, which
+// searches from the tail hint.
 //
 // Each slot is read meta first, then time, without a second look at the
 // meta: the CAS on slot h checks the slot it writes, and claims are made
@@ -573,16 +586,23 @@ const (
 //
 // A claim that loses its CAS carries on from the slot it lost: that slot
 // now holds the winner's entry, the newest, and the head is the next.
-func (l *Log) claim(t, n int64) claimResult {
+func (l *Log) claim(v *view, t, n int64) claimResult {
 	if n < 1 || n > l.p.limit {
-		return search
+		return invalid
 	}
 	r := l.ring.Load()
 	slots, mask := r.slots, r.mask
 	c := mask + 1
 	h := r.hint.Load()
 	for {
+		// Skip the entries claimed since the hint moved: live, with the
+		// index of their slot. (The address of each load does not depend
+		// on the one before, so the loads overlap.)
 		m := slots[h&mask].meta.Load()
+		for m>>seqShift == h&seqMask {
+			h++
+			m = slots[h&mask].meta.Load()
+		}
 		if ahead := (seqOf(m) - h) & seqMask; ahead < 1<<23 {
 			if kindOf(m) != kindLive {
 				return blocked
@@ -593,9 +613,6 @@ func (l *Log) claim(t, n int64) claimResult {
 		if kindOf(m) != kindLive {
 			return blocked
 		}
-		if h&mask == 0 && c > minRing*4 {
-			return search // once a lap, step checks whether to shrink
-		}
 		ts := slots[h&mask].ts.Load()
 		pm := slots[(h-1)&mask].meta.Load()
 		pts := int64(slots[(h-1)&mask].ts.Load())
@@ -603,30 +620,67 @@ func (l *Log) claim(t, n int64) claimResult {
 			h = r.hint.Load() // a lap went by since the scan: start again
 			continue
 		}
-		charged := max(t, pts)
-		oldest := uint64(0)
+		lo := uint64(0) // the oldest entry held, which the claim overwrites
 		if h >= c {
-			oldest = h - c + 1
+			lo = h - c
 		}
-		om := slots[oldest&mask].meta.Load()
-		ots := int64(slots[oldest&mask].ts.Load())
-		if kindOf(om) != kindLive || seqOf(om) != oldest&seqMask {
+		fits, known := l.fitsBeside(slots, mask, lo, h, pm, pts, t, n)
+		if known && fits && h&mask == 0 && c > minRing*4 {
+			// Once a lap, decide checks whether to shrink the ring: when
+			// fewer than an eighth of its entries are in the window, that
+			// is when entry h − cap/8 has left it.
+			j := h - c/8
+			jm := slots[j&mask].meta.Load()
+			jts := int64(slots[j&mask].ts.Load())
+			if seqOf(jm) != j&seqMask {
+				known = false
+			} else if l.p.expired(jts, max(t, pts)) {
+				fits = false
+			}
+		}
+		if !known {
 			h = r.hint.Load()
 			continue
-		}
-		if oldest != 0 && !l.p.expired(ots, charged) {
-			return search // the ring is full of live entries: step grows it
-		}
-		if bound := (cumOf(pm) - cumOf(om)) & cumMask; bound+uint64(n) > uint64(l.p.limit) {
+		} else if !fits {
+			// The view goes to decide, which needs it consistent: the
+			// newest entry read again.
+			if slots[(h-1)&mask].meta.Load() != pm {
+				h = r.hint.Load()
+				continue
+			}
+			*v = view{r: r, h: h, lo: lo, prevTs: pts, prevCum: cumOf(pm), curTs: ts, curMeta: m}
 			return search
 		}
 		chaos.Yield()
-		if cas128(&slots[h&mask], ts, m, uint64(charged), metaOf(h, cumOf(pm)+uint64(n))) {
+		if cas128(&slots[h&mask], ts, m, uint64(max(t, pts)), metaOf(h, cumOf(pm)+uint64(n))) {
 			r.advanceHint(h)
 			return claimed
 		}
 		chaos.Lost("log.claim")
 	}
+}
+
+// fitsBeside is claim's one-entry test for a request of cost n at t on a
+// ring whose head is h, oldest entry lo and newest entry (meta pm, time
+// pts): fits is true if the request surely fits and the claim may
+// overwrite lo. known is false when the entry it reads has moved on.
+func (l *Log) fitsBeside(slots []entry, mask, lo, h, pm uint64, pts, t, n int64) (fits, known bool) {
+	// The entry that stays as the oldest: lo+1 once the ring has wrapped,
+	// else the base entry, 0, which overwrites nothing.
+	oldest := lo
+	if h > mask {
+		oldest++
+	}
+	om := slots[oldest&mask].meta.Load()
+	ots := int64(slots[oldest&mask].ts.Load())
+	if kindOf(om) != kindLive || seqOf(om) != oldest&seqMask {
+		return false, false
+	}
+	if oldest != 0 && !l.p.expired(ots, max(t, pts)) {
+		return false, true // the ring is full of live entries: decide grows it
+	}
+	bound := (cumOf(pm) - cumOf(om)) & cumMask
+	return bound+uint64(n) <= uint64(l.p.limit), true
 }
 
 // Peek returns what AllowN(now, 1) would answer, and consumes nothing.
