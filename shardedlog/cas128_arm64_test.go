@@ -25,7 +25,7 @@ var cas128Forms = []struct {
 func TestCAS128Forms(t *testing.T) {
 	for _, f := range cas128Forms {
 		t.Run(f.name, func(t *testing.T) {
-			e := &newRing(2).slots[0]
+			e := newRing(2).slot(0)
 			e.ts.Store(1)
 			e.meta.Store(2)
 			for _, c := range []struct{ old0, old1 uint64 }{{0, 2}, {1, 3}, {2, 1}} {

@@ -327,11 +327,12 @@ func TestSpentBeforeNow(t *testing.T) {
 			}
 			if lockFreeLog {
 				a, b := NewLogSpent(lp, now, spent).ring.Load(), NewLog(lp, now).ring.Load()
-				if len(a.slots) != len(b.slots) || a.hint.Load() != b.hint.Load() {
+				if a.capacity() != b.capacity() || a.hint.Load() != b.hint.Load() {
 					t.Fatalf("NewLogSpent(%d, %d) differs from NewLog", now, spent)
 				}
-				for i := range a.slots {
-					if a.slots[i].ts.Load() != b.slots[i].ts.Load() || a.slots[i].meta.Load() != b.slots[i].meta.Load() {
+				as, bs := a.entries(), b.entries()
+				for i := range as {
+					if as[i].ts.Load() != bs[i].ts.Load() || as[i].meta.Load() != bs[i].meta.Load() {
 						t.Fatalf("NewLogSpent(%d, %d) differs from NewLog in slot %d", now, spent, i)
 					}
 				}

@@ -9,7 +9,6 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
-	"golang.org/x/sys/cpu"
 )
 
 // LogParams is a validated rule for the sliding window log: at most Limit
@@ -133,34 +132,69 @@ func read(e *entry) (int64, uint64) {
 	}
 }
 
-// logRing's hints are written by claims, so they sit past a cache-line pad
-// from the slice header and mask that every request reads: writing a hint
-// does not make every other core miss on the header. (One pad, not one per
-// field: a ring is per key, and its size is the key's memory.)
+// A logRing is one allocation: a header of ringHeader bytes, then the
+// slots. The head lives in the slots, so a claim reaches it from the ring's
+// address and the Log's head guess (see Log.head), both in the Log's first
+// line, with no pointer to follow in between. The header's first line holds
+// the mask that every request reads; the hints, which claims write, sit in
+// the next, so that writing one does not make every other core miss on the
+// mask.
 type logRing struct {
-	slots []entry
-	mask  uint64
-	_     cpu.CacheLinePad
-	hint  atomic.Uint64 // an index at or below the first unclaimed one
+	mask uint64
+	_    [7]uint64
+	hint atomic.Uint64 // an index at or below the first unclaimed one
 
 	// tail is an index at or below the boundary of every window still to
 	// come: an entry known to have expired at the time of an entry already
 	// in the ring, before which nothing can be charged. Searches start
 	// there, so a steady log finds its boundary in a step or two.
 	tail atomic.Uint64
+	_    [6]uint64
 }
 
-// hintEvery is how many claims pass between moves of the head hint: look
-// scans forward from the hint, so a hint a few entries behind costs a few
-// reads of slots already in the cache, where moving it on every claim
-// would write one more shared line per claim.
-const hintEvery = 4
+// ringHeader is the size of logRing, in bytes: the slots begin there.
+const ringHeader = unsafe.Sizeof(logRing{})
 
-// advanceHint moves the head hint on past entry h, just claimed, if h is
-// the last of a group of hintEvery. It never moves the hint back, and never
-// past the head: h+1 is at or below the first unclaimed index.
-func (r *logRing) advanceHint(h uint64) {
+// slot returns the slot of entry i.
+func (r *logRing) slot(i uint64) *entry { return r.slotIn(i, r.mask) }
+
+// slotIn returns the slot of entry i on a ring whose mask is mask, which
+// the caller has checked against r.mask: a mask read elsewhere lets the
+// slot's load start before the header's arrives.
+func (r *logRing) slotIn(i, mask uint64) *entry {
+	return (*entry)(unsafe.Add(unsafe.Pointer(r), ringHeader+uintptr(i&mask)*unsafe.Sizeof(entry{})))
+}
+
+// capacity returns the number of slots.
+func (r *logRing) capacity() uint64 { return r.mask + 1 }
+
+// entries returns the slots as a slice, for the tests.
+func (r *logRing) entries() []entry {
+	return unsafe.Slice(r.slot(0), r.capacity())
+}
+
+// hintEvery is how many claims pass between moves of the head guess
+// (Log.head): a claim scans forward from it, so a guess a few entries
+// behind costs a few reads of slots already in the cache, where moving it
+// on every claim would write one more shared line per claim. ringHintEvery
+// is the same for the ring's own hint, which look and the claims whose
+// guess is stale start from.
+const (
+	hintEvery     = 8
+	ringHintEvery = 32
+)
+
+// advance moves the head guess, and now and then the ring's hint, on past
+// entry h, just claimed. The ring's hint never moves back, nor past the
+// head; the guess may be overwritten by a stale one (a claimant descheduled
+// before it stored), which costs the next claims a scan, or, when it is
+// ahead of the head, a fall back to the ring's hint.
+func (l *Log) advance(r *logRing, h uint64) {
 	if (h+1)%hintEvery != 0 {
+		return
+	}
+	l.head.Store(guess(h+1, r.mask))
+	if (h+1)%ringHintEvery != 0 {
 		return
 	}
 	for {
@@ -171,9 +205,14 @@ func (r *logRing) advanceHint(h uint64) {
 	}
 }
 
+// guess packs index h and a ring's mask, as its log2, into Log.head.
+func guess(h, mask uint64) uint64 { return h<<6 | uint64(bits.TrailingZeros64(mask+1)) }
+
 func newRing(capacity uint64) *logRing {
-	r := &logRing{slots: make([]entry, capacity), mask: capacity - 1}
-	if uintptr(unsafe.Pointer(&r.slots[0]))%16 != 0 {
+	buf := make([]entry, ringHeader/unsafe.Sizeof(entry{})+uintptr(capacity))
+	r := (*logRing)(unsafe.Pointer(&buf[0]))
+	r.mask = capacity - 1
+	if uintptr(unsafe.Pointer(r.slot(0)))%16 != 0 {
 		panic("shardedlog: the allocator returned a ring that is not 16-byte aligned")
 	}
 	return r
@@ -182,7 +221,7 @@ func newRing(capacity uint64) *logRing {
 // entryAt returns the time and cumulative cost of entry j, and false if
 // its slot no longer holds it (the caller's view is stale).
 func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
-	ts, m := read(&r.slots[j&r.mask])
+	ts, m := read(r.slot(j))
 	if seqOf(m) != j&seqMask {
 		return 0, 0, false
 	}
@@ -213,6 +252,17 @@ func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
 // or a ring copy races the refund, the refund is dropped: the key is then
 // charged for a request the global cap refused, and never the other way.
 type Log struct {
+	// head is a guess at the ring's head, packed with the log2 of the
+	// capacity of the ring it was made on (see guess): a claim reads it
+	// beside the ring's address and goes straight to the slots, with no
+	// pointer to follow in between. A guess for a ring of another size is
+	// ignored, and one that turns out ahead of the head sends the claim to
+	// the ring's own hint. Claims write it, so it has a line of its own:
+	// the fields below, which every request reads, sit 64 bytes on, in
+	// another line whatever the object's alignment.
+	head atomic.Uint64
+	_    [7]uint64
+
 	ring atomic.Pointer[logRing]
 	p    LogParams
 	next atomic.Pointer[Log]
@@ -223,8 +273,9 @@ type Log struct {
 func NewLog(p LogParams, now int64) *Log {
 	l := &Log{p: p}
 	r := newRing(minRing)
-	r.slots[0].ts.Store(uint64(now)) // the base entry: index 0, cost 0
+	r.slot(0).ts.Store(uint64(now)) // the base entry: index 0, cost 0
 	r.hint.Store(1)
+	l.head.Store(guess(1, r.mask))
 	l.ring.Store(r)
 	return l
 }
@@ -241,9 +292,10 @@ func NewLogSpent(p LogParams, now, spent int64) *Log {
 	at := p.enters(spent)
 	l := NewLog(p, at)
 	r := l.ring.Load()
-	r.slots[1].ts.Store(uint64(at))
-	r.slots[1].meta.Store(metaOf(1, uint64(p.limit)))
+	r.slot(1).ts.Store(uint64(at))
+	r.slot(1).meta.Store(metaOf(1, uint64(p.limit)))
 	r.hint.Store(2)
+	l.head.Store(guess(2, r.mask))
 	return l
 }
 
@@ -263,8 +315,11 @@ type view struct {
 func (l *Log) look() (v view, ok bool) {
 	r := l.ring.Load()
 	h := r.hint.Load()
+	for r.slot(h).meta.Load()>>seqShift == h&seqMask {
+		h++ // claimed since the hint moved (see Take)
+	}
 	for {
-		ts, m := read(&r.slots[h&r.mask])
+		ts, m := read(r.slot(h))
 		if ahead := (seqOf(m) - h) & seqMask; ahead < 1<<23 {
 			// The slot holds entry h, or one a lap or more later when the
 			// hint lags: either way the head is further on. A seal keeps
@@ -443,11 +498,11 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 	}
 	newMeta := metaOf(v.h, v.prevCum+uint64(n))
 	chaos.Yield()
-	if !cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, uint64(o.charged), newMeta) {
+	if !cas128(v.r.slot(v.h), v.curTs, v.curMeta, uint64(o.charged), newMeta) {
 		chaos.Lost("log.step")
 		return d, false, true, false
 	}
-	v.r.advanceHint(v.h)
+	l.advance(v.r, v.h)
 	// The boundary expired at this entry's time, which every later charge
 	// is at least: it bounds every future search from below.
 	if tail := v.r.tail.Load(); tail < o.b {
@@ -461,7 +516,7 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 
 // seal closes the ring at its head so that no claim can land after it.
 func (l *Log) seal(v *view, kind uint64) {
-	if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, v.curTs, v.curMeta|kind<<kindShift) {
+	if cas128(v.r.slot(v.h), v.curTs, v.curMeta, v.curTs, v.curMeta|kind<<kindShift) {
 		v.curMeta |= kind << kindShift
 		l.help(v)
 	}
@@ -508,11 +563,13 @@ func (l *Log) help(v *view) {
 	}
 	nr := newRing(size)
 	for i, e := range entries {
-		nr.slots[i].ts.Store(uint64(e.ts))
-		nr.slots[i].meta.Store(metaOf(uint64(i), e.cum))
+		nr.slot(uint64(i)).ts.Store(uint64(e.ts))
+		nr.slot(uint64(i)).meta.Store(metaOf(uint64(i), e.cum))
 	}
 	nr.hint.Store(uint64(len(entries)))
-	l.ring.CompareAndSwap(v.r, nr)
+	if l.ring.CompareAndSwap(v.r, nr) {
+		l.head.Store(guess(uint64(len(entries)), nr.mask))
+	}
 }
 
 // AllowN admits a request of cost n at now if the window holds room for
@@ -525,46 +582,9 @@ func (l *Log) AllowN(now, n int64) (Decision, bool) {
 	}
 }
 
-// Take is AllowN reduced to its verdict. Most grants need no search for
-// the window's boundary (see claim); the rest, and every denial, take the
-// path that AllowN takes.
-func (l *Log) Take(now, n int64) (allowed, live bool) {
-	var v view
-	for {
-		switch l.claim(&v, now, n) {
-		case claimed:
-			return true, true
-		case blocked:
-			if _, retired := l.current(); retired {
-				return false, false
-			}
-			continue
-		case search:
-			// v is the view the claim read: decide from it.
-			if _, allowed, live, done := l.decide(&v, now, n, true, false); done {
-				return allowed, live
-			}
-		}
-		for {
-			if _, allowed, live, done := l.step(now, n, true, false); done {
-				return allowed, live
-			}
-		}
-	}
-}
-
-// claimResult is how claim ended.
-type claimResult uint8
-
-const (
-	claimed claimResult = iota // the request was admitted
-	blocked                    // the head is sealed or retired: current deals with it
-	search                     // one entry cannot tell: decide from the view
-	invalid                    // the cost can never pass: take step's path
-)
-
-// claim admits a request of cost n at t, if one entry shows that it fits,
-// with one 16-byte CAS and a handful of loads.
+// Take is AllowN reduced to its verdict. A grant that one entry shows to
+// fit is claimed here, with one 16-byte CAS and a handful of loads; the
+// rest, and every denial, go through decide.
 //
 // The claim of head h overwrites entry lo = h − cap, the ring's oldest,
 // whose cost counts in no window; it is allowed only if the next oldest,
@@ -574,7 +594,7 @@ const (
 // one. Its cumulative cost is a lower bound on the boundary's, so
 // prevCum − cum(lo+1) bounds the window's cost from above: if the request
 // fits beside that bound, it fits. Only a window within n of full needs
-// the exact boundary: claim then hands the view it read to decide, which
+// the exact boundary: Take then hands the view it read to decide, which
 // searches from the tail hint.
 //
 // Each slot is read meta first, then time, without a second look at the
@@ -586,101 +606,102 @@ const (
 //
 // A claim that loses its CAS carries on from the slot it lost: that slot
 // now holds the winner's entry, the newest, and the head is the next.
-func (l *Log) claim(v *view, t, n int64) claimResult {
+func (l *Log) Take(now, n int64) (allowed, live bool) {
 	if n < 1 || n > l.p.limit {
-		return invalid
+		return l.takeSlow(now, n)
 	}
 	r := l.ring.Load()
-	slots, mask := r.slots, r.mask
-	c := mask + 1
-	h := r.hint.Load()
+	g := l.head.Load()
+	h, mask := g>>6, uint64(1)<<(g&63)-1
+	if mask != r.mask {
+		h, mask = r.hint.Load(), r.mask // the guess is another ring's
+	}
 	for {
-		// Skip the entries claimed since the hint moved: live, with the
+		// Skip the entries claimed since the guess moved: live, with the
 		// index of their slot. (The address of each load does not depend
 		// on the one before, so the loads overlap.)
-		m := slots[h&mask].meta.Load()
+		m := r.slotIn(h, mask).meta.Load()
 		for m>>seqShift == h&seqMask {
 			h++
-			m = slots[h&mask].meta.Load()
+			m = r.slotIn(h, mask).meta.Load()
 		}
-		if ahead := (seqOf(m) - h) & seqMask; ahead < 1<<23 {
-			if kindOf(m) != kindLive {
-				return blocked
-			}
-			h += ahead + 1 // claimed, here or a lap on: the head is further
+		if kindOf(m) != kindLive || (seqOf(m)-h)&seqMask < 1<<23 {
+			// A seal, a retirement, or a slot a lap or more on.
+			return l.takeSlow(now, n)
+		}
+		ts := r.slotIn(h, mask).ts.Load()
+		pm := r.slotIn(h-1, mask).meta.Load()
+		pts := int64(r.slotIn(h-1, mask).ts.Load())
+		if pm>>seqShift != (h-1)&seqMask {
+			h = r.hint.Load() // a lap went by since the scan, or the guess was ahead
 			continue
 		}
-		if kindOf(m) != kindLive {
-			return blocked
+		charged := max(now, pts)
+		// The entry that stays as the oldest: lo+1 once the ring has
+		// wrapped, else the base.
+		o := uint64(0)
+		if h > mask {
+			o = h - mask
 		}
-		ts := slots[h&mask].ts.Load()
-		pm := slots[(h-1)&mask].meta.Load()
-		pts := int64(slots[(h-1)&mask].ts.Load())
-		if kindOf(pm) != kindLive || seqOf(pm) != (h-1)&seqMask {
-			h = r.hint.Load() // a lap went by since the scan: start again
+		om := r.slotIn(o, mask).meta.Load()
+		ots := int64(r.slotIn(o, mask).ts.Load())
+		if om>>seqShift != o&seqMask {
+			h = r.hint.Load()
 			continue
 		}
-		lo := uint64(0) // the oldest entry held, which the claim overwrites
-		if h >= c {
-			lo = h - c
+		fits := o == 0 || l.p.expired(ots, charged) // else the ring is full of live entries
+		if fits && (cumOf(pm)-cumOf(om))&cumMask+uint64(n) > uint64(l.p.limit) {
+			fits = false // the window may be within n of full
 		}
-		fits, known := l.fitsBeside(slots, mask, lo, h, pm, pts, t, n)
-		if known && fits && h&mask == 0 && c > minRing*4 {
+		if fits && h&mask == 0 && mask >= minRing*4 {
 			// Once a lap, decide checks whether to shrink the ring: when
 			// fewer than an eighth of its entries are in the window, that
 			// is when entry h − cap/8 has left it.
-			j := h - c/8
-			jm := slots[j&mask].meta.Load()
-			jts := int64(slots[j&mask].ts.Load())
-			if seqOf(jm) != j&seqMask {
-				known = false
-			} else if l.p.expired(jts, max(t, pts)) {
-				fits = false
-			}
-		}
-		if !known {
-			h = r.hint.Load()
-			continue
-		} else if !fits {
-			// The view goes to decide, which needs it consistent: the
-			// newest entry read again.
-			if slots[(h-1)&mask].meta.Load() != pm {
+			j := h - (mask+1)/8
+			jm := r.slotIn(j, mask).meta.Load()
+			if jm>>seqShift != j&seqMask {
 				h = r.hint.Load()
 				continue
 			}
-			*v = view{r: r, h: h, lo: lo, prevTs: pts, prevCum: cumOf(pm), curTs: ts, curMeta: m}
-			return search
+			fits = !l.p.expired(int64(r.slotIn(j, mask).ts.Load()), charged)
+		}
+		if !fits {
+			// decide needs the view consistent: the newest entry is read
+			// again.
+			if r.slotIn(h-1, mask).meta.Load() != pm {
+				h = r.hint.Load()
+				continue
+			}
+			lo := uint64(0)
+			if h > mask {
+				lo = h - mask - 1
+			}
+			return l.takeFrom(view{r: r, h: h, lo: lo, prevTs: pts, prevCum: cumOf(pm), curTs: ts, curMeta: m}, now, n)
 		}
 		chaos.Yield()
-		if cas128(&slots[h&mask], ts, m, uint64(max(t, pts)), metaOf(h, cumOf(pm)+uint64(n))) {
-			r.advanceHint(h)
-			return claimed
+		if cas128(r.slotIn(h, mask), ts, m, uint64(charged), metaOf(h, cumOf(pm)+uint64(n))) {
+			l.advance(r, h)
+			return true, true
 		}
 		chaos.Lost("log.claim")
 	}
 }
 
-// fitsBeside is claim's one-entry test for a request of cost n at t on a
-// ring whose head is h, oldest entry lo and newest entry (meta pm, time
-// pts): fits is true if the request surely fits and the claim may
-// overwrite lo. known is false when the entry it reads has moved on.
-func (l *Log) fitsBeside(slots []entry, mask, lo, h, pm uint64, pts, t, n int64) (fits, known bool) {
-	// The entry that stays as the oldest: lo+1 once the ring has wrapped,
-	// else the base entry, 0, which overwrites nothing.
-	oldest := lo
-	if h > mask {
-		oldest++
+// takeFrom is Take's path through decide, from the view v.
+func (l *Log) takeFrom(v view, now, n int64) (allowed, live bool) {
+	if _, allowed, live, done := l.decide(&v, now, n, true, false); done {
+		return allowed, live
 	}
-	om := slots[oldest&mask].meta.Load()
-	ots := int64(slots[oldest&mask].ts.Load())
-	if kindOf(om) != kindLive || seqOf(om) != oldest&seqMask {
-		return false, false
+	return l.takeSlow(now, n)
+}
+
+// takeSlow is Take through step, for what the claim above leaves.
+func (l *Log) takeSlow(now, n int64) (allowed, live bool) {
+	for {
+		if _, allowed, live, done := l.step(now, n, true, false); done {
+			return allowed, live
+		}
 	}
-	if oldest != 0 && !l.p.expired(ots, max(t, pts)) {
-		return false, true // the ring is full of live entries: decide grows it
-	}
-	bound := (cumOf(pm) - cumOf(om)) & cumMask
-	return bound+uint64(n) <= uint64(l.p.limit), true
 }
 
 // Peek returns what AllowN(now, 1) would answer, and consumes nothing.
@@ -709,7 +730,7 @@ func (l *Log) Refund(now, n int64) bool {
 		if (v.prevCum-before)&cumMask != uint64(n) {
 			return true
 		}
-		e := &v.r.slots[(v.h-1)&v.r.mask]
+		e := v.r.slot((v.h - 1))
 		oldMeta := metaOf(v.h-1, v.prevCum)
 		if cas128(e, uint64(v.prevTs), oldMeta, uint64(v.prevTs), metaOf(v.h-1, before)) {
 			return true
@@ -733,7 +754,7 @@ func (l *Log) RetireIdle(now int64) bool {
 		if o.window != 0 || v.prevTs > now {
 			return false
 		}
-		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, uint64(now), v.curMeta|kindRetire<<kindShift) {
+		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, uint64(now), v.curMeta|kindRetire<<kindShift) {
 			return true
 		}
 	}
@@ -743,7 +764,7 @@ func (l *Log) RetireIdle(now int64) bool {
 func (l *Log) Retire() {
 	for {
 		v, retired := l.current()
-		if retired || cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
+		if retired || cas128(v.r.slot(v.h), v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
 			return
 		}
 	}
@@ -782,7 +803,7 @@ func (l *Log) Evict(int64) (spent int64) {
 			spent = l.p.leaves(ts)
 		}
 		chaos.Yield()
-		if cas128(&v.r.slots[v.h&v.r.mask], v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
+		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
 			return spent
 		}
 		chaos.Lost("log.evict")
