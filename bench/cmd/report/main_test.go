@@ -365,3 +365,30 @@ func TestRunNoResults(t *testing.T) {
 		t.Error("run succeeded on a file without results")
 	}
 }
+
+func TestLogTable(t *testing.T) {
+	d := parseString(t, `BenchmarkAllow/scenario=hotkey/impl=floodgate-sl-2  1000000  80.00 ns/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-sl-mutex-2  1000000  100.0 ns/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2  1000000  64.00 ns/op
+BenchmarkAllow/scenario=denial/impl=floodgate-sl-2  1000000  50.00 ns/op
+BenchmarkGoroutines/impl=floodgate-sl/scenario=hotkey/g=64-2  1000000  90.00 ns/op
+BenchmarkGoroutines/impl=floodgate-sl-mutex/scenario=hotkey/g=64-2  1000000  300.0 ns/op
+BenchmarkKeys/impl=floodgate-sl/scenario=1K-uniform-1-2  1000000  150.0 ns/op
+BenchmarkKeys/impl=floodgate-sl-mutex/scenario=1K-uniform-1-2  1000000  200.0 ns/op
+BenchmarkKeys/impl=floodgate-tb/scenario=1K-uniform-1-2  1000000  100.0 ns/op
+`)
+	tb := logTable(d)
+	want := [][]string{
+		{"hotkey", "80.0", "100", "64.0", "0.80×", "1.25×"},
+		{"hotkey, g=64", "90.0", "300", "–", "0.30×", "–"},
+		{"1K-uniform-1", "150", "200", "100", "0.75×", "1.50×"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q (denial has no twin)", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+}

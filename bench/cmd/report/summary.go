@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d))
+	tables = append(tables, twinTable(d), logTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -329,6 +329,45 @@ func twinTable(d *dataset) table {
 			t.rows = append(t.rows, []string{sc, strings.TrimPrefix(impl, floodgate),
 				fmtNs(lf), fmtNs(mu), fmtRatio(lf / mu)})
 		}
+	}
+	return t
+}
+
+// logTable holds the sliding log against its mutex twin and against the
+// token bucket, in every scenario that runs both twins: the hot key on
+// one goroutine and on every core, denials, the goroutine sweep on the hot
+// key, and 1,000 keys.
+func logTable(d *dataset) table {
+	const sl, mu, tb = floodgate + "sl", floodgate + "sl-mutex", floodgate + "tb"
+	t := table{
+		title:  "The sliding log: lock-free vs its mutex twin and the token bucket",
+		note:   "Allow, SystemClock, ns/op; \"÷ twin\" is floodgate-sl ÷ floodgate-sl-mutex and \"÷ tb\" floodgate-sl ÷ floodgate-tb in the same scenario (below 1× means the sliding log is faster).",
+		header: []string{"scenario", "floodgate-sl", "floodgate-sl-mutex", "floodgate-tb", "÷ twin", "÷ tb"},
+		right:  rightFrom(1, 6),
+	}
+	row := func(name string, k benchKey) {
+		k.impl = sl
+		lf, lfOK := d.value(k, unitNs)
+		k.impl = mu
+		m, mOK := d.value(k, unitNs)
+		if !lfOK || !mOK {
+			return
+		}
+		k.impl = tb
+		b, bOK := d.value(k, unitNs)
+		t.rows = append(t.rows, []string{name, fmtNs(lf), fmtNs(m), cell(b, bOK, fmtNs),
+			fmtRatio(lf / m), ratioCell(lf, true, b, bOK)})
+	}
+	for _, sc := range d.scenarios("Allow") {
+		row(sc, benchKey{family: "Allow", scenario: sc})
+	}
+	for _, sc := range d.scenarios("Goroutines") {
+		for _, g := range d.goroutines("Goroutines", sc) {
+			row(fmt.Sprintf("%s, g=%d", sc, g), benchKey{family: "Goroutines", scenario: sc, g: g})
+		}
+	}
+	for _, sc := range d.scenarios("Keys") {
+		row(sc, benchKey{family: "Keys", scenario: sc})
 	}
 	return t
 }
