@@ -492,9 +492,18 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 		l.seal(v, kindGrow)
 		return d, false, true, false
 	}
-	if c > minRing*4 && v.h&v.r.mask == 0 && (v.h-1-o.b)*8 < c {
-		l.seal(v, kindShrink)
-		return d, false, true, false
+	if c > minRing*4 && v.h&v.r.mask == 0 {
+		// Once a lap: shrink if fewer than a sixteenth of the entries are in
+		// the window that ends at the newest entry, which is what a copy
+		// keeps (see help). That is when entry h − cap/16 has left it.
+		ts, _, got := v.r.entryAt(v.h - c/16)
+		if !got {
+			return d, false, true, false
+		}
+		if l.p.expired(ts, v.prevTs) {
+			l.seal(v, kindShrink)
+			return d, false, true, false
+		}
 	}
 	newMeta := metaOf(v.h, v.prevCum+uint64(n))
 	chaos.Yield()
@@ -555,9 +564,13 @@ func (l *Log) help(v *view) {
 		}
 		prevCum = cum
 	}
-	// Twice the entries kept, for growth and for shrinking alike, so that
-	// neither is followed at once by the other.
+	// Twice the entries kept when growing; four times when shrinking, so
+	// that a window that comes back to its size after a lull does not
+	// grow the ring again at once (a shrink waits for an eighth).
 	size, need := uint64(minRing), 2*uint64(len(entries))
+	if kindOf(v.curMeta) == kindShrink {
+		need *= 2
+	}
 	for size < need {
 		size *= 2
 	}
@@ -654,16 +667,16 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 			fits = false // the window may be within n of full
 		}
 		if fits && h&mask == 0 && mask >= minRing*4 {
-			// Once a lap, decide checks whether to shrink the ring: when
-			// fewer than an eighth of its entries are in the window, that
-			// is when entry h − cap/8 has left it.
-			j := h - (mask+1)/8
+			// Once a lap, decide checks whether to shrink the ring (when
+			// entry h − cap/16 has left the window that ends at the
+			// newest entry).
+			j := h - (mask+1)/16
 			jm := r.slotIn(j, mask).meta.Load()
 			if jm>>seqShift != j&seqMask {
 				h = r.hint.Load()
 				continue
 			}
-			fits = !l.p.expired(int64(r.slotIn(j, mask).ts.Load()), charged)
+			fits = !l.p.expired(int64(r.slotIn(j, mask).ts.Load()), pts)
 		}
 		if !fits {
 			// decide needs the view consistent: the newest entry is read

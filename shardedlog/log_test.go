@@ -3,10 +3,13 @@ package shardedlog
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
 )
 
 type logMaker struct {
@@ -311,5 +314,50 @@ func TestLogConcurrentExact(t *testing.T) {
 		if cost.Load() != 5000 {
 			t.Errorf("%s: admitted cost %d, want 5000", m.name, cost.Load())
 		}
+	}
+}
+
+// TestLogLostClaims: a claim that loses its CAS carries on, on both of
+// Take's paths, the one-entry claim and decide's, and the log stays
+// exact. Under -tags chaos, which yields between every read and its CAS,
+// each path must have lost at least once, or the test proved nothing.
+func TestLogLostClaims(t *testing.T) {
+	if !lockFreeLog {
+		t.Skip("no 16-byte CAS on this machine")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(8, 4*runtime.NumCPU())))
+	sites := []string{"log.claim", "log.step"}
+	before := map[string]int64{}
+	for _, s := range sites {
+		before[s] = chaos.RetriesAt(s)
+	}
+	const limit = 1000
+	l := NewLog(mustLogParams(t, limit, time.Second), 0)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for i := range 200 {
+				if ok, _ := l.Take(int64(i), 1); ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if admitted.Load() != limit {
+		t.Fatalf("admitted %d in one window, want exactly %d", admitted.Load(), limit)
+	}
+	for _, s := range sites {
+		lost := chaos.RetriesAt(s) - before[s]
+		if chaos.Enabled && lost == 0 {
+			t.Errorf("no CAS lost at %s: the test did not reach that retry", s)
+		}
+		t.Logf("%s: %d CASes lost (counted only with -tags chaos)", s, lost)
 	}
 }
