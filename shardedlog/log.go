@@ -182,6 +182,7 @@ func (r *logRing) entries() []entry {
 const (
 	hintEvery     = 8
 	ringHintEvery = 32
+	tailEvery     = 8 // the same for the tail (see decide)
 )
 
 // advance moves the head guess, and now and then the ring's hint, on past
@@ -308,6 +309,7 @@ type view struct {
 	prevCum uint64 // and its cumulative cost
 	curTs   uint64 // the raw content of slot h
 	curMeta uint64
+	from    uint64 // an entry known to count as expired, or 0
 }
 
 // look reads the ring's head. ok is false when the view was overtaken
@@ -349,9 +351,9 @@ func (l *Log) look() (v view, ok bool) {
 // is, with its cumulative cost. Times never decrease along the indices: it
 // gallops forward from the tail hint, then bisects.
 func (v *view) boundary(p *LogParams, t int64) (b, cum uint64, ok bool) {
-	lo := max(v.lo, v.r.tail.Load()) // invariant: entry lo counts as expired
+	lo := max(v.lo, v.r.tail.Load(), v.from) // invariant: entry lo counts as expired
 	if lo >= v.h {
-		lo = v.lo // the hint is from a lap this view has not seen: ignore it
+		lo = max(v.lo, v.from) // the hint is from a lap this view has not seen: ignore it
 	}
 	hi := v.h - 1
 	for step := uint64(1); lo < hi; step *= 2 { // gallop
@@ -474,57 +476,90 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 
 // decide is step on the view v, read from a live ring.
 func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
-	o, ok := l.evaluate(v, t)
-	if !ok {
-		return d, false, true, false
-	}
-	fits := n >= 1 && n <= l.p.limit && int64(o.window)+n <= l.p.limit
-	if !fits || !claim {
-		if answer {
-			d, ok = l.decision(v, o, t, n, fits)
-		}
-		return d, fits, true, ok
-	}
-	c := v.r.mask + 1
-	if v.h >= c && o.b == v.lo {
-		// The slot to claim holds the boundary, and no later entry has
-		// expired: the ring is full of live entries. Grow it.
-		l.seal(v, kindGrow)
-		return d, false, true, false
-	}
-	if c > minRing*4 && v.h&v.r.mask == 0 {
-		// Once a lap: shrink if fewer than a sixteenth of the entries are in
-		// the window that ends at the newest entry, which is what a copy
-		// keeps (see help). That is when entry h − cap/16 has left it.
-		ts, _, got := v.r.entryAt(v.h - c/16)
-		if !got {
+	for {
+		o, ok := l.evaluate(v, t)
+		if !ok {
 			return d, false, true, false
 		}
-		if l.p.expired(ts, v.prevTs) {
-			l.seal(v, kindShrink)
+		fits := n >= 1 && n <= l.p.limit && int64(o.window)+n <= l.p.limit
+		if !fits || !claim {
+			if answer {
+				d, ok = l.decision(v, o, t, n, fits)
+			}
+			return d, fits, true, ok
+		}
+		c := v.r.mask + 1
+		if v.h >= c && o.b == v.lo {
+			// The slot to claim holds the boundary, and no later entry has
+			// expired: the ring is full of live entries. Grow it.
+			l.seal(v, kindGrow)
 			return d, false, true, false
 		}
-	}
-	newMeta := metaOf(v.h, v.prevCum+uint64(n))
-	chaos.Yield()
-	if !cas128(v.r.slot(v.h), v.curTs, v.curMeta, uint64(o.charged), newMeta) {
+		if c > minRing*4 && v.h&v.r.mask == 0 {
+			// Once a lap: shrink if fewer than a sixteenth of the entries
+			// are in the window that ends at the newest entry, which is
+			// what a copy keeps (see help). That is when entry h − cap/16
+			// has left it.
+			ts, _, got := v.r.entryAt(v.h - c/16)
+			if !got {
+				return d, false, true, false
+			}
+			if l.p.expired(ts, v.prevTs) {
+				l.seal(v, kindShrink)
+				return d, false, true, false
+			}
+		}
+		newMeta := metaOf(v.h, v.prevCum+uint64(n))
+		chaos.Yield()
+		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, uint64(o.charged), newMeta) {
+			l.advance(v.r, v.h)
+			// The boundary expired at this entry's time, which every later
+			// charge is at least: it bounds every future search from below.
+			// It moves on once it lags by tailEvery, so that claims near
+			// the limit do not all write its line.
+			if tail := v.r.tail.Load(); tail+tailEvery <= o.b {
+				v.r.tail.CompareAndSwap(tail, o.b)
+			}
+			if answer {
+				d, _ = l.decision(v, o, t, n, true)
+			}
+			return d, true, true, true
+		}
 		chaos.Lost("log.step")
-		return d, false, true, false
+		// Carry on from what the slot holds now: the winner's entry is the
+		// newest, the next slot the head, and the boundary found is a lower
+		// bound for the next search, whose window ends no earlier.
+		if !v.advance(o.b) {
+			return d, false, true, false
+		}
 	}
-	l.advance(v.r, v.h)
-	// The boundary expired at this entry's time, which every later charge
-	// is at least: it bounds every future search from below.
-	if tail := v.r.tail.Load(); tail < o.b {
-		v.r.tail.CompareAndSwap(tail, o.b)
+}
+
+// advance moves the view on past its head, which another claim has just
+// taken, keeping b as a lower bound for the boundary. It reports false if
+// the slots moved on further: the caller reads the ring again.
+func (v *view) advance(b uint64) bool {
+	ts, m := read(v.r.slot(v.h))
+	if m>>seqShift != v.h&seqMask {
+		return false
 	}
-	if answer {
-		d, _ = l.decision(v, o, t, n, true)
+	next, nm := read(v.r.slot(v.h + 1))
+	if kindOf(nm) != kindLive || (seqOf(nm)-(v.h+1))&seqMask < 1<<23 {
+		return false // a seal, or a slot already claimed
 	}
-	return d, true, true, true
+	v.prevTs, v.prevCum = ts, cumOf(m)
+	v.h++
+	if c := v.r.mask + 1; v.h >= c {
+		v.lo = v.h - c
+	}
+	v.curTs, v.curMeta = uint64(next), nm
+	v.from = b
+	return true
 }
 
 // seal closes the ring at its head so that no claim can land after it.
 func (l *Log) seal(v *view, kind uint64) {
+	v.from = 0 // it holds for the request's time; help searches at the newest entry's
 	if cas128(v.r.slot(v.h), v.curTs, v.curMeta, v.curTs, v.curMeta|kind<<kindShift) {
 		v.curMeta |= kind << kindShift
 		l.help(v)
