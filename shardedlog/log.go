@@ -236,15 +236,22 @@ func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
 // overtaken by another's is admitted after it, at its time, and is checked
 // against the window that ends there.
 //
-// Memory follows the live entries. The ring starts at two entries, doubles
-// when every entry it holds but the oldest is still in the window, and
-// halves (or more) when at most a quarter of it is; a copy leaves out the
-// entries whose cost was refunded, so it never needs more than twice N+2
-// entries of 16 bytes. An idle log is retired by
-// eviction, and its successor holds one entry. A ring is replaced by sealing
-// its next slot (a CAS like a claim, so no claim can land after it) and
-// copying its frozen entries; any goroutine that meets the seal finishes
-// the copy, so a stalled one delays nobody.
+// Memory follows the live entries. The ring starts at two entries, grows
+// to twice what it keeps when every entry it holds but the oldest is still
+// in the window, and shrinks to four times what it keeps when fewer than a
+// sixteenth are (the gap keeps a window that swings with its traffic from
+// being copied back and forth); a copy leaves out the entries whose cost
+// was refunded, so it never needs more than twice N+2 entries of 16 bytes.
+// An idle log is retired by eviction, and its successor holds one entry. A
+// ring is replaced by sealing its next slot (a CAS like a claim, so no
+// claim can land after it) and copying its frozen entries; any goroutine
+// that meets the seal finishes the copy, so a stalled one delays nobody.
+//
+// Speed. A grant whose window has room costs one 16-byte CAS and a few
+// loads, from the Log's two lines to the head's slot and its neighbours
+// (see Take); only a window within a request of full needs the boundary
+// search, and a claim that loses its CAS carries on from the winner's
+// entry. Denials write nothing.
 //
 // Weighted cost. Each entry carries its cumulative cost, so one CAS admits
 // a cost of any size exactly. A refund (the global cap refused the request)

@@ -94,7 +94,7 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 	for _, a := range algorithms {
 		t.Run(a.String(), func(t *testing.T) {
-			before := chaos.Retries()
+			before, claims := chaos.Retries(), chaos.RetriesAt("log.claim")
 			f(t, a)
 			if a.lockFree && (a.family != logged || shardedlog.LockFreeLog()) {
 				retries := chaos.Retries() - before
@@ -102,6 +102,11 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 					t.Fatal("no CAS ever retried: the test did not contend, so it proves nothing")
 				}
 				t.Logf("CAS retries: %d (counted only with -tags chaos)", retries)
+			}
+			if a.lockFree && a.family == logged && shardedlog.LockFreeLog() {
+				// The sliding log's one-entry claim has a retry of its own.
+				lost := chaos.RetriesAt("log.claim") - claims
+				t.Logf("of which the log's one-entry claim: %d", lost)
 			}
 		})
 	}
