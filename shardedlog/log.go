@@ -536,16 +536,16 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 		// Carry on from what the slot holds now: the winner's entry is the
 		// newest, the next slot the head, and the boundary found is a lower
 		// bound for the next search, whose window ends no earlier.
-		if !v.advance(o.b) {
+		if !v.moveOn(o.b) {
 			return d, false, true, false
 		}
 	}
 }
 
-// advance moves the view on past its head, which another claim has just
+// moveOn moves the view on past its head, which another claim has just
 // taken, keeping b as a lower bound for the boundary. It reports false if
 // the slots moved on further: the caller reads the ring again.
-func (v *view) advance(b uint64) bool {
+func (v *view) moveOn(b uint64) bool {
 	ts, m := read(v.r.slot(v.h))
 	if m>>seqShift != v.h&seqMask {
 		return false
@@ -608,7 +608,7 @@ func (l *Log) help(v *view) {
 	}
 	// Twice the entries kept when growing; four times when shrinking, so
 	// that a window that comes back to its size after a lull does not
-	// grow the ring again at once (a shrink waits for an eighth).
+	// grow the ring again at once (a shrink waits for a sixteenth).
 	size, need := uint64(minRing), 2*uint64(len(entries))
 	if kindOf(v.curMeta) == kindShrink {
 		need *= 2
