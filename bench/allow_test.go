@@ -227,11 +227,7 @@ func BenchmarkKeys(b *testing.B) {
 						b.ReportMetric(perKey, "B/key")
 					})
 				}
-				for _, dist := range []string{"uniform", "zipf"} {
-					seq := picks(kc.n, dist)
-					b.Run("scenario="+kc.name+"-"+dist+"-1", func(b *testing.B) { benchPicks(b, l, ks, seq, false) })
-					b.Run("scenario="+kc.name+"-"+dist+"-parallel", func(b *testing.B) { benchPicks(b, l, ks, seq, true) })
-				}
+				benchDists(b, l, kc.name, ks)
 				if kc.n == 1_000_000 {
 					seq := picks(kc.n, "uniform")
 					b.Run("scenario=1M-uniform-latency", func(b *testing.B) { benchLatency(b, l, ks, seq) })
@@ -251,12 +247,18 @@ func BenchmarkKeys(b *testing.B) {
 			ks := keySet(kc.n)
 			_, l, release := filled(b, impl, ks)
 			defer release()
-			for _, dist := range []string{"uniform", "zipf"} {
-				seq := picks(kc.n, dist)
-				b.Run("scenario="+kc.name+"-"+dist+"-1", func(b *testing.B) { benchPicks(b, l, ks, seq, false) })
-				b.Run("scenario="+kc.name+"-"+dist+"-parallel", func(b *testing.B) { benchPicks(b, l, ks, seq, true) })
-			}
+			benchDists(b, l, kc.name, ks)
 		})
+	}
+}
+
+// benchDists runs the key-set scenarios on l, which holds ks: keys picked
+// uniformly and by Zipf, from one goroutine and from every core.
+func benchDists(b *testing.B, l Limiter, name string, ks []string) {
+	for _, dist := range []string{"uniform", "zipf"} {
+		seq := picks(len(ks), dist)
+		b.Run("scenario="+name+"-"+dist+"-1", func(b *testing.B) { benchPicks(b, l, ks, seq, false) })
+		b.Run("scenario="+name+"-"+dist+"-parallel", func(b *testing.B) { benchPicks(b, l, ks, seq, true) })
 	}
 }
 

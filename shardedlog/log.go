@@ -134,8 +134,8 @@ func read(e *entry) (int64, uint64) {
 
 // A logRing is one allocation: a header of ringHeader bytes, then the
 // slots. The head lives in the slots, so a claim reaches it from the ring's
-// address and the Log's head guess (see Log.head), both in the Log's first
-// line, with no pointer to follow in between. The header's first line holds
+// address and the Log's head guess (see Log.head), both read from the Log,
+// with no pointer to follow in between. The header's first line holds
 // the mask that every request reads; the hints, which claims write, sit in
 // the next, so that writing one does not make every other core miss on the
 // mask.
@@ -218,6 +218,37 @@ func newRing(capacity uint64) *logRing {
 	}
 	return r
 }
+
+// lowest returns the index of the oldest entry a ring whose head is h and
+// whose mask is mask holds: h − cap once the ring has wrapped, else the
+// base, 0.
+func lowest(h, mask uint64) uint64 {
+	if h > mask {
+		return h - mask - 1
+	}
+	return 0
+}
+
+// sparse is the once-a-lap shrink test for a ring whose head is h, on a
+// lap boundary: fewer than a sixteenth of its entries are in the window
+// that ends at the newest entry, at newest, which is what a copy keeps
+// (see help). That is when entry h − cap/16 has left that window. ok is
+// false when that entry's slot has moved on. The slot is read meta, then
+// time, as Take reads its slots: the CAS that follows on slot h, a claim's
+// or a seal's, fails if that slot has changed since.
+func (l *Log) sparse(r *logRing, h, mask uint64, newest int64) (sparse, ok bool) {
+	j := h - (mask+1)/16
+	m := r.slotIn(j, mask).meta.Load()
+	ts := int64(r.slotIn(j, mask).ts.Load())
+	if m>>seqShift != j&seqMask {
+		return false, false
+	}
+	return l.p.expired(ts, newest), true
+}
+
+// shrinks reports whether the claim of head h is where a ring of that
+// mask checks whether to shrink: once a lap, on rings above minRing*4.
+func shrinks(h, mask uint64) bool { return h&mask == 0 && mask >= minRing*4 }
 
 // entryAt returns the time and cumulative cost of entry j, and false if
 // its slot no longer holds it (the caller's view is stale).
@@ -344,9 +375,7 @@ func (l *Log) look() (v view, ok bool) {
 		v = view{r: r, h: h, curTs: uint64(ts), curMeta: m}
 		break
 	}
-	if c := r.mask + 1; v.h >= c {
-		v.lo = v.h - c
-	}
+	v.lo = lowest(v.h, r.mask)
 	var got bool
 	if v.prevTs, v.prevCum, got = r.entryAt(v.h - 1); !got {
 		return v, false
@@ -502,16 +531,12 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 			l.seal(v, kindGrow)
 			return d, false, true, false
 		}
-		if c > minRing*4 && v.h&v.r.mask == 0 {
-			// Once a lap: shrink if fewer than a sixteenth of the entries
-			// are in the window that ends at the newest entry, which is
-			// what a copy keeps (see help). That is when entry h − cap/16
-			// has left it.
-			ts, _, got := v.r.entryAt(v.h - c/16)
+		if shrinks(v.h, v.r.mask) {
+			sparse, got := l.sparse(v.r, v.h, v.r.mask, v.prevTs)
 			if !got {
 				return d, false, true, false
 			}
-			if l.p.expired(ts, v.prevTs) {
+			if sparse {
 				l.seal(v, kindShrink)
 				return d, false, true, false
 			}
@@ -556,9 +581,7 @@ func (v *view) moveOn(b uint64) bool {
 	}
 	v.prevTs, v.prevCum = ts, cumOf(m)
 	v.h++
-	if c := v.r.mask + 1; v.h >= c {
-		v.lo = v.h - c
-	}
+	v.lo = lowest(v.h, v.r.mask)
 	v.curTs, v.curMeta = uint64(next), nm
 	v.from = b
 	return true
@@ -708,17 +731,14 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 		if fits && (cumOf(pm)-cumOf(om))&cumMask+uint64(n) > uint64(l.p.limit) {
 			fits = false // the window may be within n of full
 		}
-		if fits && h&mask == 0 && mask >= minRing*4 {
-			// Once a lap, decide checks whether to shrink the ring (when
-			// entry h − cap/16 has left the window that ends at the
-			// newest entry).
-			j := h - (mask+1)/16
-			jm := r.slotIn(j, mask).meta.Load()
-			if jm>>seqShift != j&seqMask {
+		if fits && shrinks(h, mask) {
+			// Once a lap, decide shrinks a sparse ring.
+			sparse, got := l.sparse(r, h, mask, pts)
+			if !got {
 				h = r.hint.Load()
 				continue
 			}
-			fits = !l.p.expired(int64(r.slotIn(j, mask).ts.Load()), pts)
+			fits = !sparse
 		}
 		if !fits {
 			// decide needs the view consistent: the newest entry is read
@@ -727,11 +747,7 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 				h = r.hint.Load()
 				continue
 			}
-			lo := uint64(0)
-			if h > mask {
-				lo = h - mask - 1
-			}
-			return l.takeFrom(view{r: r, h: h, lo: lo, prevTs: pts, prevCum: cumOf(pm), curTs: ts, curMeta: m}, now, n)
+			return l.takeFrom(view{r: r, h: h, lo: lowest(h, mask), prevTs: pts, prevCum: cumOf(pm), curTs: ts, curMeta: m}, now, n)
 		}
 		chaos.Yield()
 		if cas128(r.slotIn(h, mask), ts, m, uint64(charged), metaOf(h, cumOf(pm)+uint64(n))) {
