@@ -174,11 +174,16 @@ func (r *logRing) entries() []entry {
 }
 
 // hintEvery is how many claims pass between moves of the head guess
-// (Log.head): a claim scans forward from it, so a guess a few entries
-// behind costs a few reads of slots already in the cache, where moving it
-// on every claim would write one more shared line per claim. ringHintEvery
-// is the same for the ring's own hint, which look and the claims whose
-// guess is stale start from.
+// (Log.head) while claims contend. An uncontended claim, one that found the
+// guess exact and won its CAS at the first try, moves the guess on at once,
+// with a plain store (see storeHint): the next claim then reads the head's
+// slot and no other, where a guess a few entries behind sends a claim on
+// a key that has left the cache through a scan of lines fetched one after
+// another. Claims that contend move it only every hintEvery claims, since
+// each move writes a line that every other core then misses on. A claim
+// scans forward from the guess, so one a few entries behind costs reads
+// of slots, not correctness. ringHintEvery is the same for the ring's own
+// hint, which look and the claims whose guess is stale start from.
 const (
 	hintEvery     = 8
 	ringHintEvery = 32
@@ -186,15 +191,15 @@ const (
 )
 
 // advance moves the head guess, and now and then the ring's hint, on past
-// entry h, just claimed. The ring's hint never moves back, nor past the
-// head; the guess may be overwritten by a stale one (a claimant descheduled
-// before it stored), which costs the next claims a scan, or, when it is
-// ahead of the head, a fall back to the ring's hint.
-func (l *Log) advance(r *logRing, h uint64) {
-	if (h+1)%hintEvery != 0 {
-		return
+// entry h, just claimed; exact says the claim was uncontended (see
+// hintEvery). The ring's hint never moves back, nor past the head; the
+// guess may be overwritten by a stale one (a claimant descheduled before
+// it stored), which costs the next claims a scan, or, when it is ahead of
+// the head, a fall back to the ring's hint.
+func (l *Log) advance(r *logRing, h uint64, exact bool) {
+	if exact || (h+1)%hintEvery == 0 {
+		storeHint(&l.head, guess(h+1, r.mask))
 	}
-	l.head.Store(guess(h+1, r.mask))
 	if (h+1)%ringHintEvery != 0 {
 		return
 	}
@@ -512,7 +517,7 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 
 // decide is step on the view v, read from a live ring.
 func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
-	for {
+	for first := true; ; first = false {
 		o, ok := l.evaluate(v, t)
 		if !ok {
 			return d, false, true, false
@@ -544,7 +549,7 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 		newMeta := metaOf(v.h, v.prevCum+uint64(n))
 		chaos.Yield()
 		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, uint64(o.charged), newMeta) {
-			l.advance(v.r, v.h)
+			l.advance(v.r, v.h, first)
 			// The boundary expired at this entry's time, which every later
 			// charge is at least: it bounds every future search from below.
 			// It moves on once it lags by tailEvery, so that claims near
@@ -694,6 +699,7 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 	if mask != r.mask {
 		h, mask = r.hint.Load(), r.mask // the guess is another ring's
 	}
+	exact := h // the guess: a claim of it at the first try is uncontended
 	for {
 		// Skip the entries claimed since the guess moved: live, with the
 		// index of their slot. (The address of each load does not depend
@@ -751,10 +757,11 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 		}
 		chaos.Yield()
 		if cas128(r.slotIn(h, mask), ts, m, uint64(charged), metaOf(h, cumOf(pm)+uint64(n))) {
-			l.advance(r, h)
+			l.advance(r, h, h == exact)
 			return true, true
 		}
 		chaos.Lost("log.claim")
+		exact = ^uint64(0) // contended: no claim of this call is exact
 	}
 }
 

@@ -361,3 +361,49 @@ func TestLogLostClaims(t *testing.T) {
 		t.Logf("%s: %d CASes lost (counted only with -tags chaos)", s, lost)
 	}
 }
+
+// TestLogGuessFollowsHead checks that claims from one goroutine keep the
+// head guess exact, through Take and AllowN, the window's growth and its
+// shrinking: each such claim then reads the head's slot and no other. It
+// fails if a claim moves the guess only now and then.
+func TestLogGuessFollowsHead(t *testing.T) {
+	if !lockFreeLog {
+		t.Skip("no 16-byte CAS on this machine")
+	}
+	p := mustLogParams(t, 1000, time.Millisecond)
+	l := NewLog(p, 0)
+	now, grew, shrank, size := int64(0), 0, 0, l.ring.Load().capacity()
+	for i := range 3000 {
+		// Claims 10µs apart, then as many 400µs apart: the ring grows
+		// in the dense phase and shrinks in the sparse one.
+		now += 10_000
+		if i/300%2 == 1 {
+			now += 390_000
+		}
+		if i%3 == 0 {
+			if d, _ := l.AllowN(now, 1); !d.Allowed {
+				t.Fatalf("claim %d denied: the window holds room", i)
+			}
+		} else if ok, _ := l.Take(now, 1); !ok {
+			t.Fatalf("claim %d denied: the window holds room", i)
+		}
+		v, ok := l.look()
+		if !ok {
+			t.Fatalf("claim %d: the view moved with no other goroutine", i)
+		}
+		if want, g := guess(v.h, v.r.mask), l.head.Load(); g != want {
+			t.Fatalf("claim %d: guess is index %d on a ring of 2^%d, want the head %d on 2^%d",
+				i, g>>6, g&63, v.h, want&63)
+		}
+		if c := v.r.capacity(); c > size {
+			grew++
+			size = c
+		} else if c < size {
+			shrank++
+			size = c
+		}
+	}
+	if grew == 0 || shrank == 0 {
+		t.Fatalf("the ring grew %d times and shrank %d: the test must see both", grew, shrank)
+	}
+}
