@@ -17,6 +17,7 @@ import (
 //	full          demand twice the limit: half the calls are denials and
 //	              every grant finds the window nearly full
 //	1K            a thousand keys, picked at random, each with room
+//	1K-parallel   the same from every core
 //
 // Without -clock the time is a counter that moves on by step per call.
 func BenchmarkLogTake(b *testing.B) {
@@ -35,6 +36,7 @@ func BenchmarkLogTake(b *testing.B) {
 		{"full", 100, 10 * time.Microsecond, 50, 1, false, false},
 		{"full-parallel", 100, 10 * time.Microsecond, 0, 1, true, true},
 		{"1K", 1_000_000, time.Millisecond, 100, 1000, false, false},
+		{"1K-parallel", 1_000_000, time.Millisecond, 0, 1000, true, true},
 	} {
 		p := mustLogParams(b, sc.limit, sc.per)
 		for _, m := range logMakers(b) {
