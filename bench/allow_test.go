@@ -583,26 +583,13 @@ func BenchmarkClockRead(b *testing.B) {
 	}
 }
 
-// pickLen is the length of every pick sequence, a power of two.
-const pickLen = 1 << 22
-
-// picks returns pickLen indexes into n keys, drawn uniformly or by
-// Zipf(s=1.1, v=1), from a fixed seed: the same sequence for every
-// implementation, made before any timer starts.
+// picks returns Picks(n, dist), made once per process and before any
+// timer starts.
 func picks(n int, dist string) []uint32 {
 	id := dist + "/" + strconv.Itoa(n)
 	if v, ok := pickSeqs.Load(id); ok {
 		return v.([]uint32)
 	}
-	r := rand.New(rand.NewPCG(uint64(n), 0x5eed))
-	next := func() uint64 { return uint64(r.IntN(n)) }
-	if dist == "zipf" {
-		next = rand.NewZipf(r, 1.1, 1, uint64(n-1)).Uint64
-	}
-	seq := make([]uint32, pickLen)
-	for i := range seq {
-		seq[i] = uint32(next())
-	}
-	v, _ := pickSeqs.LoadOrStore(id, seq)
+	v, _ := pickSeqs.LoadOrStore(id, Picks(n, dist))
 	return v.([]uint32)
 }

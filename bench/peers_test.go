@@ -145,8 +145,8 @@ func TestKeySetAndPicks(t *testing.T) {
 	}
 	for _, dist := range []string{"uniform", "zipf"} {
 		seq := picks(len(ks), dist)
-		if len(seq) != pickLen {
-			t.Fatalf("%s: %d picks, want %d", dist, len(seq), pickLen)
+		if len(seq) != PickLen {
+			t.Fatalf("%s: %d picks, want %d", dist, len(seq), PickLen)
 		}
 		for _, i := range seq {
 			if int(i) >= len(ks) {

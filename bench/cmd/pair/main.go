@@ -82,7 +82,7 @@ func run(args []string, w io.Writer) error {
 		}
 		ls[i] = l
 	}
-	seq := picks(*keys, *dist)
+	seq := bench.Picks(*keys, *dist)
 	for _, l := range ls {
 		slice(l, ks, seq, *g, *warm)
 	}
@@ -117,20 +117,6 @@ func find(name string) (impl bench.Impl, err error) {
 		}
 	}()
 	return bench.ByName(name)[0], nil
-}
-
-// picks returns 1<<22 indexes into n keys, uniform or Zipf(s=1.1, v=1).
-func picks(n int, dist string) []uint32 {
-	r := rand.New(rand.NewPCG(uint64(n), 0x5eed))
-	next := func() uint64 { return uint64(r.IntN(n)) }
-	if dist == "zipf" && n > 1 {
-		next = rand.NewZipf(r, 1.1, 1, uint64(n-1)).Uint64
-	}
-	seq := make([]uint32, 1<<22)
-	for i := range seq {
-		seq[i] = uint32(next())
-	}
-	return seq
 }
 
 // slice runs l from g goroutines for d and returns the wall time per call.
