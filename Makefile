@@ -95,7 +95,7 @@ fuzz:
 # bench/cmd/report makes, with its SVG charts, from the raw output.
 # `make bench-full` is the long run for a quiet many-core machine.
 GOROUTINES ?= 1,4,64
-BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis)$$
+BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis)$$
 BENCHARGS   = -test.run '^$$' -test.bench '$(BENCHES)' -test.benchmem -test.count 1 -test.benchtime $(BENCHTIME) -goroutines $(GOROUTINES)
 
 bench:

@@ -477,6 +477,73 @@ func BenchmarkGoroutines(b *testing.B) {
 	}
 }
 
+// pairedRounds is how many rounds BenchmarkPaired interleaves in one run,
+// each limiter running a tenth of -benchtime per round.
+const pairedRounds = 10
+
+// BenchmarkPaired runs the sliding log in the scenarios where issue 12
+// sets it targets, interleaved with the limiter it is held against (its
+// mutex twin, or the token bucket in hotkey-1-tb): slices of a tenth of
+// -benchtime each, in turn, for pairedRounds rounds (see Interleave). On
+// a shared machine two figures taken seconds apart can differ by more
+// than the gap being measured; slices taken side by side share the
+// machine's state. Each pair reports two results, one per impl=, whose
+// ns/op is the median of its slices; the sliding log's also carries
+// "ratio", the median over rounds of its slice ÷ the other's, which
+// cmd/report shows beside the two.
+func BenchmarkPaired(b *testing.B) {
+	sl, twin, tb := ByName("floodgate-sl")[0], ByName("floodgate-sl-mutex")[0], ByName("floodgate-tb")[0]
+	procs := runtime.GOMAXPROCS(0)
+	for _, sc := range []struct {
+		name  string
+		keys  int
+		dist  string
+		g     int
+		other Impl
+	}{
+		{"hotkey-1", 1, "uniform", 1, twin},
+		{"hotkey-parallel", 1, "uniform", procs, twin},
+		{"hotkey-64", 1, "uniform", 64, twin},
+		{"1K-uniform-1", 1000, "uniform", 1, twin},
+		{"1K-uniform-parallel", 1000, "uniform", procs, twin},
+		{"1K-zipf-1", 1000, "zipf", 1, twin},
+		{"1K-zipf-parallel", 1000, "zipf", procs, twin},
+		{"hotkey-1-tb", 1, "uniform", 1, tb},
+	} {
+		b.Run("scenario="+sc.name, func(b *testing.B) {
+			impls := []Impl{sl, sc.other}
+			var res *Interleaved
+			measure := func(b *testing.B) Interleaved {
+				if res != nil {
+					return *res
+				}
+				ks := keySet(sc.keys)
+				ls := make([]Limiter, len(impls))
+				for i, impl := range impls {
+					ls[i] = build(b, impl, Options{Rate: Plenty})
+					for _, k := range ks {
+						ls[i].Allow(strings.Clone(k))
+					}
+				}
+				r := Interleave(ls, ks, picks(sc.keys, sc.dist), sc.g, pairedRounds, benchTime()/10)
+				res = &r
+				return r
+			}
+			for i, impl := range impls {
+				b.Run("impl="+impl.Name, func(b *testing.B) {
+					r := measure(b)
+					for b.Loop() {
+					}
+					b.ReportMetric(r.Ns[i], "ns/op")
+					if i == 0 {
+						b.ReportMetric(r.Ratio[0], "ratio")
+					}
+				})
+			}
+		})
+	}
+}
+
 func benchGoroutines(b *testing.B, g int, l Limiter, ks []string, seq []uint32) {
 	var denied atomic.Int64
 	calls := timed(b, g, picker(l, ks, seq, &denied))

@@ -11,8 +11,8 @@
 //
 // Keys are "client-0" on, picked uniformly or by Zipf(s=1.1) as in make
 // bench, under Plenty, from -g goroutines. Each limiter holds every key
-// before the first round, and runs 200ms before it. The figures are for
-// choosing between designs: performance claims come from make bench.
+// before the first round, and one round not counted warms them (see
+// bench.Interleave, which make bench's BenchmarkPaired runs too).
 package main
 
 import (
@@ -20,14 +20,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate/bench"
@@ -48,7 +43,7 @@ func run(args []string, w io.Writer) error {
 	dist := fs.String("dist", "uniform", "uniform or zipf")
 	rounds := fs.Int("rounds", 30, "rounds")
 	round := fs.Duration("round", 40*time.Millisecond, "time each limiter runs in a round")
-	warm := fs.Duration("warm", 200*time.Millisecond, "time each limiter runs before the first round")
+
 	g := fs.Int("g", 1, "goroutines")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -83,28 +78,11 @@ func run(args []string, w io.Writer) error {
 		ls[i] = l
 	}
 	seq := bench.Picks(*keys, *dist)
-	for _, l := range ls {
-		slice(l, ks, seq, *g, *warm)
-	}
-	ns := make([][]float64, len(ls))
-	ratio := make([][]float64, len(ls))
-	cur := make([]float64, len(ls))
-	for k := range *rounds {
-		runtime.GC()
-		for j := range ls {
-			i := (j + k) % len(ls)
-			cur[i] = slice(ls[i], ks, seq, *g, *round)
-		}
-		for i := range ls {
-			ns[i] = append(ns[i], cur[i])
-			ratio[i] = append(ratio[i], cur[i]/cur[len(ls)-1])
-		}
-	}
+	res := bench.Interleave(ls, ks, seq, *g, *rounds, *round)
 	fmt.Fprintf(w, "%d keys, %s, %d goroutines, %d rounds of %v\n", *keys, *dist, *g, *rounds, *round)
 	for i, name := range names {
 		fmt.Fprintf(w, "%-24s %7.1f ns/op  ÷ %s %.3f (quartiles %.3f–%.3f)\n",
-			name, quantile(ns[i], 0.5), names[len(names)-1],
-			quantile(ratio[i], 0.5), quantile(ratio[i], 0.25), quantile(ratio[i], 0.75))
+			name, res.Ns[i], names[len(names)-1], res.Ratio[i], res.Q1[i], res.Q3[i])
 	}
 	return nil
 }
@@ -117,40 +95,4 @@ func find(name string) (impl bench.Impl, err error) {
 		}
 	}()
 	return bench.ByName(name)[0], nil
-}
-
-// slice runs l from g goroutines for d and returns the wall time per call.
-func slice(l bench.Limiter, ks []string, seq []uint32, g int, d time.Duration) float64 {
-	var (
-		stop  atomic.Bool
-		total atomic.Int64
-		wg    sync.WaitGroup
-	)
-	start := time.Now()
-	for range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			i, n, mask := rand.IntN(len(seq)), 0, len(seq)-1
-			for !stop.Load() {
-				for range 64 {
-					l.Allow(ks[seq[i&mask]])
-					i++
-				}
-				n += 64
-			}
-			total.Add(int64(n))
-		}()
-	}
-	time.Sleep(d)
-	stop.Store(true)
-	wg.Wait()
-	return float64(time.Since(start).Nanoseconds()) / float64(total.Load())
-}
-
-// quantile returns the q-quantile of xs (nearest rank below).
-func quantile(xs []float64, q float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[int(q*float64(len(s)-1))]
 }

@@ -11,7 +11,7 @@ import (
 func TestRun(t *testing.T) {
 	var out strings.Builder
 	err := run([]string{"-impls", "floodgate-sl,floodgate-sl-mutex", "-keys", "10", "-rounds", "2",
-		"-round", time.Millisecond.String(), "-warm", time.Millisecond.String(), "-dist", "zipf"}, &out)
+		"-round", time.Millisecond.String(), "-dist", "zipf"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -392,3 +392,31 @@ BenchmarkKeys/impl=floodgate-tb/scenario=1K-uniform-1-2  1000000  100.0 ns/op
 		}
 	}
 }
+
+// TestPairedTable checks the interleaved table: the ratio is the
+// benchmark's own median of per-round ratios, not the ratio of the two
+// medians, and a pair without its ratio is left out.
+func TestPairedTable(t *testing.T) {
+	d := parseString(t, `BenchmarkPaired/scenario=hotkey-1/impl=floodgate-sl-2  1000  80.00 ns/op  0.7000 ratio
+BenchmarkPaired/scenario=hotkey-1/impl=floodgate-sl-2  1000  90.00 ns/op  0.7500 ratio
+BenchmarkPaired/scenario=hotkey-1/impl=floodgate-sl-2  1000  100.0 ns/op  0.9000 ratio
+BenchmarkPaired/scenario=hotkey-1/impl=floodgate-sl-mutex-2  1000  120.0 ns/op
+BenchmarkPaired/scenario=hotkey-1-tb/impl=floodgate-sl-2  1000  90.00 ns/op  1.2500 ratio
+BenchmarkPaired/scenario=hotkey-1-tb/impl=floodgate-tb-2  1000  72.00 ns/op
+BenchmarkPaired/scenario=no-ratio/impl=floodgate-sl-2  1000  90.00 ns/op
+BenchmarkPaired/scenario=no-ratio/impl=floodgate-tb-2  1000  72.00 ns/op
+`)
+	tb := pairedTable(d)
+	want := [][]string{
+		{"hotkey-1", "90.0", "floodgate-sl-mutex", "120", "0.75×"},
+		{"hotkey-1-tb", "90.0", "floodgate-tb", "72.0", "1.25×"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 const (
 	unitNs     = "ns/op"
 	unitBKey   = "B/key"
+	unitRatio  = "ratio"
 	unitP50    = "p50-ns"
 	unitP99    = "p99-ns"
 	unitServer = "server-us/call"

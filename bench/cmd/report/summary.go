@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -368,6 +368,33 @@ func logTable(d *dataset) table {
 	}
 	for _, sc := range d.scenarios("Keys") {
 		row(sc, benchKey{family: "Keys", scenario: sc})
+	}
+	return t
+}
+
+// pairedTable holds BenchmarkPaired: the sliding log and the limiter it
+// is held against, measured in interleaved slices. The ratio is the
+// benchmark's own, the median over rounds of the per-round ratio, not the
+// ratio of the two medians shown beside it.
+func pairedTable(d *dataset) table {
+	const sl = floodgate + "sl"
+	t := table{
+		title: "The sliding log, interleaved with its twin and the token bucket",
+		note: "BenchmarkPaired, Allow, SystemClock, ns/op: the two run in turn, slice by slice, in the same passes. " +
+			"\"ratio\" is the median over rounds of floodgate-sl ÷ the other in the same round (below 1× means the sliding log is faster).",
+		header: []string{"scenario", "floodgate-sl", "against", "its ns/op", "ratio"},
+		right:  []bool{false, true, false, true, true},
+	}
+	for _, sc := range d.scenarios("Paired") {
+		k := benchKey{family: "Paired", scenario: sc, impl: sl}
+		lf, lfOK := d.value(k, unitNs)
+		r, rOK := d.value(k, unitRatio)
+		others := d.impls(func(k benchKey) bool { return k.family == "Paired" && k.scenario == sc && k.impl != sl }, unitNs)
+		if !lfOK || !rOK || len(others) != 1 {
+			continue
+		}
+		o, _ := d.value(benchKey{family: "Paired", scenario: sc, impl: others[0]}, unitNs)
+		t.rows = append(t.rows, []string{sc, fmtNs(lf), others[0], fmtNs(o), fmtRatio(r)})
 	}
 	return t
 }

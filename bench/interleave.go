@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Slice calls l.Allow from g goroutines for d, each on ks[seq[i]] for
+// successive i from a random start, and returns the wall time per call.
+func Slice(l Limiter, ks []string, seq []uint32, g int, d time.Duration) float64 {
+	var (
+		stop  atomic.Bool
+		total atomic.Int64
+		wg    sync.WaitGroup
+	)
+	start := time.Now()
+	for range g {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			i, n, mask := rand.IntN(len(seq)), 0, len(seq)-1
+			for !stop.Load() {
+				for range 64 {
+					l.Allow(ks[seq[i&mask]])
+					i++
+				}
+				n += 64
+			}
+			total.Add(int64(n))
+		}()
+	}
+	time.Sleep(d)
+	stop.Store(true)
+	wg.Wait()
+	return float64(time.Since(start).Nanoseconds()) / float64(total.Load())
+}
+
+// Interleaved is what Interleave measured, for each limiter: the median
+// ns per call over the rounds, and the median over the rounds of its
+// figure divided by the last limiter's in the same round, with that
+// ratio's quartiles.
+type Interleaved struct {
+	Ns, Ratio, Q1, Q3 []float64
+}
+
+// Interleave runs each limiter in ls for one slice of d, in turn, round
+// after round, the order rotating each round and the heap collected
+// before each, so that a burst of load from another tenant of a shared
+// machine falls on all of them alike; a first round, not counted, warms
+// them. seq must have a power-of-two length.
+func Interleave(ls []Limiter, ks []string, seq []uint32, g, rounds int, d time.Duration) Interleaved {
+	for _, l := range ls {
+		Slice(l, ks, seq, g, d)
+	}
+	ns := make([][]float64, len(ls))
+	ratio := make([][]float64, len(ls))
+	cur := make([]float64, len(ls))
+	for k := range rounds {
+		runtime.GC()
+		for j := range ls {
+			i := (j + k) % len(ls)
+			cur[i] = Slice(ls[i], ks, seq, g, d)
+		}
+		for i := range ls {
+			ns[i] = append(ns[i], cur[i])
+			ratio[i] = append(ratio[i], cur[i]/cur[len(ls)-1])
+		}
+	}
+	var out Interleaved
+	for i := range ls {
+		out.Ns = append(out.Ns, quantile(ns[i], 0.5))
+		out.Ratio = append(out.Ratio, quantile(ratio[i], 0.5))
+		out.Q1 = append(out.Q1, quantile(ratio[i], 0.25))
+		out.Q3 = append(out.Q3, quantile(ratio[i], 0.75))
+	}
+	return out
+}
+
+// quantile returns the q-quantile of xs, the nearest rank below.
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
+}
