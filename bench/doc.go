@@ -17,7 +17,10 @@
 // each key-set scenario and on a hot key.
 //
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
-// puts implementations side by side, and cmd/report turns the raw output
+// puts implementations side by side; BenchmarkPaired times the sliding log
+// and its twin in alternate slices (Interleave), and cmd/pair does the
+// same from the command line, for work on one design against another.
+// cmd/report turns the raw output
 // into the summary tables and SVG charts under results/. `make bench` at
 // the repository root runs all of it; the harness measures and reports,
 // and never asserts speed.
