@@ -8,12 +8,12 @@ import (
 )
 
 // storeHint stores v into p with a plain store, where atomic.Uint64.Store
-// is an exchange (a locked instruction on amd64, a full barrier) that
-// costs a claim as much as a tenth of its time. Only hints are stored this
+// is an exchange: a locked instruction on amd64, which an uncontended
+// claim would otherwise pay on every grant. Only hints are stored this
 // way: values that every reader checks against the slots, so a store seen
 // late, or never, costs a scan and nothing else. An aligned 8-byte store
-// is never torn, and the race build uses an atomic store instead, so that
-// the detector sees no race.
+// is never torn; atomic.Uint64 holds its value at offset 0. The race build
+// stores atomically instead, so that the detector sees no race.
 func storeHint(p *atomic.Uint64, v uint64) {
 	*(*uint64)(unsafe.Pointer(p)) = v
 }
