@@ -323,26 +323,6 @@ func checkDenied(b *testing.B, denied int64, calls int) {
 	}
 }
 
-// picker is a timed worker that calls Allow on ks[seq[i]] for successive i
-// from a random starting point, in rounds of 64 calls between looks at
-// stop, and sets denied if a call is refused.
-func picker(l Limiter, ks []string, seq []uint32, denied *atomic.Int64) func(*atomic.Bool) int {
-	mask := len(seq) - 1
-	return func(stop *atomic.Bool) int {
-		i, n := rand.IntN(len(seq)), 0
-		for !stop.Load() {
-			for range 64 {
-				if !l.Allow(ks[seq[i&mask]]) {
-					denied.Add(1)
-				}
-				i++
-			}
-			n += 64
-		}
-		return n
-	}
-}
-
 // timed runs g goroutines of work for the benchmark time, once, and
 // reports wall time, allocations and bytes per call. It is RunParallel
 // without the calibration runs: the testing package collects garbage
@@ -351,33 +331,17 @@ func picker(l Limiter, ks []string, seq []uint32, denied *atomic.Int64) func(*at
 // keeps make bench under ten minutes. Each worker returns its call count;
 // timed returns their sum.
 func timed(b *testing.B, g int, work func(stop *atomic.Bool) int) (calls int) {
-	var (
-		before, after runtime.MemStats
-		stop          atomic.Bool
-		total         atomic.Int64
-		wg            sync.WaitGroup
-	)
+	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	b.ResetTimer()
-	start := time.Now()
-	for range g {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			total.Add(int64(work(&stop)))
-		}()
-	}
-	time.Sleep(benchTime())
-	stop.Store(true)
-	wg.Wait()
-	elapsed := time.Since(start)
+	total, elapsed := runFor(g, benchTime(), work)
 	b.StopTimer()
 	runtime.ReadMemStats(&after)
-	n := float64(total.Load())
+	n := float64(total)
 	b.ReportMetric(float64(elapsed.Nanoseconds())/n, "ns/op")
 	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/n, "B/op")
 	b.ReportMetric(float64(after.Mallocs-before.Mallocs)/n, "allocs/op")
-	return int(total.Load())
+	return int(total)
 }
 
 // benchTime is -test.benchtime as a duration (a second if it is a count).

@@ -12,6 +12,35 @@ import (
 // Slice calls l.Allow from g goroutines for d, each on ks[seq[i]] for
 // successive i from a random start, and returns the wall time per call.
 func Slice(l Limiter, ks []string, seq []uint32, g int, d time.Duration) float64 {
+	var denied atomic.Int64
+	calls, elapsed := runFor(g, d, picker(l, ks, seq, &denied))
+	return float64(elapsed.Nanoseconds()) / float64(calls)
+}
+
+// picker is a timed worker that calls Allow on ks[seq[i]] for successive i
+// from a random starting point, in rounds of 64 calls between looks at
+// stop, and counts in denied the calls refused. seq must have a
+// power-of-two length.
+func picker(l Limiter, ks []string, seq []uint32, denied *atomic.Int64) func(*atomic.Bool) int {
+	mask := len(seq) - 1
+	return func(stop *atomic.Bool) int {
+		i, n := rand.IntN(len(seq)), 0
+		for !stop.Load() {
+			for range 64 {
+				if !l.Allow(ks[seq[i&mask]]) {
+					denied.Add(1)
+				}
+				i++
+			}
+			n += 64
+		}
+		return n
+	}
+}
+
+// runFor runs g goroutines of work for d, once, and returns the calls
+// they made, summed from what each returns, and the wall time taken.
+func runFor(g int, d time.Duration, work func(stop *atomic.Bool) int) (calls int64, elapsed time.Duration) {
 	var (
 		stop  atomic.Bool
 		total atomic.Int64
@@ -22,21 +51,13 @@ func Slice(l Limiter, ks []string, seq []uint32, g int, d time.Duration) float64
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			i, n, mask := rand.IntN(len(seq)), 0, len(seq)-1
-			for !stop.Load() {
-				for range 64 {
-					l.Allow(ks[seq[i&mask]])
-					i++
-				}
-				n += 64
-			}
-			total.Add(int64(n))
+			total.Add(int64(work(&stop)))
 		}()
 	}
 	time.Sleep(d)
 	stop.Store(true)
 	wg.Wait()
-	return float64(time.Since(start).Nanoseconds()) / float64(total.Load())
+	return total.Load(), time.Since(start)
 }
 
 // Interleaved is what Interleave measured, for each limiter: the median
