@@ -134,10 +134,11 @@ func read(e *entry) (int64, uint64) {
 
 // A logRing is one allocation: a header of ringHeader bytes, then the
 // slots. The head lives in the slots, so a claim reaches it from the ring's
-// address and the Log's head guess (see Log.head), both read from the Log,
-// with no pointer to follow in between. The header's first line holds
-// the mask that every request reads; the hints, which claims write, sit in
-// the next, so that writing one does not make every other core miss on the
+// address, its size and the Log's head guess (see Log.head and ringRef),
+// all read from the Log's one line, with no pointer to follow in between
+// and no header to read. The header's first line holds the mask, which
+// look and the copies read; the hints, which claims write, sit in the
+// next, so that writing one does not make every other core miss on the
 // mask.
 type logRing struct {
 	mask uint64
@@ -152,6 +153,44 @@ type logRing struct {
 	_    [6]uint64
 }
 
+// ringRef is a Log's reference to its ring, with the log2 of the ring's
+// capacity in the low bits of the address: one load gives both, so a
+// claim finds the slots without reading the ring's header, and a mask
+// never comes from another ring than the address it is used with. The
+// tagged address points inside the ring's allocation, which keeps it
+// alive.
+type ringRef struct{ p atomic.Pointer[byte] }
+
+// ringAlign is the alignment newRing checks, which leaves the low bits of
+// a ring's address free for ringRef's tag: capacities up to 2^31.
+const ringAlign = 32
+
+// tagged returns r's address plus the log2 of its capacity.
+func tagged(r *logRing) *byte {
+	return (*byte)(unsafe.Add(unsafe.Pointer(r), bits.TrailingZeros64(r.mask+1)))
+}
+
+// loadMask returns the ring and its mask.
+func (rr *ringRef) loadMask() (*logRing, uint64) {
+	p := unsafe.Pointer(rr.p.Load())
+	tag := uintptr(p) % ringAlign
+	return (*logRing)(unsafe.Add(p, -int(tag))), 1<<tag - 1
+}
+
+// Load returns the ring.
+func (rr *ringRef) Load() *logRing {
+	r, _ := rr.loadMask()
+	return r
+}
+
+// Store makes r the ring.
+func (rr *ringRef) Store(r *logRing) { rr.p.Store(tagged(r)) }
+
+// CompareAndSwap replaces ring old with new, if old is the ring.
+func (rr *ringRef) CompareAndSwap(old, new *logRing) bool {
+	return rr.p.CompareAndSwap(tagged(old), tagged(new))
+}
+
 // ringHeader is the size of logRing, in bytes: the slots begin there.
 const ringHeader = unsafe.Sizeof(logRing{})
 
@@ -159,8 +198,8 @@ const ringHeader = unsafe.Sizeof(logRing{})
 func (r *logRing) slot(i uint64) *entry { return r.slotIn(i, r.mask) }
 
 // slotIn returns the slot of entry i on a ring whose mask is mask, which
-// the caller has checked against r.mask: a mask read elsewhere lets the
-// slot's load start before the header's arrives.
+// the caller knows is r's: read with r from the Log (see ringRef), it lets
+// the slot's load start without the header's.
 func (r *logRing) slotIn(i, mask uint64) *entry {
 	return (*entry)(unsafe.Add(unsafe.Pointer(r), ringHeader+uintptr(i&mask)*unsafe.Sizeof(entry{})))
 }
@@ -218,8 +257,8 @@ func newRing(capacity uint64) *logRing {
 	buf := make([]entry, ringHeader/unsafe.Sizeof(entry{})+uintptr(capacity))
 	r := (*logRing)(unsafe.Pointer(&buf[0]))
 	r.mask = capacity - 1
-	if uintptr(unsafe.Pointer(r.slot(0)))%16 != 0 {
-		panic("shardedlog: the allocator returned a ring that is not 16-byte aligned")
+	if uintptr(unsafe.Pointer(r))%ringAlign != 0 {
+		panic("shardedlog: the allocator returned a ring that is not 32-byte aligned")
 	}
 	return r
 }
@@ -284,7 +323,7 @@ func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
 // that meets the seal finishes the copy, so a stalled one delays nobody.
 //
 // Speed. A grant whose window has room costs one 16-byte CAS and a few
-// loads, from the Log's two lines to the head's slot and its neighbours
+// loads, from the Log's line to the head's slot and its neighbours
 // (see Take); only a window within a request of full needs the boundary
 // search, and a claim that loses its CAS carries on from the winner's
 // entry. Denials write nothing.
@@ -301,15 +340,18 @@ type Log struct {
 	// beside the ring's address and goes straight to the slots, with no
 	// pointer to follow in between. A guess for a ring of another size is
 	// ignored, and one that turns out ahead of the head sends the claim to
-	// the ring's own hint. Claims write it, so it has a line of its own:
-	// the fields below, which every request reads, sit 64 bytes on, in
-	// another line whatever the object's alignment.
+	// the ring's own hint. Claims write it, and it shares the line with the
+	// fields below, which every request reads beside it: the Log is 64
+	// bytes, which the allocator's 64-byte class aligns to a line, so that
+	// a request reads one line of the Log, and no claim on a neighbouring
+	// key's Log writes into it. (As 96 bytes, with the guess on a line of
+	// its own, half the Logs shared a line with a neighbour's guess; see
+	// results/sliding-log/README.md.)
 	head atomic.Uint64
-	_    [7]uint64
-
-	ring atomic.Pointer[logRing]
+	ring ringRef
 	p    LogParams
 	next atomic.Pointer[Log]
+	_    [3]uint64
 }
 
 // NewLog returns an empty log for rule p, closed before now: a request with
@@ -690,14 +732,15 @@ func (l *Log) AllowN(now, n int64) (Decision, bool) {
 // A claim that loses its CAS carries on from the slot it lost: that slot
 // now holds the winner's entry, the newest, and the head is the next.
 func (l *Log) Take(now, n int64) (allowed, live bool) {
-	if n < 1 || n > l.p.limit {
+	p := l.p // read once: other cores' claims write the line it sits on
+	if n < 1 || n > p.limit {
 		return l.takeSlow(now, n)
 	}
-	r := l.ring.Load()
+	r, rmask := l.ring.loadMask()
 	g := l.head.Load()
 	h, mask := g>>6, uint64(1)<<(g&63)-1
-	if mask != r.mask {
-		h, mask = r.hint.Load(), r.mask // the guess is another ring's
+	if mask != rmask {
+		h, mask = r.hint.Load(), rmask // the guess is another ring's
 	}
 	exact := h // the guess: a claim of it at the first try is uncontended
 	for {
@@ -733,8 +776,8 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 			h = r.hint.Load()
 			continue
 		}
-		fits := o == 0 || l.p.expired(ots, charged) // else the ring is full of live entries
-		if fits && (cumOf(pm)-cumOf(om))&cumMask+uint64(n) > uint64(l.p.limit) {
+		fits := o == 0 || p.expired(ots, charged) // else the ring is full of live entries
+		if fits && (cumOf(pm)-cumOf(om))&cumMask+uint64(n) > uint64(p.limit) {
 			fits = false // the window may be within n of full
 		}
 		if fits && shrinks(h, mask) {

@@ -2,6 +2,7 @@ package shardedlog
 
 import (
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -405,5 +406,26 @@ func TestLogGuessFollowsHead(t *testing.T) {
 	}
 	if grew == 0 || shrank == 0 {
 		t.Fatalf("the ring grew %d times and shrank %d: the test must see both", grew, shrank)
+	}
+}
+
+// TestRingRefTag checks that a Log's ring reference gives back the ring
+// and its mask for every capacity a ring can have, up to the largest that
+// maxLogLimit allows, which must leave the tag below ringAlign.
+func TestRingRefTag(t *testing.T) {
+	if top := bits.Len64(2 * (maxLogLimit + 2)); top >= ringAlign {
+		t.Fatalf("a ring of 2^%d entries would not fit ringRef's tag", top)
+	}
+	for c := uint64(minRing); c <= 1<<16; c *= 2 {
+		r := newRing(c)
+		var rr ringRef
+		rr.Store(r)
+		got, mask := rr.loadMask()
+		if got != r || mask != c-1 || rr.Load() != r {
+			t.Fatalf("capacity %d: got ring %p mask %d, want %p %d", c, got, mask, r, c-1)
+		}
+		if !rr.CompareAndSwap(r, newRing(c*2)) || rr.CompareAndSwap(r, r) {
+			t.Fatalf("capacity %d: CompareAndSwap did not tell the ring from another", c)
+		}
 	}
 }
