@@ -358,6 +358,9 @@ type Log struct {
 	_    [3]uint64
 }
 
+// The Log must stay one line: this fails to compile if it is not 64 bytes.
+var _ = [1]struct{}{}[unsafe.Sizeof(Log{})-64]
+
 // NewLog returns an empty log for rule p, closed before now: a request with
 // an earlier reading is charged at now.
 func NewLog(p LogParams, now int64) *Log {

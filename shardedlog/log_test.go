@@ -410,8 +410,8 @@ func TestLogGuessFollowsHead(t *testing.T) {
 }
 
 // TestRingRefTag checks that a Log's ring reference gives back the ring
-// and its mask for every capacity a ring can have, up to the largest that
-// maxLogLimit allows, which must leave the tag below ringAlign.
+// and its mask for every capacity up to 2^16, and that the largest ring
+// maxLogLimit allows leaves the tag below ringAlign.
 func TestRingRefTag(t *testing.T) {
 	if top := bits.Len64(2 * (maxLogLimit + 2)); top >= ringAlign {
 		t.Fatalf("a ring of 2^%d entries would not fit ringRef's tag", top)
