@@ -358,8 +358,10 @@ type Log struct {
 	_    [3]uint64
 }
 
-// The Log must stay one line: this fails to compile if it is not 64 bytes.
-var _ = [1]struct{}{}[unsafe.Sizeof(Log{})-64]
+// The Log must stay within one line: this fails to compile if it grows
+// past 64 bytes. (The pad makes it 64 on 64-bit platforms, where the Log
+// serves; it is smaller on 32-bit ones.)
+var _ = [1]struct{}{}[(unsafe.Sizeof(Log{})-1)/64]
 
 // NewLog returns an empty log for rule p, closed before now: a request with
 // an earlier reading is charged at now.
