@@ -12,7 +12,9 @@
 // Keys are "client-0" on, picked uniformly or by Zipf(s=1.1) as in make
 // bench, under Plenty, from -g goroutines. Each limiter holds every key
 // before the first round, and one round not counted warms them (see
-// bench.Interleave, which make bench's BenchmarkPaired runs too).
+// bench.Interleave, which make bench's BenchmarkPaired runs too). The
+// figures are for choosing between designs: performance claims come from
+// make bench, or from runs committed under results/.
 package main
 
 import (
@@ -43,7 +45,6 @@ func run(args []string, w io.Writer) error {
 	dist := fs.String("dist", "uniform", "uniform or zipf")
 	rounds := fs.Int("rounds", 30, "rounds")
 	round := fs.Duration("round", 40*time.Millisecond, "time each limiter runs in a round")
-
 	g := fs.Int("g", 1, "goroutines")
 	if err := fs.Parse(args); err != nil {
 		return err
