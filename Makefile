@@ -1,5 +1,6 @@
-# floodgate's build. `make test` is everything CI checks; `make bench` is
-# the comparison a user reads before choosing floodgate.
+# floodgate's build. `make test` is the check to run while working (a few
+# minutes); `make check` is everything CI proves; `make bench` is the
+# comparison a user reads before choosing floodgate.
 
 GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -9,32 +10,43 @@ BENCHTIME   ?= 100ms
 FUZZTIME    ?= 60s
 RESULTS     ?= results
 
-.PHONY: test lint race chaos go-min stress fuzz bench bench-full test-arm64
+# Every module in the repository: the core and the modules that keep their
+# dependencies out of its go.mod.
+MODULES := . bench grpclimit redislimit
 
-# Lint, then every test under the race detector (the fuzz targets' seed
-# corpora run as ordinary tests), then the lock-free packages and the
-# stress suite again with the chaos tag, which widens the window between
-# each load and its CAS and makes the stress tests prove that CASes lost.
-# Every module in the repository: the core, bench/, grpclimit/ and
-# redislimit/. redislimit's tests start redis-server themselves (Debian's
-# redis-server package); without it they skip, unless
-# FLOODGATE_REQUIRE_REDIS=1, as in CI.
-test: lint race chaos go-min
+.PHONY: test check full lint quick race chaos go-min stress fuzz bench bench-full test-arm64
+
+# Lint, then every package's tests in every module under the race
+# detector, in their quick form (FLOODGATE_QUICK=1, see
+# internal/testmain): the fuzz targets' seed corpora, the stress suite on
+# every algorithm and twin with demand at least twice the supply, and
+# redislimit against a real redis-server, which its tests start themselves
+# (Debian's redis-server package; without it they skip, unless
+# FLOODGATE_REQUIRE_REDIS=1, as in CI). A few minutes on 2 cores.
+test: lint quick
+
+# Everything CI proves: `make full` on this machine, then the other
+# platforms (test-arm64). About 30 minutes on 2 cores. .ci/run runs it.
+check: full test-arm64
+
+# The full proof on this platform: lint; every test in its full form
+# under the race detector; the lock-free packages and the stress suite
+# again with the chaos tag, which widens the window between each load and
+# its CAS and makes the stress tests prove that CASes lost; and a vet and
+# build with the oldest Go that go.mod claims. The workflow's test jobs
+# run it on amd64 and on a real arm64 runner.
+full: lint race chaos go-min
 
 lint:
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) vet -tags chaos ./...
-	$(GO) run $(STATICCHECK) ./...
-	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
-	cd grpclimit && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
-	cd redislimit && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	$(GO) vet -tags chaos ./...  # the chaos build's files; the loop vets the rest
+	@set -e; for m in $(MODULES); do echo "lint $$m"; (cd $$m && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...); done
+
+quick:
+	@set -e; for m in $(MODULES); do echo "quick tests: $$m"; (cd $$m && FLOODGATE_QUICK=1 $(GO) test -race -count=1 -timeout 15m ./...); done
 
 race:
-	$(GO) test -race -count=1 -timeout 30m ./...
-	cd bench && $(GO) test -race -count=1 ./...
-	cd grpclimit && $(GO) test -race -count=1 ./...
-	cd redislimit && $(GO) test -race -count=1 ./...
+	@set -e; for m in $(MODULES); do echo "tests: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...); done
 
 chaos:
 	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./shardedlog ./stress .

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/testmain"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -68,8 +69,12 @@ func randomRule(rng *rand.Rand, alg string) floodgate.Rule {
 // random rules and random sequences of requests and peeks on a few keys,
 // at instants of a manual clock, the script (in its test form, which takes
 // now as an argument) and the in-process limiter must give identical
-// Decisions.
+// Decisions. The quick form tries 20 rules per algorithm instead of 60.
 func TestScriptMatchesInProcess(t *testing.T) {
+	trials := 60
+	if testmain.Quick() {
+		trials = 20
+	}
 	srv := redistest.Start(t)
 	c := client(t, srv)
 	ctx := context.Background()
@@ -77,7 +82,7 @@ func TestScriptMatchesInProcess(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(len(alg)), 42))
 			ops := 0
-			for trial := 0; trial < 60; trial++ {
+			for trial := 0; trial < trials; trial++ {
 				rule := randomRule(rng, alg)
 				l, err := New(c, Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("diff%d", trial)})
 				for err != nil { // a step Redis cannot hold: draw again

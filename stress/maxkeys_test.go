@@ -21,6 +21,7 @@ import (
 // onAdmit sees each admission.
 func flood(t *testing.T, l *floodgate.Limiter, maxKeys, floodKeys int, clock func() int64, onAdmit func(key string, now int64, d floodgate.Decision)) {
 	const legitKeys, legitG, floodG = 100, 32, 8
+	legitMin := perRound(2_000, 0)
 	floodBack := maxKeys / 4
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -50,8 +51,8 @@ func flood(t *testing.T, l *floodgate.Limiter, maxKeys, floodKeys int, clock fun
 			r := rand.New(rand.NewPCG(uint64(g), 11))
 			// Until the flood ends, with a yield between requests so that
 			// 32 of them leave the flood its share of the cores, and at
-			// least 2,000 requests each.
-			for i := 0; !floodDone.Load() || i < 2_000; i++ {
+			// least 2,000 requests each (200 in the quick form).
+			for i := 0; !floodDone.Load() || i < legitMin; i++ {
 				runtime.Gosched()
 				key := "legit-" + strconv.Itoa(r.IntN(legitKeys))
 				now := clock()
@@ -101,13 +102,16 @@ func flood(t *testing.T, l *floodgate.Limiter, maxKeys, floodKeys int, clock fun
 // 48,000 keys, enough to cycle the bound more than four times, and
 // 2,000,000 under -long. Under the chaos tag, where every CAS yields, the
 // short form, and -short (for emulation), shrink to a bound of 2,000 and
-// 12,000 keys: the same cycling, in the time CI has.
+// 12,000 keys: the same cycling, in the time CI has. The quick form (make
+// test) cycles a bound of 1,000 six times.
 func floodSize() (maxKeys, keys int) {
 	switch {
 	case *long:
 		return 10_000, 2_000_000
 	case chaos.Enabled, testing.Short():
 		return 2_000, 12_000
+	case quick():
+		return 1_000, 6_000
 	}
 	return 10_000, 48_000
 }

@@ -21,20 +21,42 @@ import (
 
 var long = flag.Bool("long", false, "run for minutes instead of seconds")
 
-// size is a test's count of attempts or rounds, n in the ordinary run:
-// twenty times n under -long, for minutes on a many-core runner, and a
+// size is a test's count of attempts or rounds, n in the full run (make
+// check): twenty times n under -long, for minutes on a many-core runner; a
 // fifth of it under -short, for make test-arm64's run under emulation
-// (where each instruction costs tens of native ones). The short form keeps
-// every test's demand at least twice its supply.
+// (where each instruction costs tens of native ones); and a twentieth in
+// the quick form that make test runs (testmain.Quick).
 func size(n int) int {
 	switch {
 	case *long:
 		return 20 * n
 	case testing.Short():
 		return max(1, n/5)
+	case quick():
+		return max(1, n/20)
 	}
 	return n
 }
+
+// demand is size(n) attempts, but never fewer than twice supply, what the
+// test's rule can grant in all: every form of every test asks for at least
+// twice what it may admit, so that an admission above the rule has the
+// demand to show.
+func demand(n, supply int) int { return max(size(n), 2*supply) }
+
+// perRound is the attempts in one round of a test that counts its rounds
+// with size: n, and in the quick form a twentieth of n but never fewer
+// than twice supply.
+func perRound(n, supply int) int {
+	if quick() {
+		return max(n/20, 2*supply)
+	}
+	return n
+}
+
+// quick reports whether the run is the quick form: make test's, and
+// neither -long nor -short.
+func quick() bool { return testmain.Quick() && !*long && !testing.Short() }
 
 const goroutines = 64
 
@@ -153,19 +175,25 @@ func TestFrozenClockOneKey(t *testing.T) {
 		// Windows take Burst 0 only; their second rule gives 65,536 grants
 		// to contend on, as the buckets' largest burst does, so that the
 		// chaos build's retry check cannot pass or fail on a handful of
-		// grants.
-		rules := []floodgate.Rule{{Limit: 1000, Period: time.Second}, {Limit: 65536, Period: time.Second}}
+		// grants. The quick form, which has no chaos build, contends on
+		// 8,192: under the race detector a log of 65,536 entries costs
+		// seconds in the detector's own bookkeeping.
+		large := int64(65536)
+		if quick() {
+			large = 8192
+		}
+		rules := []floodgate.Rule{{Limit: 1000, Period: time.Second}, {Limit: large, Period: time.Second}}
 		if a.family == bucket {
 			rules = []floodgate.Rule{
 				{Limit: 1000, Period: time.Second, Burst: 1},
 				{Limit: 1000, Period: time.Second, Burst: 1000},
-				{Limit: 1000, Period: time.Second, Burst: 65536},
+				{Limit: 1000, Period: time.Second, Burst: large},
 			}
 		}
 		for _, rule := range rules {
 			l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: floodgate.NewManualClock(12345)})
 			var admitted atomic.Int64
-			hammer(size(1_000_000), func(*rand.Rand) {
+			hammer(demand(1_000_000, int(rule.Capacity())), func(*rand.Rand) {
 				if l.Allow("hot") {
 					admitted.Add(1)
 				}
@@ -184,7 +212,8 @@ func TestFrozenClockWeighted(t *testing.T) {
 		const limit = 10_000
 		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
 		var cost atomic.Int64
-		hammer(size(500_000), func(r *rand.Rand) {
+		// Costs average 4: the supply is limit/4 requests.
+		hammer(demand(500_000, limit/4), func(r *rand.Rand) {
 			n := 1 + r.Int64N(7)
 			if l.AllowN("w", n).Allowed {
 				cost.Add(n)
@@ -202,7 +231,7 @@ func TestFrozenClockThousandKeys(t *testing.T) {
 		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: floodgate.Rule{Limit: limit, Period: time.Second}, Clock: floodgate.NewManualClock(0)})
 		names := keyNames(keys)
 		var admitted [keys]atomic.Int64
-		hammer(size(1_000_000), func(r *rand.Rand) {
+		hammer(demand(1_000_000, keys*limit), func(r *rand.Rand) {
 			k := r.IntN(keys)
 			if l.Allow(names[k]) {
 				admitted[k].Add(1)
@@ -231,10 +260,13 @@ func TestFrozenClockEvictionRace(t *testing.T) {
 		stopEvictor := startEvictor(l)
 		defer stopEvictor()
 		var inline atomic.Int64 // evictions made by the requesting goroutines themselves
-		for round := range size(20) {
+		for round := range max(size(20), 3) {
 			clock.Advance(2 * time.Hour)
 			var admitted [keys]atomic.Int64
-			hammer(20_000, func(r *rand.Rand) {
+			// Keys are picked at random: twice the supply in all would
+			// leave some key short of its own, so each round asks for
+			// twice that.
+			hammer(perRound(20_000, 2*keys*limit), func(r *rand.Rand) {
 				if r.IntN(100) == 0 {
 					inline.Add(int64(l.EvictIdle()))
 				}
@@ -269,7 +301,7 @@ func TestFrozenClockGlobalCap(t *testing.T) {
 		names := keyNames(keys)
 		var admitted [keys]atomic.Int64
 		var total atomic.Int64
-		hammer(size(1_000_000), func(r *rand.Rand) {
+		hammer(demand(1_000_000, global), func(r *rand.Rand) {
 			k := r.IntN(keys)
 			if l.Allow(names[k]) {
 				admitted[k].Add(1)
@@ -303,10 +335,10 @@ func TestMovingClockRounds(t *testing.T) {
 		defer stopEvictor()
 		log := newLedger(a.family, rule)
 		r := rand.New(rand.NewPCG(3, 4))
-		for round := range size(100) {
+		for round := range max(size(100), 20) {
 			now := clock.Now()
 			var admitted atomic.Int64
-			hammer(20_000, func(*rand.Rand) {
+			hammer(perRound(20_000, int(rule.Capacity())), func(*rand.Rand) {
 				if l.Allow("k") {
 					admitted.Add(1)
 				}
@@ -346,7 +378,9 @@ func TestStaleClockWithEviction(t *testing.T) {
 		// too fall idle, and the goroutine that moved it evicts at once,
 		// racing the other goroutines' next requests.
 		var leapEvictions atomic.Int64
-		hammer(size(400_000), func(r *rand.Rand) {
+		// Its quick form is its short form: the run must admit at least
+		// every key's capacity (64,000 for the windows) to count.
+		hammer(max(size(400_000), 80_000), func(r *rand.Rand) {
 			switch {
 			case r.IntN(50_000) == 0:
 				clock.Advance(2 * rule.Period)

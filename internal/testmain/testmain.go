@@ -2,7 +2,8 @@
 // modules. It checks, with go.uber.org/goleak, that no goroutine outlives
 // the tests: no sweeper, coarse clock, TSC anchor, server or test
 // goroutine may be left running by a test that forgot to stop it. It also
-// applies the switches that make test-arm64 sets in the environment.
+// applies the switches that make test-arm64 sets in the environment, and
+// tells the longest tests which form to run (see Quick).
 package testmain
 
 import (
@@ -16,6 +17,17 @@ import (
 // ExclusivePairEnv, set to 1, runs the sliding log's 16-byte CAS on arm64's
 // LDAXP/STLXP loop instead of CASPAL (make test-arm64 runs both).
 const ExclusivePairEnv = "FLOODGATE_ARM64_LLSC"
+
+// QuickEnv, set to 1, asks the longest tests for their quick form: make
+// test sets it, so that the whole suite runs in minutes; make check, the
+// full proof that CI runs, does not. A quick form keeps what its test
+// proves (every algorithm and twin, on both registries, racing goroutines
+// on GOMAXPROCS above the cores, and demand at least twice the supply) at
+// a fraction of the volume.
+const QuickEnv = "FLOODGATE_QUICK"
+
+// Quick reports whether the tests run in their quick form (QuickEnv=1).
+func Quick() bool { return os.Getenv(QuickEnv) == "1" }
 
 // Run runs the package's tests, fails them if goroutines are left behind
 // (beyond those opts ignore), and exits.
