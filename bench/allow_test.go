@@ -25,9 +25,12 @@ import (
 //	BenchmarkKeys/impl=throttled/scenario=1M-zipf-parallel
 //	BenchmarkGoroutines/impl=xtime/scenario=hotkey/g=64
 //
-// The harness measures and reports; it never asserts speed. Its one check
-// is that calls under Plenty pass (see checkDenied), since otherwise a
-// figure would measure the denial path instead of the grant.
+// The harness measures and reports; it never asserts speed, and no figure
+// stops a run. Calls under Plenty should pass, since a figure is meant to
+// measure the grant path: any that do not are reported beside the figure
+// as denied/op (see checkDenied). The one thing a run checks is that an
+// exhausted key never passes (the denial scenarios): that is a limiter's
+// bug, reported as a failed benchmark once the run has gone on to the end.
 
 var goroutinesFlag = flag.String("goroutines", "1,4,64", "comma-separated goroutine counts for BenchmarkGoroutines")
 
@@ -81,33 +84,11 @@ func build(b *testing.B, impl Impl, o Options) Limiter {
 // cap.
 func BenchmarkAllow(b *testing.B) {
 	for _, impl := range append(slices.Clone(hotImpls), hotFloors...) {
-		b.Run("scenario=hotkey/impl="+impl.Name, func(b *testing.B) {
-			l := build(b, impl, Options{Rate: Plenty})
-			l.Allow("hot")
-			b.ReportAllocs()
-			denied := int64(0)
-			for b.Loop() {
-				if !l.Allow("hot") {
-					denied++
-				}
-			}
-			checkDenied(b, denied, b.N)
-		})
+		b.Run("scenario=hotkey/impl="+impl.Name, func(b *testing.B) { benchHot(b, build(b, impl, Options{Rate: Plenty})) })
 	}
 	for _, impl := range append(slices.Clone(parallelImpls), hotFloors...) {
 		b.Run("scenario=hotkey-parallel/impl="+impl.Name, func(b *testing.B) {
-			l := build(b, impl, Options{Rate: Plenty})
-			l.Allow("hot")
-			var denied atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if !l.Allow("hot") {
-						denied.Add(1)
-					}
-				}
-			})
-			checkDenied(b, denied.Load(), b.N)
+			benchHotParallel(b, build(b, impl, Options{Rate: Plenty}))
 		})
 	}
 	// Every call is a denial on one exhausted key, from one goroutine and
@@ -117,32 +98,14 @@ func BenchmarkAllow(b *testing.B) {
 		if !impl.Denies {
 			continue
 		}
-		b.Run("scenario=denial/impl="+impl.Name, func(b *testing.B) {
-			l := build(b, impl, Options{Rate: Scarce})
-			l.Allow("hot")
-			b.ReportAllocs()
-			for b.Loop() {
-				if l.Allow("hot") {
-					b.Fatal(impl.Name + ": an exhausted key passed")
-				}
-			}
-		})
+		b.Run("scenario=denial/impl="+impl.Name, func(b *testing.B) { benchDenial(b, build(b, impl, Options{Rate: Scarce})) })
 	}
 	for _, impl := range parallelImpls {
 		if !impl.Denies {
 			continue
 		}
 		b.Run("scenario=denial-parallel/impl="+impl.Name, func(b *testing.B) {
-			l := build(b, impl, Options{Rate: Scarce})
-			l.Allow("hot")
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if l.Allow("hot") {
-						panic(impl.Name + ": an exhausted key passed")
-					}
-				}
-			})
+			benchDenialParallel(b, build(b, impl, Options{Rate: Scarce}))
 		})
 	}
 	// Every call is a key never seen before, and idle keys are evicted
@@ -171,6 +134,74 @@ func BenchmarkAllow(b *testing.B) {
 			ks := keySet(1000)
 			benchPicks(b, l, ks, picks(len(ks), "uniform"), true)
 		})
+	}
+}
+
+// benchHot calls Allow on one key from one goroutine.
+func benchHot(b *testing.B, l Limiter) {
+	l.Allow("hot")
+	b.ReportAllocs()
+	denied := int64(0)
+	for b.Loop() {
+		if !l.Allow("hot") {
+			denied++
+		}
+	}
+	checkDenied(b, denied, b.N)
+}
+
+// benchHotParallel calls Allow on one key from every core.
+func benchHotParallel(b *testing.B, l Limiter) {
+	l.Allow("hot")
+	var denied atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !l.Allow("hot") {
+				denied.Add(1)
+			}
+		}
+	})
+	checkDenied(b, denied.Load(), b.N)
+}
+
+// benchDenial calls Allow on one key that Scarce has exhausted after its
+// first call, from one goroutine: every call must be refused.
+func benchDenial(b *testing.B, l Limiter) {
+	l.Allow("hot")
+	b.ReportAllocs()
+	passed := int64(0)
+	for b.Loop() {
+		if l.Allow("hot") {
+			passed++
+		}
+	}
+	checkPassed(b, passed, b.N)
+}
+
+// benchDenialParallel is benchDenial from every core.
+func benchDenialParallel(b *testing.B, l Limiter) {
+	l.Allow("hot")
+	var passed atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if l.Allow("hot") {
+				passed.Add(1)
+			}
+		}
+	})
+	checkPassed(b, passed.Load(), b.N)
+}
+
+// checkPassed fails a denial scenario in which an exhausted key passed:
+// the limiter admitted more than its rule, a bug and not a figure. The
+// benchmark is marked failed, its figure stands beside passed/op, and the
+// run goes on.
+func checkPassed(b *testing.B, passed int64, calls int) {
+	if passed > 0 {
+		b.ReportMetric(float64(passed)/float64(calls), "passed/op")
+		b.Errorf("an exhausted key passed %d of %d calls: the limiter admitted more than its rule", passed, calls)
 	}
 }
 
@@ -307,19 +338,18 @@ func benchPicks(b *testing.B, l Limiter, ks []string, seq []uint32, parallel boo
 	checkDenied(b, denied, b.N)
 }
 
-// checkDenied is the harness's one assertion: under Plenty the calls must
-// pass, or the figure measured some other path than the grant. A few
-// denials in ten thousand are allowed, and reported as denied/op: the
-// sliding counter refuses, by design, a reading from a window its key has
-// already left, which a goroutine preempted across a window boundary can
-// bring.
+// checkDenied reports the calls that Plenty refused, as denied/op beside
+// the benchmark's figure. Plenty is chosen to refuse nothing at any speed
+// a machine can reach (see Plenty), but a scenario may still see a few
+// denials (the sliding counter refuses, by design, a reading from a window
+// its key has already left, which a goroutine preempted across a window
+// boundary can bring), or many, on a machine faster than any we know of.
+// Its figure then measured some denials among the grants, and says how
+// many; the run goes on, since make bench must finish and write results/
+// on any machine. cmd/report lists every such figure.
 func checkDenied(b *testing.B, denied int64, calls int) {
-	if denied == 0 {
-		return
-	}
-	b.ReportMetric(float64(denied)/float64(calls), "denied/op")
-	if denied*10_000 > int64(calls) {
-		b.Fatalf("%d of %d calls denied under Plenty: this figure would not measure the grant path", denied, calls)
+	if denied > 0 && calls > 0 {
+		b.ReportMetric(float64(denied)/float64(calls), "denied/op")
 	}
 }
 
@@ -499,6 +529,9 @@ func BenchmarkPaired(b *testing.B) {
 					for b.Loop() {
 					}
 					b.ReportMetric(r.Ns[i], "ns/op")
+					if r.Denied[i] > 0 {
+						b.ReportMetric(r.Denied[i], "denied/op")
+					}
 					if i == 0 {
 						b.ReportMetric(r.Ratio[0], "ratio")
 					}

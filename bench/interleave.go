@@ -10,11 +10,12 @@ import (
 )
 
 // Slice calls l.Allow from g goroutines for d, each on ks[seq[i]] for
-// successive i from a random start, and returns the wall time per call.
-func Slice(l Limiter, ks []string, seq []uint32, g int, d time.Duration) float64 {
-	var denied atomic.Int64
-	calls, elapsed := runFor(g, d, picker(l, ks, seq, &denied))
-	return float64(elapsed.Nanoseconds()) / float64(calls)
+// successive i from a random start, and returns the wall time per call
+// and the calls made and refused.
+func Slice(l Limiter, ks []string, seq []uint32, g int, d time.Duration) (ns float64, calls, denied int64) {
+	var refused atomic.Int64
+	calls, elapsed := runFor(g, d, picker(l, ks, seq, &refused))
+	return float64(elapsed.Nanoseconds()) / float64(calls), calls, refused.Load()
 }
 
 // picker is a timed worker that calls Allow on ks[seq[i]] for successive i
@@ -63,9 +64,10 @@ func runFor(g int, d time.Duration, work func(stop *atomic.Bool) int) (calls int
 // Interleaved is what Interleave measured, for each limiter: the median
 // ns per call over the rounds, and the median over the rounds of its
 // figure divided by the last limiter's in the same round, with that
-// ratio's quartiles.
+// ratio's quartiles; and the share of its counted calls that were
+// refused.
 type Interleaved struct {
-	Ns, Ratio, Q1, Q3 []float64
+	Ns, Ratio, Q1, Q3, Denied []float64
 }
 
 // Interleave runs each limiter in ls for one slice of d, in turn, round
@@ -80,11 +82,16 @@ func Interleave(ls []Limiter, ks []string, seq []uint32, g, rounds int, d time.D
 	ns := make([][]float64, len(ls))
 	ratio := make([][]float64, len(ls))
 	cur := make([]float64, len(ls))
+	calls := make([]int64, len(ls))
+	denied := make([]int64, len(ls))
 	for k := range rounds {
 		runtime.GC()
 		for j := range ls {
 			i := (j + k) % len(ls)
-			cur[i] = Slice(ls[i], ks, seq, g, d)
+			var c, r int64
+			cur[i], c, r = Slice(ls[i], ks, seq, g, d)
+			calls[i] += c
+			denied[i] += r
 		}
 		for i := range ls {
 			ns[i] = append(ns[i], cur[i])
@@ -97,6 +104,7 @@ func Interleave(ls []Limiter, ks []string, seq []uint32, g, rounds int, d time.D
 		out.Ratio = append(out.Ratio, quantile(ratio[i], 0.5))
 		out.Q1 = append(out.Q1, quantile(ratio[i], 0.25))
 		out.Q3 = append(out.Q3, quantile(ratio[i], 0.75))
+		out.Denied = append(out.Denied, float64(denied[i])/float64(max(calls[i], 1)))
 	}
 	return out
 }

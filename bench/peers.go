@@ -28,27 +28,47 @@ type Rate struct {
 	Period time.Duration
 }
 
-// Plenty never denies at benchmark speeds, so that the figures measure
-// the grant path: a trillion an hour (one per 3.6 ns), with a burst of a
-// trillion that no benchmark empties. The hour matters for go-limiter,
-// whose memorystore refills delta × Interval/Tokens tokens after delta
-// ticks, capped at Tokens: above √Interval tokens (1,000 for 1ms) it
-// refills less than configured, and a "1,000,000 per ms" rule refuses
-// nearly every call after the first millisecond. With Plenty its initial
-// trillion tokens last any benchmark.
+// Plenty is the rule under which a benchmark measures the grant path. It
+// must never deny at any speed a machine can run a benchmark, on this
+// 2-core VM or on the fastest desktop, so it is not sized to any measured
+// rate. No machine calls Allow on one key more than once every 2 ns (one
+// call is a hash, a clock read and a locked CAS: the CAS alone takes
+// longer on any core, and calls on one key from many cores queue on its
+// cache line), and floodgate refuses any rule faster than one request a
+// nanosecond. So each rule is either at that ceiling, twice the fastest
+// machine, or starts with more than a run can spend:
+//
+//   - Plenty itself, for the buckets, the fixed window and every peer: a
+//     trillion an hour, with a burst of a trillion (the bucket starts
+//     full; the fixed window's hour holds a trillion). At one call every
+//     2 ns a key takes 2,000 s to spend it, and no benchmark runs for more
+//     than a few seconds on one limiter. The hour matters for
+//     go-limiter, whose memorystore refills delta × Interval/Tokens tokens
+//     after delta ticks, capped at Tokens: above √Interval tokens (1,000
+//     for 1ms) it refills less than configured, and a "1,000,000 per ms"
+//     rule refuses nearly every call after the first millisecond.
+//   - plentyCounter, for the sliding counter, whose Limit is at most
+//     8,388,606: that many per as many nanoseconds, one request a
+//     nanosecond, the counter's ceiling. (Its windows are then 8.4 ms
+//     long; the counter refuses, by design, a reading from a window its
+//     key has already left, which a goroutine preempted across a window
+//     boundary can bring: those rare denials are reported as denied/op.)
+//   - plentyLog, for the sliding log, which keeps one entry per admission
+//     in its window: a million per millisecond, also one a nanosecond,
+//     with a window short enough that a hot key's log stays small.
+//
+// TestPlentyOutrunsAnyMachine checks each at one request every 2 ns.
 var Plenty = Rate{Limit: 1_000_000_000_000, Period: time.Hour}
 
 // plentyCounter and plentyLog stand for Plenty with the sliding counter
-// and the sliding log, whose per-key state holds a Limit of at most
-// 8,388,606 and 4,194,302. The counter gets 4,000,000 per 100ms: it
-// refuses by design a reading from a window its key has left (a goroutine
-// preempted across a boundary), so its windows are long enough to cross
-// few boundaries. The log keeps one entry per admission in its window, so
-// its window is short: a million per millisecond.
+// and the sliding log (see Plenty).
 var (
-	plentyCounter = Rate{Limit: 4_000_000, Period: 100 * time.Millisecond}
+	plentyCounter = Rate{Limit: maxCounterLimit, Period: maxCounterLimit * time.Nanosecond}
 	plentyLog     = Rate{Limit: 1_000_000, Period: time.Millisecond}
 )
+
+// maxCounterLimit is the largest Limit the sliding counter holds.
+const maxCounterLimit = 8_388_606
 
 // Scarce is one request an hour: after the first request, every call is a
 // denial.

@@ -82,8 +82,12 @@ func run(args []string, w io.Writer) error {
 	res := bench.Interleave(ls, ks, seq, *g, *rounds, *round)
 	fmt.Fprintf(w, "%d keys, %s, %d goroutines, %d rounds of %v\n", *keys, *dist, *g, *rounds, *round)
 	for i, name := range names {
-		fmt.Fprintf(w, "%-24s %7.1f ns/op  ÷ %s %.3f (quartiles %.3f–%.3f)\n",
+		fmt.Fprintf(w, "%-24s %7.1f ns/op  ÷ %s %.3f (quartiles %.3f–%.3f)",
 			name, res.Ns[i], names[len(names)-1], res.Ratio[i], res.Q1[i], res.Q3[i])
+		if res.Denied[i] > 0 {
+			fmt.Fprintf(w, "  %.2g of its calls denied", res.Denied[i])
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
 }

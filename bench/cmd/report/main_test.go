@@ -420,3 +420,24 @@ BenchmarkPaired/scenario=no-ratio/impl=floodgate-tb-2  1000  72.00 ns/op
 		}
 	}
 }
+
+// TestDeniedTable: a benchmark that reported denied/op in some passes is
+// listed with its figure, how many passes refused calls, and the median
+// and largest share refused; one that refused nothing is not listed.
+func TestDeniedTable(t *testing.T) {
+	d := parseString(t, `BenchmarkAllow/scenario=hotkey/impl=floodgate-sc-coarse-2  1000  20.00 ns/op  0.1000 denied/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2  1000  30.00 ns/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-sc-coarse-2  1000  22.00 ns/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2  1000  31.00 ns/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-sc-coarse-2  1000  24.00 ns/op  0.3000 denied/op
+BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2  1000  32.00 ns/op
+`)
+	tb := deniedTable(d)
+	want := [][]string{{"Allow/scenario=hotkey/impl=floodgate-sc-coarse", "22.0", "2 of 3", "0.2", "0.3"}}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	if strings.Join(tb.rows[0], "|") != strings.Join(want[0], "|") {
+		t.Errorf("row = %q, want %q", tb.rows[0], want[0])
+	}
+}

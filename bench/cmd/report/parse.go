@@ -18,6 +18,7 @@ const (
 	unitP99    = "p99-ns"
 	unitServer = "server-us/call"
 	unitP999   = "p99.9-ns"
+	unitDenied = "denied/op"
 	floodgate  = "floodgate-"
 )
 

@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d), deniedTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -398,6 +398,39 @@ func pairedTable(d *dataset) table {
 	}
 	return t
 }
+
+// deniedTable lists every figure whose calls were not all granted: the
+// harness reports denied/op beside a figure when Plenty refused some of
+// its calls (see bench/allow_test.go), so that figure measured some
+// denials among the grants. A pass that refused nothing reports no
+// denied/op, so the passes that did are counted.
+func deniedTable(d *dataset) table {
+	t := table{
+		title: "Figures with denials",
+		note: "Benchmarks meant to measure grants, in which some calls were refused: the figure beside them " +
+			"measured a mix. \"passes\" is how many of the benchmark's passes refused any; \"denied/op\" " +
+			"the median and the largest share of calls refused in those passes.",
+		header: []string{"benchmark", "ns/op", "passes", "denied/op (median)", "denied/op (max)"},
+		right:  []bool{false, true, true, true, true},
+	}
+	for _, k := range d.order {
+		ds := d.samples[k][unitDenied]
+		if len(ds) == 0 {
+			continue
+		}
+		name := k.family + "/scenario=" + k.scenario + "/impl=" + k.impl
+		if k.g > 0 {
+			name += fmt.Sprintf("/g=%d", k.g)
+		}
+		ns, ok := d.value(k, unitNs)
+		t.rows = append(t.rows, []string{name, cell(ns, ok, fmtNs), fmt.Sprintf("%d of %d", len(ds), d.lines[k]),
+			fmtShare(median(ds)), fmtShare(slices.Max(ds))})
+	}
+	return t
+}
+
+// fmtShare formats a share of calls, such as 2.1e-06 or 0.13.
+func fmtShare(v float64) string { return fmt.Sprintf("%.2g", v) }
 
 // registryTable compares floodgate-tb on the flat table with the same on
 // the reference registry (xsync maps), on both clocks, in every scenario

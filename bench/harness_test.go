@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"flag"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// outrun stands for a limiter on a machine faster than any Plenty was made
+// for: after its first grants it refuses every other call, as a rule
+// spent faster than it refills would.
+type outrun struct{ calls atomic.Int64 }
+
+func (o *outrun) Allow(string) bool {
+	n := o.calls.Add(1)
+	return n <= 100 || n%2 == 0
+}
+
+// TestHarnessGoesOnAfterDenials drives every scenario of the harness that
+// runs under Plenty with a limiter that outruns it, and checks that each
+// completes and reports its denials beside its figure: make bench must
+// finish on any machine (a figure with denials was once a fatal error,
+// and stopped the whole run on a faster host).
+func TestHarnessGoesOnAfterDenials(t *testing.T) {
+	old := flag.Lookup("test.benchtime").Value.String()
+	if err := flag.Set("test.benchtime", "20ms"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { flag.Set("test.benchtime", old) })
+	ks := keySet(64)
+	seq := picks(len(ks), "uniform")
+	scenarios := []struct {
+		name string
+		run  func(b *testing.B, l Limiter)
+	}{
+		{"hotkey", benchHot},
+		{"hotkey-parallel", benchHotParallel},
+		{"churn", benchChurn},
+		{"keys-1", func(b *testing.B, l Limiter) { benchPicks(b, l, ks, seq, false) }},
+		{"keys-parallel", func(b *testing.B, l Limiter) { benchPicks(b, l, ks, seq, true) }},
+		{"latency", func(b *testing.B, l Limiter) { benchLatency(b, l, ks, seq) }},
+		{"goroutines", func(b *testing.B, l Limiter) { benchGoroutines(b, 4, l, ks, seq) }},
+	}
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			r := testing.Benchmark(func(b *testing.B) { sc.run(b, &outrun{}) })
+			if r.N == 0 {
+				t.Fatal("the benchmark failed: a run with denials must go on and report them")
+			}
+			if d := r.Extra["denied/op"]; d < 0.25 || d > 0.75 {
+				t.Fatalf("denied/op = %v, want about half: %+v", d, r)
+			}
+		})
+	}
+	t.Run("paired", func(t *testing.T) {
+		ls := []Limiter{&outrun{}, &outrun{}}
+		r := Interleave(ls, ks, seq, runtime.GOMAXPROCS(0), 2, 5*time.Millisecond)
+		for i, d := range r.Denied {
+			if d < 0.25 || d > 0.75 {
+				t.Fatalf("limiter %d: Denied = %v, want about half", i, d)
+			}
+		}
+	})
+}
+
+// TestPlentyOutrunsAnyMachine checks the promise Plenty makes for every
+// floodgate algorithm: at one request every 2 ns on one key, faster than
+// any machine calls Allow, nothing is refused. The clock is a manual one
+// that moves 2 ns per unit asked, in requests of 1,000 units (a thousand
+// requests at once, which the rule must hold as it would hold them one by
+// one), for 30 ms of clock: three and a half of the sliding counter's
+// windows and thirty of the log's. The buckets and the fixed window must
+// also hold a trillion units at once, what one key could take in 2,000 s.
+func TestPlentyOutrunsAnyMachine(t *testing.T) {
+	for _, a := range floodgateAlgorithms {
+		for _, alg := range []string{a.lockFree, a.mutex} {
+			t.Run(alg, func(t *testing.T) {
+				r := plentyFor(alg)
+				clock := floodgate.NewManualClock(1 << 40)
+				l, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: r.Limit, Period: r.Period}, Clock: clock})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l.Close()
+				const units = 1000
+				for elapsed := time.Duration(0); elapsed < 30*time.Millisecond; elapsed += 2 * units {
+					clock.Advance(2 * units)
+					if d := l.AllowN("hot", units); !d.Allowed {
+						t.Fatalf("%v into the run at one request every 2 ns: refused, %+v", elapsed, d)
+					}
+				}
+				if r == Plenty {
+					if d := l.AllowN("cold", 1_000_000_000_000); !d.Allowed {
+						t.Fatalf("a trillion at once: refused, %+v", d)
+					}
+				}
+			})
+		}
+	}
+}
