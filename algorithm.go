@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/floodgate-go/floodgate/atomicbucket"
 )
 
 // Algorithm is a rate-limiting policy for one validated Rule. It makes the
@@ -122,4 +124,24 @@ func lookup(name string) (Factory, error) {
 		return nil, fmt.Errorf("floodgate: unknown algorithm %q (registered: %s)", name, strings.Join(Algorithms(), ", "))
 	}
 	return f, nil
+}
+
+// bucketFactory is the Factory of an algorithm whose states are buckets
+// on atomicbucket.Params: the rule is checked once, here.
+func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
+	return func(r Rule) (Algorithm, error) {
+		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
+		if err != nil {
+			return nil, err
+		}
+		return make(p), nil
+	}
+}
+
+// mustRegister registers a built-in algorithm at init: a name taken twice
+// is floodgate's own bug.
+func mustRegister(name string, f Factory) {
+	if err := Register(name, f); err != nil {
+		panic(err)
+	}
 }

@@ -12,6 +12,17 @@ import (
 // scale.
 type Clock interface{ Now() int64 }
 
+// Waker is a Clock that also wakes a waiting request at an instant of its
+// own scale. Wait uses it when the limiter's Clock is one; with any other
+// Clock it waits on a time.Timer. ManualClock is a Waker whose wakes fire
+// on Advance and Set, so that tests of Wait never sleep.
+type Waker interface {
+	Clock
+	// WakeAt returns a channel that is closed once Now reads at or after
+	// at, and a function that abandons the wake.
+	WakeAt(at int64) (wake <-chan struct{}, stop func())
+}
+
 // base is the origin of SystemClock: a reading taken once, carrying Go's
 // monotonic clock, so that time.Since(base) never jumps with the wall clock.
 var base = time.Now()
@@ -118,4 +129,20 @@ func (c *ManualClock) Waiting() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.wakes)
+}
+
+// now reads the limiter's clock. It is small enough to inline into every
+// request: a ticking CoarseClock is one load, and other clocks are one call.
+func (l *Limiter) now() int64 {
+	if c := l.coarse; c != nil {
+		return c.now.Load()
+	}
+	return l.readClock()
+}
+
+func (l *Limiter) readClock() int64 {
+	if l.clock == nil {
+		return int64(time.Since(base))
+	}
+	return l.clock.Now()
 }

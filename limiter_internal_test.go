@@ -124,7 +124,7 @@ func TestEvictionRaceInline(t *testing.T) {
 		if st != word.Gone {
 			t.Fatalf("%s: the evicted word answered %v, not Gone", alg, st)
 		}
-		if allowed, _, _ := l.takeWord(id, clock.Now(), 1); allowed {
+		if allowed, _, _ := l.onWord(id, clock.Now(), opTake, 1, nil); allowed {
 			t.Fatalf("%s: k passed 3 in one period across an eviction", alg)
 		}
 	}

@@ -3,6 +3,9 @@ package floodgate
 import (
 	"errors"
 	"fmt"
+
+	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/registry"
 )
 
 // Limits decides each request against several Limiters together, for
@@ -102,4 +105,40 @@ func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 		}
 	}
 	return best
+}
+
+// grant is what one admitted request took from a Limiter, so that Limits
+// can give it back whole: the key's state (an object, or the slot of an
+// inline word, found again by the key's identity if it moved), and the
+// global cap's state if the cap was asked.
+type grant struct {
+	s      State // for states held as objects
+	id     registry.ID
+	t      *registry.Table // for inline words: the slot the grant landed in
+	i      int
+	g      *atomicbucket.Bucket
+	now, n int64
+}
+
+// refundKey gives the key's own state back what gr took from it.
+func (l *Limiter) refundKey(gr *grant) {
+	if gr.s != nil {
+		l.returnObject(gr.s, gr.now, gr.n)
+	} else {
+		l.returnWord(gr.id, gr.t, gr.i, gr.now, gr.n, false, 0)
+	}
+}
+
+// giveBack returns all that an admitted request took, the global cap's
+// share included: a later check refused the request. The decision then
+// counts as a denial in Stats.
+func (l *Limiter) giveBack(gr *grant) {
+	l.refundKey(gr)
+	if gr.g != nil {
+		l.returnGlobal(gr.g, gr.now, gr.n)
+	}
+	if l.count != nil {
+		l.count.allowed.Add(-1)
+		l.count.denied.Inc()
+	}
 }

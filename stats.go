@@ -37,3 +37,10 @@ func (c *counters) decided(allowed bool) {
 		c.denied.Inc()
 	}
 }
+
+// decided counts a decision, with Config.Stats.
+func (l *Limiter) decided(allowed bool) {
+	if l.count != nil {
+		l.count.decided(allowed)
+	}
+}

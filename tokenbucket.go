@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/internal/decision"
 )
 
 // LeakyBucket names the leaky bucket as a meter: a level that drains at
@@ -25,29 +24,6 @@ func init() {
 	mustRegister(TokenBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return mutexBucket(p) }))
 	mustRegister(LeakyBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
 	mustRegister(LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
-}
-
-func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
-	return func(r Rule) (Algorithm, error) {
-		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
-		if err != nil {
-			return nil, err
-		}
-		return make(p), nil
-	}
-}
-
-func mustRegister(name string, f Factory) {
-	if err := Register(name, f); err != nil {
-		panic(err)
-	}
-}
-
-// fromCore converts the algorithm packages' Decision field by field: a
-// whole-struct conversion goes through memory, and its mixed-width copies
-// stall store forwarding on the hot path (measured: about 10 ns per call).
-func fromCore(d decision.Decision) Decision {
-	return Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
 }
 
 // lockFreeBucket is the token_bucket algorithm: one atomicbucket.Bucket per key.

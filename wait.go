@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/internal/word"
 	"github.com/floodgate-go/floodgate/registry"
 )
 
@@ -26,17 +25,6 @@ var (
 	// deadline.
 	ErrExceedsDeadline = errors.New("floodgate: the wait would pass the context's deadline")
 )
-
-// Waker is a Clock that also wakes a waiting request at an instant of its
-// own scale. Wait uses it when the limiter's Clock is one; with any other
-// Clock it waits on a time.Timer. ManualClock is a Waker whose wakes fire
-// on Advance and Set, so that tests of Wait never sleep.
-type Waker interface {
-	Clock
-	// WakeAt returns a channel that is closed once Now reads at or after
-	// at, and a function that abandons the wake.
-	WakeAt(at int64) (wake <-chan struct{}, stop func())
-}
 
 // reserver is what a state that can reserve offers: the bucket states and
 // their twins.
@@ -164,38 +152,18 @@ func (l *Limiter) sleep(ctx context.Context, now int64, wait time.Duration) erro
 // reserveKey reserves n for key's own state, following retirements and the
 // table's marks as a grant does.
 func (l *Limiter) reserveKey(key string, now int64, limit time.Duration, r *reservation) (time.Duration, bool) {
+	a := answer{maxWait: limit}
+	var ok bool
 	if l.kind == objects {
-		id := l.objectID(key)
-		s := l.state(key, id, now)
-		for {
-			rs, _ := s.(reserver)
-			wait, tat, ok, live := rs.ReserveN(now, r.n, limit)
-			if live {
-				r.s, r.tat = rs, tat
-				return wait, ok
-			}
-			s = l.successor(key, id, s, now)
-		}
+		var s State
+		ok, s, _ = l.onObject(key, now, opReserve, r.n, &a)
+		r.s, r.tat = s.(reserver), a.stat
+	} else {
+		r.id = l.id(key)
+		ok, r.t, r.i = l.onWord(r.id, now, opReserve, r.n, &a)
+		r.wtat = a.tat
 	}
-	r.id = l.id(key)
-	t, i := l.flat.Lookup(r.id)
-	for {
-		if i < 0 {
-			if t, i = l.create(r.id, now); i < 0 {
-				return 0, false
-			}
-		}
-		wait, tat, ok, st := l.bucket.ReserveWord(t.Word(i), t.Origin, now, r.n, limit)
-		switch st {
-		case word.Live:
-			r.t, r.i, r.wtat = t, i, tat
-			return wait, ok
-		case word.Gone:
-			i = -1
-		case word.Rebase:
-			t, i = l.rebase(r.id, t, now)
-		}
-	}
+	return a.wait, ok
 }
 
 // cancelKey gives the key's state back its reservation, if it still can.
@@ -204,25 +172,5 @@ func (l *Limiter) cancelKey(r *reservation) {
 		r.s.CancelReservation(r.tat, r.n)
 		return
 	}
-	for t, i := r.t, r.i; i >= 0; {
-		_, st := l.bucket.CancelWord(t.Word(i), r.wtat, r.n)
-		if st == word.Live || t.Word(i).Load() != word.Moved {
-			return // given back, spent for good, or the key was removed
-		}
-		t, i = l.flat.Find(r.id) // moved by a resize, which copies the word as it was
-	}
-}
-
-// reserveGlobal reserves n of the global cap.
-func (l *Limiter) reserveGlobal(g *atomicbucket.Bucket, now int64, limit time.Duration, r *reservation) (time.Duration, bool) {
-	for {
-		wait, tat, ok, live := g.ReserveN(now, r.n, limit)
-		if live {
-			if ok {
-				r.g, r.gtat = g, tat
-			}
-			return wait, ok
-		}
-		g = l.nextGlobal(g, now)
-	}
+	l.returnWord(r.id, r.t, r.i, 0, r.n, true, r.wtat)
 }

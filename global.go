@@ -1,0 +1,80 @@
+package floodgate
+
+import (
+	"time"
+
+	"github.com/floodgate-go/floodgate/atomicbucket"
+)
+
+// The global cap (Config.Global) is one atomicbucket.Bucket over all keys
+// together, asked after the key's own state. When it refuses, the key's
+// grant is given back, so that the key is not punished twice. Its bucket
+// retires only to move its time origin; a request that meets a retired
+// one installs the successor and asks again.
+
+// refusedByGlobal takes one unit from the global cap, if there is one, and
+// reports whether the cap refused it: the caller then refunds the key's own
+// grant. The check for a cap inlines into the request; the cap itself is a
+// call.
+func (l *Limiter) refusedByGlobal(now int64) bool {
+	g := l.global.Load()
+	return g != nil && l.refusedBy(g, now)
+}
+
+// refusedBy is refusedByGlobal's work on the cap g, out of line so that
+// the check before it inlines.
+func (l *Limiter) refusedBy(g *atomicbucket.Bucket, now int64) bool {
+	allowed, live := g.Take(now, 1)
+	for !live {
+		g = l.nextGlobal(g, now)
+		allowed, live = g.Take(now, 1)
+	}
+	if !allowed && l.count != nil {
+		l.count.deniedByGlobal.Inc()
+	}
+	return !allowed
+}
+
+// allowGlobal asks the global cap g for n units at now, following its
+// successors, and returns its Decision and the bucket that answered.
+// A refusal is counted, with Config.Stats.
+func (l *Limiter) allowGlobal(g *atomicbucket.Bucket, now, n int64) (atomicbucket.Decision, *atomicbucket.Bucket) {
+	d, live := g.AllowN(now, n)
+	for !live {
+		g = l.nextGlobal(g, now)
+		d, live = g.AllowN(now, n)
+	}
+	if !d.Allowed && l.count != nil {
+		l.count.deniedByGlobal.Inc()
+	}
+	return d, g
+}
+
+// nextGlobal replaces a retired global bucket (it retires only to move its
+// time origin) with its successor.
+func (l *Limiter) nextGlobal(g *atomicbucket.Bucket, now int64) *atomicbucket.Bucket {
+	l.global.CompareAndSwap(g, g.Successor(now))
+	return l.global.Load()
+}
+
+// reserveGlobal reserves n of the global cap.
+func (l *Limiter) reserveGlobal(g *atomicbucket.Bucket, now int64, limit time.Duration, r *reservation) (time.Duration, bool) {
+	for {
+		wait, tat, ok, live := g.ReserveN(now, r.n, limit)
+		if live {
+			if ok {
+				r.g, r.gtat = g, tat
+			}
+			return wait, ok
+		}
+		g = l.nextGlobal(g, now)
+	}
+}
+
+// returnGlobal gives the global cap g back n units that a request took at
+// now and a later check refused, following its successors.
+func (l *Limiter) returnGlobal(g *atomicbucket.Bucket, now, n int64) {
+	for !g.Refund(n) {
+		g = l.nextGlobal(g, now)
+	}
+}

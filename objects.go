@@ -1,0 +1,227 @@
+package floodgate
+
+import (
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate/registry"
+)
+
+// The object engine: the sliding log, the mutex twins and registered
+// algorithms keep a State object per key, out of line, behind a pointer
+// beside the key's slot in the flat table (or in the reference registry,
+// when a test or bench/ asks for it). Every loop over the objects'
+// protocol is in this file.
+//
+// The protocol. A request loads its key's State (creating it on first
+// use) and calls it. A State that has retired (evicted, reset, or moved
+// on by itself) answers "not live" and changes nothing; the request then
+// asks the key's successor state, which the table installs under the
+// shard's lock (successor), and goes on there. Retirement is atomic with
+// respect to every grant (see State), so a grant lands on exactly one
+// state. Allow's path, for a key already held: hash the key, find the
+// slot (state), load the pointer, and call the State's Take through its
+// interface (takeObject).
+
+// box holds a State in the flat table: a slot's pointer must name a type.
+type box struct{ s State }
+
+// takeObject is Allow's request on key's state at now: one unit, the
+// verdict only. It is onObject's loop for opTake, written out on its own
+// because it is the engine's hottest path: in the general loop, the
+// spills of its other requests' arguments cost the mutex twins 6% of
+// their Allow (results/house/).
+func (l *Limiter) takeObject(key string, now int64) (allowed bool, s State) {
+	id := l.objectID(key)
+	s = l.state(key, id, now)
+	allowed, live := s.Take(now, 1)
+	for !live {
+		s = l.successor(key, id, s, now)
+		allowed, live = s.Take(now, 1)
+	}
+	return allowed, s
+}
+
+// onObject applies the request op (opAllow or opReserve), for n units,
+// to key's state at now, following the line of successors past retired
+// states. It returns the verdict, with the rest of the answer in a, as
+// onWord does, the state that answered, for a refund or a cancellation,
+// and the key's identity in the flat table.
+func (l *Limiter) onObject(key string, now int64, op op, n int64, a *answer) (ok bool, s State, id registry.ID) {
+	id = l.objectID(key)
+	s = l.state(key, id, now)
+	for {
+		var live bool
+		if op == opAllow {
+			a.d, live = s.AllowN(now, n)
+			ok = a.d.Allowed
+		} else {
+			a.wait, a.stat, ok, live = s.(reserver).ReserveN(now, n, a.maxWait)
+		}
+		if live {
+			return ok, s, id
+		}
+		s = l.successor(key, id, s, now)
+	}
+}
+
+// returnObject gives a key's state back a grant of n at now that a later
+// check refused, along the line of successors if the state retired
+// carrying it.
+func (l *Limiter) returnObject(s State, now, n int64) {
+	for !s.Refund(now, n) {
+		s = s.Successor(now)
+	}
+}
+
+// objectID is the key's identity in the flat table; the reference
+// registry hashes the key itself.
+func (l *Limiter) objectID(key string) registry.ID {
+	if l.ref != nil {
+		return registry.ID{}
+	}
+	return l.id(key)
+}
+
+// state returns key's state, creating it on first use.
+func (l *Limiter) state(key string, id registry.ID, now int64) State {
+	if l.ref != nil {
+		if s, ok := l.ref.Load(key); ok {
+			return s
+		}
+		return l.ref.LoadOrCreate(key, func() State { return l.newState(now) })
+	}
+	for {
+		t, i := l.flat.Find(id)
+		if i < 0 {
+			t, i = l.flat.Insert(id, now, func(*registry.Table) (uint64, unsafe.Pointer, bool) {
+				return 0, unsafe.Pointer(&box{l.newObject(id, now)}), true
+			})
+		}
+		if b := (*box)(t.Ptr(i)); b != nil {
+			return b.s
+		}
+		// Removed between finding and reading: look again.
+	}
+}
+
+// newObject makes the state of key id, not held now: as newState, or, if
+// the sketch remembers the key as spent until later, as restrictive as that.
+func (l *Limiter) newObject(id registry.ID, now int64) State {
+	at := max(now, l.evictedAt.Load())
+	if spent := l.sketch.spent(id); spent > at {
+		return l.alg.(spentAlgorithm).newSpent(at, spent)
+	}
+	return l.alg.NewState(at)
+}
+
+// successor moves key on from a retired state to the one that replaces it.
+// In the flat table a key that is no longer held is created anew (the
+// sketch and the latest eviction's instant make it no looser than what
+// was evicted); one still held by the retired state gets its successor.
+func (l *Limiter) successor(key string, id registry.ID, s State, now int64) State {
+	if l.ref != nil {
+		return l.ref.Replace(key, s, s.Successor(now))
+	}
+	p := l.flat.Replace(id, func(cur unsafe.Pointer) unsafe.Pointer {
+		if (*box)(cur).s == s {
+			return unsafe.Pointer(&box{s.Successor(now)})
+		}
+		return cur
+	})
+	if p == nil {
+		return l.state(key, id, now)
+	}
+	return (*box)(p).s
+}
+
+// newState makes the state of a key not held now: full at now, unless an
+// eviction since then may have removed it, in which case full only from the
+// eviction's instant on.
+func (l *Limiter) newState(now int64) State {
+	return l.alg.NewState(max(now, l.evictedAt.Load()))
+}
+
+// peekObject is Peek for key: its state if it is held, or the state it
+// would be made with now. It creates nothing.
+func (l *Limiter) peekObject(key string, now int64) Decision {
+	var s State
+	if l.ref != nil {
+		var ok bool
+		if s, ok = l.ref.Load(key); !ok {
+			s = l.newState(now)
+		}
+	} else {
+		id := l.id(key)
+		if t, i := l.flat.Find(id); i >= 0 {
+			if b := (*box)(t.Ptr(i)); b != nil {
+				s = b.s
+			}
+		}
+		if s == nil {
+			s = l.newObject(id, now)
+		}
+	}
+	d, live := s.Peek(now)
+	for !live {
+		s = s.Successor(now)
+		d, live = s.Peek(now)
+	}
+	return d
+}
+
+// resetObject removes key, retiring its state, so that a request holding
+// the state moves on to a fresh one.
+func (l *Limiter) resetObject(key string) {
+	if l.ref != nil {
+		l.ref.Remove(key, State.Retire)
+		return
+	}
+	l.flat.Remove(l.id(key), func(t *registry.Table, i int) { (*box)(t.Ptr(i)).s.Retire() })
+}
+
+// evictIdleObjects removes every state that answers at now as a new one
+// would, and returns how many it removed.
+func (l *Limiter) evictIdleObjects(now int64) int {
+	if l.ref != nil {
+		return l.ref.DeleteIf(func(_ string, s State) bool { return s.RetireIdle(now) })
+	}
+	return l.flat.DeleteIf(func(t *registry.Table, i int) bool { return (*box)(t.Ptr(i)).s.RetireIdle(now) })
+}
+
+// objectSpent is the flat table's Spent hook for states out of line: the
+// instant a Peek says the state is full again.
+func (l *Limiter) objectSpent(t *registry.Table, i int, now int64) int64 {
+	b := (*box)(t.Ptr(i))
+	if b == nil {
+		return math.MinInt64
+	}
+	d, live := b.s.Peek(now)
+	if !live || d.ResetAfter <= 0 {
+		return math.MinInt64
+	}
+	return now + int64(min(d.ResetAfter, time.Duration(math.MaxInt64-max(now, 0))))
+}
+
+// evictObject is the flat table's Evict hook for states out of line.
+func (l *Limiter) evictObject(t *registry.Table, i int, now int64) {
+	l.evictedAtBound.Inc()
+	if at := (*box)(t.Ptr(i)).s.(spentState).Evict(now); at != math.MinInt64 {
+		l.sketch.record(t.ID(i), at)
+	}
+}
+
+// spentAlgorithm is an Algorithm whose states can be evicted at MaxKeys:
+// it makes a state that is new only from a given instant on.
+type spentAlgorithm interface {
+	newSpent(now, spent int64) State
+}
+
+// spentState is a State that can be evicted at MaxKeys: Evict retires it
+// for good (its successor is new) and returns, in the same atomic step,
+// the instant from which it would have answered as a new state, or
+// math.MinInt64 if it already did at now.
+type spentState interface {
+	Evict(now int64) int64
+}
