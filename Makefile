@@ -49,7 +49,7 @@ race:
 	@set -e; for m in $(MODULES); do echo "tests: $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...); done
 
 chaos:
-	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./shardedlog ./stress .
+	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./atomicwindow ./shardedlog ./stress .
 
 # The platforms users deploy on, from this amd64 machine. arm64: every
 # package's tests in every module, the fuzz seeds and the stress suite
@@ -93,7 +93,7 @@ stress:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./atomicbucket
 	$(GO) test -run '^$$' -fuzz '^FuzzReserveTwins$$' -fuzztime $(FUZZTIME) ./atomicbucket
-	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
+	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./atomicwindow
 	$(GO) test -run '^$$' -fuzz '^FuzzLogTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiterTwins$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) .

@@ -77,10 +77,6 @@ type Factory func(rule Rule) (Algorithm, error)
 // per key, exact in integer arithmetic (see the package documentation).
 const TokenBucket = "token_bucket"
 
-// TokenBucketMutex names the token bucket's mutex twin: the same answers,
-// behind a mutex per key. It exists for comparison in tests and benchmarks.
-const TokenBucketMutex = "token_bucket_mutex"
-
 var algorithms = struct {
 	sync.RWMutex
 	m map[string]Factory
@@ -97,7 +93,7 @@ func Register(name string, f Factory) error {
 	}
 	algorithms.Lock()
 	defer algorithms.Unlock()
-	if _, taken := algorithms.m[name]; taken {
+	if _, taken := algorithms.m[name]; taken || twins[name] != nil {
 		return fmt.Errorf("floodgate: algorithm %q is already registered", name)
 	}
 	algorithms.m[name] = f
@@ -116,7 +112,23 @@ func Algorithms() []string {
 	return names
 }
 
-func lookup(name string) (Factory, error) {
+// twins are the built-in algorithms' mutex twins, by name (see
+// internal/hook): the references the tests hold each lock-free algorithm
+// to. They are not offered to users: Algorithms does not list them, and
+// New finds them only in a Config that internal/hook marked. Written only
+// at init.
+var twins = map[string]Factory{}
+
+// lookup finds the factory of the algorithm name; with twin set, the
+// mutex twins' names are found too.
+func lookup(name string, twin bool) (Factory, error) {
+	if f, ok := twins[name]; ok {
+		if twin {
+			return f, nil
+		}
+		return nil, fmt.Errorf("floodgate: %q is the mutex twin of %q, a reference kept for floodgate's tests and benchmarks, not an algorithm to choose; use %q",
+			name, strings.TrimSuffix(name, "_mutex"), strings.TrimSuffix(name, "_mutex"))
+	}
 	algorithms.RLock()
 	f, ok := algorithms.m[name]
 	algorithms.RUnlock()
@@ -145,3 +157,6 @@ func mustRegister(name string, f Factory) {
 		panic(err)
 	}
 }
+
+// registerTwin records the mutex twin of a built-in algorithm, at init.
+func registerTwin(name string, f Factory) { twins[name] = f }

@@ -3,10 +3,12 @@ package floodgate_test
 import (
 	"math/big"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/hook"
 )
 
 // grant is one admitted request in FuzzConfig: its key, instant and cost.
@@ -20,9 +22,9 @@ type grant struct {
 // built-in ones, and not Algorithms(), which also lists whatever other
 // tests of the package registered before it ran.
 var builtins = []string{
-	floodgate.FixedWindow, floodgate.FixedWindowMutex, floodgate.LeakyBucket, floodgate.LeakyBucketMutex,
-	floodgate.SlidingCounter, floodgate.SlidingCounterMutex, floodgate.SlidingLog, floodgate.SlidingLogMutex,
-	floodgate.TokenBucket, floodgate.TokenBucketMutex,
+	floodgate.FixedWindow, hook.FixedWindowMutex, floodgate.LeakyBucket, hook.LeakyBucketMutex,
+	floodgate.SlidingCounter, hook.SlidingCounterMutex, floodgate.SlidingLog, hook.SlidingLogMutex,
+	floodgate.TokenBucket, hook.TokenBucketMutex,
 }
 
 // FuzzConfig builds a Limiter from a random Config: any registered
@@ -73,7 +75,7 @@ func FuzzConfig(f *testing.F) {
 		}
 		clock := floodgate.NewManualClock(1 << 40)
 		cfg.Clock = clock
-		l, err := floodgate.New(cfg)
+		l, err := floodgate.New(hook.Twins(cfg).(floodgate.Config))
 		if err != nil {
 			return // refused, as it may be; the point is that it did not panic
 		}
@@ -130,9 +132,9 @@ func FuzzConfig(f *testing.F) {
 func checkInvariant(t *testing.T, name string, r floodgate.Rule, gs []grant) {
 	t.Helper()
 	switch name {
-	case floodgate.TokenBucket, floodgate.TokenBucketMutex, floodgate.LeakyBucket, floodgate.LeakyBucketMutex:
+	case floodgate.TokenBucket, hook.TokenBucketMutex, floodgate.LeakyBucket, hook.LeakyBucketMutex:
 		checkBucket(t, name, r, r.Capacity(), gs)
-	case floodgate.FixedWindow, floodgate.FixedWindowMutex, floodgate.SlidingCounter, floodgate.SlidingCounterMutex:
+	case floodgate.FixedWindow, hook.FixedWindowMutex, floodgate.SlidingCounter, hook.SlidingCounterMutex:
 		per := map[int64]int64{}
 		for _, g := range gs {
 			k := g.at / int64(r.Period) // the clock is positive: floor
@@ -140,7 +142,7 @@ func checkInvariant(t *testing.T, name string, r floodgate.Rule, gs []grant) {
 				t.Fatalf("%s %+v: window %d admitted %d", name, r, k, per[k])
 			}
 		}
-	case floodgate.SlidingLog, floodgate.SlidingLogMutex:
+	case floodgate.SlidingLog, hook.SlidingLogMutex:
 		for j := range gs {
 			sum := int64(0)
 			for i := j; i >= 0 && gs[i].at > gs[j].at-int64(r.Period); i-- {
@@ -178,14 +180,27 @@ func checkBucket(t *testing.T, name string, r floodgate.Rule, capacity int64, gs
 }
 
 // TestBuiltinsAreRegistered keeps FuzzConfig's list in step with the
-// algorithms the package registers itself.
+// algorithms the package registers itself: each is registered, and
+// offered by Algorithms, unless it is a mutex twin, which Algorithms never
+// lists and New builds only through internal/hook.
 func TestBuiltinsAreRegistered(t *testing.T) {
 	if !slices.IsSorted(builtins) {
 		t.Fatal("builtins is not sorted")
 	}
 	for _, name := range builtins {
-		if !slices.Contains(floodgate.Algorithms(), name) {
-			t.Errorf("%q is not registered", name)
+		twin := strings.HasSuffix(name, "_mutex")
+		if slices.Contains(floodgate.Algorithms(), name) == twin {
+			t.Errorf("%q: listed by Algorithms is %v, a mutex twin is %v", name, !twin, twin)
+		}
+		cfg := floodgate.Config{Algorithm: name, Rule: floodgate.Rule{Limit: 1, Period: time.Second}}
+		if _, err := floodgate.New(hook.Twins(cfg).(floodgate.Config)); err != nil {
+			t.Errorf("%q through internal/hook: %v", name, err)
+		}
+		if _, err := floodgate.New(cfg); (err != nil) != twin {
+			t.Errorf("%q by name: New returned %v", name, err)
+		}
+		if err := floodgate.Register(name, func(floodgate.Rule) (floodgate.Algorithm, error) { return nil, nil }); err == nil {
+			t.Errorf("%q could be registered again", name)
 		}
 	}
 }

@@ -11,12 +11,12 @@ import (
 // pairs are the algorithms that must answer alike: each lock-free
 // algorithm and its mutex twin, and the token bucket and the leaky bucket.
 var pairs = [][2]string{
-	{floodgate.TokenBucket, floodgate.TokenBucketMutex},
-	{floodgate.LeakyBucket, floodgate.LeakyBucketMutex},
-	{floodgate.TokenBucket, floodgate.LeakyBucketMutex},
-	{floodgate.FixedWindow, floodgate.FixedWindowMutex},
-	{floodgate.SlidingCounter, floodgate.SlidingCounterMutex},
-	{floodgate.SlidingLog, floodgate.SlidingLogMutex},
+	{floodgate.TokenBucket, hook.TokenBucketMutex},
+	{floodgate.LeakyBucket, hook.LeakyBucketMutex},
+	{floodgate.TokenBucket, hook.LeakyBucketMutex},
+	{floodgate.FixedWindow, hook.FixedWindowMutex},
+	{floodgate.SlidingCounter, hook.SlidingCounterMutex},
+	{floodgate.SlidingLog, hook.SlidingLogMutex},
 }
 
 // onXsync are the algorithms run against themselves on the reference
@@ -54,11 +54,11 @@ func FuzzLimiterTwins(f *testing.F) {
 			g = &floodgate.Rule{Limit: rule.Limit + 2, Period: rule.Period}
 		}
 		ca, cm := floodgate.NewManualClock(1<<50), floodgate.NewManualClock(1<<50)
-		a, err := floodgate.New(floodgate.Config{Algorithm: algs[0], Rule: rule, Global: g, Clock: ca})
+		a, err := floodgate.New(hook.Twins(floodgate.Config{Algorithm: algs[0], Rule: rule, Global: g, Clock: ca}).(floodgate.Config))
 		if err != nil {
 			t.Fatal(err)
 		}
-		mc := floodgate.Config{Algorithm: algs[1], Rule: rule, Global: g, Clock: cm}
+		mc := hook.Twins(floodgate.Config{Algorithm: algs[1], Rule: rule, Global: g, Clock: cm}).(floodgate.Config)
 		if reference {
 			mc = hook.Reference(mc).(floodgate.Config)
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/hook"
 	"go.uber.org/goleak"
 )
 
@@ -29,10 +30,10 @@ func closeTogether(stop func()) {
 // still evicts; only the background sweep is gone.
 func TestCloseIsIdempotent(t *testing.T) {
 	defer goleak.VerifyNone(t)
-	for _, alg := range floodgate.Algorithms() {
+	for _, alg := range every {
 		clock := floodgate.NewManualClock(0)
-		l, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Hour},
-			Clock: clock, IdleTTL: time.Minute})
+		l, err := floodgate.New(hook.Twins(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Hour},
+			Clock: clock, IdleTTL: time.Minute}).(floodgate.Config))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,9 +38,9 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/atomicwindow"
 	"github.com/floodgate-go/floodgate/internal/hook"
 	"github.com/floodgate-go/floodgate/registry"
-	"github.com/floodgate-go/floodgate/shardedlog"
 	"github.com/puzpuzpuz/xsync/v4"
 	"golang.org/x/sys/cpu"
 )
@@ -74,12 +74,18 @@ type Config struct {
 	// Set only through internal/hook, by tests and bench/.
 	reference bool                         // keep keys in the reference registry
 	ids       func(key string) registry.ID // identify keys by this instead of the keyed hash
+	twins     bool                         // Algorithm may name a mutex twin
 }
 
 func init() {
 	hook.Reference = func(c any) any {
 		cfg := c.(Config)
 		cfg.reference = true
+		return cfg
+	}
+	hook.Twins = func(c any) any {
+		cfg := c.(Config)
+		cfg.twins = true
 		return cfg
 	}
 	hook.IDs = func(c any, id func(string) (uint64, uint64)) any {
@@ -98,7 +104,7 @@ type kind uint8
 const (
 	objects     kind = iota // out of line: a State per key
 	bucketWords             // inline: an atomicbucket word per slot
-	windowWords             // inline: a shardedlog window word per slot
+	windowWords             // inline: an atomicwindow word per slot
 )
 
 // A Limiter applies one Rule to every key: each key (a client's address,
@@ -126,7 +132,7 @@ const (
 type Limiter struct {
 	kind     kind
 	bucket   atomicbucket.Params // for bucketWords
-	window   shardedlog.Params   // for windowWords
+	window   atomicwindow.Params // for windowWords
 	capacity int64
 	clock    Clock         // nil for SystemClock, read without an interface call
 	coarse   *CoarseClock  // set when clock is a ticking CoarseClock: read without an interface call
@@ -169,7 +175,7 @@ func New(cfg Config) (*Limiter, error) {
 	if err := cfg.Rule.Validate(); err != nil {
 		return nil, fmt.Errorf("floodgate: %w", err)
 	}
-	factory, err := lookup(name)
+	factory, err := lookup(name, cfg.twins)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +258,7 @@ func (l *Limiter) build(cfg Config) {
 	case lockFreeBucket:
 		l.kind, l.bucket = bucketWords, atomicbucket.Params(a)
 	case lockFreeWindows:
-		l.kind, l.window = windowWords, shardedlog.Params(a)
+		l.kind, l.window = windowWords, atomicwindow.Params(a)
 	}
 	fc := registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.kind == objects}
 	switch l.kind {

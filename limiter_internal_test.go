@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"github.com/floodgate-go/floodgate/internal/hook"
 	"testing"
 	"time"
 
@@ -68,9 +69,9 @@ func TestSweeperStarts(t *testing.T) {
 // created again; the request that held the orphan must not consume from it
 // but move on to the live state.
 func TestEvictionRaceUnit(t *testing.T) {
-	for _, alg := range []string{TokenBucket, TokenBucketMutex} {
+	for _, alg := range []string{TokenBucket, hook.TokenBucketMutex} {
 		clock := NewManualClock(0)
-		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, reference: true})
+		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, reference: true, twins: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,14 +1,18 @@
 package floodgate
 
 import (
+	"github.com/floodgate-go/floodgate/internal/hook"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
+// mustLimiter builds cfg's Limiter, whose Algorithm may name a mutex twin
+// (internal/hook's names).
 func mustLimiter(t testing.TB, cfg Config) *Limiter {
 	t.Helper()
+	cfg.twins = true
 	l, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +135,7 @@ func TestLimitsRefundGlobal(t *testing.T) {
 // be dropped under concurrency (it is then charged for refused requests,
 // never the reverse).
 func TestLimitsConcurrent(t *testing.T) {
-	for _, alg := range []string{TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog, TokenBucketMutex} {
+	for _, alg := range []string{TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog, hook.TokenBucketMutex} {
 		t.Run(alg, func(t *testing.T) {
 			clock := NewManualClock(0)
 			loose := mustLimiter(t, Config{Algorithm: alg, Rule: Rule{Limit: 100, Period: time.Hour}, Clock: clock})

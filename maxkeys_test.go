@@ -13,9 +13,9 @@ import (
 
 // every is each built-in algorithm and twin.
 var every = []string{
-	floodgate.TokenBucket, floodgate.TokenBucketMutex, floodgate.LeakyBucket, floodgate.LeakyBucketMutex,
-	floodgate.FixedWindow, floodgate.FixedWindowMutex, floodgate.SlidingCounter, floodgate.SlidingCounterMutex,
-	floodgate.SlidingLog, floodgate.SlidingLogMutex,
+	floodgate.TokenBucket, hook.TokenBucketMutex, floodgate.LeakyBucket, hook.LeakyBucketMutex,
+	floodgate.FixedWindow, hook.FixedWindowMutex, floodgate.SlidingCounter, hook.SlidingCounterMutex,
+	floodgate.SlidingLog, hook.SlidingLogMutex,
 }
 
 func TestMaxKeysRejects(t *testing.T) {
@@ -206,10 +206,10 @@ func TestMaxKeysHeapBound(t *testing.T) {
 	if testmain.Quick() {
 		keys = 30_000
 	}
-	for _, alg := range []string{floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingLog, floodgate.TokenBucketMutex} {
+	for _, alg := range []string{floodgate.TokenBucket, floodgate.FixedWindow, floodgate.SlidingLog, hook.TokenBucketMutex} {
 		const maxKeys = 10_000
 		perKey := uint64(64)
-		if alg == floodgate.SlidingLog || alg == floodgate.TokenBucketMutex {
+		if alg == floodgate.SlidingLog || alg == hook.TokenBucketMutex {
 			perKey = 320
 		}
 		names := make([]string, keys)

@@ -4,26 +4,24 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/hook"
 )
 
 // LeakyBucket names the leaky bucket as a meter: a level that drains at
 // Limit per Period from capacity Burst (Limit when 0); a request of cost n
 // passes if and only if level + n ≤ capacity, and then the level rises by
 // n. Its decisions are the token bucket's for the same rule and sequence —
-// both are GCRA — so its lock-free form is the same atomic bucket.
-// LeakyBucketMutex is the meter in its textbook form (a level and the time
-// it was last raised) behind a mutex, written independently; the tests hold
+// both are GCRA — so its lock-free form is the same atomic bucket. Its
+// mutex twin is the meter in its textbook form (a level and the time it
+// was last raised) behind a mutex, written independently; the tests hold
 // the lock-free bucket against it.
-const (
-	LeakyBucket      = "leaky_bucket"
-	LeakyBucketMutex = "leaky_bucket_mutex"
-)
+const LeakyBucket = "leaky_bucket"
 
 func init() {
 	mustRegister(TokenBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
-	mustRegister(TokenBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return mutexBucket(p) }))
+	registerTwin(hook.TokenBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return mutexBucket(p) }))
 	mustRegister(LeakyBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
-	mustRegister(LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
+	registerTwin(hook.LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
 }
 
 // lockFreeBucket is the token_bucket algorithm: one atomicbucket.Bucket per key.
@@ -56,7 +54,7 @@ func (s *bucketState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) 
 func (s *bucketState) Retire()                   { s.b().Retire() }
 func (s *bucketState) Successor(now int64) State { return (*bucketState)(s.b().Successor(now)) }
 
-// mutexBucket is the token_bucket_mutex algorithm.
+// mutexBucket is the token bucket's mutex twin.
 type mutexBucket atomicbucket.Params
 
 func (a mutexBucket) NewState(now int64) State {
@@ -84,7 +82,7 @@ func (s *mutexState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
 func (s *mutexState) Retire()                   { s.b().Retire() }
 func (s *mutexState) Successor(now int64) State { return (*mutexState)(s.b().Successor(now)) }
 
-// leakyMeter is the leaky_bucket_mutex algorithm.
+// leakyMeter is the leaky bucket's mutex twin.
 type leakyMeter atomicbucket.Params
 
 func (a leakyMeter) NewState(now int64) State {

@@ -20,9 +20,9 @@ var waitAlgorithms = []struct {
 	make func(t testing.TB, cfg Config) *Limiter
 }{
 	{TokenBucket, waitLimiter(TokenBucket, false)},
-	{TokenBucketMutex, waitLimiter(TokenBucketMutex, false)},
+	{hook.TokenBucketMutex, waitLimiter(hook.TokenBucketMutex, false)},
 	{LeakyBucket, waitLimiter(LeakyBucket, false)},
-	{LeakyBucketMutex, waitLimiter(LeakyBucketMutex, false)},
+	{hook.LeakyBucketMutex, waitLimiter(hook.LeakyBucketMutex, false)},
 	{TokenBucket + "/reference", waitLimiter(TokenBucket, true)},
 }
 
@@ -193,7 +193,7 @@ func TestWaitErrors(t *testing.T) {
 	if clock.Waiting() != 0 {
 		t.Fatal("a failed Wait left a wake")
 	}
-	for _, alg := range []string{FixedWindow, SlidingCounter, SlidingLog, FixedWindowMutex} {
+	for _, alg := range []string{FixedWindow, SlidingCounter, SlidingLog, hook.FixedWindowMutex} {
 		w := mustLimiter(t, Config{Algorithm: alg, Rule: Rule{Limit: 1, Period: time.Hour}, Clock: clock})
 		if err := w.Wait(context.Background(), "k"); !errors.Is(err, ErrCannotWait) {
 			t.Errorf("%s: %v", alg, err)

@@ -2,25 +2,22 @@ package floodgate
 
 import (
 	"fmt"
-
-	"github.com/floodgate-go/floodgate/shardedlog"
+	"github.com/floodgate-go/floodgate/atomicwindow"
+	"github.com/floodgate-go/floodgate/internal/hook"
 )
 
-// Names of the window algorithms, and of their mutex twins (for comparison
-// in tests and benchmarks). Rule.Burst has no meaning for a window: it must
-// be 0 or equal to Limit.
+// Names of the window algorithms. Rule.Burst has no meaning for a window:
+// it must be 0 or equal to Limit.
 const (
-	FixedWindow         = "fixed_window"
-	FixedWindowMutex    = "fixed_window_mutex"
-	SlidingCounter      = "sliding_counter"
-	SlidingCounterMutex = "sliding_counter_mutex"
+	FixedWindow    = "fixed_window"
+	SlidingCounter = "sliding_counter"
 )
 
 func init() {
-	mustRegister(FixedWindow, windowFactory(shardedlog.Fixed, false))
-	mustRegister(FixedWindowMutex, windowFactory(shardedlog.Fixed, true))
-	mustRegister(SlidingCounter, windowFactory(shardedlog.Sliding, false))
-	mustRegister(SlidingCounterMutex, windowFactory(shardedlog.Sliding, true))
+	mustRegister(FixedWindow, windowFactory(atomicwindow.Fixed, false))
+	registerTwin(hook.FixedWindowMutex, windowFactory(atomicwindow.Fixed, true))
+	mustRegister(SlidingCounter, windowFactory(atomicwindow.Sliding, false))
+	registerTwin(hook.SlidingCounterMutex, windowFactory(atomicwindow.Sliding, true))
 }
 
 // windowBurst rejects a Burst that a window algorithm would have to ignore.
@@ -31,12 +28,12 @@ func windowBurst(r Rule) error {
 	return nil
 }
 
-func windowFactory(kind shardedlog.Kind, mutex bool) Factory {
+func windowFactory(kind atomicwindow.Kind, mutex bool) Factory {
 	return func(r Rule) (Algorithm, error) {
 		if err := windowBurst(r); err != nil {
 			return nil, err
 		}
-		p, err := shardedlog.NewParams(kind, r.Limit, r.Period)
+		p, err := atomicwindow.NewParams(kind, r.Limit, r.Period)
 		if err != nil {
 			return nil, err
 		}
@@ -47,15 +44,15 @@ func windowFactory(kind shardedlog.Kind, mutex bool) Factory {
 	}
 }
 
-type lockFreeWindows shardedlog.Params
+type lockFreeWindows atomicwindow.Params
 
 func (a lockFreeWindows) NewState(now int64) State {
-	return (*windowState)(shardedlog.New(shardedlog.Params(a), now))
+	return (*windowState)(atomicwindow.New(atomicwindow.Params(a), now))
 }
 
-type windowState shardedlog.Window
+type windowState atomicwindow.Window
 
-func (s *windowState) w() *shardedlog.Window { return (*shardedlog.Window)(s) }
+func (s *windowState) w() *atomicwindow.Window { return (*atomicwindow.Window)(s) }
 
 func (s *windowState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.w().AllowN(now, n)
@@ -74,15 +71,15 @@ func (s *windowState) RetireIdle(now int64) bool { return s.w().RetireIdle(now) 
 func (s *windowState) Retire()                   { s.w().Retire() }
 func (s *windowState) Successor(now int64) State { return (*windowState)(s.w().Successor(now)) }
 
-type mutexWindows shardedlog.Params
+type mutexWindows atomicwindow.Params
 
 func (a mutexWindows) NewState(now int64) State {
-	return (*mutexWindowState)(shardedlog.NewMutex(shardedlog.Params(a), now))
+	return (*mutexWindowState)(atomicwindow.NewMutex(atomicwindow.Params(a), now))
 }
 
-type mutexWindowState shardedlog.MutexWindow
+type mutexWindowState atomicwindow.MutexWindow
 
-func (s *mutexWindowState) w() *shardedlog.MutexWindow { return (*shardedlog.MutexWindow)(s) }
+func (s *mutexWindowState) w() *atomicwindow.MutexWindow { return (*atomicwindow.MutexWindow)(s) }
 
 func (s *mutexWindowState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.w().AllowN(now, n)
@@ -103,107 +100,11 @@ func (s *mutexWindowState) Successor(now int64) State {
 	return (*mutexWindowState)(s.w().Successor(now))
 }
 
-// SlidingLog names the exact sliding window log: a request of cost n is
-// allowed if and only if the cost admitted in (now − Period, now] plus n is
-// at most Limit. Lock-free on amd64 (CMPXCHG16B) and arm64 (CASPAL, or
-// LDAXP/STLXP without LSE); on other architectures it is served by its
-// mutex twin, SlidingLogMutex. Burst must be
-// 0 or Limit; Limit is at most 4,194,302.
-const (
-	SlidingLog      = "sliding_log"
-	SlidingLogMutex = "sliding_log_mutex"
-)
-
-func init() {
-	mustRegister(SlidingLog, logFactory(!shardedlog.LockFreeLog()))
-	mustRegister(SlidingLogMutex, logFactory(true))
-}
-
-func logFactory(mutex bool) Factory {
-	return func(r Rule) (Algorithm, error) {
-		if err := windowBurst(r); err != nil {
-			return nil, err
-		}
-		p, err := shardedlog.NewLogParams(r.Limit, r.Period)
-		if err != nil {
-			return nil, err
-		}
-		if mutex {
-			return mutexLogs(p), nil
-		}
-		return lockFreeLogs(p), nil
-	}
-}
-
-type lockFreeLogs shardedlog.LogParams
-
-func (a lockFreeLogs) NewState(now int64) State {
-	return (*logState)(shardedlog.NewLog(shardedlog.LogParams(a), now))
-}
-
-type logState shardedlog.Log
-
-func (s *logState) l() *shardedlog.Log { return (*shardedlog.Log)(s) }
-
-func (s *logState) AllowN(now, n int64) (Decision, bool) {
-	d, live := s.l().AllowN(now, n)
-	return fromCore(d), live
-}
-
-func (s *logState) Take(now, n int64) (bool, bool) { return s.l().Take(now, n) }
-
-func (s *logState) Peek(now int64) (Decision, bool) {
-	d, live := s.l().Peek(now)
-	return fromCore(d), live
-}
-
-func (s *logState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
-func (s *logState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
-func (s *logState) Retire()                   { s.l().Retire() }
-func (s *logState) Successor(now int64) State { return (*logState)(s.l().Successor(now)) }
-
-type mutexLogs shardedlog.LogParams
-
-func (a mutexLogs) NewState(now int64) State {
-	return (*mutexLogState)(shardedlog.NewMutexLog(shardedlog.LogParams(a), now))
-}
-
-type mutexLogState shardedlog.MutexLog
-
-func (s *mutexLogState) l() *shardedlog.MutexLog { return (*shardedlog.MutexLog)(s) }
-
-func (s *mutexLogState) AllowN(now, n int64) (Decision, bool) {
-	d, live := s.l().AllowN(now, n)
-	return fromCore(d), live
-}
-
-func (s *mutexLogState) Take(now, n int64) (bool, bool) { return s.l().Take(now, n) }
-
-func (s *mutexLogState) Peek(now int64) (Decision, bool) {
-	d, live := s.l().Peek(now)
-	return fromCore(d), live
-}
-
-func (s *mutexLogState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
-func (s *mutexLogState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
-func (s *mutexLogState) Retire()                   { s.l().Retire() }
-func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l().Successor(now)) }
-
 // The methods below let MaxKeys evict a key held out of line without
 // giving it a fresh allowance when it returns (see spentAlgorithm).
 
 func (a mutexWindows) newSpent(now, spent int64) State {
-	return (*mutexWindowState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent))
-}
-
-func (a lockFreeLogs) newSpent(now, spent int64) State {
-	return (*logState)(shardedlog.NewLogSpent(shardedlog.LogParams(a), now, spent))
-}
-
-func (a mutexLogs) newSpent(now, spent int64) State {
-	return (*mutexLogState)(shardedlog.NewMutexLogSpent(shardedlog.LogParams(a), now, spent))
+	return (*mutexWindowState)(atomicwindow.NewMutexSpent(atomicwindow.Params(a), now, spent))
 }
 
 func (s *mutexWindowState) Evict(now int64) int64 { return s.w().Evict(now) }
-func (s *logState) Evict(now int64) int64         { return s.l().Evict(now) }
-func (s *mutexLogState) Evict(now int64) int64    { return s.l().Evict(now) }

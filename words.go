@@ -6,9 +6,9 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/atomicwindow"
 	"github.com/floodgate-go/floodgate/internal/word"
 	"github.com/floodgate-go/floodgate/registry"
-	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
 // The word engine: the states of the token and leaky bucket, the fixed
@@ -93,7 +93,7 @@ func (l *Limiter) onWord(id registry.ID, now int64, op op, n int64, a *answer) (
 			d, st = l.bucket.AllowWord(w, t.Origin, now, n)
 			a.d, ok = fromCore(d), d.Allowed
 		case op == opAllow:
-			var d shardedlog.Decision
+			var d atomicwindow.Decision
 			d, st = l.window.AllowWord(w, t.Origin, now, n)
 			a.d, ok = fromCore(d), d.Allowed
 		case l.kind == bucketWords:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/hook"
 )
 
 // outrun stands for a limiter on a machine faster than any Plenty was made
@@ -81,7 +82,7 @@ func TestPlentyOutrunsAnyMachine(t *testing.T) {
 			t.Run(alg, func(t *testing.T) {
 				r := plentyFor(alg)
 				clock := floodgate.NewManualClock(1 << 40)
-				l, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: r.Limit, Period: r.Period}, Clock: clock})
+				l, err := floodgate.New(hook.Twins(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: r.Limit, Period: r.Period}, Clock: clock}).(floodgate.Config))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -112,11 +112,11 @@ type Impl struct {
 // Floodgate variants: every algorithm, lock-free and its mutex twin, on the
 // SystemClock; and the same on a coarse clock ("-coarse", 1ms resolution).
 var floodgateAlgorithms = []struct{ short, lockFree, mutex string }{
-	{"tb", floodgate.TokenBucket, floodgate.TokenBucketMutex},
-	{"lb", floodgate.LeakyBucket, floodgate.LeakyBucketMutex},
-	{"fw", floodgate.FixedWindow, floodgate.FixedWindowMutex},
-	{"sc", floodgate.SlidingCounter, floodgate.SlidingCounterMutex},
-	{"sl", floodgate.SlidingLog, floodgate.SlidingLogMutex},
+	{"tb", floodgate.TokenBucket, hook.TokenBucketMutex},
+	{"lb", floodgate.LeakyBucket, hook.LeakyBucketMutex},
+	{"fw", floodgate.FixedWindow, hook.FixedWindowMutex},
+	{"sc", floodgate.SlidingCounter, hook.SlidingCounterMutex},
+	{"sl", floodgate.SlidingLog, hook.SlidingLogMutex},
 }
 
 // CoarseResolution is the coarse clock's tick in the "-coarse" variants.
@@ -136,6 +136,7 @@ func floodgateImpl(name, alg string, coarse bool, variant func(floodgate.Config)
 				IdleTTL:   o.IdleTTL,
 				MaxKeys:   o.MaxKeys,
 			}
+			cfg = hook.Twins(cfg).(floodgate.Config) // alg may name a mutex twin
 			if variant != nil {
 				cfg = variant(cfg)
 			}
@@ -160,9 +161,9 @@ func floodgateImpl(name, alg string, coarse bool, variant func(floodgate.Config)
 // plentyFor is Plenty as algorithm alg can hold it.
 func plentyFor(alg string) Rate {
 	switch alg {
-	case floodgate.SlidingCounter, floodgate.SlidingCounterMutex:
+	case floodgate.SlidingCounter, hook.SlidingCounterMutex:
 		return plentyCounter
-	case floodgate.SlidingLog, floodgate.SlidingLogMutex:
+	case floodgate.SlidingLog, hook.SlidingLogMutex:
 		return plentyLog
 	}
 	return Plenty

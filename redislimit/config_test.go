@@ -29,7 +29,7 @@ func TestNewRejects(t *testing.T) {
 		{"negative burst", c, Config{Rule: floodgate.Rule{Limit: 1, Period: time.Second, Burst: -1}}, "Burst"},
 		{"overflowing rule", c, Config{Rule: floodgate.Rule{Limit: 1, Period: 1 << 62, Burst: 1 << 40}}, "burst window"},
 		{"unknown algorithm", c, Config{Algorithm: "token-bucket", Rule: ok}, "unknown algorithm"},
-		{"mutex twin", c, Config{Algorithm: floodgate.TokenBucketMutex, Rule: ok}, "no Redis form"},
+		{"mutex twin", c, Config{Algorithm: "token_bucket_mutex", Rule: ok}, "mutex twin"},
 		{"sliding log", c, Config{Algorithm: floodgate.SlidingLog, Rule: ok}, "no Redis form"},
 		{"window with a burst", c, Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 2, Period: time.Second, Burst: 5}}, "Burst"},
 		{"below a microsecond per token", c, Config{Rule: floodgate.Rule{Limit: 2_000_000, Period: time.Second}}, "below the 1µs"},

@@ -38,7 +38,7 @@ func BenchmarkLogTake(b *testing.B) {
 		{"1K", 1_000_000, time.Millisecond, 100, 1000, false, false},
 		{"1K-parallel", 1_000_000, time.Millisecond, 0, 1000, true, true},
 	} {
-		p := mustLogParams(b, sc.limit, sc.per)
+		p := mustParams(b, sc.limit, sc.per)
 		for _, m := range logMakers(b) {
 			b.Run("scenario="+sc.name+"/impl="+m.name, func(b *testing.B) {
 				logs := make([]twin, sc.keys)

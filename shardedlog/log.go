@@ -11,9 +11,9 @@ import (
 	"github.com/floodgate-go/floodgate/internal/chaos"
 )
 
-// LogParams is a validated rule for the sliding window log: at most Limit
+// Params is a validated rule for the sliding window log: at most Limit
 // cost admitted in any window (now − Period, now].
-type LogParams struct {
+type Params struct {
 	limit  int64
 	period int64
 }
@@ -22,29 +22,29 @@ type LogParams struct {
 // entries) within what the 24-bit entry sequence tells apart.
 const maxLogLimit = 1<<22 - 2
 
-// NewLogParams validates a rule of limit per period for the sliding log.
+// NewParams validates a rule of limit per period for the sliding log.
 // Supported range: limit from 1 to 4,194,302 and any positive period.
-func NewLogParams(limit int64, period time.Duration) (LogParams, error) {
+func NewParams(limit int64, period time.Duration) (Params, error) {
 	switch {
 	case limit <= 0:
-		return LogParams{}, fmt.Errorf("limit must be at least 1, got %d", limit)
+		return Params{}, fmt.Errorf("limit must be at least 1, got %d", limit)
 	case limit > maxLogLimit:
-		return LogParams{}, fmt.Errorf("limit %d is above the sliding log's %d", limit, maxLogLimit)
+		return Params{}, fmt.Errorf("limit %d is above the sliding log's %d", limit, maxLogLimit)
 	case period <= 0:
-		return LogParams{}, fmt.Errorf("period must be positive, got %v", period)
+		return Params{}, fmt.Errorf("period must be positive, got %v", period)
 	}
-	return LogParams{limit: limit, period: int64(period)}, nil
+	return Params{limit: limit, period: int64(period)}, nil
 }
 
 // expired reports whether an entry charged at ts has left the window that
 // ends at t: t − ts ≥ T, computed without overflow.
-func (p *LogParams) expired(ts, t int64) bool {
+func (p *Params) expired(ts, t int64) bool {
 	return ts < t && uint64(t)-uint64(ts) >= uint64(p.period)
 }
 
 // after returns ts + T − t, the wait from t until an entry charged at ts
 // leaves the window: 0 if it already has, Never if it would overflow.
-func (p *LogParams) after(ts, t int64) time.Duration {
+func (p *Params) after(ts, t int64) time.Duration {
 	const flip = 1 << 63 // maps int64 order onto uint64 order
 	sum, carry := bits.Add64(uint64(ts)^flip, uint64(p.period), 0)
 	diff, borrow := bits.Sub64(sum, uint64(t)^flip, 0)
@@ -59,7 +59,7 @@ func (p *LogParams) after(ts, t int64) time.Duration {
 
 // leaves returns ts + T, the instant at which an entry charged at ts has
 // left every window, saturating at math.MaxInt64.
-func (p *LogParams) leaves(ts int64) int64 {
+func (p *Params) leaves(ts int64) int64 {
 	if ts > math.MaxInt64-p.period {
 		return math.MaxInt64
 	}
@@ -69,7 +69,7 @@ func (p *LogParams) leaves(ts int64) int64 {
 // enters returns spent − T, the time at which an entry leaves the window
 // at spent, or math.MinInt64 if that lies before the clock's first
 // instant (the entry then leaves later than spent).
-func (p *LogParams) enters(spent int64) int64 {
+func (p *Params) enters(spent int64) int64 {
 	if spent < math.MinInt64+p.period {
 		return math.MinInt64
 	}
@@ -353,7 +353,7 @@ type Log struct {
 	// results/sliding-log/README.md.)
 	head atomic.Uint64
 	ring ringRef
-	p    LogParams
+	p    Params
 	next atomic.Pointer[Log]
 	_    [3]uint64
 }
@@ -363,9 +363,9 @@ type Log struct {
 // serves; it is smaller on 32-bit ones.)
 var _ = [1]struct{}{}[(unsafe.Sizeof(Log{})-1)/64]
 
-// NewLog returns an empty log for rule p, closed before now: a request with
+// New returns an empty log for rule p, closed before now: a request with
 // an earlier reading is charged at now.
-func NewLog(p LogParams, now int64) *Log {
+func New(p Params, now int64) *Log {
 	l := &Log{p: p}
 	r := newRing(minRing)
 	r.slot(0).ts.Store(uint64(now)) // the base entry: index 0, cost 0
@@ -375,17 +375,17 @@ func NewLog(p LogParams, now int64) *Log {
 	return l
 }
 
-// NewLogSpent returns a log made at now that refuses every request until
+// NewSpent returns a log made at now that refuses every request until
 // spent and answers as a new log from spent on: its window holds cost N
 // charged at spent − T (the base entry, then one entry of cumulative cost
 // N, both at that time), so that a key evicted with Evict comes back
-// without the room it had used. With spent ≤ now it is NewLog(p, now).
-func NewLogSpent(p LogParams, now, spent int64) *Log {
+// without the room it had used. With spent ≤ now it is New(p, now).
+func NewSpent(p Params, now, spent int64) *Log {
 	if spent <= now {
-		return NewLog(p, now)
+		return New(p, now)
 	}
 	at := p.enters(spent)
-	l := NewLog(p, at)
+	l := New(p, at)
 	r := l.ring.Load()
 	r.slot(1).ts.Store(uint64(at))
 	r.slot(1).meta.Store(metaOf(1, uint64(p.limit)))
@@ -442,7 +442,7 @@ func (l *Log) look() (v view, ok bool) {
 // boundary returns the newest entry expired at t, or lo if none after it
 // is, with its cumulative cost. Times never decrease along the indices: it
 // gallops forward from the tail hint, then bisects.
-func (v *view) boundary(p *LogParams, t int64) (b, cum uint64, ok bool) {
+func (v *view) boundary(p *Params, t int64) (b, cum uint64, ok bool) {
 	lo := max(v.lo, v.r.tail.Load(), v.from) // invariant: entry lo counts as expired
 	if lo >= v.h {
 		lo = max(v.lo, v.from) // the hint is from a lap this view has not seen: ignore it
@@ -952,20 +952,20 @@ func (l *Log) Successor(now int64) *Log {
 		v, ok = l.look()
 	}
 	if kindOf(v.curMeta) != kindRetire {
-		return NewLog(l.p, now)
+		return New(l.p, now)
 	}
 	at := int64(v.curTs)
 	if v.curTs == resetBits {
 		at = now
 	}
-	s := NewLog(l.p, at)
+	s := New(l.p, at)
 	if l.next.CompareAndSwap(nil, s) {
 		return s
 	}
 	return l.next.Load()
 }
 
-// LockFreeLog reports whether Log is available on this machine: it needs a
+// LockFree reports whether Log is available on this machine: it needs a
 // 16-byte CAS, which floodgate has on amd64 and arm64. Elsewhere MutexLog
 // serves.
-func LockFreeLog() bool { return lockFreeLog }
+func LockFree() bool { return lockFreeLog }

@@ -13,7 +13,7 @@ import (
 // "sliding_log" with it on machines without a 16-byte CAS.
 type MutexLog struct {
 	mu      sync.Mutex
-	p       LogParams
+	p       Params
 	entries []logEntry // oldest first; those expired at newest are dropped
 	start   int        // entries is buf[start:]: dropped entries free the front
 	buf     []logEntry
@@ -27,20 +27,20 @@ type MutexLog struct {
 
 type logEntry struct{ ts, cost int64 }
 
-// NewMutexLog returns an empty log, closed before now.
-func NewMutexLog(p LogParams, now int64) *MutexLog {
+// NewMutex returns an empty log, closed before now.
+func NewMutex(p Params, now int64) *MutexLog {
 	return &MutexLog{p: p, newest: now}
 }
 
-// NewMutexLogSpent returns a MutexLog as NewLogSpent returns a Log: one
+// NewMutexSpent returns a MutexLog as NewSpent returns a Log: one
 // entry of cost N at spent − T, which every request until spent finds in
 // its window.
-func NewMutexLogSpent(p LogParams, now, spent int64) *MutexLog {
+func NewMutexSpent(p Params, now, spent int64) *MutexLog {
 	if spent <= now {
-		return NewMutexLog(p, now)
+		return NewMutex(p, now)
 	}
 	at := p.enters(spent)
-	m := NewMutexLog(p, at)
+	m := NewMutex(p, at)
 	m.push(logEntry{at, p.limit})
 	return m
 }
@@ -195,12 +195,12 @@ func (m *MutexLog) Successor(now int64) *MutexLog {
 		return m.next
 	}
 	if !m.retired {
-		return NewMutexLog(m.p, now)
+		return NewMutex(m.p, now)
 	}
 	at := m.carry
 	if m.reset {
 		at = now
 	}
-	m.next = NewMutexLog(m.p, at)
+	m.next = NewMutex(m.p, at)
 	return m.next
 }

@@ -11,21 +11,26 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/twintest"
 )
+
+type twin = twintest.Twin
+
+var dec = twintest.Dec
 
 type logMaker struct {
 	name string
-	new  func(p LogParams, now int64) twin
+	new  func(p Params, now int64) twin
 	succ func(s twin, now int64) twin
 }
 
 func logMakers(t testing.TB) []logMaker {
 	makers := []logMaker{{"mutex",
-		func(p LogParams, now int64) twin { return NewMutexLog(p, now) },
+		func(p Params, now int64) twin { return NewMutex(p, now) },
 		func(s twin, now int64) twin { return s.(*MutexLog).Successor(now) }}}
 	if lockFreeLog {
 		makers = append(makers, logMaker{"lockfree",
-			func(p LogParams, now int64) twin { return NewLog(p, now) },
+			func(p Params, now int64) twin { return New(p, now) },
 			func(s twin, now int64) twin { return s.(*Log).Successor(now) }})
 	} else {
 		t.Log("no 16-byte CAS here: only the mutex log runs")
@@ -33,30 +38,30 @@ func logMakers(t testing.TB) []logMaker {
 	return makers
 }
 
-func mustLogParams(t testing.TB, limit int64, period time.Duration) LogParams {
+func mustParams(t testing.TB, limit int64, period time.Duration) Params {
 	t.Helper()
-	p, err := NewLogParams(limit, period)
+	p, err := NewParams(limit, period)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func TestNewLogParams(t *testing.T) {
+func TestNewParams(t *testing.T) {
 	for _, bad := range []struct {
 		limit  int64
 		period time.Duration
 	}{{0, time.Second}, {-1, time.Second}, {10, 0}, {maxLogLimit + 1, time.Second}} {
-		if _, err := NewLogParams(bad.limit, bad.period); err == nil {
-			t.Errorf("NewLogParams(%d, %v) accepted", bad.limit, bad.period)
+		if _, err := NewParams(bad.limit, bad.period); err == nil {
+			t.Errorf("NewParams(%d, %v) accepted", bad.limit, bad.period)
 		}
 	}
-	mustLogParams(t, 1_000_000, 30*24*time.Hour)
-	mustLogParams(t, 1, time.Millisecond)
+	mustParams(t, 1_000_000, 30*24*time.Hour)
+	mustParams(t, 1, time.Millisecond)
 }
 
 func TestLogAfter(t *testing.T) {
-	p := mustLogParams(t, 1, 10)
+	p := mustParams(t, 1, 10)
 	cases := []struct {
 		ts, t int64
 		want  time.Duration
@@ -90,7 +95,7 @@ func TestLogTable(t *testing.T) {
 		{T / 4, 1, dec(false, 3, 0, time.Second*5/4, time.Second*7/4)},
 		{3 * T, 3, dec(true, 3, 0, 0, time.Second)},
 	}
-	p := mustLogParams(t, 3, time.Second)
+	p := mustParams(t, 3, time.Second)
 	for _, m := range logMakers(t) {
 		s := m.new(p, 0)
 		for i, st := range steps {
@@ -121,10 +126,10 @@ func TestLogDifferential(t *testing.T) {
 		pace   int64
 	}{{1, 10, 1}, {3, time.Second, 1}, {64, time.Millisecond, 1}, {1000, time.Second, 1}, {7, 3, 1},
 		{64, time.Millisecond, 8}, {1000, time.Second, 8}, {2, 5, 8}} {
-		p := mustLogParams(t, rule.limit, rule.period)
+		p := mustParams(t, rule.limit, rule.period)
 		T := int64(rule.period)
 		now := r.Int64N(1<<40) - 1<<39
-		a, m := NewLog(p, now), NewMutexLog(p, now)
+		a, m := New(p, now), NewMutex(p, now)
 		type admitted struct{ ts, n int64 }
 		var log []admitted // each admission at its charged time, refunds applied
 		last := now
@@ -220,8 +225,8 @@ func TestLogMemory(t *testing.T) {
 		t.Skip("no 16-byte CAS on this machine")
 	}
 	const N = 1000
-	p := mustLogParams(t, N, time.Second)
-	l := NewLog(p, 0)
+	p := mustParams(t, N, time.Second)
+	l := New(p, 0)
 	now := int64(0)
 	for range 3 * N {
 		l.AllowN(now, 1)
@@ -245,7 +250,7 @@ func TestLogRefundStorm(t *testing.T) {
 	if !lockFreeLog {
 		t.Skip("no 16-byte CAS on this machine")
 	}
-	l := NewLog(mustLogParams(t, 10, time.Hour), 0)
+	l := New(mustParams(t, 10, time.Hour), 0)
 	for i := range 100_000 {
 		now := int64(i)
 		if d, _ := l.AllowN(now, 1); !d.Allowed {
@@ -259,7 +264,7 @@ func TestLogRefundStorm(t *testing.T) {
 }
 
 func TestLogRetire(t *testing.T) {
-	p := mustLogParams(t, 2, time.Second)
+	p := mustParams(t, 2, time.Second)
 	for _, m := range logMakers(t) {
 		s := m.new(p, 0)
 		if !s.RetireIdle(0) {
@@ -294,7 +299,7 @@ func TestLogRetire(t *testing.T) {
 // TestLogConcurrentExact: a frozen clock, many goroutines, weighted costs:
 // the admitted cost is exactly N.
 func TestLogConcurrentExact(t *testing.T) {
-	p := mustLogParams(t, 5000, time.Second)
+	p := mustParams(t, 5000, time.Second)
 	for _, m := range logMakers(t) {
 		s := m.new(p, 3)
 		var cost atomic.Int64
@@ -333,7 +338,7 @@ func TestLogLostClaims(t *testing.T) {
 		before[s] = chaos.RetriesAt(s)
 	}
 	const limit = 1000
-	l := NewLog(mustLogParams(t, limit, time.Second), 0)
+	l := New(mustParams(t, limit, time.Second), 0)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -371,8 +376,8 @@ func TestLogGuessFollowsHead(t *testing.T) {
 	if !lockFreeLog {
 		t.Skip("no 16-byte CAS on this machine")
 	}
-	p := mustLogParams(t, 1000, time.Millisecond)
-	l := NewLog(p, 0)
+	p := mustParams(t, 1000, time.Millisecond)
+	l := New(p, 0)
 	now, grew, shrank, size := int64(0), 0, 0, l.ring.Load().capacity()
 	for i := range 3000 {
 		// Claims 10µs apart, then as many 400µs apart: the ring grows

@@ -81,15 +81,15 @@ type algorithm struct {
 // the reference registry.
 var algorithms = onBoth([]algorithm{
 	{floodgate.TokenBucket, bucket, true, false},
-	{floodgate.TokenBucketMutex, bucket, false, false},
+	{hook.TokenBucketMutex, bucket, false, false},
 	{floodgate.LeakyBucket, bucket, true, false},
-	{floodgate.LeakyBucketMutex, bucket, false, false},
+	{hook.LeakyBucketMutex, bucket, false, false},
 	{floodgate.FixedWindow, fixed, true, false},
-	{floodgate.FixedWindowMutex, fixed, false, false},
+	{hook.FixedWindowMutex, fixed, false, false},
 	{floodgate.SlidingCounter, sliding, true, false},
-	{floodgate.SlidingCounterMutex, sliding, false, false},
+	{hook.SlidingCounterMutex, sliding, false, false},
 	{floodgate.SlidingLog, logged, true, false},
-	{floodgate.SlidingLogMutex, logged, false, false},
+	{hook.SlidingLogMutex, logged, false, false},
 })
 
 func onBoth(as []algorithm) []algorithm {
@@ -118,14 +118,14 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 		t.Run(a.String(), func(t *testing.T) {
 			before, claims := chaos.Retries(), chaos.RetriesAt("log.claim")
 			f(t, a)
-			if a.lockFree && (a.family != logged || shardedlog.LockFreeLog()) {
+			if a.lockFree && (a.family != logged || shardedlog.LockFree()) {
 				retries := chaos.Retries() - before
 				if chaos.Enabled && retries == 0 {
 					t.Fatal("no CAS ever retried: the test did not contend, so it proves nothing")
 				}
 				t.Logf("CAS retries: %d (counted only with -tags chaos)", retries)
 			}
-			if a.lockFree && a.family == logged && shardedlog.LockFreeLog() {
+			if a.lockFree && a.family == logged && shardedlog.LockFree() {
 				// The sliding log's one-entry claim has a retry of its own.
 				lost := chaos.RetriesAt("log.claim") - claims
 				t.Logf("of which the log's one-entry claim: %d", lost)
@@ -137,6 +137,7 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 // mustNew builds a's limiter, on the registry a names.
 func mustNew(t *testing.T, a algorithm, cfg floodgate.Config) *floodgate.Limiter {
 	t.Helper()
+	cfg = hook.Twins(cfg).(floodgate.Config)
 	if a.reference {
 		cfg = hook.Reference(cfg).(floodgate.Config)
 	}

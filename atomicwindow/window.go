@@ -1,4 +1,4 @@
-package shardedlog
+package atomicwindow
 
 import (
 	"math"

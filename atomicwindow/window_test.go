@@ -1,4 +1,4 @@
-package shardedlog
+package atomicwindow
 
 import (
 	"math"
@@ -12,16 +12,10 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/internal/testmain"
+	"github.com/floodgate-go/floodgate/internal/twintest"
 )
 
-type twin interface {
-	AllowN(now, n int64) (Decision, bool)
-	Take(now, n int64) (bool, bool)
-	Peek(now int64) (Decision, bool)
-	Refund(now, n int64) bool
-	RetireIdle(now int64) bool
-	Retire()
-}
+type twin = twintest.Twin
 
 type maker struct {
 	name string
@@ -375,6 +369,4 @@ func TestConcurrentExact(t *testing.T) {
 }
 
 // dec builds a Decision from its fields in order, for compact tables.
-func dec(allowed bool, limit, remaining int64, retryAfter, resetAfter time.Duration) Decision {
-	return Decision{Allowed: allowed, Limit: limit, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter}
-}
+var dec = twintest.Dec
