@@ -3,11 +3,10 @@ package atomicbucket
 import (
 	"math"
 	"math/rand/v2"
-	"runtime"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/twintest"
 )
 
 // evicter is a twin that can also be evicted.
@@ -276,30 +275,7 @@ func TestEvictConcurrent(t *testing.T) {
 	const now = 5_000_000
 	for _, mk := range spentTwins {
 		for range 20 {
-			b := mk.new(p, now)
-			var granted atomic.Int64
-			var wg sync.WaitGroup
-			for range 32 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						ok, live := b.Take(now, 1)
-						if !live {
-							return
-						}
-						if ok {
-							granted.Add(1)
-						}
-					}
-				}()
-			}
-			for granted.Load() < 300 {
-				runtime.Gosched()
-			}
-			spent := b.Evict(now)
-			wg.Wait()
-			g := granted.Load()
+			g, spent := twintest.EvictDuringTakes(mk.new(p, now), now)
 			if want := now + g*int64(time.Millisecond); spent != want {
 				t.Fatalf("%s: %d granted before the eviction, Evict reports %d, want %d", mk.name, g, spent, want)
 			}

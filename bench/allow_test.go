@@ -98,14 +98,14 @@ func BenchmarkAllow(b *testing.B) {
 		if !impl.Denies {
 			continue
 		}
-		b.Run("scenario=denial/impl="+impl.Name, func(b *testing.B) { benchDenial(b, build(b, impl, Options{Rate: Scarce})) })
+		b.Run("scenario=denial/impl="+impl.Name, func(b *testing.B) { benchDenial(b, build(b, impl, Options{Rate: Scarce}), false) })
 	}
 	for _, impl := range parallelImpls {
 		if !impl.Denies {
 			continue
 		}
 		b.Run("scenario=denial-parallel/impl="+impl.Name, func(b *testing.B) {
-			benchDenialParallel(b, build(b, impl, Options{Rate: Scarce}))
+			benchDenial(b, build(b, impl, Options{Rate: Scarce}), true)
 		})
 	}
 	// Every call is a key never seen before, and idle keys are evicted
@@ -137,61 +137,47 @@ func BenchmarkAllow(b *testing.B) {
 	}
 }
 
-// benchHot calls Allow on one key from one goroutine.
-func benchHot(b *testing.B, l Limiter) {
+// hot calls Allow on one key, from one goroutine or from every core, and
+// returns how many of its calls were refused, and how many it made.
+func hot(b *testing.B, l Limiter, parallel bool) (refused int64, calls int) {
 	l.Allow("hot")
 	b.ReportAllocs()
-	denied := int64(0)
-	for b.Loop() {
-		if !l.Allow("hot") {
-			denied++
+	if !parallel {
+		for b.Loop() {
+			if !l.Allow("hot") {
+				refused++
+			}
 		}
+		return refused, b.N
 	}
-	checkDenied(b, denied, b.N)
-}
-
-// benchHotParallel calls Allow on one key from every core.
-func benchHotParallel(b *testing.B, l Limiter) {
-	l.Allow("hot")
-	var denied atomic.Int64
-	b.ReportAllocs()
+	var n atomic.Int64
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if !l.Allow("hot") {
-				denied.Add(1)
+				n.Add(1)
 			}
 		}
 	})
-	checkDenied(b, denied.Load(), b.N)
+	return n.Load(), b.N
 }
 
-// benchDenial calls Allow on one key that Scarce has exhausted after its
-// first call, from one goroutine: every call must be refused.
-func benchDenial(b *testing.B, l Limiter) {
-	l.Allow("hot")
-	b.ReportAllocs()
-	passed := int64(0)
-	for b.Loop() {
-		if l.Allow("hot") {
-			passed++
-		}
-	}
-	checkPassed(b, passed, b.N)
+// benchHot is the hot-key scenario under Plenty: every call should pass.
+func benchHot(b *testing.B, l Limiter) {
+	refused, calls := hot(b, l, false)
+	checkDenied(b, refused, calls)
 }
 
-// benchDenialParallel is benchDenial from every core.
-func benchDenialParallel(b *testing.B, l Limiter) {
-	l.Allow("hot")
-	var passed atomic.Int64
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if l.Allow("hot") {
-				passed.Add(1)
-			}
-		}
-	})
-	checkPassed(b, passed.Load(), b.N)
+// benchHotParallel is benchHot from every core.
+func benchHotParallel(b *testing.B, l Limiter) {
+	refused, calls := hot(b, l, true)
+	checkDenied(b, refused, calls)
+}
+
+// benchDenial is the hot-key scenario on a key that Scarce has exhausted
+// after its first call: every call must be refused.
+func benchDenial(b *testing.B, l Limiter, parallel bool) {
+	refused, calls := hot(b, l, parallel)
+	checkPassed(b, int64(calls)-refused, calls)
 }
 
 // checkPassed fails a denial scenario in which an exhausted key passed:

@@ -269,31 +269,9 @@ func EvictConcurrent(t *testing.T, fs []Family, now int64, want map[string]int64
 	for _, f := range fs {
 		for i, mk := range f.New {
 			for range 10 {
-				s := mk(now)
-				var granted atomic.Int64
-				var wg sync.WaitGroup
-				for range 32 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for {
-							ok, live := s.Take(now, 1)
-							if !live {
-								return
-							}
-							if ok {
-								granted.Add(1)
-							}
-						}
-					}()
-				}
-				for granted.Load() < 300 {
-					runtime.Gosched()
-				}
-				spent := s.Evict(now)
-				wg.Wait()
-				if g := granted.Load(); g > f.Limit || spent != want[f.Name] {
-					t.Fatalf("%s twin %d: %d granted, Evict reports %d, want %d", f.Name, i, g, spent, want[f.Name])
+				granted, spent := EvictDuringTakes(mk(now), now)
+				if granted > f.Limit || spent != want[f.Name] {
+					t.Fatalf("%s twin %d: %d granted, Evict reports %d, want %d", f.Name, i, granted, spent, want[f.Name])
 				}
 				if ok, _ := f.Spent[i](now, spent).Take(now, 1); ok {
 					t.Fatalf("%s twin %d: the state made from %d admits at %d", f.Name, i, spent, now)
@@ -301,6 +279,40 @@ func EvictConcurrent(t *testing.T, fs []Family, now int64, want map[string]int64
 			}
 		}
 	}
+}
+
+// EvictDuringTakes evicts s, at now, while 32 goroutines take one unit
+// at a time from it at that frozen instant, once they have been granted
+// 300 between them. It returns the units granted, all before the
+// eviction (the goroutines stop when s answers retired), and what Evict
+// reported.
+func EvictDuringTakes(s interface {
+	Take(now, n int64) (bool, bool)
+	Evict(now int64) int64
+}, now int64) (granted, spent int64) {
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				ok, live := s.Take(now, 1)
+				if !live {
+					return
+				}
+				if ok {
+					count.Add(1)
+				}
+			}
+		}()
+	}
+	for count.Load() < 300 {
+		runtime.Gosched()
+	}
+	spent = s.Evict(now)
+	wg.Wait()
+	return count.Load(), spent
 }
 
 // Pick chooses a rule from the input's first two bytes.
