@@ -223,7 +223,7 @@ func (r *logRing) entries() []entry {
 // key from both cores, where most claims find the guess stale, moving it
 // every 16 claims costs about 3% less than every 8, and moving it on every
 // claim that lost no CAS costs more than the scans it saves
-// (results/sliding-log/README.md). A claim scans forward from the guess,
+// (results/2026-12-01-sliding-log-rebuilt/README.md). A claim scans forward from the guess,
 // so one a few entries behind costs reads of slots, not correctness.
 // ringHintEvery is the same for the ring's own hint, which look and the
 // claims whose guess is stale start from.
@@ -350,7 +350,7 @@ type Log struct {
 	// a request reads one line of the Log, and no claim on a neighbouring
 	// key's Log writes into it. (As 96 bytes, with the guess on a line of
 	// its own, half the Logs shared a line with a neighbour's guess; see
-	// results/sliding-log/README.md.)
+	// results/2026-12-01-sliding-log-rebuilt/README.md.)
 	head atomic.Uint64
 	ring ringRef
 	p    Params

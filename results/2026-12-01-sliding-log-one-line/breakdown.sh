@@ -5,9 +5,9 @@
 # the log's cache misses, timed against the twin. It needs perf (Debian's
 # linux-perf) and writes breakdown.txt beside itself.
 #
-#   sh results/sliding-log/breakdown.sh        (from the repository root)
+#   sh results/2026-12-01-sliding-log-one-line/breakdown.sh        (from the repository root)
 #   PROFILES=0 KEYS=1 VARIANTS=one-line REPS=6 OUT=breakdown-hotkey.txt \
-#       sh results/sliding-log/breakdown.sh      (the hot key, no profiles)
+#       sh results/2026-12-01-sliding-log-one-line/breakdown.sh      (the hot key, no profiles)
 #
 # The profiles sample cpu-clock (this VM has no hardware counters): a
 # sample lands on the oldest instruction not yet retired, so the
@@ -31,7 +31,7 @@ PROFILES=${PROFILES:-1}
 OUT=${OUT:-breakdown.txt}
 VARIANTS=${VARIANTS:-"one-line line-guess rare-guess"}
 root=$(git rev-parse --show-toplevel)
-out=$root/results/sliding-log
+out=$root/results/2026-12-01-sliding-log-one-line
 work=$(mktemp -d)
 trap 'for v in head $VARIANTS; do git -C "$root" worktree remove --force "$work/$v" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 for v in head $VARIANTS; do
@@ -54,7 +54,7 @@ profile() { # name, pair binary, flags...
 	echo
 }
 {
-	echo "# command: sh results/sliding-log/breakdown.sh (ROUNDS=$ROUNDS REPS=$REPS KEYS=$KEYS PROFILES=$PROFILES VARIANTS=\"$VARIANTS\")"
+	echo "# command: sh results/2026-12-01-sliding-log-one-line/breakdown.sh (ROUNDS=$ROUNDS REPS=$REPS KEYS=$KEYS PROFILES=$PROFILES VARIANTS=\"$VARIANTS\")"
 	echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$//'), $(nproc) cores"
 	echo "# go: $(go version)"

@@ -7,15 +7,15 @@
 # samples interleave in time. It writes steps-raw.txt and benchstat's
 # comparison, steps-benchstat.txt, beside itself.
 #
-#   sh results/sliding-log/steps.sh            (from the repository root)
-#   COUNT=8 BENCHTIME=100ms sh results/sliding-log/steps.sh
+#   sh results/2026-12-01-sliding-log-rebuilt/steps.sh            (from the repository root)
+#   COUNT=8 BENCHTIME=100ms sh results/2026-12-01-sliding-log-rebuilt/steps.sh
 set -eu
 COUNT=${COUNT:-6}
 BENCHTIME=${BENCHTIME:-100ms}
 STEPS=${STEPS:-"base:23c41a8 claim:0eb8e27 decide-view:d0a5f93 one-alloc:f0cb842 shrink:51a7e77 retry:59399b4"}
 BENCHSTAT=${BENCHSTAT:-golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}
 root=$(git rev-parse --show-toplevel)
-out=$root/results/sliding-log
+out=$root/results/2026-12-01-sliding-log-rebuilt
 work=$(mktemp -d)
 trap 'for s in $STEPS; do git -C "$root" worktree remove --force "$work/${s%%:*}" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 for s in $STEPS; do
@@ -25,7 +25,7 @@ for s in $STEPS; do
 	(cd "$work/$name/bench" && go test -c -o "$work/$name.test" .)
 done
 {
-	echo "# command: COUNT=$COUNT BENCHTIME=$BENCHTIME sh results/sliding-log/steps.sh (steps: $STEPS)"
+	echo "# command: COUNT=$COUNT BENCHTIME=$BENCHTIME sh results/2026-12-01-sliding-log-rebuilt/steps.sh (steps: $STEPS)"
 	echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$//'), $(nproc) cores"
 	echo "# go: $(go version)"
