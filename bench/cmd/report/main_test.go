@@ -245,6 +245,8 @@ func TestSummary(t *testing.T) {
 		"0.37× (golimiter)", // 56 ÷ 150 B/key
 		"|  g=1 |  g=4 |",
 		"| tb ",
+		"## 1. At a glance",
+		"| hotkey       |         65.0 |                   – |   145 (golimiter) |   0.45× |", // the glance table
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("summary lacks %q:\n%s", want, md)

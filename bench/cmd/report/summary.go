@@ -24,7 +24,7 @@ type table struct {
 func summary(d *dataset, in string, charts []string) string {
 	var b strings.Builder
 	b.WriteString(sourceLine(d, in) + "\n")
-	tables := []table{peerTable(d), latencyTable(d)}
+	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
 	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d), deniedTable(d))
@@ -177,7 +177,7 @@ func ratioCell(a float64, aok bool, b float64, bok bool) string {
 	return fmtRatio(a / b)
 }
 
-// peerFamilies are the families of table 1, whose rows are scenarios.
+// peerFamilies are the families of tables 1 and 2, whose rows are scenarios.
 var peerFamilies = []string{"Allow", "Keys"}
 
 // peerTable compares floodgate-tb (and its coarse-clock form) with every
@@ -212,7 +212,36 @@ func peerTable(d *dataset) table {
 	return t
 }
 
-// peerRow is table 1's row for one scenario of a family.
+// glanceTable is table 2 cut to what a chooser reads (the README copies
+// it): floodgate-tb on both clocks, the best per-key peer, their ratio,
+// and the floor no limiter on the SystemClock can go below.
+func glanceTable(d *dataset) table {
+	const tb, coarse, floor = "floodgate-tb", "floodgate-tb-coarse", floorImpl + "-cas-clock"
+	t := table{
+		title: "At a glance: floodgate against the fastest peer, ns/op",
+		note: "The best per-key peer is the fastest of " + strings.Join(perKeyPeers, ", ") + " in that row; " +
+			"\"vs best\" is floodgate-tb ÷ it (below 1× means floodgate is faster). " + floor + " is a hash, one CAS " +
+			"and one read of the monotonic clock per call: the least a limiter on the SystemClock can do. Table 2 has every peer.",
+		header: []string{"scenario", tb, coarse, "best per-key peer", "vs best", floor},
+		right:  []bool{false, true, true, true, true, true},
+	}
+	for _, fam := range peerFamilies {
+		for _, sc := range d.scenarios(fam) {
+			v, ok := d.ns(fam, sc, tb)
+			co, coOK := d.ns(fam, sc, coarse)
+			fk, fkOK := d.ns(fam, sc, floor)
+			name, best, bestOK := d.bestPerKeyPeer(benchKey{family: fam, scenario: sc}, unitNs)
+			if !ok || !bestOK {
+				continue
+			}
+			t.rows = append(t.rows, []string{sc, fmtNs(v), cell(co, coOK, fmtNs), fmtNs(best) + " (" + name + ")",
+				ratioCell(v, ok, best, bestOK), cell(fk, fkOK, fmtNs)})
+		}
+	}
+	return t
+}
+
+// peerRow is table 2's row for one scenario of a family.
 func peerRow(d *dataset, fam, sc string, peers []string) []string {
 	tb, tbOK := d.ns(fam, sc, "floodgate-tb")
 	co, coOK := d.ns(fam, sc, "floodgate-tb-coarse")
