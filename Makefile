@@ -119,7 +119,7 @@ bench:
 	cd bench && $(GO) test -c -o bench.test .
 	@{ echo "# command: make bench COUNT=$(COUNT) BENCHTIME=$(BENCHTIME) GOROUTINES=$(GOROUTINES) ($(COUNT) passes of: cd bench && ./bench.test $(BENCHARGS))"; \
 	   echo "# date: $$(date -u +%Y-%m-%dT%H:%M:%SZ)"; \
-	   echo "# commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with uncommitted changes)')"; \
+	   echo "# commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$$(git status --porcelain -- . ':!$(RESULTS)' 2>/dev/null | grep -q . && echo ' (with uncommitted changes)')"; \
 	   echo "# machine: $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$$//'), $$(nproc) cores, $$(free -g | awk '/Mem:/{print $$2}') GiB"; \
 	   echo "# go: $$($(GO) version)"; } > $(RESULTS)/bench-raw.txt
 	@failed=0; for i in $$(seq $(COUNT)); do \
