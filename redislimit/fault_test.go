@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // budgetSlack is what a call may take beyond its budget before the test
@@ -156,25 +158,118 @@ func TestFaults(t *testing.T) {
 	}
 }
 
-// TestCallerGaveUp: a context that ends before Redis answers is the
-// caller's, not Redis's failure. The FailureMode still answers, with the
-// context's error, and the breaker counts nothing.
+// TestCallerGaveUp: a context that ends before the call is the caller's,
+// not Redis's failure: the call is denied with the context's error, under
+// every FailureMode, and the breaker counts nothing.
 func TestCallerGaveUp(t *testing.T) {
 	srv := redistest.Start(t)
-	l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, FailureMode: FailClosed})
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	for i := 0; i < 5; i++ {
-		d, err := l.Allow(ctx, "k")
-		if !errors.Is(err, context.Canceled) || d.Allowed {
-			t.Fatalf("Allow with a cancelled context = %+v, %v", d, err)
+	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
+		l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, FailureMode: mode, Prefix: mode.String()})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		for i := 0; i < 5; i++ {
+			d, err := l.Allow(ctx, "k")
+			if !errors.Is(err, context.Canceled) || d.Allowed {
+				t.Fatalf("%v: Allow with a cancelled context = %+v, %v", mode, d, err)
+			}
+		}
+		if s := l.Stats(); s.Calls != 0 || s.Errors != 0 || s.Opens != 0 || s.Fallbacks != 0 || s.Abandoned != 5 {
+			t.Fatalf("%v: Stats = %+v", mode, s)
+		}
+		if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed {
+			t.Fatalf("%v: Allow after the cancelled calls = %+v, %v", mode, d, err)
 		}
 	}
-	if s := l.Stats(); s.Calls != 0 || s.Errors != 0 || s.Opens != 0 || s.Fallbacks != 5 {
-		t.Fatalf("Stats = %+v", s)
+}
+
+// TestShortDeadlinesNeverOpenTheBreaker is the attack of a client that
+// sets its own deadline (gRPC's grpc-timeout): 16 goroutines send 25
+// calls each with a deadline of 10µs, shorter than a round trip, against
+// a healthy server and a rule of 5 an hour. Under every FailureMode the
+// breaker never opens, no failure is counted, the attacker passes no more
+// than the rule (before, FailOpen passed 300 of 300 once three calls had
+// opened the breaker), and a client without a deadline is then decided
+// on Redis.
+func TestShortDeadlinesNeverOpenTheBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 5, Period: time.Hour}, FailureMode: mode,
+				Prefix: "deadline-" + mode.String()})
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := 0; g < 16; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 25; i++ {
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Microsecond)
+						if d, _ := l.Allow(ctx, "attacker"); d.Allowed {
+							admitted.Add(1)
+						}
+						cancel()
+					}
+				}()
+			}
+			wg.Wait()
+			s := l.Stats()
+			if s.Opens != 0 || s.Errors != 0 || s.Fallbacks != 0 {
+				t.Fatalf("the attacker's deadlines counted against Redis: %+v", s)
+			}
+			if s.Abandoned == 0 {
+				t.Fatalf("no call was abandoned: the test's deadlines did not bite: %+v", s)
+			}
+			if got := admitted.Load(); got > 5 {
+				t.Fatalf("the attacker passed %d of 400 calls against a rule of 5 an hour", got)
+			}
+			d, err := l.Allow(context.Background(), "fresh")
+			if err != nil || !d.Allowed || d.Remaining != 4 {
+				t.Fatalf("a fresh client without a deadline: %+v, %v; want admitted on Redis", d, err)
+			}
+			if after := l.Stats(); after.Calls != s.Calls+1 || after.Fallbacks != 0 {
+				t.Fatalf("the fresh client was not decided on Redis: %+v", after)
+			}
+		})
 	}
-	if d, err := l.Allow(context.Background(), "k"); err != nil || !d.Allowed {
-		t.Fatalf("Allow after the cancelled calls = %+v, %v", d, err)
+}
+
+// TestKeyErrorsOpenNoBreaker: a key that something else wrote (a list, so
+// that GET fails with WRONGTYPE; a string the script cannot read) makes
+// that key's calls fail on Redis. They are answered by the FailureMode
+// and counted as key errors, but the breaker stays closed: every other
+// key is still decided on Redis.
+func TestKeyErrorsOpenNoBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}, FailureMode: FailClosed})
+	if err := c.RPush(ctx, l.Key("list"), "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, l.Key("garbage"), "not a state", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var reported []error
+	l.onError = func(err error) { reported = append(reported, err) }
+	for i := 0; i < 10; i++ {
+		for _, k := range []string{"list", "garbage"} {
+			if d, err := l.Allow(ctx, k); err != nil || d.Allowed {
+				t.Fatalf("%s: %+v, %v; want FailClosed's denial", k, d, err)
+			}
+		}
+	}
+	s := l.Stats()
+	if s.Opens != 0 || s.Errors != 20 || s.KeyErrors != 20 || s.Fallbacks != 20 {
+		t.Fatalf("Stats = %+v; want 20 key errors and a closed breaker", s)
+	}
+	if len(reported) != 20 || !redis.HasErrorPrefix(reported[0], "WRONGTYPE") {
+		t.Fatalf("OnError saw %d errors, the first %v", len(reported), reported[0])
+	}
+	if d, err := l.Allow(ctx, "other"); err != nil || !d.Allowed || d.Remaining != 9 {
+		t.Fatalf("another key: %+v, %v; want it decided on Redis", d, err)
+	}
+	if after := l.Stats(); after.Calls != s.Calls+1 || after.Fallbacks != s.Fallbacks {
+		t.Fatalf("another key did not reach Redis: %+v", after)
 	}
 }
 

@@ -121,6 +121,14 @@ type Stats struct {
 	// failing or the breaker open; Opens counts the times the breaker
 	// opened.
 	Fallbacks, Opens int64
+	// KeyErrors counts the Errors that were error replies about one key's
+	// data (say, WRONGTYPE on a key something else wrote): answered by the
+	// FailureMode, they open the breaker for no one.
+	KeyErrors int64
+	// Abandoned counts calls whose caller's context ended before Redis
+	// answered (or before the call): denied, and counted against no
+	// breaker (see AllowN).
+	Abandoned int64
 }
 
 // Limiter applies one Rule to every client, with the state in Redis. It is
@@ -141,7 +149,7 @@ type Limiter struct {
 	margin   int64  // ms added to each key's TTL
 	boxed    [4]any // interval, capacity, margin, kind: boxed once, not per call
 
-	calls, errs, timeouts, loads, fallbacks, opens atomic.Int64
+	calls, errs, timeouts, loads, fallbacks, opens, keyErrs, abandoned atomic.Int64
 }
 
 const (
@@ -319,8 +327,13 @@ func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, er
 //
 // The error is nil whenever the Limiter decided: by Redis, or by the
 // FailureMode while Redis failed (see Stats and Config.OnError). It is the
-// context's error when ctx ended before Redis answered; the Decision is
-// then the FailureMode's, so a caller may use it either way.
+// context's error when ctx ended before Redis answered. Such a call is
+// abandoned: it is denied under every FailureMode (its caller is gone;
+// admitting it would let a client pass the shared limit by sending a
+// deadline too short for a round trip), and it counts against no breaker,
+// whatever deadline the caller sent. Set Timeout below the deadlines
+// callers carry: a call that ends by its caller's deadline tells the
+// breaker nothing, even when Redis is the one that stalled.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	if n < 1 || int64(n) > l.capacity {
 		return floodgate.Decision{Limit: l.capacity, RetryAfter: floodgate.Never}, nil
@@ -362,47 +375,111 @@ func (l *Limiter) Key(key string) string {
 func (l *Limiter) Stats() Stats {
 	return Stats{
 		Calls: l.calls.Load(), Errors: l.errs.Load(), Timeouts: l.timeouts.Load(), Loads: l.loads.Load(),
-		Fallbacks: l.fallbacks.Load(), Opens: l.opens.Load(),
+		Fallbacks: l.fallbacks.Load(), Opens: l.opens.Load(), KeyErrors: l.keyErrs.Load(), Abandoned: l.abandoned.Load(),
 	}
 }
 
 // decide runs the script for key at cost n, or falls back. now ≥ 0 is the
 // test form's clock; -1 means Redis's.
+//
+// What counts against the breaker is Redis's own failure only: an error
+// that says the server cannot serve (a broken connection, a refused dial,
+// LOADING, BUSY, READONLY and the like), or the limiter's own Timeout
+// running out. A call whose caller's context ended first is abandoned: it
+// tells nothing of Redis, since a client sets its own deadline (gRPC's
+// grpc-timeout) and could otherwise open the breaker for every client. An
+// error reply about one key's data (WRONGTYPE, a script error on a value
+// something else wrote there) is that key's: it is answered by the
+// FailureMode and counted in Errors and KeyErrors, but it opens the
+// breaker for no one.
 func (l *Limiter) decide(ctx context.Context, key string, n int64, dry bool, now int64) (floodgate.Decision, error) {
 	if err := ctx.Err(); err != nil {
-		return l.fallback(key, n, dry), err
+		return l.abandon(), err
 	}
 	probe, ok := l.breaker.enter(l.clock.Now())
 	if !ok {
 		return l.fallback(key, n, dry), nil
 	}
 	l.calls.Add(1)
+	budget := time.Now().Add(l.timeout)
 	d, err := l.run(ctx, key, n, dry, now)
 	if err == nil {
 		l.breaker.succeed(probe)
 		return d, nil
 	}
-	callerErr := ctx.Err()
-	if errors.Is(callerErr, context.Canceled) {
-		// The caller gave up: that says nothing of Redis.
+	if callerErr := callerEnded(ctx, budget); callerErr != nil {
 		l.breaker.abandon(probe)
-		return l.fallback(key, n, dry), callerErr
+		return l.abandon(), callerErr
 	}
-	// A deadline, the budget's or the caller's own, is Redis not answering
-	// in time: it counts towards the breaker either way.
 	l.errs.Add(1)
-	if isTimeout(err) {
-		l.timeouts.Add(1)
-	}
-	if l.breaker.fail(probe, l.clock.Now()) {
-		l.opens.Add(1)
+	switch {
+	case keyError(err):
+		l.keyErrs.Add(1)
+		l.breaker.succeed(probe) // Redis answered: it is up
+	default:
+		if isTimeout(err) {
+			l.timeouts.Add(1)
+		}
+		if l.breaker.fail(probe, l.clock.Now()) {
+			l.opens.Add(1)
+		}
 	}
 	if l.onError != nil {
 		l.onError(err)
 	}
-	return l.fallback(key, n, dry), callerErr
+	return l.fallback(key, n, dry), nil
 }
 
+// callerEnded returns the caller's context's error if the call failed
+// because that context ended first: it was cancelled, or its deadline,
+// earlier than the limiter's own budget (which ends at budget), has
+// passed. A deadline is read from the clock rather than from ctx.Err,
+// because the client's read deadline and the context's timer fire apart,
+// and the read may fail a moment before the context says it is done.
+func callerEnded(ctx context.Context, budget time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && dl.Before(budget) && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// serverStates are the error replies that say the server, not one key,
+// cannot serve now: they count against the breaker. Every other error
+// reply concerns the key the script ran on.
+var serverStates = []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "TRYAGAIN",
+	"OOM", "NOREPLICAS", "MISCONF", "NOPERM", "NOAUTH", "WRONGPASS", "NOSCRIPT", "UNBLOCKED", "CROSSSLOT"}
+
+// keyError reports whether err is Redis's error reply about one key's
+// data: the server answered, and it is up.
+func keyError(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range serverStates {
+		if redis.HasErrorPrefix(err, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// abandon answers a call whose caller's context ended before Redis did,
+// under every FailureMode, with a denial, and counts nothing against the
+// breaker. The FailureMode answers for Redis when Redis cannot decide; a
+// caller that gave up did not find Redis unable, and admitting it (as
+// FailOpen would, or FailLocal's limiter, a limit per replica) would let
+// any client pass the shared limit by sending a deadline too short for a
+// round trip. Its caller is gone, so the denial turns no one away.
+func (l *Limiter) abandon() floodgate.Decision {
+	l.abandoned.Add(1)
+	return floodgate.Decision{Limit: l.capacity}
+}
+
+// isTimeout reports whether err is a call running out of time.
 func isTimeout(err error) bool {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return true
