@@ -14,9 +14,8 @@ import (
 // allowance, and no client can choose another.
 const InvalidRemote = "invalid-remote-addr"
 
-// MaxHeader bounds how much of the proxy header is read: a header
-// longer than this (all its lines together) is not believed, and the
-// request is keyed by its peer.
+// MaxHeader bounds how much of the proxy header is read, from its right
+// end: what lies further left is not read at all (see Finder.Address).
 const MaxHeader = 8 << 10
 
 // Finder finds a request's client. Trusted are the proxies whose header is
@@ -34,8 +33,11 @@ type Finder struct {
 // as it is, an IPv6 one as its prefix (say "2001:db8::/64"). The client is
 // the connection's peer unless the peer is a trusted proxy; then it is the
 // right-most address in the proxy header that is not itself trusted (the
-// left-most, if all are). A malformed header, or one longer than 8 KiB,
-// from a trusted proxy is not believed either: the key is then the peer's.
+// left-most read, if all are). Only the header's last MaxHeader bytes are
+// read, so a client that pads the header it sends changes nothing: the
+// proxies append to its right. A header from a trusted proxy that is
+// malformed where the walk reads it is not believed: the key is then the
+// peer's. A NAT64 address (64:ff9b::/96) is its IPv4 client's: see group.
 func (c *Finder) Address(remote string, values []string) string {
 	peer, ok := ParseAddr(remote)
 	if !ok {
@@ -59,10 +61,22 @@ func (c *Finder) IsTrusted(a netip.Addr) bool {
 	return false
 }
 
+// nat64 is the well-known NAT64 prefix (RFC 6052): its addresses carry an
+// IPv4 client in their last 32 bits.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
+
 // group names a's group; from is the text a was read from, if any. When
 // from's host part already spells a (a plain IPv4 peer, as most are), the
-// name is that substring, and the common case allocates nothing.
+// name is that substring, and the common case allocates nothing. An
+// address in the well-known NAT64 prefix is keyed as the IPv4 address it
+// carries: grouped by its /64, every IPv4 client behind one NAT64 gateway
+// would share a key.
 func (c *Finder) group(a netip.Addr, from string) string {
+	if nat64.Contains(a) {
+		b := a.As16()
+		a = netip.AddrFrom4([4]byte(b[12:16]))
+		from = ""
+	}
 	if a.Is4() {
 		host := from
 		if i := strings.LastIndexByte(from, ':'); i >= 0 {
@@ -81,21 +95,30 @@ func (c *Finder) group(a netip.Addr, from string) string {
 	return p.String()
 }
 
-// fromHeader walks the proxy header from the right, and reports false if
-// it is absent, too long or malformed anywhere it had to read.
+// fromHeader walks the proxy header from the right, element by element,
+// and reads no more than its last MaxHeader bytes: the right-most part is
+// what the trusted proxies wrote, so a client that pads the header it
+// sends can neither make the rest unreadable nor push the proxies'
+// addresses out of reach. It returns the first address that is not a
+// trusted proxy's; the left-most address read if all are (the last
+// MaxHeader bytes held only trusted hops); and false if the header is
+// absent, or malformed where the walk had to read it.
 func (c *Finder) fromHeader(lines []string) (netip.Addr, bool) {
-	total := 0
-	for _, l := range lines {
-		if total += len(l); total > MaxHeader {
-			return netip.Addr{}, false
-		}
-	}
+	budget := MaxHeader
 	var last netip.Addr
-	for i := len(lines) - 1; i >= 0; i-- {
+	for i := len(lines) - 1; i >= 0 && budget > 0; i-- {
 		line := lines[i]
+		cut := len(line) > budget
+		if cut {
+			line = line[len(line)-budget:]
+		}
+		budget -= len(line)
 		for line != "" {
 			var elem string
 			line, elem = cutLast(line)
+			if cut && line == "" {
+				break // the element the budget cut through: never read a part of one
+			}
 			a, ok := c.node(elem)
 			if !ok {
 				return netip.Addr{}, false

@@ -27,7 +27,14 @@ func newClients(h header, v6bits int, trusted ...string) *Finder {
 // cannot be read falls back to the peer, or, for the peer itself, to the
 // fixed InvalidRemote; a client never picks its own key.
 func TestAddress(t *testing.T) {
-	huge := strings.Repeat("198.51.100.1, ", MaxHeader/14+1) + "203.0.113.9"
+	// A client behind a trusted proxy pads the header it sends past
+	// MaxHeader; the proxy appends its address, and that is what counts.
+	padded := strings.Repeat("198.51.100.1, ", MaxHeader/14+1) + "203.0.113.9"
+	garbage := strings.Repeat("x", 2*MaxHeader) + ", 203.0.113.9"
+	// The last MaxHeader bytes hold only trusted hops, and the budget cuts
+	// "99.1.2.3" to "9.1.2.3", an address too: a cut element is never read.
+	cutTail := strings.Repeat(", 10.0.0.12", 5) + strings.Repeat(", 10.0.0.1", 813)
+	cutHeader := "99.1.2.3" + cutTail
 	for _, tc := range []struct {
 		name    string
 		header  header
@@ -65,8 +72,20 @@ func TestAddress(t *testing.T) {
 			xff: []string{"203.0.113.9, garbage"}, want: "10.1.2.3"},
 		{name: "empty entry: peer", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
 			xff: []string{"203.0.113.9,"}, want: "10.1.2.3"},
-		{name: "huge header: peer", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
-			xff: []string{huge}, want: "10.1.2.3"},
+		{name: "padded past MaxHeader: the proxy's addition", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{padded}, want: "203.0.113.9"},
+		{name: "garbage padding past MaxHeader is never read", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{garbage}, want: "203.0.113.9"},
+		{name: "padding on an earlier line, a proxy chain", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{garbage, "10.0.0.7"}, want: "203.0.113.9"},
+		{name: "padding spread over many lines", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: append(strings.Split(strings.Repeat("x,", MaxHeader), ","), "203.0.113.9"), want: "203.0.113.9"},
+		{name: "only trusted hops in the budget: the left-most read", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{cutHeader}, want: "10.0.0.12"},
+		{name: "NAT64 peer: its IPv4 client", remote: "[64:ff9b::c000:201]:443", want: "192.0.2.1"},
+		{name: "NAT64 in the header", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
+			xff: []string{"64:ff9b::cb00:7109"}, want: "203.0.113.9"},
+		{name: "not NAT64: grouped by /64", remote: "[64:ff9c::c000:201]:443", want: "64:ff9c::/64"},
 		{name: "malformed left of the client is never read", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
 			xff: []string{"garbage, 203.0.113.9"}, want: "203.0.113.9"},
 		{name: "forwarded ignored under XFF", trusted: []string{"10.0.0.0/8"}, remote: "10.1.2.3:5",
