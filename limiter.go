@@ -143,7 +143,7 @@ type Limiter struct {
 	alg      Algorithm
 	name     string                              // the algorithm's registered name
 	reserves bool                                // the algorithm's states can reserve (WaitN)
-	sketch   *sketch                             // with MaxKeys
+	sketch   lazySketch                          // with MaxKeys
 	count    *counters                           // with Config.Stats
 	global   atomic.Pointer[atomicbucket.Bucket] // nil without Config.Global
 
@@ -273,7 +273,7 @@ func (l *Limiter) build(cfg Config) {
 	}
 	l.flat = registry.NewFlat(fc)
 	if cfg.MaxKeys > 0 {
-		l.sketch = newSketch(cfg.MaxKeys)
+		l.sketch.maxKeys = cfg.MaxKeys
 	}
 }
 

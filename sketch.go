@@ -65,3 +65,26 @@ func (s *sketch) spent(id registry.ID) int64 {
 	a, b := s.pair(id)
 	return min(a.Load(), b.Load())
 }
+
+// lazySketch is a Limiter's sketch, made on the first eviction at the
+// bound: until then no key was evicted, so the sketch would hold nothing,
+// and a Limiter with MaxKeys that never reaches it (a policy of httplimit
+// with its default bound, say) costs none of its 8 bytes per key of the
+// bound. Reading one costs an atomic load.
+type lazySketch struct {
+	maxKeys int // the bound it is sized for; 0 without MaxKeys
+	p       atomic.Pointer[sketch]
+}
+
+// spent is the sketch's spent, math.MinInt64 before any eviction.
+func (z *lazySketch) spent(id registry.ID) int64 { return z.p.Load().spent(id) }
+
+// record is the sketch's record, making the sketch first if need be.
+func (z *lazySketch) record(id registry.ID, at int64) {
+	s := z.p.Load()
+	if s == nil {
+		z.p.CompareAndSwap(nil, newSketch(z.maxKeys))
+		s = z.p.Load()
+	}
+	s.record(id, at)
+}

@@ -9,7 +9,9 @@
 // The full method name chooses the rule, and each method (or service) has
 // limiters of its own, so one client's calls to one method never spend
 // another's allowance. A stream is charged when it opens, and with
-// Config.PerMessage for every message it receives as well.
+// Config.PerMessage for every message it receives as well, once the
+// message has arrived (the stream's end costs nothing); a refused message
+// reaches the handler as the error of its RecvMsg, not as a message.
 //
 // grpclimit is a module of its own, so that floodgate's core does not take
 // on gRPC's dependencies.
@@ -30,6 +32,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -64,12 +67,21 @@ type Config struct {
 	// and the client address found (say, an authenticated user's id).
 	Key func(ctx context.Context, fullMethod, client string) string
 	// PerMessage charges every message a stream receives, not only its
-	// opening.
+	// opening: each once it has arrived, so that the end of the stream
+	// costs nothing, and a refused one reaches the handler as its
+	// RecvMsg's error, before the handler sees it.
 	PerMessage bool
-	// Clock, MaxKeys and IdleTTL are given to every floodgate.Limiter made
-	// (one per policy of each entry); MaxKeys bounds each.
-	Clock   floodgate.Clock
+	// Clock is every policy's clock; nil is the SystemClock.
+	Clock floodgate.Clock
+	// MaxKeys bounds the clients each policy holds, as in httplimit: 0
+	// means a bound that keeps each policy within 64 MiB (1,048,576
+	// clients for the buckets and the windows; for the sliding log, 64 MiB
+	// over 512 bytes and 16 per request of its Limit, at least 1,024), and
+	// negative means no bound, on purpose.
 	MaxKeys int
+	// IdleTTL is how long a client's state must have been a new client's
+	// before it is forgotten in the background, which changes no decision;
+	// 0 means a minute, negative never.
 	IdleTTL time.Duration
 }
 
@@ -230,7 +242,12 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	}
 }
 
-// chargedStream charges every message received before it is read.
+// chargedStream charges every message the stream receives, once it has
+// arrived: the end of the stream (io.EOF) and a failed receive are not
+// messages, and cost nothing. A refused message never reaches the handler:
+// its RecvMsg returns the refusal instead, and the message it had read is
+// reset, so that a handler that ignored the error would find nothing in
+// it.
 type chargedStream struct {
 	grpc.ServerStream
 	limits *floodgate.Limits
@@ -238,8 +255,14 @@ type chargedStream struct {
 }
 
 func (s *chargedStream) RecvMsg(m any) error {
-	if err := refusal(s.limits.AllowN(s.key, 1)); err != nil {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	return s.ServerStream.RecvMsg(m)
+	if err := refusal(s.limits.AllowN(s.key, 1)); err != nil {
+		if pm, ok := m.(proto.Message); ok {
+			proto.Reset(pm)
+		}
+		return err
+	}
+	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,7 +49,38 @@ func (service) FullDuplexCall(s testpb.TestService_FullDuplexCallServer) error {
 	}
 }
 
+// received counts the messages StreamingInputCall's handler has seen.
+var received atomic.Int64
+
+// StreamingInputCall counts the messages of a client stream and answers
+// their number once it ends.
+func (service) StreamingInputCall(s testpb.TestService_StreamingInputCallServer) error {
+	n := int32(0)
+	for {
+		if _, err := s.Recv(); err != nil {
+			if errors.Is(err, io.EOF) {
+				return s.SendAndClose(&testpb.StreamingInputCallResponse{AggregatedPayloadSize: n})
+			}
+			return err
+		}
+		n++
+		received.Add(1)
+	}
+}
+
+// StreamingOutputCall answers its one request with three messages.
+func (service) StreamingOutputCall(_ *testpb.StreamingOutputCallRequest, s testpb.TestService_StreamingOutputCallServer) error {
+	for range 3 {
+		if err := s.Send(&testpb.StreamingOutputCallResponse{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 const (
+	input  = "/grpc.testing.TestService/StreamingInputCall"
+	output = "/grpc.testing.TestService/StreamingOutputCall"
 	unary  = "/grpc.testing.TestService/UnaryCall"
 	empty  = "/grpc.testing.TestService/EmptyCall"
 	duplex = "/grpc.testing.TestService/FullDuplexCall"
@@ -197,6 +230,106 @@ func TestStream(t *testing.T) {
 			_, err := s.Recv()
 			retryDelay(t, err)
 		}
+	}
+}
+
+// TestPerMessageAtTheLimit: with PerMessage a stream pays one for its
+// opening and one for each message that arrives, and nothing for its end:
+// a client stream of 3 messages under a limit of 4 succeeds, and so does
+// an empty one under a limit of 1; a fourth message is refused, and the
+// handler learns it from Recv before it sees that message. A server
+// stream pays for its one request, and a bidi stream at the exact limit
+// ends cleanly.
+func TestPerMessageAtTheLimit(t *testing.T) {
+	ctx := context.Background()
+	clientStream := func(limit int64, messages int) (*testpb.StreamingInputCallResponse, error) {
+		_, c := serve(t, Config{PerMessage: true, Clock: floodgate.NewManualClock(0), Methods: map[string][]Policy{input: perHour("in", limit)}})
+		s, err := c.StreamingInputCall(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range messages {
+			if err := s.Send(&testpb.StreamingInputCallRequest{}); err != nil {
+				break // the server ended the stream: CloseAndRecv tells why
+			}
+		}
+		return s.CloseAndRecv()
+	}
+	received.Store(0)
+	if resp, err := clientStream(4, 3); err != nil || resp.AggregatedPayloadSize != 3 {
+		t.Fatalf("3 messages under a limit of 4: %v, %v", resp, err)
+	}
+	if resp, err := clientStream(1, 0); err != nil || resp.AggregatedPayloadSize != 0 {
+		t.Fatalf("an empty stream under a limit of 1: %v, %v", resp, err)
+	}
+	received.Store(0)
+	if _, err := clientStream(4, 4); err == nil {
+		t.Fatal("4 messages under a limit of 4 (the opening took one): the fourth was not refused")
+	} else {
+		retryDelay(t, err)
+	}
+	if n := received.Load(); n != 3 {
+		t.Fatalf("the handler saw %d messages, want the 3 admitted", n)
+	}
+
+	_, c := serve(t, Config{PerMessage: true, Clock: floodgate.NewManualClock(0), Methods: map[string][]Policy{output: perHour("out", 2)}})
+	out, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if _, err := out.Recv(); errors.Is(err, io.EOF) {
+			if i != 3 {
+				t.Fatalf("server stream under a limit of 2: %d messages", i)
+			}
+			break
+		} else if err != nil {
+			t.Fatalf("server stream under a limit of 2 (opening and request): %v", err)
+		}
+	}
+
+	_, c = serve(t, Config{PerMessage: true, Clock: floodgate.NewManualClock(0), Methods: map[string][]Policy{duplex: perHour("duplex", 4)}})
+	bidi, err := c.FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := bidi.Send(&testpb.StreamingOutputCallRequest{}); err != nil {
+			t.Fatalf("bidi message %d: %v", i, err)
+		}
+		if _, err := bidi.Recv(); err != nil {
+			t.Fatalf("bidi message %d: %v", i, err)
+		}
+	}
+	bidi.CloseSend()
+	if _, err := bidi.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("bidi at the exact limit ended with %v, want a clean end", err)
+	}
+}
+
+// TestDefaultBounds: the zero-value Config bounds each policy's keys
+// (here a sliding log whose Limit makes the default bound its floor,
+// 1,024); a negative MaxKeys asks for no bound.
+func TestDefaultBounds(t *testing.T) {
+	log := []Policy{{Name: "log", Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 1_000_000, Period: time.Hour}}}
+	for _, tc := range []struct {
+		cfg  Config
+		want int
+	}{
+		{Config{Default: log}, 1024},
+		{Config{Default: log, MaxKeys: -1, IdleTTL: -1}, 1100},
+	} {
+		l, err := New(tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 1100 {
+			l.deflt.Allow("client-" + strconv.Itoa(i))
+		}
+		if got := l.all[0].Len(); got != tc.want {
+			t.Errorf("MaxKeys %d: %d keys held after 1,100 clients, want %d", tc.cfg.MaxKeys, got, tc.want)
+		}
+		l.Close()
 	}
 }
 

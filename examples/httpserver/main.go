@@ -52,7 +52,12 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int)
 		},
 		TrustedProxies: proxies,
 		IPv6Prefix:     v6,
-		IdleTTL:        10 * time.Minute,
+		// Both memory bounds, set here as a server should: clients idle a
+		// minute are forgotten (which changes no decision), and each
+		// policy holds at most a million (about 64 MiB), whatever a
+		// client rotating its address or key sends.
+		IdleTTL: time.Minute,
+		MaxKeys: 1 << 20,
 	})
 	if err != nil {
 		return err
@@ -70,7 +75,13 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int)
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: lim.Handler(mux), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{
+		Handler: lim.Handler(mux),
+		// A client that trickles its headers, or idles on a kept-alive
+		// connection, holds a connection and a goroutine: bound both.
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
 	fmt.Printf("listening on %s\n", ln.Addr())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

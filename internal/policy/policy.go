@@ -18,11 +18,52 @@ type Spec struct {
 	Algorithm string
 }
 
-// Common is what every Limiter of one middleware shares.
+// Common is what every Limiter of one middleware shares, as the
+// middleware's Config gives it: MaxKeys 0 means DefaultMaxKeys of each
+// policy and a negative one no bound; IdleTTL 0 means DefaultIdleTTL and a
+// negative one no sweeper.
 type Common struct {
 	Clock   floodgate.Clock
 	MaxKeys int
 	IdleTTL time.Duration
+}
+
+// DefaultIdleTTL is how long a client's state must have been what a new
+// client's would be before the middlewares forget it by default. Any
+// value keeps the limit exact: a forgotten state was a new one, so
+// forgetting it changes no decision. A minute keeps the sweep rare.
+const DefaultIdleTTL = time.Minute
+
+// DefaultMemory is what one policy's clients may hold at most by default:
+// DefaultMaxKeys bounds the keys so that their states, the table around
+// them and MaxKeys's sketch stay within it.
+const DefaultMemory = 64 << 20
+
+// Bytes a key of the bound costs at most (measured by the middlewares'
+// heap tests): a state inline in the table, and one held as an object
+// (the sliding log's, beside 16 bytes per entry it keeps), each with its
+// share of the table and 8 bytes of sketch.
+const (
+	inlineKeyBytes = 64
+	objectKeyBytes = 512
+	logEntryBytes  = 16
+)
+
+// DefaultMaxKeys is the bound on the keys of a policy that keeps them
+// within DefaultMemory. A sliding log keeps an entry per request in its
+// window, up to Limit, so its bound shrinks with Limit; it is never below
+// 1,024, and so a log whose Limit is in the tens of thousands may hold
+// more than DefaultMemory: set MaxKeys for it.
+func DefaultMaxKeys(s Spec) int {
+	per := inlineKeyBytes
+	switch s.Algorithm {
+	case "", floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter:
+	case floodgate.SlidingLog:
+		per = objectKeyBytes + logEntryBytes*int(min(s.Rule.Limit, DefaultMemory))
+	default:
+		per = objectKeyBytes
+	}
+	return max(1024, DefaultMemory/per)
 }
 
 // Build makes one Limiter per spec and returns their Limits. It is an
@@ -44,8 +85,21 @@ func Build(specs []Spec, c Common, valid func(string) bool, all *[]*floodgate.Li
 			return nil, fmt.Errorf("policy name %q used twice", s.Name)
 		}
 		seen[s.Name] = true
+		maxKeys, ttl := c.MaxKeys, c.IdleTTL
+		switch {
+		case maxKeys == 0:
+			maxKeys = DefaultMaxKeys(s)
+		case maxKeys < 0:
+			maxKeys = 0 // no bound, on purpose
+		}
+		switch {
+		case ttl == 0:
+			ttl = DefaultIdleTTL
+		case ttl < 0:
+			ttl = 0 // no sweeper, on purpose
+		}
 		l, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule,
-			Clock: c.Clock, MaxKeys: c.MaxKeys, IdleTTL: c.IdleTTL})
+			Clock: c.Clock, MaxKeys: maxKeys, IdleTTL: ttl})
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: %v", s.Name, err)
 		}
