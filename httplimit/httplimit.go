@@ -9,17 +9,30 @@
 // (10 a second and 1,000 an hour): a request passes only if all admit it,
 // and a refusal consumes nothing (see floodgate.Limits).
 //
+// A request counts under the Route of its clean path, as the router
+// behind the middleware will serve it ("//", "/./", "/x/../" and a
+// subtree's path without its trailing slash included), and a path whose
+// escapes change its segments is charged under the Routes of both its
+// decoded and its escaped form (see Limiter.Handler).
+//
 // The client is the connection's peer address, without the port, and an
 // IPv6 client is grouped by its /64 (see Config.IPv6Prefix). The proxy
 // header is believed only from peers in Config.TrustedProxies, and then
 // only its right-most address that is not itself a trusted proxy: a client
 // that writes its own X-Forwarded-For cannot choose its key.
+//
+// The zero-value Config bounds memory: each policy forgets clients whose
+// state has been a new client's for a minute, and holds at most about
+// 64 MiB of them (see Config.MaxKeys).
 package httplimit
 
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"net/http"
+	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -53,7 +66,7 @@ type Route struct {
 // and Default is a working default.
 type Config struct {
 	// Routes are the limited endpoints. A request matches the Route whose
-	// pattern http.ServeMux would choose for it.
+	// pattern http.ServeMux would choose for its clean path (see Handler).
 	Routes []Route
 	// Default limits the requests that no Route matches; nil lets them
 	// through without a limit or headers.
@@ -83,10 +96,21 @@ type Config struct {
 	// X-RateLimit-Reset (the Unix time, in seconds, at which the most
 	// restrictive policy is full again) to every limited answer.
 	LegacyHeaders bool
-	// Clock, MaxKeys and IdleTTL are given to every floodgate.Limiter the
-	// middleware makes (one per policy of each route); MaxKeys bounds each.
-	Clock   floodgate.Clock
+	// Clock is every policy's clock; nil is the SystemClock.
+	Clock floodgate.Clock
+	// MaxKeys bounds the clients each policy holds (floodgate's
+	// Config.MaxKeys, with its rule that an evicted client comes back with
+	// no more than it left with). 0 means a bound that keeps each policy
+	// within 64 MiB: 1,048,576 clients for the token and leaky bucket and
+	// the windows, and for the sliding log 64 MiB over 512 bytes and 16
+	// per request of its Limit (at least 1,024). A client that rotates its
+	// address through a /32 of IPv6 /64s, or its API key, then costs a
+	// bounded amount. Negative means no bound, on purpose.
 	MaxKeys int
+	// IdleTTL is how long a client's state must have been a new client's
+	// (a full bucket, an empty window) before it is forgotten in the
+	// background: forgetting such a state changes no decision, at any
+	// value. 0 means a minute; negative means never.
 	IdleTTL time.Duration
 }
 
@@ -199,7 +223,8 @@ func (l *Limiter) newRoute(ps []Policy, cfg Config) (*route, error) {
 		if i > 0 {
 			header.WriteString(", ")
 		}
-		fmt.Fprintf(&header, "%q;q=%d;w=%d", p.Name, p.Rule.Limit, ceilSeconds(p.Rule.Period))
+		q, w := quota(p.Rule)
+		fmt.Fprintf(&header, "%q;q=%d;w=%d", p.Name, q, w)
 		rt.names = append(rt.names, p.Name)
 	}
 	rt.policy = []string{header.String()}
@@ -236,15 +261,17 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler { return l.Handler(
 
 // Handler wraps next: a request that its route's policies admit goes on
 // to next, with the RateLimit headers set; a refused one gets them, a
-// Retry-After, and Config.Deny's answer instead.
+// Retry-After, and Config.Deny's answer instead. The route is found as
+// match describes: by the request's clean path, and by both forms of a
+// path whose escapes change its segments.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt := l.match(r)
+		rt, also := l.match(r)
 		if rt == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if d, ok := l.check(w, r, rt); !ok {
+		if d, ok := l.check(w, r, rt, also); !ok {
 			l.deny(w, r, d)
 			return
 		}
@@ -255,16 +282,100 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // HandlerFunc is Handler for a function.
 func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Handler(next) }
 
-// match returns the route of r, the default one, or nil.
-func (l *Limiter) match(r *http.Request) *route {
-	if len(l.routes) > 0 {
-		if h, _ := l.mux.Handler(r); h != nil {
+// match returns the route that limits r, the default one, or nil; and,
+// rarely, a second route that limits it too.
+//
+// A request is limited under the route of its cleaned path, as the router
+// behind the middleware will serve it, not as it was sent: "//", "/./",
+// "/x/../" and a missing trailing slash ("/api" for a Route "/api/", which
+// ServeMux would redirect) all count under the route the clean path
+// matches, where http.ServeMux alone would answer a redirect and the
+// request would pass unlimited to a router that serves it anyway. A path
+// with escapes that change its segments ("/api%2Fx", whose decoded path
+// is "/api/x") has two clean forms: routers that match the decoded path
+// (chi, gorilla/mux) and ServeMux, which matches the escaped one segment
+// by segment, may route it apart. When the two forms match different
+// routes (or one a route and the other none, which Default then limits),
+// the request is charged under both, so that whichever the router
+// serves, its limit was applied.
+func (l *Limiter) match(r *http.Request) (rt, also *route) {
+	if len(l.routes) == 0 {
+		return l.deflt, nil
+	}
+	escaped := r.URL.EscapedPath()
+	if r.URL.RawPath == "" && cleanPath(escaped) == escaped {
+		return l.lookup(r), nil // the common case: one clean form, no copy
+	}
+	decoded := l.lookupPath(r, cleanPath(r.URL.Path), "")
+	raw := cleanPath(escaped)
+	if r.URL.RawPath == "" {
+		return decoded, nil
+	}
+	unescaped, err := url.PathUnescape(raw)
+	if err != nil {
+		return decoded, nil // EscapedPath is always valid; unreachable
+	}
+	if other := l.lookupPath(r, unescaped, raw); other != decoded {
+		if decoded == nil {
+			return other, nil
+		}
+		return decoded, other
+	}
+	return decoded, nil
+}
+
+// lookupPath is lookup for r with its path replaced by path (and its
+// escaped form raw, if it has one of its own).
+func (l *Limiter) lookupPath(r *http.Request, path, raw string) *route {
+	u := *r.URL
+	u.Path, u.RawPath = path, raw
+	r2 := *r
+	r2.URL = &u
+	return l.lookup(&r2)
+}
+
+// lookup returns the route the Limiter's ServeMux finds for r, which must
+// have a clean path. The one redirect it can answer then is to the same
+// path with a trailing slash, for a subtree pattern ("/api" to "/api/"):
+// the request counts under that pattern's route.
+func (l *Limiter) lookup(r *http.Request) *route {
+	h, pattern := l.mux.Handler(r)
+	if i, ok := h.(routeIndex); ok {
+		return l.routes[i]
+	}
+	if strings.HasSuffix(pattern, "/") && pattern != r.URL.Path {
+		if h, _ := l.mux.Handler(withPath(r, pattern)); h != nil {
 			if i, ok := h.(routeIndex); ok {
 				return l.routes[i]
 			}
 		}
 	}
 	return l.deflt
+}
+
+// withPath is r with the decoded path p.
+func withPath(r *http.Request, p string) *http.Request {
+	u := *r.URL
+	u.Path, u.RawPath = p, ""
+	r2 := *r
+	r2.URL = &u
+	return &r2
+}
+
+// cleanPath is http.ServeMux's canonical form of a path: rooted, with no
+// "." or ".." element and no empty one, and with a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // Client returns the key under which the middleware counts r: its client
@@ -277,14 +388,26 @@ func (l *Limiter) Client(r *http.Request) string {
 	return c
 }
 
-// check asks rt's policies about r and sets the answer's headers.
-func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt *route) (floodgate.Decision, bool) {
+// check asks rt's policies about r, and also's if it is not nil, and
+// sets the answer's headers. With two routes, both must admit; a refusal
+// by also leaves what rt granted spent (stricter, never looser), and the
+// headers carry both routes' policies.
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route) (floodgate.Decision, bool) {
 	var buf [8]floodgate.Decision
 	each := buf[:len(rt.names)]
-	d := rt.limits.AllowEach(l.Client(r), 1, each)
+	client := l.Client(r)
+	d := rt.limits.AllowEach(client, 1, each)
 	h := w.Header()
 	h[hdrPolicy] = rt.policy
 	h[hdrRateLimit] = []string{rateLimit(rt.names, each)}
+	if also != nil && d.Allowed {
+		more := make([]floodgate.Decision, len(also.names))
+		if d2 := also.limits.AllowEach(client, 1, more); !d2.Allowed || d2.Remaining < d.Remaining {
+			d = d2
+		}
+		h[hdrPolicy] = []string{rt.policy[0] + ", " + also.policy[0]}
+		h[hdrRateLimit] = []string{h[hdrRateLimit][0] + ", " + rateLimit(also.names, more)}
+	}
 	if l.legacy {
 		reset := time.Now().Add(d.ResetAfter)
 		sec := reset.Unix()
@@ -301,8 +424,32 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt *route) (floo
 	return d, d.Allowed
 }
 
+// maxSF is the largest Integer of RFC 9651's Structured Fields: 15 digits.
+// Every number in the RateLimit headers is clamped to it.
+const maxSF = 999_999_999_999_999
+
+// quota is a rule's RateLimit-Policy quota and window in seconds: the
+// most a client can hold (so that RateLimit's r never exceeds q) and the
+// time in which that much refills. For a Burst above Limit that is the
+// burst, over Burst × Period / Limit; otherwise Limit over Period. Both
+// are clamped to maxSF.
+func quota(r floodgate.Rule) (q, w int64) {
+	if r.Burst <= r.Limit {
+		return min(r.Limit, maxSF), min(ceilSeconds(r.Period), maxSF)
+	}
+	// Burst × Period / Limit, rounded up: New checked that the burst
+	// window fits, so the quotient fits too.
+	hi, lo := bits.Mul64(uint64(r.Burst), uint64(r.Period))
+	ns, rem := bits.Div64(hi, lo, uint64(r.Limit))
+	if rem > 0 {
+		ns++
+	}
+	return min(r.Burst, maxSF), min(ceilSeconds(time.Duration(min(ns, math.MaxInt64))), maxSF)
+}
+
 // rateLimit is the RateLimit header: one item per policy, what it has left
-// and the whole seconds until it is full again, rounded up.
+// and the whole seconds until it is full again, rounded up, each clamped
+// to maxSF.
 func rateLimit(names []string, each []floodgate.Decision) string {
 	var buf [256]byte
 	b := buf[:0]
@@ -313,9 +460,9 @@ func rateLimit(names []string, each []floodgate.Decision) string {
 		b = append(b, '"')
 		b = append(b, names[i]...)
 		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, max(0, d.Remaining), 10)
+		b = strconv.AppendInt(b, min(max(0, d.Remaining), maxSF), 10)
 		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, ceilSeconds(d.ResetAfter), 10)
+		b = strconv.AppendInt(b, min(ceilSeconds(d.ResetAfter), maxSF), 10)
 	}
 	return string(b)
 }

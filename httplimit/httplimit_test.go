@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -299,6 +300,111 @@ func TestCloseTwice(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Fatalf("request %d after Close: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+}
+
+// TestRawAndDecodedFormsChargedUnderBoth: "/api%2Fx" is "/api/x" to
+// routers that match the decoded path, and one segment "api/x" to
+// ServeMux, which matches the escaped one: the two forms match different
+// Routes here ("/api/" and "/"), and the request is charged under both.
+// Its headers carry both routes' policies, and it is refused once either
+// is spent.
+func TestRawAndDecodedFormsChargedUnderBoth(t *testing.T) {
+	l, err := New(Config{Routes: []Route{
+		{Pattern: "/api/", Policies: perHour("api", 2)},
+		{Pattern: "/", Policies: perHour("rest", 3)},
+	}, Clock: floodgate.NewManualClock(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	ask := func(target string) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", target, nil))
+		return w
+	}
+	w := ask("/api%2Fx")
+	if got := w.Header().Get("RateLimit-Policy"); got != `"api";q=2;w=3600, "rest";q=3;w=3600` {
+		t.Fatalf("RateLimit-Policy %q: want both routes' policies", got)
+	}
+	if got := w.Header().Get("RateLimit"); got != `"api";r=1;t=1800, "rest";r=2;t=1200` {
+		t.Fatalf("RateLimit %q", got)
+	}
+	ask("/api/y") // the api route alone: its second request
+	if w := ask("/api%2Fz"); w.Code != http.StatusTooManyRequests {
+		t.Fatalf("with the api route spent, /api%%2Fz answered %d", w.Code)
+	}
+}
+
+// TestCleanPathsCountUnderTheirRoute: paths that are not canonical count
+// under the route of their clean form, and a subtree's path without its
+// trailing slash under the subtree, as the router behind serves them;
+// HEAD counts under GET's route.
+func TestCleanPathsCountUnderTheirRoute(t *testing.T) {
+	for _, tc := range []struct{ method, path, route string }{
+		{"GET", "/api//login", "api"},
+		{"GET", "/api/./login", "api"},
+		{"GET", "/api/x/../login", "api"},
+		{"GET", "/x/../api/login", "api"},
+		{"GET", "/api", "api"},
+		{"GET", "//api", "api"},
+		{"POST", "//login", "login"},
+		{"POST", "/./login", "login"},
+		{"HEAD", "/items", "items"},
+		{"GET", "/items", "items"},
+		{"GET", "/%69tems", "items"},
+	} {
+		l, err := New(Config{Routes: []Route{
+			{Pattern: "/api/", Policies: perHour("api", 2)},
+			{Pattern: "POST /login", Policies: perHour("login", 2)},
+			{Pattern: "GET /items", Policies: perHour("items", 2)},
+		}, Clock: floodgate.NewManualClock(0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		r := httptest.NewRequest(tc.method, "/", nil)
+		r.URL.Path, r.URL.RawPath = mustUnescape(t, tc.path), tc.path
+		if r.URL.EscapedPath() != tc.path {
+			r.URL.RawPath = ""
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if got := w.Header().Get("RateLimit-Policy"); !strings.HasPrefix(got, `"`+tc.route+`"`) {
+			t.Errorf("%s %s: RateLimit-Policy %q, want the %s route's", tc.method, tc.path, got, tc.route)
+		}
+		l.Close()
+	}
+}
+
+func mustUnescape(t *testing.T, p string) string {
+	t.Helper()
+	u, err := url.PathUnescape(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestPolicyQuota: RateLimit-Policy's q is the most a client can hold, so
+// that RateLimit's r never exceeds it: Limit over Period, or a Burst above
+// Limit over the time it takes to refill; every number is clamped to
+// RFC 9651's 15 digits.
+func TestPolicyQuota(t *testing.T) {
+	for _, tc := range []struct {
+		rule floodgate.Rule
+		q, w int64
+	}{
+		{floodgate.Rule{Limit: 10, Period: time.Second}, 10, 1},
+		{floodgate.Rule{Limit: 10, Period: time.Second, Burst: 3}, 10, 1},
+		{floodgate.Rule{Limit: 10, Period: time.Second, Burst: 100}, 100, 10},
+		{floodgate.Rule{Limit: 3, Period: time.Second, Burst: 4}, 4, 2},
+		{floodgate.Rule{Limit: 1e17, Period: 1e17}, maxSF, 100_000_000},
+	} {
+		if q, w := quota(tc.rule); q != tc.q || w != tc.w {
+			t.Errorf("%+v: q=%d w=%d, want q=%d w=%d", tc.rule, q, w, tc.q, tc.w)
 		}
 	}
 }
