@@ -309,15 +309,16 @@ func TestPerMessageAtTheLimit(t *testing.T) {
 
 // TestDefaultBounds: the zero-value Config bounds each policy's keys
 // (here a sliding log whose Limit makes the default bound its floor,
-// 1,024); a negative MaxKeys asks for no bound.
+// 1,024: each of the table's shards holds at most its share, so fewer may
+// be held, never more); a negative MaxKeys asks for no bound.
 func TestDefaultBounds(t *testing.T) {
 	log := []Policy{{Name: "log", Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 1_000_000, Period: time.Hour}}}
 	for _, tc := range []struct {
-		cfg  Config
-		want int
+		cfg         Config
+		least, most int
 	}{
-		{Config{Default: log}, 1024},
-		{Config{Default: log, MaxKeys: -1, IdleTTL: -1}, 1100},
+		{Config{Default: log}, 900, 1024},
+		{Config{Default: log, MaxKeys: -1, IdleTTL: -1}, 1100, 1100},
 	} {
 		l, err := New(tc.cfg)
 		if err != nil {
@@ -326,8 +327,8 @@ func TestDefaultBounds(t *testing.T) {
 		for i := range 1100 {
 			l.deflt.Allow("client-" + strconv.Itoa(i))
 		}
-		if got := l.all[0].Len(); got != tc.want {
-			t.Errorf("MaxKeys %d: %d keys held after 1,100 clients, want %d", tc.cfg.MaxKeys, got, tc.want)
+		if got := l.all[0].Len(); got < tc.least || got > tc.most {
+			t.Errorf("MaxKeys %d: %d keys held after 1,100 clients, want %d to %d", tc.cfg.MaxKeys, got, tc.least, tc.most)
 		}
 		l.Close()
 	}
