@@ -27,7 +27,7 @@ MODULES := . bench grpclimit redislimit httplimit/conformance
 test: lint quick memory
 
 # Everything CI proves: `make full` on this machine, then the other
-# platforms (test-arm64). About 16 minutes on 2 cores. .ci/run runs it.
+# platforms (test-arm64). About 20 minutes on 2 cores. .ci/run runs it.
 check: full test-arm64
 
 # The full proof on this platform: lint; every test in its full form
