@@ -1,33 +1,62 @@
--- floodgate's token_bucket and leaky_bucket on Redis: GCRA, one key, one
--- integer. The key holds the theoretical arrival time (TAT) in microseconds
--- of Redis's own clock, the instant at which the bucket is full again, as
--- 8 bytes (a little-endian int64: struct.pack costs less than decimal). A
--- request of cost n is allowed if and only if max(TAT, now) + n * interval
--- lies at most tau = capacity * interval after now; then the TAT moves
--- there. A denial writes nothing. Every number is an integer below 2^53, so
--- Lua's doubles hold each one exactly.
+-- floodgate's token_bucket and leaky_bucket on Redis: GCRA, one key. The
+-- key holds the theoretical arrival time (TAT) in microseconds of Redis's
+-- own clock, the instant at which the bucket is full again, as 8 bytes (a
+-- little-endian int64: struct.pack costs less than decimal). A request of
+-- cost n is allowed if and only if max(TAT, now) + n * interval lies at
+-- most tau = capacity * interval after now; then the TAT moves there. A
+-- denial writes nothing. Every number is an integer below 2^53, so Lua's
+-- doubles hold each one exactly.
+--
+-- Lease mode adds credits: units a replica leased and gave back unspent.
+-- The TAT does not move back for them, since later leases of other
+-- replicas were placed after them; they are kept beside it instead, as a
+-- count and the end of the slots they held (ctop), in 24 bytes with the
+-- TAT. A credited unit is the slot of one request already accounted for
+-- in the TAT, so spending it is exactly what the replica that leased it
+-- could have done: while ctop - now is at least a step per credited unit
+-- (after that Redis has taken the slot back by itself). Requests take
+-- valid credits before the TAT.
 --
 -- KEYS[1]  the client's key
--- ARGV[1]  n, the cost: 1 <= n <= capacity
+-- ARGV[1]  n, the cost: 1 <= n <= capacity (0 with give >= 1: a return)
 -- ARGV[2]  interval, microseconds per token: >= 1
 -- ARGV[3]  capacity, the burst: >= 1, capacity * interval <= 2^50
 -- ARGV[4]  margin, milliseconds added to every key's TTL: >= 0
 -- ARGV[5]  dry: 1 answers as a cost-1 request would and writes nothing
+-- ARGV[6]  want: lease mode's extra units, >= 0. When the request is
+--          allowed (and not dry), it also takes extra = min(want,
+--          floor(r / 8)) units from the TAT, r being what remains after
+--          the request: the TAT moves by extra steps more, exactly as
+--          extra more requests would move it. The last 8 units go one at
+--          a time.
+-- ARGV[7]  give: unspent leased units returned, >= 0, applied first, as
+--          credits
+-- ARGV[8]  gtop: the end of the returned units' slots, the TAT that the
+--          call which leased them left (its reply's now + horizon)
 --
--- Returns {allowed, remaining, retry_after, reset_after}, the two waits in
--- microseconds.
+-- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
+-- now}: the waits in microseconds; extra the units leased; horizon the
+-- debt after the call (TAT - now): unit by unit, a lease stays spendable
+-- while the debt it created is unpaid; now, Redis's clock. remaining
+-- excludes the leased units and includes the credits.
 
-local n, interval, capacity, margin, dry =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local n, interval, capacity, margin, dry, want, give, gtop =
+  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
+  tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 -- One expression, for speed: nil (not a number), NaN (every comparison is
 -- false), a fraction or an infinity (x % 1 is not 0), or out of range.
 if not (interval and interval >= 1 and interval % 1 == 0
     and capacity and capacity >= 1 and capacity % 1 == 0 and capacity * interval <= 2^50
-    and n and n >= 1 and n <= capacity and n % 1 == 0
+    and n and n >= 0 and n <= capacity and n % 1 == 0
     and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
-    and (dry == 0 or dry == 1)) then
-  return redis.error_reply('floodgate: bad arguments (n, interval, capacity, margin, dry): ' ..
-    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5])}, ', '))
+    and (dry == 0 or dry == 1)
+    and want and want >= 0 and want <= 2^50 and want % 1 == 0
+    and give and give >= 0 and give <= capacity and give % 1 == 0
+    and gtop and gtop >= -2^52 and gtop <= 2^52 and gtop % 1 == 0
+    and (n >= 1 or (give >= 1 and dry == 0 and want == 0))) then
+  return redis.error_reply('floodgate: bad arguments (n, interval, capacity, margin, dry, want, give, gtop): ' ..
+    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]),
+      tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8])}, ', '))
 end
 
 local now
@@ -38,29 +67,86 @@ end -- clock
 
 local tau = capacity * interval
 local stored = redis.call('GET', KEYS[1])
-local tat = now -- no key: the bucket is full
+local tat, cr, ctop = now, 0, 0 -- no key: the bucket is full, no credits
 if stored then
-  tat = #stored == 8 and struct.unpack('<i8', stored)
-  if not (tat and tat >= -2^52 and tat <= 2^52) then
+  if #stored == 8 then
+    tat = struct.unpack('<i8', stored)
+  elseif #stored == 24 then
+    tat, cr, ctop = struct.unpack('<i8i8i8', stored)
+  else
+    tat = nil
+  end
+  if not (tat and tat >= -2^52 and tat <= 2^52 and cr >= 0 and cr <= capacity and ctop <= tat) then
     return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
   end
 end
 
-local w = math.max(tat, now)
-local next = w + n * interval
-local allowed = next - now <= tau
-local debt, retry = w - now, 0
-if allowed then
-  debt = next - now
-  if dry == 0 then
-    local ttl = math.floor((debt + 999) / 1000) + margin
-    redis.call('SET', KEYS[1], struct.pack('<i8', next), 'PX', string.format('%d', ttl))
-  end
-else
-  retry = debt + n * interval - tau
-end
-local remaining = 0
 -- floor of a quotient of integers below 2^53 is exact in doubles: the
 -- rounded quotient cannot reach the next integer.
-if debt < tau then remaining = math.floor((tau - debt) / interval) end
-return {allowed and 1 or 0, remaining, retry, debt}
+local floor = math.floor
+
+-- valid credits: those whose slot Redis has not yet taken back.
+local function valid(c, top)
+  if c <= 0 or top <= now then return 0 end
+  return math.min(c, floor((top - now) / interval))
+end
+cr = valid(cr, ctop)
+local changed = false
+if give > 0 and stored and tat > now then
+  local g = valid(give, math.min(gtop, tat))
+  if g > 0 then
+    if cr > 0 then ctop = math.min(ctop, gtop) else ctop = math.min(gtop, tat) end
+    cr = math.min(cr + g, floor((ctop - now) / interval))
+    changed = true
+  end
+end
+
+-- save writes the state, or forgets the key when the bucket is full.
+local function save(t)
+  if t <= now then
+    redis.call('DEL', KEYS[1])
+    return
+  end
+  local ttl = string.format('%d', math.floor((t - now + 999) / 1000) + margin)
+  if cr > 0 then
+    redis.call('SET', KEYS[1], struct.pack('<i8i8i8', t, cr, ctop), 'PX', ttl)
+  else
+    redis.call('SET', KEYS[1], struct.pack('<i8', t), 'PX', ttl)
+  end
+end
+
+local function left(debt)
+  if debt < tau then return floor((tau - debt) / interval) end
+  return 0
+end
+
+if n == 0 then
+  if changed then save(tat) end
+  local debt = math.max(tat - now, 0)
+  return {1, left(debt) + cr, 0, debt, 0, debt, now}
+end
+
+-- The request takes valid credits first, then the TAT: m more steps.
+local c = math.min(n, cr)
+local m = n - c
+local w = math.max(tat, now)
+local next = w + m * interval
+local allowed = next - now <= tau
+local debt, retry, extra, rest = w - now, 0, 0, cr
+if allowed then
+  if m > 0 then debt = next - now end
+  rest = cr - c
+  if dry == 0 then
+    cr = rest
+    if want > 0 then
+      extra = math.min(want, floor(left(debt) / 8))
+      next = next + extra * interval
+      debt = debt + extra * interval
+    end
+    if m > 0 or extra > 0 or changed or c > 0 then save(math.max(next, tat)) end
+  end
+else
+  retry = debt + m * interval - tau
+  if changed then save(tat) end
+end
+return {allowed and 1 or 0, left(debt) + rest, retry, debt, extra, debt, now}

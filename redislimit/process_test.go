@@ -36,14 +36,20 @@ const childEnv = "REDISLIMIT_CHILD"
 // TestExactAcrossProcesses starts four OS processes of this test binary,
 // each with 16 goroutines that race for one key in one Redis, released
 // together: for every algorithm, exactly Limit requests are admitted in
-// all.
+// all. In lease mode each process leases batches of up to 16 units and
+// closes its Limiter at the end: at most Limit are admitted, and what they
+// admitted plus what Redis then has left is exactly Limit.
 func TestExactAcrossProcesses(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("a child process runs TestChildProcess only")
 	}
 	srv := redistest.Start(t)
-	for _, alg := range redisAlgorithms {
-		t.Run(alg, func(t *testing.T) {
+	for _, run := range []struct{ alg, mode string }{
+		{floodgate.TokenBucket, "request"}, {floodgate.LeakyBucket, "request"}, {floodgate.FixedWindow, "request"}, {floodgate.SlidingCounter, "request"},
+		{floodgate.TokenBucket, "lease"}, {floodgate.LeakyBucket, "lease"}, {floodgate.FixedWindow, "lease"}, {floodgate.SlidingCounter, "lease"},
+	} {
+		alg := run.alg
+		t.Run(alg+"/"+run.mode, func(t *testing.T) {
 			type child struct {
 				cmd   *exec.Cmd
 				stdin io.WriteCloser
@@ -56,7 +62,7 @@ func TestExactAcrossProcesses(t *testing.T) {
 					args = append([]string{emu}, args...) // make test-arm64: this binary runs under qemu
 				}
 				cmd := exec.Command(args[0], args[1:]...)
-				cmd.Env = append(os.Environ(), childEnv+"="+srv.Addr+" "+alg)
+				cmd.Env = append(os.Environ(), childEnv+"="+srv.Addr+" "+alg+" "+run.mode)
 				cmd.Stderr = os.Stderr
 				stdin, err := cmd.StdinPipe()
 				if err != nil {
@@ -96,10 +102,20 @@ func TestExactAcrossProcesses(t *testing.T) {
 				}
 				total += admitted
 			}
-			if total != exactLimit {
+			if run.mode == "request" && total != exactLimit || total > exactLimit {
 				t.Fatalf("%d processes × %d goroutines × %d attempts admitted %d; want exactly %d",
 					childProcesses, childGoroutines, childAttempts, total, exactLimit)
 			}
+			c := client(t, srv)
+			l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: exactLimit, Period: exactPeriod}, Prefix: run.mode})
+			p, err := l.Peek(context.Background(), "shared")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(p.Remaining)+total != exactLimit {
+				t.Fatalf("admitted %d, and Redis has %d left after every process closed; want %d in all", total, p.Remaining, exactLimit)
+			}
+			t.Logf("admitted %d of %d", total, exactLimit)
 		})
 	}
 }
@@ -120,11 +136,16 @@ func TestChildProcess(t *testing.T) {
 	if env == "" {
 		t.Skip("run by TestExactAcrossProcesses in its child processes")
 	}
-	addr, alg, _ := strings.Cut(env, " ")
+	f := strings.Fields(env)
+	addr, alg, mode := f[0], f[1], f[2]
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: childGoroutines})
 	defer c.Close()
-	l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: exactLimit, Period: exactPeriod}, Timeout: 10 * time.Second,
-		FailureMode: FailClosed})
+	cfg := Config{Algorithm: alg, Rule: floodgate.Rule{Limit: exactLimit, Period: exactPeriod}, Timeout: 10 * time.Second,
+		FailureMode: FailClosed, Prefix: mode}
+	if mode == "lease" {
+		cfg.Lease = Lease{Max: 16, TTL: time.Hour}
+	}
+	l := mustNew(t, c, cfg)
 	gate := make(chan struct{})
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -151,6 +172,9 @@ func TestChildProcess(t *testing.T) {
 	}
 	close(gate)
 	wg.Wait()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if s := l.Stats(); s.Errors != 0 || s.Fallbacks != 0 {
 		t.Fatalf("Redis failed during the test: %+v", s)
 	}

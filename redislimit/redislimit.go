@@ -106,6 +106,11 @@ type Config struct {
 	// OnError, when set, is called with every error from Redis that the
 	// FailureMode answered for. It runs on the request path.
 	OnError func(error)
+
+	// Lease turns on lease mode: each replica takes a key's allowance
+	// from Redis in batches and spends them in process. The zero value
+	// decides every request with a round trip. See Lease.
+	Lease Lease
 }
 
 // Stats counts what a Limiter has done since New.
@@ -129,6 +134,15 @@ type Stats struct {
 	// answered (or before the call): denied, and counted against no
 	// breaker (see AllowN).
 	Abandoned int64
+	// Leased counts the units taken from Redis as leases (beyond the cost
+	// of the request that took them); Returned, the unspent units given
+	// back, by Close or when a lease's TTL ran out; and Lapsed, the
+	// unspent units whose time passed before they could go back (Redis had
+	// already taken them back) or whose return failed.
+	Leased, Returned, Lapsed int64
+	// Reloads counts the times a Redis Cluster's slot map was reloaded
+	// after a failure (see Config.ProbeEvery).
+	Reloads int64
 }
 
 // Limiter applies one Rule to every client, with the state in Redis. It is
@@ -146,10 +160,13 @@ type Limiter struct {
 	clock    floodgate.Clock
 	breaker  breaker
 	onError  func(error)
-	margin   int64  // ms added to each key's TTL
-	boxed    [4]any // interval, capacity, margin, kind: boxed once, not per call
+	margin   int64   // ms added to each key's TTL
+	boxed    [4]any  // interval, capacity, margin, kind: boxed once, not per call
+	lease    *leases // nil unless lease mode is on
+	testNow  bool    // tests: the scripts' test form, on the Clock
 
 	calls, errs, timeouts, loads, fallbacks, opens, keyErrs, abandoned atomic.Int64
+	reloaded, reloads                                                  atomic.Int64 // the last cluster reload (clock ns), and their count
 }
 
 const (
@@ -258,6 +275,17 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 		}
 		l.local = local
 	}
+	if cfg.Lease.Max < 0 || cfg.Lease.TTL < 0 {
+		return nil, fmt.Errorf("redislimit: Lease.Max and Lease.TTL must be 0 or positive, got %d and %v", cfg.Lease.Max, cfg.Lease.TTL)
+	}
+	if cfg.Lease.Max > 0 {
+		step := int64(0)
+		if l.kind == 0 {
+			step = l.interval * 1000
+		}
+		l.lease = newLeases(cfg.Lease, step, orDefault(cfg.LocalMaxKeys, defaultLocalKeys))
+		go l.sweeper()
+	}
 	return l, nil
 }
 
@@ -338,12 +366,32 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Deci
 	if n < 1 || int64(n) > l.capacity {
 		return floodgate.Decision{Limit: l.capacity, RetryAfter: floodgate.Never}, nil
 	}
-	return l.decide(ctx, key, int64(n), false, -1)
+	if l.lease != nil {
+		return l.leaseAllow(ctx, key, int64(n))
+	}
+	r, err := l.decide(ctx, key, call{n: int64(n)}, l.scriptNow())
+	return r.d, err
 }
 
 // Peek returns what Allow would answer for key now, and changes nothing.
+// In lease mode it asks Redis, and counts this replica's unspent lease as
+// remaining too.
 func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
-	return l.decide(ctx, key, 1, true, -1)
+	r, err := l.decide(ctx, key, call{n: 1, dry: true}, l.scriptNow())
+	if l.lease == nil || err != nil {
+		return r.d, err
+	}
+	if st, ok := l.lease.states.Load(key); ok {
+		if g := st.g.Load(); g != nil {
+			// Redis's Remaining is after the peeked request; so is this.
+			if held := l.lease.usable(g, g.units.Load(), l.clock.Now()); held > 0 && r.d.Allowed {
+				r.d.Remaining += held
+			} else if held > 0 {
+				r.d.Allowed, r.d.Remaining, r.d.RetryAfter = true, r.d.Remaining+held-1, 0
+			}
+		}
+	}
+	return r.d, nil
 }
 
 // Reset forgets key's state in Redis, and in the FailLocal limiter, so that
@@ -352,6 +400,15 @@ func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, err
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.local != nil {
 		l.local.Reset(key)
+	}
+	if l.lease != nil {
+		if st, ok := l.lease.states.LoadAndDelete(key); ok {
+			l.lease.size.Add(-1)
+			if g := st.g.Swap(nil); g != nil {
+				g.units.Store(0)
+			}
+			st.deniedUntil.Store(0)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
@@ -373,14 +430,38 @@ func (l *Limiter) Key(key string) string {
 
 // Stats returns the counts so far.
 func (l *Limiter) Stats() Stats {
-	return Stats{
+	s := Stats{
 		Calls: l.calls.Load(), Errors: l.errs.Load(), Timeouts: l.timeouts.Load(), Loads: l.loads.Load(),
 		Fallbacks: l.fallbacks.Load(), Opens: l.opens.Load(), KeyErrors: l.keyErrs.Load(), Abandoned: l.abandoned.Load(),
+		Reloads: l.reloads.Load(),
 	}
+	if ls := l.lease; ls != nil {
+		s.Leased, s.Returned, s.Lapsed = ls.leased.Load(), ls.returned.Load(), ls.lapsed.Load()
+	}
+	return s
 }
 
-// decide runs the script for key at cost n, or falls back. now ≥ 0 is the
-// test form's clock; -1 means Redis's.
+// call is what one round trip asks of the script: a request of cost n
+// (0 for a return alone), or with dry its peek; want extra units for a
+// lease; give unspent leased units back, charged to window gk (the
+// windows) or whose slots ended at gk on Redis's clock (the buckets).
+type call struct {
+	n, want, give, gk int64
+	dry               bool
+}
+
+// reply is the script's answer: the decision; extra, the units leased
+// beyond n; horizon, how long (µs) they stay spendable at most; k, the
+// window they were charged to (the windows) or Redis's clock (the
+// buckets); and redis, false when the FailureMode answered instead.
+type reply struct {
+	d                 floodgate.Decision
+	extra, horizon, k int64
+	redis             bool
+}
+
+// decide runs the script for key, or falls back. now ≥ 0 is the test
+// form's clock; -1 means Redis's.
 //
 // What counts against the breaker is Redis's own failure only: an error
 // that says the server cannot serve (a broken connection, a refused dial,
@@ -392,24 +473,24 @@ func (l *Limiter) Stats() Stats {
 // something else wrote there) is that key's: it is answered by the
 // FailureMode and counted in Errors and KeyErrors, but it opens the
 // breaker for no one.
-func (l *Limiter) decide(ctx context.Context, key string, n int64, dry bool, now int64) (floodgate.Decision, error) {
+func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (reply, error) {
 	if err := ctx.Err(); err != nil {
-		return l.abandon(), err
+		return reply{d: l.abandon()}, err
 	}
 	probe, ok := l.breaker.enter(l.clock.Now())
 	if !ok {
-		return l.fallback(key, n, dry), nil
+		return reply{d: l.fallback(key, c.n, c.dry)}, nil
 	}
 	l.calls.Add(1)
 	budget := time.Now().Add(l.timeout)
-	d, err := l.run(ctx, key, n, dry, now)
+	r, err := l.run(ctx, key, c, now)
 	if err == nil {
 		l.breaker.succeed(probe)
-		return d, nil
+		return r, nil
 	}
 	if callerErr := callerEnded(ctx, budget); callerErr != nil {
 		l.breaker.abandon(probe)
-		return l.abandon(), callerErr
+		return reply{d: l.abandon()}, callerErr
 	}
 	l.errs.Add(1)
 	switch {
@@ -420,6 +501,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, dry bool, now
 		if isTimeout(err) {
 			l.timeouts.Add(1)
 		}
+		l.serverFailed()
 		if l.breaker.fail(probe, l.clock.Now()) {
 			l.opens.Add(1)
 		}
@@ -427,7 +509,7 @@ func (l *Limiter) decide(ctx context.Context, key string, n int64, dry bool, now
 	if l.onError != nil {
 		l.onError(err)
 	}
-	return l.fallback(key, n, dry), nil
+	return reply{d: l.fallback(key, c.n, c.dry)}, nil
 }
 
 // callerEnded returns the caller's context's error if the call failed
@@ -488,50 +570,69 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// run is one decision on Redis: EVALSHA, and EVAL when Redis has lost the
+// run is one call on Redis: EVALSHA, and EVAL when Redis has lost the
 // script, within the budget.
-func (l *Limiter) run(ctx context.Context, key string, n int64, dry bool, now int64) (floodgate.Decision, error) {
+func (l *Limiter) run(ctx context.Context, key string, c call, now int64) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
+	cmd, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
+		return l.client.Process(ctx, noRetry{cmd})
+	}, l.args(key, c, now))
+	if err != nil {
+		return reply{}, err
+	}
+	return l.reply(cmd)
+}
+
+// eval sends args (EVALSHA) by process, and again as EVAL with the whole
+// script if Redis has lost it (NOSCRIPT: it ran nothing).
+func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.Cmder) error, args []any) (*redis.Cmd, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	err := process(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		l.loads.Add(1)
+		s := l.script
+		if args[1] != s.sha {
+			s = s.at
+		}
+		args[0], args[1] = "eval", s.src
+		cmd = redis.NewCmd(ctx, args...)
+		err = process(ctx, cmd)
+	}
+	return cmd, err
+}
+
+// args are the EVALSHA arguments of call c on key.
+func (l *Limiter) args(key string, c call, now int64) []any {
 	s := l.script
 	if now >= 0 {
 		s = s.at
 	}
-	args := make([]any, 0, 11)
-	args = append(args, "evalsha", s.sha, 1, l.Key(key), n, l.boxed[0], l.boxed[1], l.boxed[2], b2i(dry))
+	args := make([]any, 0, 14)
+	args = append(args, "evalsha", s.sha, 1, l.Key(key), c.n, l.boxed[0], l.boxed[1], l.boxed[2], b2i(c.dry))
 	if l.kind != 0 {
 		args = append(args, l.boxed[3])
 	}
+	args = append(args, c.want, c.give, c.gk)
 	if now >= 0 {
 		args = append(args, now)
 	}
-	cmd := redis.NewCmd(ctx, args...)
-	err := l.client.Process(ctx, noRetry{cmd})
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Redis lost the script, so it ran nothing: send it whole.
-		l.loads.Add(1)
-		args[0], args[1] = "eval", s.src
-		cmd = redis.NewCmd(ctx, args...)
-		err = l.client.Process(ctx, noRetry{cmd})
-	}
-	if err != nil {
-		return floodgate.Decision{}, err
-	}
-	return l.decision(cmd)
+	return args
 }
 
-// decision reads the script's reply: {allowed, remaining, retry_after,
-// reset_after}, the waits in µs, -1 for a wait too long to represent.
-func (l *Limiter) decision(cmd *redis.Cmd) (floodgate.Decision, error) {
+// reply reads the script's answer: {allowed, remaining, retry_after,
+// reset_after, extra, horizon, k}, the waits in µs, -1 for a wait too long
+// to represent.
+func (l *Limiter) reply(cmd *redis.Cmd) (reply, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
-		return floodgate.Decision{}, err
+		return reply{}, err
 	}
-	if len(v) != 4 {
-		return floodgate.Decision{}, fmt.Errorf("redislimit: the script answered %d values, not 4", len(v))
+	if len(v) != 7 {
+		return reply{}, fmt.Errorf("redislimit: the script answered %d values, not 7", len(v))
 	}
-	return floodgate.Decision{Allowed: v[0] == 1, Limit: l.capacity, Remaining: v[1],
-		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, nil
+	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: l.capacity, Remaining: v[1],
+		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], redis: true}, nil
 }
 
 func fromMicros(us int64) time.Duration {

@@ -112,14 +112,18 @@ func TestScriptMatchesInProcess(t *testing.T) {
 					key := fmt.Sprintf("client-%d", rng.IntN(3))
 					var got, want floodgate.Decision
 					if rng.IntN(6) == 0 {
-						got, err = l.decide(ctx, key, 1, true, now)
+						var r reply
+						r, err = l.decide(ctx, key, call{n: 1, dry: true}, now)
+						got = r.d
 						want = ref.Peek(key)
 					} else {
 						n := 1 + rng.Int64N(rule.Capacity())
 						if rng.IntN(2) == 0 {
 							n = 1
 						}
-						got, err = l.decide(ctx, key, n, false, now)
+						var r reply
+						r, err = l.decide(ctx, key, call{n: n}, now)
+						got = r.d
 						want = ref.AllowN(key, n)
 					}
 					if err != nil {
@@ -159,8 +163,14 @@ func TestScriptValidatesItsArguments(t *testing.T) {
 	c := client(t, srv)
 	ctx := context.Background()
 	good := map[*script][]any{
-		gcraScript:   {1, 1000, 10, 1000, 0},
-		windowScript: {1, 1000, 10, 1000, 0, 2},
+		gcraScript:   {1, 1000, 10, 1000, 0, 0, 0, 0},    // n interval capacity margin dry want give gtop
+		windowScript: {1, 1000, 10, 1000, 0, 2, 0, 0, 0}, // n T N margin dry kind want give gk
+	}
+	// mayBeZero are the arguments that 0 is good for: margin, dry, want,
+	// give; and gtop or gk, which may also be negative.
+	mayBeZero := map[*script]map[int]bool{
+		gcraScript:   {3: true, 4: true, 5: true, 6: true, 7: true},
+		windowScript: {3: true, 4: true, 6: true, 7: true, 8: true},
 	}
 	bad := []any{"nan", "NaN", "inf", "-inf", "1.5", "0", "-1", "", "x", "1e300", "9007199254740993"}
 	for s, args := range good {
@@ -169,8 +179,8 @@ func TestScriptValidatesItsArguments(t *testing.T) {
 		}
 		for i := range args {
 			for _, b := range bad {
-				if i == 4 && b == "0" || i == 3 && b == "0" {
-					continue // dry and the margin may be 0
+				if b == "0" && mayBeZero[s][i] || b == "-1" && i == len(args)-1 {
+					continue
 				}
 				a := append([]any(nil), args...)
 				a[i] = b

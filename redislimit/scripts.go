@@ -23,8 +23,8 @@ type script struct {
 }
 
 var (
-	gcraScript   = newScript(gcraSource, 6)
-	windowScript = newScript(windowSource, 7)
+	gcraScript   = newScript(gcraSource, 9)
+	windowScript = newScript(windowSource, 10)
 )
 
 func newScript(src string, nowArg int) *script {

@@ -16,23 +16,43 @@
 -- ARGV[4]  margin, milliseconds added to every key's TTL: >= 0
 -- ARGV[5]  dry: 1 answers as a cost-1 request would and writes nothing
 -- ARGV[6]  kind: 1 fixed_window, 2 sliding_counter
+-- ARGV[7]  want: lease mode's extra units, >= 0. When the request is
+--          allowed (and not dry), it also charges extra = min(want,
+--          floor(r / 8)) units to this window, r being what remains after
+--          the request: exactly as extra more requests would. The last 8
+--          units go one at a time.
+-- ARGV[8]  give: unspent leased units returned, >= 0, applied first, to
+--          the window they were charged to, ARGV[9]: its count drops by
+--          give (not below 0) while the key still holds it, as the current
+--          window or, for the sliding counter, the previous one. n may be
+--          0 only with give > 0: a return alone.
+-- ARGV[9]  gk, the index of the window the returned units were charged to
 --
--- Returns {allowed, remaining, retry_after, reset_after}, the two waits in
--- microseconds; retry_after is -1 for a wait too long to represent.
+-- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
+-- k}: the waits in microseconds, retry_after -1 for a wait too long to
+-- represent; extra the units leased; horizon the microseconds left in
+-- this window, the only one the lease may be spent in; k its index.
+-- remaining excludes the leased units.
 
-local n, T, N, margin, dry, kind =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local n, T, N, margin, dry, kind, want, give, gk =
+  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
+  tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local sliding = kind == 2
 -- One expression, for speed: nil (not a number), NaN (every comparison is
 -- false), a fraction or an infinity (x % 1 is not 0), or out of range.
 if not ((kind == 1 or kind == 2)
     and T and T >= 1 and T <= 2^50 and T % 1 == 0
     and N and N >= 1 and N <= 2^50 and N % 1 == 0 and (not sliding or N * T <= 2^52)
-    and n and n >= 1 and n <= N and n % 1 == 0
+    and n and n >= 0 and n <= N and n % 1 == 0
     and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
-    and (dry == 0 or dry == 1)) then
-  return redis.error_reply('floodgate: bad arguments (n, T, N, margin, dry, kind): ' ..
-    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]), tostring(ARGV[6])}, ', '))
+    and (dry == 0 or dry == 1)
+    and want and want >= 0 and want <= 2^50 and want % 1 == 0
+    and give and give >= 0 and give <= N and give % 1 == 0
+    and gk and gk >= -2^52 and gk <= 2^52 and gk % 1 == 0
+    and (n >= 1 or (give >= 1 and dry == 0 and want == 0))) then
+  return redis.error_reply('floodgate: bad arguments (n, T, N, margin, dry, kind, want, give, gk): ' ..
+    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]),
+      tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8]), tostring(ARGV[9])}, ', '))
 end
 local MAX = 2^52
 
@@ -106,6 +126,26 @@ local function answer(allowed, c, p, off)
   return allowed, remaining, retry, reset
 end
 
+-- A return first: the units leave the count of the window they were
+-- charged to, if the key still holds it. The state keeps its TTL.
+local returned = false
+if give > 0 and stored then
+  if ks == gk then
+    curr, returned = math.max(0, curr - give), true
+  elseif sliding and ks == gk + 1 then
+    prev, returned = math.max(0, prev - give), true
+  end
+end
+local function keep()
+  if returned then
+    redis.call('SET', KEYS[1], struct.pack('<i8i8i8', ks, curr, prev), 'KEEPTTL')
+  end
+end
+if n == 0 then
+  keep()
+  return {1, 0, 0, 0, 0, 0, k}
+end
+
 local allowed, remaining, retry, reset
 if k < ks then
   -- This reading's window is closed (Redis's clock stepped back): its
@@ -114,23 +154,36 @@ if k < ks then
   local ahead = (ks - k) * T - e
   if ahead + retry > MAX then retry = -1 else retry = retry + ahead end
   if ahead + reset > MAX then reset = -1 else reset = reset + ahead end
-  return {0, remaining, retry, reset}
+  keep()
+  return {0, remaining, retry, reset, 0, 0, k}
 end
 if k == ks + 1 and sliding then
   curr, prev = 0, curr
 elseif k ~= ks then
   curr, prev = 0, 0
 end
+-- Rolled to window k, the state reads as it did: a return writes it so,
+-- and its TTL, kept, still outlasts what it holds.
+ks = k
 if fits(curr, prev, e) then
   curr = curr + n
+  local extra = 0
+  if dry == 0 and want > 0 then
+    extra = math.min(want, floor(math.max(0, N - curr - weighted(prev, e)) / 8))
+    curr = curr + extra
+  end
   allowed, remaining, retry, reset = answer(true, curr, prev, e)
   if dry == 0 then
     local fresh = (k + 1) * T -- the instant nothing this key holds counts
     if sliding then fresh = fresh + T end
     local ttl = floor((fresh - now + 999) / 1000) + margin
     redis.call('SET', KEYS[1], struct.pack('<i8i8i8', k, curr, prev), 'PX', string.format('%d', ttl))
+  else
+    keep()
   end
-  return {1, remaining, retry, reset}
+  return {1, remaining, retry, reset, extra, T - e, k}
 end
+-- A denial writes nothing but a return.
+keep()
 allowed, remaining, retry, reset = answer(false, curr, prev, e)
-return {0, remaining, retry, reset}
+return {0, remaining, retry, reset, 0, T - e, k}

@@ -1,0 +1,534 @@
+package redislimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/puzpuzpuz/xsync/v4"
+	"github.com/redis/go-redis/v9"
+)
+
+// Lease configures lease mode (see Config.Lease).
+//
+// In lease mode a replica takes a key's allowance from Redis in batches,
+// each in the round trip of the request that needed it: the script
+// charges the batch exactly as it would admit that many requests (the
+// buckets' TAT moves by as many steps, the window's count grows by as many
+// units), and the replica then spends it in process, with one CAS on an
+// atomic word and no round trip. Every unit admitted was taken from Redis
+// first, so the replicas together never pass more than the rule; a replica
+// that dies loses its unspent units (its clients get less, never more).
+//
+// A batch is sized by the key's local rate: about what the key spends here
+// in 100 ms (or in TTL/2, if that is shorter), at most four times the
+// previous batch, and at most Max. Redis grants at most an eighth of what
+// would remain after the request, so a key's allowance is shared out ever
+// more finely as it runs low, and its last 8 units go one request at a
+// time: no replica can sit on the remainder while another is refused.
+//
+// A unit stays spendable for TTL at most, and never past the instant Redis
+// would have given it back anyway: for the buckets, once the debt the
+// batch created is paid off (one unit per step); for the windows, once the
+// window it was charged to ends. Unspent units whose key goes quiet are
+// returned to Redis after TTL, and all of them by Close.
+type Lease struct {
+	// Max is the most units one replica holds for a key at once; 0 turns
+	// lease mode off: every decision is a round trip.
+	Max int64
+	// TTL is how long a leased unit may stay unspent before it is
+	// returned to Redis; 0 means 1s.
+	TTL time.Duration
+}
+
+const (
+	defaultLeaseTTL = time.Second
+	leaseTarget     = 100 * time.Millisecond // a busy key's batch lasts about this long
+	leaseGrowth     = 4                      // a batch is at most this many times the last
+	bucketSlack     = 64                     // a bucket's batch is at most this many times its rate's
+)
+
+// leases is lease mode's state: one leaseState per key, at most bound of
+// them, and one goroutine that returns what keys left unspent.
+type leases struct {
+	max, ttl, target int64 // units; ns; ns
+	step             int64 // the buckets' ns per unit; 0 for the windows
+	states           *xsync.Map[string, *leaseState]
+	size             atomic.Int64
+	bound            int64
+	closed           atomic.Bool
+	stop, done       chan struct{}
+	once             sync.Once
+	err              error
+
+	leased, returned, lapsed atomic.Int64
+}
+
+// leaseState is one key's lease in this replica. g is the batch being
+// spent; the other fields are written only by the goroutine that holds
+// flight (the leader of the key's one refill), and read under it.
+type leaseState struct {
+	g           atomic.Pointer[grant]
+	flight      atomic.Pointer[flight]
+	deniedUntil atomic.Int64 // a cached denial holds until then (clock ns)
+	deniedCost  atomic.Int64 // for costs of at least this
+	deniedReset atomic.Int64 // its ResetAfter's end (clock ns)
+	lastUsed    atomic.Int64 // clock ns
+	waiting     atomic.Int64 // the cost waiting for the refill in flight
+	batch       int64        // the last batch's size (leader only)
+	pending     int64        // the cost that waited for the last refill (leader only)
+}
+
+// grant is one batch: units left, spendable while now < until and, for
+// the buckets, while units ≤ (top-now)/step.
+type grant struct {
+	units     atomic.Int64
+	decayed   atomic.Int64 // units whose debt was paid before they were spent
+	top       int64        // buckets: the clock ns at which the batch's debt is paid
+	until     int64        // clock ns: the end of TTL, or of the window
+	k         int64        // the window the units were charged to, or the buckets' TAT on Redis's clock
+	at        int64        // clock ns of the round trip that took it
+	taken     int64        // units in the batch
+	remaining int64        // Redis's remaining after the grant
+	resetAt   int64        // clock ns at which Redis would hold the key fresh
+}
+
+// flight is one refill in progress: done closes when it is over.
+type flight struct{ done chan struct{} }
+
+// usable returns how many of g's units may be spent at now, given u held.
+func (ls *leases) usable(g *grant, u, now int64) int64 {
+	if now >= g.until || u <= 0 {
+		return 0
+	}
+	if ls.step > 0 {
+		if g.top <= now {
+			return 0
+		}
+		if c := (g.top - now) / ls.step; c < u {
+			return c
+		}
+	}
+	return u
+}
+
+// spend takes n units from g at now, if it holds them.
+func (ls *leases) spend(g *grant, n, now int64) bool {
+	for {
+		u := g.units.Load()
+		c := ls.usable(g, u, now)
+		if c < n {
+			return false
+		}
+		if g.units.CompareAndSwap(u, c-n) {
+			if c < u {
+				g.decayed.Add(u - c) // rare: only as a batch outlives its debt
+			}
+			return true
+		}
+	}
+}
+
+func newLeases(cfg Lease, step int64, bound int) *leases {
+	ttl := orDefault(cfg.TTL, defaultLeaseTTL)
+	return &leases{max: cfg.Max, ttl: int64(ttl), target: min(int64(leaseTarget), int64(ttl)/2), step: step,
+		states: xsync.NewMap[string, *leaseState](), bound: int64(bound),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// sweeper returns the leases that keys left unspent, every TTL/2, until
+// Close.
+func (l *Limiter) sweeper() {
+	ls := l.lease
+	defer close(ls.done)
+	t := time.NewTicker(time.Duration(max(ls.ttl/2, int64(time.Millisecond))))
+	defer t.Stop()
+	for {
+		select {
+		case <-ls.stop:
+			return
+		case <-t.C:
+			l.sweep(l.clock.Now())
+		}
+	}
+}
+
+// sweep returns the units of every lease whose TTL ran out by now, and
+// forgets the keys idle for a TTL that hold nothing.
+func (l *Limiter) sweep(now int64) {
+	ls := l.lease
+	var back []giveBack
+	ls.states.Range(func(key string, st *leaseState) bool {
+		if g := st.g.Load(); g != nil && now >= g.until && st.flight.Load() == nil {
+			if st.g.CompareAndSwap(g, nil) {
+				if b := ls.drain(g, now); b.units > 0 {
+					b.key = key
+					back = append(back, b)
+				}
+			}
+		}
+		if st.g.Load() == nil && st.flight.Load() == nil && now-st.lastUsed.Load() >= ls.ttl && now >= st.deniedUntil.Load() {
+			ls.states.Delete(key)
+			ls.size.Add(-1)
+		}
+		return true
+	})
+	if len(back) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+		_ = l.giveBack(ctx, back)
+	}
+}
+
+// giveBack is what a drained grant returns to Redis.
+type giveBack struct {
+	key      string
+	units, k int64
+}
+
+// drain empties g, which nobody can reach any more but a goroutine
+// already in spend, and says what of it may go back to Redis at now: for
+// the buckets, the units whose debt is not yet paid (the rest Redis has
+// given back already); for the windows, every unit, to the window it was
+// charged to (the script ignores a window the key no longer holds).
+func (ls *leases) drain(g *grant, now int64) giveBack {
+	u := g.units.Swap(0)
+	ls.lapsed.Add(g.decayed.Swap(0))
+	if u <= 0 {
+		return giveBack{}
+	}
+	back := u
+	if ls.step > 0 {
+		back = 0
+		if g.top > now {
+			back = min(u, (g.top-now)/ls.step)
+		}
+	}
+	ls.lapsed.Add(u - back)
+	return giveBack{units: back, k: g.k}
+}
+
+// giveBack returns units to Redis in one pipeline, and returns an error
+// if any of them could not be: those are lost, which under-admits.
+func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
+	ls := l.lease
+	now := int64(-1)
+	if l.testNow {
+		now = l.clock.Now() / 1000
+	}
+	var lost int64
+	var firstErr error
+	for start := 0; start < len(back); start += 512 {
+		part := back[start:min(len(back), start+512)]
+		pipe := l.client.Pipeline()
+		cmds := make([]*redis.Cmd, len(part))
+		for i, b := range part {
+			cmds[i] = redis.NewCmd(ctx, l.args(b.key, call{give: b.units, gk: b.k}, now)...)
+			_ = pipe.Process(ctx, noRetry{cmds[i]})
+		}
+		l.calls.Add(1)
+		_, _ = pipe.Exec(ctx)
+		for i, b := range part {
+			err := cmds[i].Err()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				_, err = l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
+					return l.client.Process(ctx, noRetry{cmd})
+				}, cmds[i].Args())
+			}
+			if err != nil {
+				lost += b.units
+				if firstErr == nil {
+					firstErr = err
+				}
+				continue
+			}
+			ls.returned.Add(b.units)
+		}
+	}
+	if firstErr != nil {
+		l.errs.Add(1)
+		return fmt.Errorf("redislimit: %d leased units could not be returned (the rule under-admits by as many until their time passes): %w", lost, firstErr)
+	}
+	return nil
+}
+
+// Close returns every unspent lease to Redis, within Timeout, and stops
+// what lease mode started. After Close the Limiter still decides, each
+// request by a round trip. Close is idempotent, and a Limiter without
+// leases has it too (it does nothing). The error says how many units could
+// not be returned: they are lost, so the clients under-admit by as many
+// until Redis would have given them back anyway.
+func (l *Limiter) Close() error {
+	ls := l.lease
+	if ls == nil {
+		return nil
+	}
+	ls.once.Do(func() {
+		ls.closed.Store(true)
+		close(ls.stop)
+		<-ls.done
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+		ls.err = l.giveBack(ctx, l.drainAll())
+	})
+	return ls.err
+}
+
+// drainAll empties every lease and says what goes back.
+func (l *Limiter) drainAll() []giveBack {
+	ls := l.lease
+	now := l.clock.Now()
+	var back []giveBack
+	ls.states.Range(func(key string, st *leaseState) bool {
+		if g := st.g.Swap(nil); g != nil {
+			if b := ls.drain(g, now); b.units > 0 {
+				b.key = key
+				back = append(back, b)
+			}
+		}
+		return true
+	})
+	return back
+}
+
+// leaseAllow decides a request of cost n in lease mode: from the key's
+// lease when it holds n units, from a cached denial, or by a refill.
+func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	ls := l.lease
+	now := l.clock.Now()
+	st, ok := ls.states.Load(key)
+	if ok {
+		if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
+			st.lastUsed.Store(now)
+			return l.fromLease(g, now), nil
+		}
+		if d, ok := l.cachedDenial(st, n, now); ok {
+			return d, nil
+		}
+	} else {
+		if ls.closed.Load() || ls.size.Load() >= ls.bound {
+			r, err := l.decide(ctx, key, call{n: n}, l.scriptNow())
+			return r.d, err
+		}
+		var loaded bool
+		st, loaded = ls.states.LoadOrStore(key, &leaseState{})
+		if !loaded {
+			ls.size.Add(1)
+		}
+	}
+	st.lastUsed.Store(now)
+	return l.refill(ctx, key, st, n)
+}
+
+// fromLease is the decision for a request served from g at now: Remaining
+// is what Redis had left at the grant and what g still holds.
+func (l *Limiter) fromLease(g *grant, now int64) floodgate.Decision {
+	return floodgate.Decision{Allowed: true, Limit: l.capacity, Remaining: g.remaining + g.units.Load(),
+		ResetAfter: time.Duration(max(0, g.resetAt-now))}
+}
+
+// cachedDenial answers a request of cost n from the key's last denial
+// while it holds.
+func (l *Limiter) cachedDenial(st *leaseState, n, now int64) (floodgate.Decision, bool) {
+	until := st.deniedUntil.Load()
+	if now >= until || n < st.deniedCost.Load() {
+		return floodgate.Decision{}, false
+	}
+	return floodgate.Decision{Limit: l.capacity, RetryAfter: time.Duration(until - now),
+		ResetAfter: time.Duration(max(0, st.deniedReset.Load()-now))}, true
+}
+
+// errLeaseWait is the wait for another goroutine's refill running out of
+// Timeout.
+var errLeaseWait = errors.New("redislimit: the key's refill outlasted Timeout")
+
+// refill decides a request of cost n that the key's lease cannot serve:
+// one goroutine per key at a time (the leader) takes the next batch in the
+// round trip that decides its request; the others wait for it, within
+// Timeout, and try the new batch.
+func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, error) {
+	ls := l.lease
+	var deadline time.Time
+	for {
+		f := st.flight.Load()
+		if f == nil {
+			f = &flight{done: make(chan struct{})}
+			if st.flight.CompareAndSwap(nil, f) {
+				d, err := l.lead(ctx, key, st, n)
+				st.flight.Store(nil)
+				close(f.done)
+				return d, err
+			}
+			continue
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(l.timeout)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return l.fallback(key, n, false), nil
+		}
+		timer := time.NewTimer(wait)
+		st.waiting.Add(n)
+		select {
+		case <-f.done:
+			timer.Stop()
+			st.waiting.Add(-n)
+		case <-ctx.Done():
+			timer.Stop()
+			st.waiting.Add(-n)
+			return l.abandon(), ctx.Err()
+		case <-timer.C:
+			st.waiting.Add(-n)
+			if l.onError != nil {
+				l.onError(errLeaseWait)
+			}
+			return l.fallback(key, n, false), nil
+		}
+		now := l.clock.Now()
+		if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
+			return l.fromLease(g, now), nil
+		}
+		if d, ok := l.cachedDenial(st, n, now); ok {
+			return d, nil
+		}
+	}
+}
+
+// lead is the refill itself, run by the key's one leader: it takes the
+// key's lease out of reach, keeps what of it may still be spent toward
+// this request, asks Redis for the rest and the next batch in one round
+// trip, and installs the new batch.
+func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, error) {
+	ls := l.lease
+	now := l.clock.Now()
+	if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
+		return l.fromLease(g, now), nil // a refill that ended just now served it
+	}
+	if d, ok := l.cachedDenial(st, n, now); ok {
+		return d, nil
+	}
+	old := st.g.Swap(nil)
+	var held, give, gk, spent int64
+	if old != nil {
+		u := old.units.Swap(0)
+		decayed := old.decayed.Swap(0)
+		ls.lapsed.Add(decayed)
+		spent = old.taken - u - decayed
+		held = ls.usable(old, u, now)
+		switch {
+		case held >= n: // a spend that lost a race to this refill
+			old.units.Store(held - n)
+			l.install(key, st, old, now)
+			return l.fromLease(old, now), nil
+		case held > 0:
+			ls.lapsed.Add(u - held)
+		case u > 0: // its time is up: what Redis has not taken back goes back
+			old.units.Store(u)
+			b := ls.drain(old, now)
+			give, gk = b.units, b.k
+		}
+	}
+	// The request takes the units held first and the rest from Redis, with
+	// the next batch, in one round trip.
+	want := int64(0)
+	if !ls.closed.Load() {
+		want = ls.want(st, old, spent+n, now)
+	}
+	r, err := l.decide(ctx, key, call{n: n - held, want: want, give: give, gk: gk}, l.scriptNow())
+	st.pending = st.waiting.Load() // the next batch serves those who queued meanwhile
+	if r.redis {
+		ls.returned.Add(give)
+	} else {
+		ls.lapsed.Add(give)
+	}
+	if !r.redis || !r.d.Allowed {
+		if held > 0 {
+			// The request did not pass: what was held is held again.
+			old.units.Store(held)
+			l.install(key, st, old, now)
+		}
+		if r.redis && r.d.RetryAfter > 0 {
+			st.deniedReset.Store(now + int64(r.d.ResetAfter))
+			st.deniedCost.Store(n)
+			st.deniedUntil.Store(now + int64(r.d.RetryAfter))
+		}
+		return r.d, err
+	}
+	st.deniedUntil.Store(0)
+	d := r.d
+	if r.extra > 0 {
+		ls.leased.Add(r.extra)
+		st.batch = r.extra
+		// The batch's time counts from when the call was sent: Redis ran
+		// it later, so the lease ends no later than Redis's count does.
+		// (The test form's Redis reads the clock in whole µs.)
+		sent := now
+		if l.testNow {
+			sent = now / 1000 * 1000
+		}
+		g := &grant{at: now, taken: r.extra, remaining: r.d.Remaining, k: r.k,
+			until: now + ls.ttl, resetAt: now + int64(r.d.ResetAfter)}
+		if ls.step > 0 {
+			g.top = sent + r.horizon*1000
+			g.k = r.k + r.horizon // the TAT on Redis's clock
+		} else {
+			g.until = min(g.until, sent+r.horizon*1000)
+		}
+		g.units.Store(r.extra)
+		l.install(key, st, g, now)
+		d.Remaining += r.extra
+	}
+	return d, nil
+}
+
+// install makes g the key's lease; if Close has begun, it gives g's units
+// back instead.
+func (l *Limiter) install(key string, st *leaseState, g *grant, now int64) {
+	ls := l.lease
+	st.g.Store(g)
+	if !ls.closed.Load() || !st.g.CompareAndSwap(g, nil) {
+		return
+	}
+	if b := ls.drain(g, now); b.units > 0 {
+		b.key = key
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+		_ = l.giveBack(ctx, []giveBack{b})
+	}
+}
+
+// want is the size of the key's next batch: what the key spent since its
+// last batch was taken, scaled to the target period, grown at most
+// leaseGrowth times over the last batch, and at most Max.
+// The requests that queued behind the last refill are served whole.
+func (ls *leases) want(st *leaseState, old *grant, spent, now int64) int64 {
+	w := max(1, st.batch)
+	if old != nil {
+		w = spent * leaseGrowth
+		if elapsed := now - old.at; elapsed > 0 && elapsed >= ls.target/leaseGrowth {
+			w = min(w, spent*ls.target/elapsed)
+		}
+		w = max(1, min(w, leaseGrowth*max(1, old.taken)))
+	}
+	if ls.step > 0 {
+		// A bucket's unit lasts while the debt it made is unpaid: from a
+		// full bucket, a batch of k lasts k steps. Take enough to last the
+		// target period, up to 64 times what the rate needs (the rest
+		// lapses, and Redis has it back by then).
+		w = max(w, min(ls.target/ls.step, bucketSlack*w))
+	}
+	return min(ls.max, max(w, st.pending))
+}
+
+// scriptNow is the test form's clock, or -1 for Redis's own.
+func (l *Limiter) scriptNow() int64 {
+	if l.testNow {
+		return l.clock.Now() / 1000
+	}
+	return -1
+}

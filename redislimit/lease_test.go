@@ -1,0 +1,641 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/testmain"
+	"github.com/redis/go-redis/v9"
+)
+
+// epoch is where the tests' manual clocks start: a date in 2023, as
+// Redis's own clock would read it, in nanoseconds.
+const epoch = int64(1_700_000_000) * int64(time.Second)
+
+// replica returns a lease-mode Limiter that runs the scripts' test form on
+// clock (Redis's now is clock's, in µs), as one replica of a service.
+func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate.ManualClock) *Limiter {
+	t.Helper()
+	cfg.Clock = clock
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	l := mustNew(t, c, cfg)
+	l.testNow = true
+	l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
+	l.box()
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// admission is one admitted request: when (µs of the script's clock), at
+// what cost.
+type admission struct{ at, n int64 }
+
+// conforms replays admissions, in order, into the in-process limiter that
+// decides as the script does: each must pass there too, or the replicas
+// together admitted more than the rule.
+func conforms(t *testing.T, l *Limiter, alg string, rule floodgate.Rule, adm []admission) {
+	t.Helper()
+	clock := floodgate.NewManualClock(0)
+	ref, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: effective(t, l, alg, rule), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range adm {
+		clock.Set(a.at)
+		if d := ref.AllowN("k", a.n); !d.Allowed {
+			t.Fatalf("%s %+v: admission %d of %d (cost %d at %d µs) is beyond the rule: %+v", alg, rule, i, len(adm), a.n, a.at, d)
+		}
+	}
+}
+
+// TestLeaseConformsToRule drives three lease-mode replicas of one key
+// through random requests, weighted costs, sweeps, closes and restarts, at
+// random instants of a manual clock, and replays every request they
+// admitted into the in-process limiter, which must admit each one: every
+// unit spent from a lease was taken from Redis first, and spent while
+// Redis still counted it.
+func TestLeaseConformsToRule(t *testing.T) {
+	trials := 24
+	if testmain.Quick() {
+		trials = 8
+	}
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(len(alg)), 22))
+			total, leased, returned := 0, int64(0), int64(0)
+			for trial := 0; trial < trials; trial++ {
+				rule := randomRule(rng, alg)
+				clock := floodgate.NewManualClock(epoch + rng.Int64N(int64(time.Hour)))
+				cfg := Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("conf%d", trial), FailureMode: FailClosed,
+					Lease: Lease{Max: 1 + rng.Int64N(64), TTL: time.Duration(1+rng.IntN(20)) * time.Duration(max(rule.Period/10, time.Millisecond))}}
+				probe, err := New(c, cfg)
+				if err != nil {
+					continue // a step Redis cannot hold
+				}
+				_ = probe.Close()
+				var reps [3]*Limiter
+				for i := range reps {
+					reps[i] = replica(t, c, cfg, clock)
+				}
+				var adm []admission
+				step := int64(rule.Period) / max(1, rule.Limit)
+				for op := 0; op < 400; op++ {
+					switch r := rng.IntN(20); {
+					case r < 12:
+						clock.Advance(time.Duration(rng.Int64N(step/2 + 1)))
+					case r < 13:
+						clock.Advance(time.Duration(rng.Int64N(3*step + 1)))
+					}
+					i := rng.IntN(len(reps))
+					switch r := rng.IntN(40); {
+					case r == 0:
+						reps[i].sweep(clock.Now())
+						continue
+					case r == 1:
+						if err := reps[i].Close(); err != nil {
+							t.Fatal(err)
+						}
+						s := reps[i].Stats()
+						leased, returned = leased+s.Leased, returned+s.Returned
+						reps[i] = replica(t, c, cfg, clock)
+						continue
+					}
+					n := int64(1)
+					if rng.IntN(5) == 0 {
+						n = 1 + rng.Int64N(rule.Capacity())
+					}
+					d, err := reps[i].AllowN(ctx, "k", int(n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						adm = append(adm, admission{clock.Now() / 1000, n})
+					}
+				}
+				for _, r := range reps {
+					if s := r.Stats(); s.Fallbacks != 0 || s.Errors != 0 {
+						t.Fatalf("Redis failed: %+v", s)
+					}
+					if err := r.Close(); err != nil {
+						t.Fatal(err)
+					}
+					s := r.Stats()
+					leased, returned = leased+s.Leased, returned+s.Returned
+				}
+				conforms(t, reps[0], alg, rule, adm)
+				total += len(adm)
+			}
+			if leased == 0 || returned == 0 {
+				t.Fatalf("the replicas leased %d units and returned %d: the test tried no lease", leased, returned)
+			}
+			t.Logf("%d admissions within the rule; %d units leased, %d returned", total, leased, returned)
+		})
+	}
+}
+
+// TestLeaseCleanShutdown: four replicas spend part of a key's allowance,
+// each through leases, and close; then what they admitted plus what Redis
+// reports remaining is the whole allowance, as if every request had gone
+// to Redis one by one. Nothing is lost on a clean shutdown.
+func TestLeaseCleanShutdown(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 7))
+	for _, alg := range redisAlgorithms {
+		for trial := 0; trial < 5; trial++ {
+			rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
+			clock := floodgate.NewManualClock(epoch + int64(trial)*int64(time.Minute))
+			cfg := Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("shut%d", trial), Lease: Lease{Max: 1 + rng.Int64N(200)}}
+			var reps []*Limiter
+			for i := 0; i < 4; i++ {
+				reps = append(reps, replica(t, c, cfg, clock))
+			}
+			admitted := int64(0)
+			for i := 0; i < 200+rng.IntN(500); i++ {
+				n := 1 + rng.IntN(3)
+				d, err := reps[rng.IntN(4)].AllowN(ctx, "k", n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.Allowed {
+					admitted += int64(n)
+				}
+			}
+			var held, leased, returned int64
+			for _, r := range reps {
+				if st, ok := r.lease.states.Load("k"); ok {
+					if g := st.g.Load(); g != nil {
+						held += g.units.Load()
+					}
+				}
+				if err := r.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := r.Close(); err != nil { // idempotent
+					t.Fatal(err)
+				}
+				s := r.Stats()
+				leased, returned = leased+s.Leased, returned+s.Returned
+			}
+			p, err := reps[0].Peek(ctx, "k") // closed: a plain round trip
+			if err != nil {
+				t.Fatal(err)
+			}
+			if admitted+p.Remaining+1 != rule.Limit || returned != held { // Peek's Remaining is after the request it peeks at
+				t.Fatalf("%s trial %d: admitted %d, Redis has %d left (want %d in all); %d units held at Close, %d returned",
+					alg, trial, admitted, p.Remaining, rule.Limit, held, returned)
+			}
+			if leased == 0 {
+				t.Fatalf("%s: nothing was leased", alg)
+			}
+		}
+	}
+}
+
+// TestLeaseBatchGrows: a hot key at a steady local rate takes batches that
+// grow to last about 100 ms each, so it needs a round trip per hundreds of
+// requests; a key at a modest rate takes smaller batches. A bucket's batch
+// from a full bucket lasts as many steps as it has units, so it takes more
+// units than the rate needs, enough to last 100 ms if the rate is within
+// 64 times of it.
+func TestLeaseBatchGrows(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		rule := floodgate.Rule{Limit: 100_000, Period: time.Second} // 10 µs a step
+		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 16_384}}, clock)
+		// 20,000 requests a second for 2 s, then 500 a second for 2 s.
+		for i := 0; i < 40_000; i++ {
+			clock.Advance(50 * time.Microsecond)
+			if d, err := l.Allow(ctx, "hot"); err != nil || !d.Allowed {
+				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
+			}
+		}
+		hot := l.Stats()
+		for i := 0; i < 1000; i++ {
+			clock.Advance(2 * time.Millisecond)
+			if d, err := l.Allow(ctx, "hot"); err != nil || !d.Allowed {
+				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
+			}
+		}
+		slow := l.Stats()
+		slowCalls := slow.Calls - hot.Calls
+		t.Logf("%s: %d round trips for 40,000 requests at 20K/s; %d for 1,000 at 500/s; %d units leased, %d lapsed",
+			alg, hot.Calls, slowCalls, slow.Leased, slow.Lapsed)
+		// At 20K/s a 100 ms batch is 2,000 units: after the slow start,
+		// one round trip per 2,000 requests.
+		if hot.Calls > 40 {
+			t.Errorf("%s: %d round trips for 40,000 requests at 20K/s; want at most 40", alg, hot.Calls)
+		}
+		// At 500/s, about 50 units a batch: 20 round trips, give or take
+		// the batch's adjustment from 2,000 down; for the buckets, 64
+		// times that many units, which last 32 ms: 16 requests.
+		if slowCalls > 1000/16+5 || slowCalls < 10 {
+			t.Errorf("%s: %d round trips for 1,000 requests at 500/s; want 10 to %d", alg, slowCalls, 1000/16+5)
+		}
+	}
+}
+
+// TestLeaseFairness: four replicas that each want far more than a key's
+// rule allows, for 20 s of the manual clock: the batch shrinks as Redis's
+// remaining allowance falls, so no replica holds the remainder while
+// another is refused, and each gets about a quarter.
+func TestLeaseFairness(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		rule := floodgate.Rule{Limit: 100, Period: time.Second}
+		cfg := Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 1000}}
+		var reps [4]*Limiter
+		for i := range reps {
+			reps[i] = replica(t, c, cfg, clock)
+		}
+		var got [4]int64
+		total := int64(0)
+		// Each millisecond, each replica tries 5 requests, the replicas in
+		// a random order: 5,000 a second per replica against a rule of
+		// 100.
+		rng := rand.New(rand.NewPCG(4, 4))
+		for ms := 0; ms < 20_000; ms++ {
+			clock.Advance(time.Millisecond)
+			for _, i := range rng.Perm(4) {
+				for k := 0; k < 5; k++ {
+					if d, err := reps[i].Allow(ctx, "k"); err != nil {
+						t.Fatal(err)
+					} else if d.Allowed {
+						got[i]++
+						total++
+					}
+				}
+			}
+		}
+		lo, hi := got[0], got[0]
+		for _, g := range got {
+			lo, hi = min(lo, g), max(hi, g)
+		}
+		spread := float64(hi-lo) / (float64(total) / 4)
+		calls := int64(0)
+		for _, r := range reps {
+			calls += r.Stats().Calls
+		}
+		t.Logf("%s: admitted %v (%d in all, the rule allows about %d), spread (max-min)/mean %.3f; %d round trips for %d requests",
+			alg, got, total, 100*20, spread, calls, 20_000*20)
+		if spread > 0.2 {
+			t.Errorf("%s: admissions %v: spread %.2f of the mean; want at most 0.2", alg, got, spread)
+		}
+		if calls > 20_000*20/16 {
+			t.Errorf("%s: %d round trips for %d requests: denials were not cached", alg, calls, 20_000*20)
+		}
+	}
+}
+
+// TestLeaseDenialCached: once Redis says a key has nothing left, with
+// RetryAfter t, the replica denies it locally until t: a flood costs Redis
+// nothing. At t the next request asks Redis again.
+func TestLeaseDenialCached(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		l := replica(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 10, Period: time.Minute}, Lease: Lease{Max: 100}}, clock)
+		for i := 0; i < 10; i++ {
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
+			}
+		}
+		d, err := l.Allow(ctx, "k")
+		if err != nil || d.Allowed || d.RetryAfter <= 0 {
+			t.Fatalf("%s: the 11th request: %+v, %v", alg, d, err)
+		}
+		before := l.Stats().Calls
+		for i := 0; i < 10_000; i++ {
+			if d, err := l.Allow(ctx, "k"); err != nil || d.Allowed {
+				t.Fatalf("%s: flood request %d: %+v, %v", alg, i, d, err)
+			}
+		}
+		if calls := l.Stats().Calls - before; calls != 0 {
+			t.Fatalf("%s: a flood of 10,000 on a spent key made %d round trips", alg, calls)
+		}
+		clock.Advance(d.RetryAfter)
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("%s: after RetryAfter: %+v, %v", alg, d, err)
+		}
+		if calls := l.Stats().Calls - before; calls != 1 {
+			t.Fatalf("%s: after RetryAfter, %d round trips; want 1", alg, calls)
+		}
+	}
+}
+
+// TestLeaseSingleFlight: while a key's refill waits on Redis (paused),
+// every other request for the key waits for it instead of making a round
+// trip of its own; then they are served from the batches that follow.
+func TestLeaseSingleFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, Lease: Lease{Max: 1000}, Timeout: time.Minute})
+	defer l.Close()
+	if _, err := l.Allow(ctx, "warm"); err != nil { // the script is loaded, a connection open
+		t.Fatal(err)
+	}
+	srv.Pause()
+	const goroutines = 64
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d, err := l.Allow(ctx, "k"); err != nil {
+				t.Error(err)
+			} else if d.Allowed {
+				admitted.Add(1)
+			}
+		}()
+	}
+	// Wait until every goroutine is in the key's refill: one leads, the
+	// others wait for it.
+	waitFor(t, func() bool {
+		st, ok := l.lease.states.Load("k")
+		return ok && st.flight.Load() != nil && st.waiting.Load() == goroutines-1
+	})
+	if calls := l.Stats().Calls; calls != 2 {
+		t.Fatalf("%d round trips with %d requests in flight; want 2 (the warm-up and the leader)", calls, goroutines)
+	}
+	srv.Resume()
+	wg.Wait()
+	if admitted.Load() != goroutines {
+		t.Fatalf("admitted %d of %d", admitted.Load(), goroutines)
+	}
+	// The leader took a batch of 1; the next leader knows the 63 that
+	// waited and takes them all in one.
+	if calls := l.Stats().Calls; calls > 4 {
+		t.Fatalf("%d requests on one key made %d round trips; want at most 3 after the warm-up", goroutines, calls-1)
+	}
+}
+
+// waitFor polls cond, yielding, until it holds; it fails the test after a
+// minute (a hang, not a timing assertion).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("the condition never held")
+		}
+		runtime.Gosched()
+	}
+}
+
+// TestLeaseFailure: with Redis gone, a replica first spends what it holds,
+// and then answers by its FailureMode; a lease never outlives its TTL as
+// spendable allowance.
+func TestLeaseFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(epoch)
+	l := replica(t, c, Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, Lease: Lease{Max: 50, TTL: time.Second},
+		FailureMode: FailClosed, Timeout: 200 * time.Millisecond}, clock)
+	for i := 0; i < 200; i++ { // the batches grow to 50
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+	}
+	st, _ := l.lease.states.Load("k")
+	held := st.g.Load().units.Load()
+	if held == 0 {
+		t.Fatal("no lease held")
+	}
+	srv.Kill()
+	for i := int64(0); i < held; i++ {
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("request %d of the %d held, with Redis down: %+v, %v", i, held, d, err)
+		}
+	}
+	if s := l.Stats(); s.Fallbacks != 0 {
+		t.Fatalf("the held units were not spent first: %+v", s)
+	}
+	d, err := l.Allow(ctx, "k")
+	if err != nil || d.Allowed || l.Stats().Fallbacks != 1 {
+		t.Fatalf("past the lease with Redis down: %+v, %v, %+v; want FailClosed's denial", d, err, l.Stats())
+	}
+	// A lease whose TTL has run out is spent no more.
+	srv.Restart()
+	clock.Advance(time.Minute) // the breaker's probe is due
+	for i := 0; i < 5; i++ {
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ = l.lease.states.Load("k")
+	g := st.g.Load()
+	if g == nil || g.units.Load() == 0 {
+		t.Fatal("no lease after Redis came back")
+	}
+	calls := l.Stats().Calls
+	clock.Advance(time.Second)
+	if _, err := l.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	if l.Stats().Calls != calls+1 {
+		t.Fatalf("a request after the lease's TTL was served from it")
+	}
+}
+
+// TestLeaseSweepReturns: a key that goes quiet gives its unspent lease
+// back after TTL, and its state is forgotten a TTL later.
+func TestLeaseSweepReturns(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
+		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 100, TTL: time.Second}}, clock)
+		for i := 0; i < 30; i++ {
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
+			}
+		}
+		st, _ := l.lease.states.Load("k")
+		held := st.g.Load().units.Load()
+		l.sweep(clock.Now())
+		if l.Stats().Returned != 0 {
+			t.Fatalf("%s: a lease within its TTL was returned", alg)
+		}
+		clock.Advance(time.Second)
+		l.sweep(clock.Now())
+		if s := l.Stats(); s.Returned != held || held == 0 {
+			t.Fatalf("%s: %d units held; %d returned after the TTL", alg, held, s.Returned)
+		}
+		if p, err := l.Peek(ctx, "k"); err != nil || p.Remaining != rule.Limit-31 {
+			t.Fatalf("%s: after the return: %+v, %v; want %d remaining after the request Peek answers for", alg, p, err, rule.Limit-31)
+		}
+		clock.Advance(time.Second)
+		l.sweep(clock.Now())
+		if _, ok := l.lease.states.Load("k"); ok || l.lease.size.Load() != 0 {
+			t.Fatalf("%s: an idle key's state outlived two TTLs", alg)
+		}
+	}
+}
+
+// TestLeaseWeightedCost: a cost above the held lease spends what is held
+// and takes the rest in the same round trip; Redis's count stays exact.
+func TestLeaseWeightedCost(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
+		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 5}}, clock)
+		for i := 0; i < 10; i++ {
+			if _, err := l.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, _ := l.lease.states.Load("k")
+		held := st.g.Load().units.Load()
+		calls := l.Stats().Calls
+		if d, err := l.AllowN(ctx, "k", 8); err != nil || !d.Allowed || held == 0 || held >= 8 {
+			t.Fatalf("%s: cost 8 with %d held: %+v, %v", alg, held, d, err)
+		}
+		if l.Stats().Calls != calls+1 {
+			t.Fatalf("%s: cost 8 took %d round trips", alg, l.Stats().Calls-calls)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := l.Peek(ctx, "k"); err != nil || p.Remaining != rule.Limit-19 {
+			t.Fatalf("%s: after 10 requests and a cost of 8, Peek says %+v, %v; want %d remaining after the one it peeks at", alg, p, err, rule.Limit-19)
+		}
+	}
+}
+
+// TestLeasePeekAndReset: Peek counts the lease held; Reset drops it, and
+// the key is full again.
+func TestLeasePeekAndReset(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		rule := floodgate.Rule{Limit: 100, Period: time.Hour}
+		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 10}}, clock)
+		for i := 0; i < 20; i++ {
+			if _, err := l.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p, err := l.Peek(ctx, "k"); err != nil || !p.Allowed || p.Remaining != 79 {
+			t.Fatalf("%s: Peek after 20: %+v, %v; want 79 remaining (Redis's and the lease's, after the request it peeks at)", alg, p, err)
+		}
+		if err := l.Reset(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := l.lease.states.Load("k"); ok {
+			t.Fatalf("%s: Reset left the lease", alg)
+		}
+		if p, err := l.Peek(ctx, "k"); err != nil || p.Remaining != 99 {
+			t.Fatalf("%s: Peek after Reset: %+v, %v", alg, p, err)
+		}
+	}
+}
+
+// TestLeaseBound: at most LocalMaxKeys keys hold a lease; the others are
+// decided by a round trip each.
+func TestLeaseBound(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(epoch)
+	l := replica(t, c, Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, Lease: Lease{Max: 100}, LocalMaxKeys: 10}, clock)
+	for i := 0; i < 100; i++ {
+		for j := 0; j < 3; j++ {
+			if d, err := l.Allow(ctx, fmt.Sprint("key-", i)); err != nil || !d.Allowed {
+				t.Fatalf("%+v, %v", d, err)
+			}
+		}
+	}
+	if n := l.lease.states.Size(); n != 10 || l.lease.size.Load() != 10 {
+		t.Fatalf("%d keys hold state; want 10", n)
+	}
+	// 10 keys with leases: 2 round trips each (1 + a batch of 1, then
+	// more); 90 without: 3 each.
+	if calls := l.Stats().Calls; calls < 90*3 || calls > 90*3+10*3 {
+		t.Fatalf("%d round trips", calls)
+	}
+}
+
+// TestLeaseHotPathAllocates nothing: a request served from a lease
+// allocates nothing.
+func TestLeaseHotPathAllocatesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(epoch)
+	l := replica(t, c, Config{Rule: floodgate.Rule{Limit: 1_000_000, Period: time.Second}, Lease: Lease{Max: 1 << 20, TTL: time.Hour}}, clock)
+	for i := 0; i < 2000; i++ {
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := l.Stats().Calls
+	if a := testing.AllocsPerRun(1000, func() {
+		if d, _ := l.Allow(ctx, "k"); !d.Allowed {
+			t.Fatal("denied")
+		}
+	}); a != 0 {
+		t.Fatalf("Allow from a lease allocates %.1f times", a)
+	}
+	if l.Stats().Calls != calls {
+		t.Fatal("the measured requests made round trips")
+	}
+}
+
+// TestLeaseCloseWithoutLeases: Close is a no-op without lease mode, and
+// after Close a lease-mode Limiter decides by round trips.
+func TestLeaseCloseWithoutLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	plain := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}})
+	if err := plain.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := plain.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}, Prefix: "closed", Lease: Lease{Max: 10}})
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	if s := l.Stats(); s.Calls != 3 || s.Leased != 0 {
+		t.Fatalf("after Close: %+v; want a round trip per request and no lease", s)
+	}
+}
