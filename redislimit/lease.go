@@ -49,7 +49,6 @@ const (
 	defaultLeaseTTL = time.Second
 	leaseTarget     = 100 * time.Millisecond // a busy key's batch lasts about this long
 	leaseGrowth     = 4                      // a batch is at most this many times the last
-	bucketSlack     = 64                     // a bucket's batch is at most this many times its rate's
 )
 
 // leases is lease mode's state: one leaseState per key, at most bound of
@@ -303,8 +302,7 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 	st, ok := ls.states.Load(key)
 	if ok {
 		if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
-			st.lastUsed.Store(now)
-			return l.fromLease(g, now), nil
+			return l.fromLease(g, now), nil // lastUsed is for keys with no lease: it is not written here
 		}
 		if d, ok := l.cachedDenial(st, n, now); ok {
 			return d, nil
@@ -517,10 +515,14 @@ func (ls *leases) want(st *leaseState, old *grant, spent, now int64) int64 {
 	}
 	if ls.step > 0 {
 		// A bucket's unit lasts while the debt it made is unpaid: from a
-		// full bucket, a batch of k lasts k steps. Take enough to last the
-		// target period, up to 64 times what the rate needs (the rest
-		// lapses, and Redis has it back by then).
-		w = max(w, min(ls.target/ls.step, bucketSlack*w))
+		// full bucket, a batch of k lasts k steps, however few of them the
+		// key spends. So a bucket's batch is at least enough to last the
+		// target period; what the key does not spend lapses, and Redis has
+		// it back by then. (Redis grants at most an eighth of what
+		// remains, so this never crowds out the other replicas near the
+		// limit, where a batch lasts long anyway: its slots lie behind the
+		// debt already there.)
+		w = max(w, ls.target/ls.step)
 	}
 	return min(ls.max, max(w, st.pending))
 }

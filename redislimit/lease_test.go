@@ -210,8 +210,7 @@ func TestLeaseCleanShutdown(t *testing.T) {
 // grow to last about 100 ms each, so it needs a round trip per hundreds of
 // requests; a key at a modest rate takes smaller batches. A bucket's batch
 // from a full bucket lasts as many steps as it has units, so it takes more
-// units than the rate needs, enough to last 100 ms if the rate is within
-// 64 times of it.
+// units than the rate needs: enough to last 100 ms.
 func TestLeaseBatchGrows(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
@@ -244,8 +243,8 @@ func TestLeaseBatchGrows(t *testing.T) {
 			t.Errorf("%s: %d round trips for 40,000 requests at 20K/s; want at most 40", alg, hot.Calls)
 		}
 		// At 500/s, about 50 units a batch: 20 round trips, give or take
-		// the batch's adjustment from 2,000 down; for the buckets, 64
-		// times that many units, which last 32 ms: 16 requests.
+		// the batch's adjustment from 2,000 down; for the buckets, 10,000
+		// units, which last 100 ms: 50 requests.
 		if slowCalls > 1000/16+5 || slowCalls < 10 {
 			t.Errorf("%s: %d round trips for 1,000 requests at 500/s; want 10 to %d", alg, slowCalls, 1000/16+5)
 		}
