@@ -23,47 +23,94 @@ import (
 // over, so that both limiters read and write real per-key state.
 const redisKeys = 1000
 
-// redisPeers are the Redis-backed limiters compared on one server in one
-// run: floodgate's redislimit (token bucket, GCRA in integer µs) and
-// go-redis/redis_rate (GCRA in floats), each with a client of its own with
-// the same options and a rule that admits every check, so that every call
-// runs the grant path and writes.
+// redisPeer is one limiter of the Redis benchmark: check decides one
+// request, calls counts its round trips so far (nil: one per check, or
+// none for the in-process limiter), close ends it.
+type redisPeer struct {
+	check func(ctx context.Context, key string) (bool, error)
+	calls func() int64
+	close func()
+}
+
+// redisRule admits every check of the benchmark: a bucket of a billion at
+// 1 µs a token, the smallest step Redis's clock holds.
+var redisRule = floodgate.Rule{Limit: 1_000_000_000, Period: 1000 * time.Second}
+
+// redisLease is lease mode's setting in the benchmark: a batch of up to
+// 100,000 units, which from a full bucket at 1 µs a token lasts 100 ms.
+var redisLease = redislimit.Lease{Max: 100_000, TTL: time.Second}
+
+// redisPeers are the limiters compared on one server in one run:
+// floodgate's redislimit with the token bucket (GCRA in integer µs), a
+// round trip per check and in lease mode; go-redis/redis_rate (GCRA in
+// floats); and floodgate's in-process limiter on the same rule, the
+// latency lease mode aims at. Each Redis limiter has a client of its own
+// with the same options.
 var redisPeers = []struct {
-	name string
-	make func(b *testing.B, c *redis.Client) func(ctx context.Context, key string) (bool, error)
+	name  string
+	redis bool
+	make  func(b *testing.B, c *redis.Client) redisPeer
 }{
-	{"floodgate", func(b *testing.B, c *redis.Client) func(context.Context, string) (bool, error) {
-		// FailClosed: a call Redis failed is a denial, which benchRedis
-		// reports, rather than a local grant that would hide it.
-		l, err := redislimit.New(c, redislimit.Config{Rule: floodgate.Rule{Limit: 1_000_000_000, Period: 1000 * time.Second},
-			Timeout: time.Second, FailureMode: redislimit.FailClosed})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context, key string) (bool, error) {
-			d, err := l.Allow(ctx, key)
-			return d.Allowed, err
-		}
+	{"floodgate", true, func(b *testing.B, c *redis.Client) redisPeer {
+		return redislimitPeer(b, c, redislimit.Lease{})
 	}},
-	{"redis_rate", func(b *testing.B, c *redis.Client) func(context.Context, string) (bool, error) {
+	{"floodgate-lease", true, func(b *testing.B, c *redis.Client) redisPeer {
+		return redislimitPeer(b, c, redisLease)
+	}},
+	{"redis_rate", true, func(b *testing.B, c *redis.Client) redisPeer {
 		l := redis_rate.NewLimiter(c)
 		limit := redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: 1000 * time.Second}
-		return func(ctx context.Context, key string) (bool, error) {
+		return redisPeer{check: func(ctx context.Context, key string) (bool, error) {
 			r, err := l.Allow(ctx, key, limit)
 			if err != nil {
 				return false, err
 			}
 			return r.Allowed > 0, nil
+		}, close: func() {}}
+	}},
+	{"in-process", false, func(b *testing.B, _ *redis.Client) redisPeer {
+		l, err := floodgate.New(floodgate.Config{Rule: redisRule})
+		if err != nil {
+			b.Fatal(err)
 		}
+		return redisPeer{check: func(_ context.Context, key string) (bool, error) {
+			return l.Allow(key), nil
+		}, calls: func() int64 { return 0 }, close: func() {}}
 	}},
 }
 
-// BenchmarkRedis runs each Redis-backed limiter on one redis-server that
-// it starts on loopback, with 1, 8 and 64 goroutines checking random keys
-// of 1,000. It reports ns/op as wall time per check (so checks/s is
-// 1e9 ÷ it), the p50 and p99 of one check's latency, and the server's own
-// cost per call from INFO commandstats (usec_per_call of EVALSHA, reset
-// before each run). Without redis-server it skips, with a message.
+// redislimitPeer is redislimit on c, with lease mode as lease says.
+// FailClosed: a call Redis failed is a denial, which benchRedis reports,
+// rather than a local grant that would hide it.
+func redislimitPeer(b *testing.B, c *redis.Client, lease redislimit.Lease) redisPeer {
+	l, err := redislimit.New(c, redislimit.Config{Rule: redisRule, Timeout: time.Second, FailureMode: redislimit.FailClosed, Lease: lease})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return redisPeer{
+		check: func(ctx context.Context, key string) (bool, error) {
+			d, err := l.Allow(ctx, key)
+			return d.Allowed, err
+		},
+		calls: func() int64 { return l.Stats().Calls },
+		close: func() {
+			if err := l.Close(); err != nil {
+				b.Error(err)
+			}
+		},
+	}
+}
+
+// BenchmarkRedis runs each limiter on one redis-server that it starts on
+// loopback, with 1, 8 and 64 goroutines checking random keys of 1,000
+// (scenario 1K-keys) or one key (hotkey). Before each figure the same
+// goroutines check for 200 ms untimed, so that lease mode's batches have
+// grown to their steady size. It reports ns/op as wall time per check,
+// checks/s, round trips per check (rt/check: 1 for redis_rate, 0 for the
+// in-process limiter), the p50, p99 and p99.9 of one check's latency, and
+// the server's own cost per call from INFO commandstats (usec_per_call of
+// EVALSHA, reset before each figure). Without redis-server it skips, with
+// a message.
 func BenchmarkRedis(b *testing.B) {
 	if _, err := redistest.Find(); err != nil {
 		b.Skip(err)
@@ -75,66 +122,134 @@ func BenchmarkRedis(b *testing.B) {
 	for i := range keys {
 		keys[i] = "client-" + strconv.Itoa(i)
 	}
+	scenarios := []struct {
+		name string
+		keys []string
+	}{{"1K-keys", keys}, {"hotkey", []string{"hot"}}}
 	for _, peer := range redisPeers {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64, MinIdleConns: 64})
 		b.Cleanup(func() { c.Close() })
-		check := peer.make(b, c)
-		for _, k := range keys { // every key exists before the timed runs
-			if _, err := check(context.Background(), k); err != nil {
+		p := peer.make(b, c)
+		b.Cleanup(p.close)
+		for _, k := range append(keys, "hot") { // every key exists before the timed runs
+			if _, err := p.check(context.Background(), k); err != nil {
 				b.Fatal(err)
 			}
 		}
-		for _, g := range []int{1, 8, 64} {
-			b.Run("impl="+peer.name+"/scenario=1K-keys/g="+strconv.Itoa(g), func(b *testing.B) {
-				if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
-					b.Fatal(err)
-				}
-				benchRedis(b, g, check, keys)
-				us, err := evalshaMicros(admin)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(us, "server-us/call")
-			})
+		for _, sc := range scenarios {
+			for _, g := range []int{1, 8, 64} {
+				b.Run("impl="+peer.name+"/scenario="+sc.name+"/g="+strconv.Itoa(g), func(b *testing.B) {
+					runFor(g, 200*time.Millisecond, checkLoop(p.check, nil, sc.keys, nil, nil))
+					if peer.redis {
+						if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					var before int64
+					if p.calls != nil {
+						before = p.calls()
+					}
+					local := p.calls
+					if peer.name != "floodgate-lease" {
+						local = nil // one round trip a check, or none
+					}
+					checks := benchRedis(b, g, p.check, local, sc.keys)
+					switch {
+					case p.calls != nil:
+						b.ReportMetric(float64(p.calls()-before)/float64(checks), "rt/check")
+					default:
+						b.ReportMetric(1, "rt/check")
+					}
+					if peer.redis {
+						us, err := evalshaMicros(admin)
+						if err != nil {
+							b.Fatal(err)
+						}
+						b.ReportMetric(us, "server-us/call")
+					}
+				})
+			}
 		}
 	}
 }
 
-// benchRedis runs g goroutines of checks for the bench time and reports
-// the latency percentiles of the checks beside timed's figures.
-func benchRedis(b *testing.B, g int, check func(context.Context, string) (bool, error), keys []string) {
-	var (
-		mu      sync.Mutex
-		samples []time.Duration
-		failed  atomic.Value
-	)
-	hrtime.Count(1).ApproxDuration()
-	timed(b, g, func(stop *atomic.Bool) int {
+// checkLoop is one goroutine's work: checks of random keys until stop,
+// each timed into all when record is not nil, and into local too when
+// calls (the limiter's round trips so far, read outside the timed span)
+// did not move during it; a failed or denied check is stored in failed
+// and ends the loop.
+func checkLoop(check func(context.Context, string) (bool, error), calls func() int64, keys []string, failed *atomic.Value,
+	record func(all, local []time.Duration)) func(*atomic.Bool) int {
+	return func(stop *atomic.Bool) int {
 		ctx := context.Background()
-		var mine []time.Duration
+		var all, local []time.Duration
 		n := 0
 		for !stop.Load() {
 			k := keys[rand.IntN(len(keys))]
+			var before int64
+			if calls != nil && record != nil {
+				before = calls()
+			}
 			start := hrtime.TSC()
 			ok, err := check(ctx, k)
-			mine = append(mine, hrtime.TSCSince(start).ApproxDuration())
+			if record != nil {
+				d := hrtime.TSCSince(start).ApproxDuration()
+				all = append(all, d)
+				if calls != nil && calls() == before {
+					local = append(local, d)
+				}
+			}
 			if err != nil || !ok {
-				failed.Store(fmt.Sprintf("a check failed or was denied: %v", err))
+				if failed != nil {
+					failed.Store(fmt.Sprintf("a check failed or was denied: %v", err))
+				}
 				break
 			}
 			n++
 		}
-		mu.Lock()
-		samples = append(samples, mine...)
-		mu.Unlock()
+		if record != nil {
+			record(all, local)
+		}
 		return n
-	})
+	}
+}
+
+// benchRedis runs g goroutines of checks for the bench time, reports the
+// latency percentiles of the checks and checks/s beside timed's figures,
+// and returns how many checks it counted. For a limiter that counts its
+// round trips, it reports the percentiles of the checks served with no
+// round trip of its own too (p99-local-ns): those during which the
+// limiter's count of round trips did not move (with g > 1, another
+// goroutine's round trip excludes a check too, so the figure leaves out a
+// few local checks that overlapped one).
+func benchRedis(b *testing.B, g int, check func(context.Context, string) (bool, error), calls func() int64, keys []string) int {
+	var (
+		mu         sync.Mutex
+		all, local []time.Duration
+		failed     atomic.Value
+	)
+	hrtime.Count(1).ApproxDuration()
+	start := time.Now()
+	checks := timed(b, g, checkLoop(check, calls, keys, &failed, func(a, l []time.Duration) {
+		mu.Lock()
+		all, local = append(all, a...), append(local, l...)
+		mu.Unlock()
+	}))
+	elapsed := time.Since(start)
 	if msg := failed.Load(); msg != nil {
 		b.Fatal(msg)
 	}
-	h := hrtime.NewDurationHistogram(samples, &hrtime.HistogramOptions{BinCount: 1})
+	h := hrtime.NewDurationHistogram(all, &hrtime.HistogramOptions{BinCount: 1})
+	b.ReportMetric(float64(checks)/elapsed.Seconds(), "checks/s")
 	b.ReportMetric(h.P50, "p50-ns")
 	b.ReportMetric(h.P99, "p99-ns")
+	b.ReportMetric(h.P999, "p99.9-ns")
+	if calls != nil && len(local) > 0 {
+		hl := hrtime.NewDurationHistogram(local, &hrtime.HistogramOptions{BinCount: 1})
+		b.ReportMetric(hl.P99, "p99-local-ns")
+		b.ReportMetric(hl.P999, "p99.9-local-ns")
+	}
+	return checks
 }
 
 // evalshaMicros reads the server's mean time per EVALSHA since the last

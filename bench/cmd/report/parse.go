@@ -18,6 +18,8 @@ const (
 	unitP99    = "p99-ns"
 	unitServer = "server-us/call"
 	unitP999   = "p99.9-ns"
+	unitRT     = "rt/check"
+	unitLocal  = "p99-local-ns"
 	unitDenied = "denied/op"
 	floodgate  = "floodgate-"
 )

@@ -589,36 +589,49 @@ func middlewareTable(d *dataset) table {
 }
 
 // redisTable compares the Redis-backed limiters on one server: checks a
-// second, latency and the server's own time per call, at each goroutine
-// count, and floodgate's time per check ÷ redis_rate's.
+// second, round trips per check, latency and the server's own time per
+// call, at each goroutine count; each limiter's checks a second ÷
+// redis_rate's; and lease mode's p99 of the checks it served from a lease
+// ÷ the in-process limiter's p99.
 func redisTable(d *dataset) table {
-	const fam, ours, peer = "Redis", "floodgate", "redis_rate"
+	const fam, peer, inproc, lease = "Redis", "redis_rate", "in-process", "floodgate-lease"
 	t := table{
-		title: "Redis backend: redislimit vs redis_rate",
-		note: "One redis-server on loopback, started by the benchmark; checks of random keys of 1,000, every one admitted (so every call writes). " +
-			"checks/s is 1e9 ÷ ns/op; p50 and p99 are one check's latency in µs; server µs/call is EVALSHA's usec_per_call from INFO commandstats. " +
-			"The ratios are floodgate ÷ redis_rate in time per check and in server time per call (below 1× means floodgate costs less).",
-		header: []string{"scenario", "g", "impl", "checks/s", "p50 (µs)", "p99 (µs)", "server µs/call", "time ÷ redis_rate", "server ÷ redis_rate"},
-		right:  rightFrom(1, 9),
+		title: "Redis backend: redislimit, per request and in lease mode, vs redis_rate",
+		note: "One redis-server on loopback, started by the benchmark; checks of random keys of 1,000, or of one hot key, every one admitted. " +
+			"checks/s counts checks over the wall time; rt/check is round trips per check; p50, p99 and p99.9 are one check's latency in µs, " +
+			"and p99 local that of lease mode's checks during which it made no round trip; server µs/call is EVALSHA's usec_per_call from INFO commandstats. " +
+			"× redis_rate is checks/s ÷ redis_rate's; p99 ÷ in-process is lease mode's p99 local ÷ the in-process limiter's p99 (same rule, no Redis).",
+		header: []string{"scenario", "g", "impl", "checks/s", "rt/check", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "p99 local (µs)", "server µs/call", "× redis_rate", "p99 ÷ in-process"},
+		right:  rightFrom(1, 12),
 	}
-	us := func(v float64) string { return fmt.Sprintf("%.1f", v/1000) }
+	us := func(v float64) string { return fmt.Sprintf("%.2f", v/1000) }
 	for _, sc := range d.scenarios(fam) {
 		for _, g := range d.goroutines(fam, sc) {
 			key := func(impl string) benchKey { return benchKey{family: fam, scenario: sc, impl: impl, g: g} }
 			pn, pok := d.value(key(peer), unitNs)
-			ps, psok := d.value(key(peer), unitServer)
+			ip99, ipok := d.value(key(inproc), unitP99)
 			for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc && k.g == g }, unitNs) {
 				k := key(impl)
 				ns, ok := d.value(k, unitNs)
+				rt, rtok := d.value(k, unitRT)
 				p50, p50ok := d.value(k, unitP50)
 				p99, p99ok := d.value(k, unitP99)
+				p999, p999ok := d.value(k, unitP999)
+				loc, locok := d.value(k, unitLocal)
 				srv, srvok := d.value(k, unitServer)
 				row := []string{sc, fmt.Sprint(g), impl, cell(1e9/ns, ok, func(v float64) string { return fmt.Sprintf("%.0f", v) }),
-					cell(p50, p50ok, us), cell(p99, p99ok, us), cell(srv, srvok, func(v float64) string { return fmt.Sprintf("%.2f", v) })}
-				if impl == ours {
-					row = append(row, ratioCell(ns, ok, pn, pok), ratioCell(srv, srvok, ps, psok))
+					cell(rt, rtok, func(v float64) string { return fmt.Sprintf("%.4f", v) }),
+					cell(p50, p50ok, us), cell(p99, p99ok, us), cell(p999, p999ok, us), cell(loc, locok, us),
+					cell(srv, srvok, func(v float64) string { return fmt.Sprintf("%.2f", v) })}
+				if impl != peer {
+					row = append(row, ratioCell(pn, pok, ns, ok))
 				} else {
-					row = append(row, missing, missing)
+					row = append(row, missing)
+				}
+				if impl == lease {
+					row = append(row, ratioCell(loc, locok, ip99, ipok))
+				} else {
+					row = append(row, missing)
 				}
 				t.rows = append(t.rows, row)
 			}
