@@ -8,14 +8,17 @@
 -- doubles hold each one exactly.
 --
 -- Lease mode adds credits: units a replica leased and gave back unspent.
--- The TAT does not move back for them, since later leases of other
--- replicas were placed after them; they are kept beside it instead, as a
--- count and the end of the slots they held (ctop), in 24 bytes with the
--- TAT. A credited unit is the slot of one request already accounted for
--- in the TAT, so spending it is exactly what the replica that leased it
--- could have done: while ctop - now is at least a step per credited unit
--- (after that Redis has taken the slot back by itself). Requests take
--- valid credits before the TAT.
+-- The TAT moves back for them only if they are its last slots (no lease
+-- was taken since); otherwise later leases of other replicas lie after
+-- them, and they are kept beside the TAT instead, as groups of a count and
+-- the end of the slots they held, after the TAT in the key's value (8
+-- bytes, and 16 per group; at most 8 groups, the two that lose least
+-- merging beyond). A credited unit is the slot of one request already
+-- accounted for in the TAT, so spending it is exactly what the replica
+-- that leased it could have done: while its group's end is at least a
+-- step per unit ahead (after that Redis has taken the slot back by
+-- itself). Requests take valid credits before the TAT, the soonest to
+-- lapse first.
 --
 -- KEYS[1]  the client's key
 -- ARGV[1]  n, the cost: 1 <= n <= capacity (0 with give >= 1: a return)
@@ -66,18 +69,26 @@ do -- clock
 end -- clock
 
 local tau = capacity * interval
+local MAXG = 8 -- credit groups kept apart; beyond, the two that lose least merge
 local stored = redis.call('GET', KEYS[1])
-local tat, cr, ctop = now, 0, 0 -- no key: the bucket is full, no credits
+local tat = now -- no key: the bucket is full, no credits
+local groups = {} -- credits: {count, end of their slots}, by end
 if stored then
-  if #stored == 8 then
-    tat = struct.unpack('<i8', stored)
-  elseif #stored == 24 then
-    tat, cr, ctop = struct.unpack('<i8i8i8', stored)
-  else
-    tat = nil
-  end
-  if not (tat and tat >= -2^52 and tat <= 2^52 and cr >= 0 and cr <= capacity and ctop <= tat) then
+  local k = (#stored - 8) / 16
+  if #stored < 8 or k % 1 ~= 0 or k > MAXG then
     return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
+  end
+  local v = {struct.unpack('<i8' .. string.rep('i8i8', k), stored)}
+  tat = v[1]
+  if not (tat >= -2^52 and tat <= 2^52) then
+    return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
+  end
+  for i = 1, k do
+    local c, t = v[2 * i], v[2 * i + 1]
+    if not (c >= 0 and c <= capacity and t <= tat and (i == 1 or t >= groups[i - 1][2])) then
+      return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
+    end
+    groups[i] = {c, t}
   end
 end
 
@@ -90,14 +101,66 @@ local function valid(c, top)
   if c <= 0 or top <= now then return 0 end
   return math.min(c, floor((top - now) / interval))
 end
-cr = valid(cr, ctop)
+-- Each group holds only its valid credits; an empty one goes.
+local cr = 0
+do
+  local kept = {}
+  for _, g in ipairs(groups) do
+    local c = valid(g[1], g[2])
+    if c > 0 then
+      kept[#kept + 1] = {c, g[2]}
+      cr = cr + c
+    end
+  end
+  groups = kept
+end
+
 local changed = false
 if give > 0 and stored and tat > now then
-  local g = valid(give, math.min(gtop, tat))
+  local top = math.min(gtop, tat)
+  local g = valid(give, top)
   if g > 0 then
-    if cr > 0 then ctop = math.min(ctop, gtop) else ctop = math.min(gtop, tat) end
-    cr = math.min(cr + g, floor((ctop - now) / interval))
     changed = true
+    if gtop == tat and (#groups == 0 or groups[#groups][2] <= tat - g * interval) then
+      -- The returned units are the last slots of the TAT, nobody's
+      -- since: they leave it, as if never taken.
+      tat = tat - g * interval
+    else
+      local i = #groups + 1
+      while i > 1 and groups[i - 1][2] > top do
+        groups[i] = groups[i - 1]
+        i = i - 1
+      end
+      groups[i] = {g, top}
+      cr = cr + g
+      if #groups > MAXG then
+        -- Two neighbours (c1, t1) and (c2, t2), t1 <= t2, merge into
+        -- (c1 + c2, min(t2, t1 + c2 * interval)): at no later instant
+        -- more than the two hold apart (while the earlier runs out, the
+        -- later still holds c2; after, the merged end is no later than
+        -- t2). Of the pairs, the one that keeps the most now merges.
+        local best, keep, into
+        for j = 1, #groups - 1 do
+          local c1, t1, c2, t2 = groups[j][1], groups[j][2], groups[j + 1][1], groups[j + 1][2]
+          local t = math.min(t2, t1 + c2 * interval)
+          local c = valid(c1 + c2, t)
+          if not best or c1 + c2 - c < best then best, keep, into = c1 + c2 - c, j, {c, t} end
+        end
+        cr = cr - best
+        table.remove(groups, keep + 1)
+        groups[keep] = into
+      end
+    end
+  end
+end
+
+-- take spends c credits, the soonest to lapse first.
+local function take(c)
+  while c > 0 do
+    local g = groups[1]
+    local t = math.min(c, g[1])
+    g[1], c, cr = g[1] - t, c - t, cr - t
+    if g[1] == 0 then table.remove(groups, 1) end
   end
 end
 
@@ -108,11 +171,11 @@ local function save(t)
     return
   end
   local ttl = string.format('%d', math.floor((t - now + 999) / 1000) + margin)
-  if cr > 0 then
-    redis.call('SET', KEYS[1], struct.pack('<i8i8i8', t, cr, ctop), 'PX', ttl)
-  else
-    redis.call('SET', KEYS[1], struct.pack('<i8', t), 'PX', ttl)
+  local v = {t}
+  for _, g in ipairs(groups) do
+    v[#v + 1], v[#v + 2] = g[1], g[2]
   end
+  redis.call('SET', KEYS[1], struct.pack('<i8' .. string.rep('i8i8', #groups), unpack(v)), 'PX', ttl)
 end
 
 local function left(debt)
@@ -137,7 +200,7 @@ if allowed then
   if m > 0 then debt = next - now end
   rest = cr - c
   if dry == 0 then
-    cr = rest
+    take(c)
     if want > 0 then
       extra = math.min(want, floor(left(debt) / 8))
       next = next + extra * interval
