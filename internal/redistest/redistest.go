@@ -26,12 +26,13 @@ import (
 type Server struct {
 	Addr string // host:port on loopback
 
-	tb   testing.TB
-	bin  string
-	port int
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has exited
+	tb    testing.TB
+	bin   string
+	port  int
+	extra []string // arguments beyond the defaults (a cluster node's)
+	mu    sync.Mutex
+	cmd   *exec.Cmd
+	done  chan struct{} // closed when cmd has exited
 }
 
 // Require is the environment variable that turns a missing redis-server
@@ -58,10 +59,22 @@ func Start(tb testing.TB) *Server {
 		}
 		tb.Skip(err)
 	}
+	return launch(tb, bin, nil)
+}
+
+// launch starts bin on a free loopback port, with the arguments extra
+// returns for that port (if extra is not nil) after the defaults, trying
+// another port if the first is taken; and stops it when tb ends.
+func launch(tb testing.TB, bin string, extra func(port int) []string) *Server {
+	tb.Helper()
 	s := &Server{tb: tb, bin: bin}
 	for attempt := 0; ; attempt++ {
 		s.port = freePort(tb)
-		if err = s.start(); err == nil {
+		if extra != nil {
+			s.extra = extra(s.port)
+		}
+		err := s.start()
+		if err == nil {
 			break
 		}
 		if attempt == 4 {
@@ -84,8 +97,9 @@ func freePort(tb testing.TB) int {
 
 // start runs the server on s.port and returns once it accepts connections.
 func (s *Server) start() error {
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "notice")
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "notice"}
+	cmd := exec.Command(s.bin, append(args, s.extra...)...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
