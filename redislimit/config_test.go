@@ -16,6 +16,9 @@ func TestNewRejects(t *testing.T) {
 	defer c.Close()
 	ok := floodgate.Rule{Limit: 10, Period: time.Second}
 	local := floodgate.Rule{Limit: 0, Period: time.Second}
+	// An algorithm of the application's own has no Redis form. (Register
+	// fails harmlessly when -count runs the test again.)
+	_ = floodgate.Register("redislimit_custom", func(floodgate.Rule) (floodgate.Algorithm, error) { return custom{}, nil })
 	cases := []struct {
 		name   string
 		client redis.UniversalClient
@@ -30,7 +33,10 @@ func TestNewRejects(t *testing.T) {
 		{"overflowing rule", c, Config{Rule: floodgate.Rule{Limit: 1, Period: 1 << 62, Burst: 1 << 40}}, "burst window"},
 		{"unknown algorithm", c, Config{Algorithm: "token-bucket", Rule: ok}, "unknown algorithm"},
 		{"mutex twin", c, Config{Algorithm: "token_bucket_mutex", Rule: ok}, "mutex twin"},
-		{"sliding log", c, Config{Algorithm: floodgate.SlidingLog, Rule: ok}, "no Redis form"},
+		{"custom algorithm", c, Config{Algorithm: "redislimit_custom", Rule: ok}, "no Redis form"},
+		{"log beyond 2^50 µs", c, Config{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 10, Period: 1 << 62}}, "2^50"},
+		{"log with a burst", c, Config{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 2, Period: time.Second, Burst: 5}}, "Burst"},
+		{"sub-µs log", c, Config{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 1, Period: 999}}, "below the 1µs"},
 		{"window with a burst", c, Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 2, Period: time.Second, Burst: 5}}, "Burst"},
 		{"below a microsecond per token", c, Config{Rule: floodgate.Rule{Limit: 2_000_000, Period: time.Second}}, "below the 1µs"},
 		{"inexact step", c, Config{Rule: floodgate.Rule{Limit: 3, Period: 10 * time.Microsecond}}, "not a whole number of microseconds"},
@@ -69,6 +75,11 @@ func TestNewRejects(t *testing.T) {
 		t.Fatalf("3 per second: %v, interval %dµs; want 333334", err, l.interval)
 	}
 }
+
+// custom is an algorithm of the application's own, for TestNewRejects.
+type custom struct{}
+
+func (custom) NewState(int64) floodgate.State { return nil }
 
 // TestInvalidCostReachesNoServer: a cost below 1 or above the capacity is
 // a denial that never waits, with no server behind the client at all.

@@ -19,10 +19,12 @@ import (
 // each in the round trip of the request that needed it: the script
 // charges the batch exactly as it would admit that many requests (the
 // buckets' TAT moves by as many steps, the window's count grows by as many
-// units), and the replica then spends it in process, with one CAS on an
-// atomic word and no round trip. Every unit admitted was taken from Redis
-// first, so the replicas together never pass more than the rule; a replica
-// that dies loses its unspent units (its clients get less, never more).
+// units, the log holds one entry of as many units, stamped TTL ahead, or
+// Period if shorter), and the replica then spends it in process, with one
+// CAS on an atomic word and no round trip. Every unit admitted was taken
+// from Redis first, so the replicas together never pass more than the
+// rule; a replica that dies loses its unspent units (its clients get
+// less, never more).
 //
 // A batch is sized by the key's local rate: about what the key spends here
 // in 100 ms (or in TTL/2, if that is shorter), at most four times the
@@ -34,7 +36,9 @@ import (
 // A unit stays spendable for TTL at most, and never past the instant Redis
 // would have given it back anyway: for the buckets, once the debt the
 // batch created is paid off (one unit per step); for the windows, once the
-// window it was charged to ends. Unspent units whose key goes quiet are
+// window it was charged to ends; for the log, once its entry's stamp is
+// reached (from then on Redis counts it for a whole Period, as if it had
+// been spent at the last moment). Unspent units whose key goes quiet are
 // returned to Redis after TTL, and all of them by Close.
 type Lease struct {
 	// Max is the most units one replica holds for a key at once; 0 turns
@@ -75,9 +79,11 @@ type leaseState struct {
 	flight      atomic.Pointer[flight]
 	deniedUntil atomic.Int64 // a cached denial holds until then (clock ns)
 	deniedCost  atomic.Int64 // for costs of at least this
+	deniedRetry atomic.Int64 // its RetryAfter's end (clock ns)
 	deniedReset atomic.Int64 // its ResetAfter's end (clock ns)
 	lastUsed    atomic.Int64 // clock ns
 	waiting     atomic.Int64 // the cost waiting for the refill in flight
+	dead        atomic.Bool  // dropped from the map by the sweeper
 	batch       int64        // the last batch's size (leader only)
 	pending     int64        // the cost that waited for the last refill (leader only)
 }
@@ -88,8 +94,8 @@ type grant struct {
 	units     atomic.Int64
 	decayed   atomic.Int64 // units whose debt was paid before they were spent
 	top       int64        // buckets: the clock ns at which the batch's debt is paid
-	until     int64        // clock ns: the end of TTL, or of the window
-	k         int64        // the window the units were charged to, or the buckets' TAT on Redis's clock
+	until     int64        // clock ns: the end of TTL, or of the window, or the log entry's stamp
+	k         int64        // the window the units were charged to, the log entry's stamp, or the buckets' TAT on Redis's clock
 	at        int64        // clock ns of the round trip that took it
 	taken     int64        // units in the batch
 	remaining int64        // Redis's remaining after the grant
@@ -171,8 +177,20 @@ func (l *Limiter) sweep(now int64) {
 			}
 		}
 		if st.g.Load() == nil && st.flight.Load() == nil && now-st.lastUsed.Load() >= ls.ttl && now >= st.deniedUntil.Load() {
-			ls.states.Delete(key)
-			ls.size.Add(-1)
+			// Claim the key's flight, so that no refill can install a
+			// lease on a state that is being dropped; a dropped state keeps
+			// it, and a caller that finds it dead looks the key up again.
+			f := &flight{done: make(chan struct{})}
+			if st.flight.CompareAndSwap(nil, f) {
+				if st.g.Load() == nil {
+					st.dead.Store(true)
+					ls.states.Delete(key)
+					ls.size.Add(-1)
+				} else {
+					st.flight.Store(nil)
+				}
+				close(f.done)
+			}
 		}
 		return true
 	})
@@ -193,7 +211,8 @@ type giveBack struct {
 // already in spend, and says what of it may go back to Redis at now: for
 // the buckets, the units whose debt is not yet paid (the rest Redis has
 // given back already); for the windows, every unit, to the window it was
-// charged to (the script ignores a window the key no longer holds).
+// charged to (the script ignores a window the key no longer holds); for
+// the log, every unit, to the entry stamped k (likewise).
 func (ls *leases) drain(g *grant, now int64) giveBack {
 	u := g.units.Swap(0)
 	ls.lapsed.Add(g.decayed.Swap(0))
@@ -308,14 +327,18 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 			return d, nil
 		}
 	} else {
-		if ls.closed.Load() || ls.size.Load() >= ls.bound {
+		// A place for the key is taken before it is made, so that racing
+		// goroutines cannot pass the bound between them.
+		if ls.closed.Load() || ls.size.Add(1) > ls.bound {
+			if !ls.closed.Load() {
+				ls.size.Add(-1)
+			}
 			r, err := l.decide(ctx, key, call{n: n}, l.scriptNow())
 			return r.d, err
 		}
 		var loaded bool
-		st, loaded = ls.states.LoadOrStore(key, &leaseState{})
-		if !loaded {
-			ls.size.Add(1)
+		if st, loaded = ls.states.LoadOrStore(key, &leaseState{}); loaded {
+			ls.size.Add(-1)
 		}
 	}
 	st.lastUsed.Store(now)
@@ -336,7 +359,7 @@ func (l *Limiter) cachedDenial(st *leaseState, n, now int64) (floodgate.Decision
 	if now >= until || n < st.deniedCost.Load() {
 		return floodgate.Decision{}, false
 	}
-	return floodgate.Decision{Limit: l.capacity, RetryAfter: time.Duration(until - now),
+	return floodgate.Decision{Limit: l.capacity, RetryAfter: time.Duration(max(1, st.deniedRetry.Load()-now)),
 		ResetAfter: time.Duration(max(0, st.deniedReset.Load()-now))}, true
 }
 
@@ -352,11 +375,24 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 	ls := l.lease
 	var deadline time.Time
 	for {
+		if st.dead.Load() {
+			return l.leaseAllow(ctx, key, n)
+		}
 		f := st.flight.Load()
 		if f == nil {
 			f = &flight{done: make(chan struct{})}
 			if st.flight.CompareAndSwap(nil, f) {
-				d, err := l.lead(ctx, key, st, n)
+				budget := l.timeout // a caller that waited has what is left of it
+				if !deadline.IsZero() {
+					budget = time.Until(deadline)
+				}
+				var d floodgate.Decision
+				var err error
+				if budget > 0 {
+					d, err = l.lead(ctx, key, st, n, budget)
+				} else {
+					d = l.fallback(key, n, false)
+				}
 				st.flight.Store(nil)
 				close(f.done)
 				return d, err
@@ -401,7 +437,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 // key's lease out of reach, keeps what of it may still be spent toward
 // this request, asks Redis for the rest and the next batch in one round
 // trip, and installs the new batch.
-func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, error) {
+func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (floodgate.Decision, error) {
 	ls := l.lease
 	now := l.clock.Now()
 	if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
@@ -437,7 +473,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64)
 	if !ls.closed.Load() {
 		want = ls.want(st, old, spent+n, now)
 	}
-	r, err := l.decide(ctx, key, call{n: n - held, want: want, give: give, gk: gk}, l.scriptNow())
+	r, err := l.decide(ctx, key, call{n: n - held, want: want, give: give, gk: gk, budget: budget}, l.scriptNow())
 	st.pending = st.waiting.Load() // the next batch serves those who queued meanwhile
 	if r.redis {
 		ls.returned.Add(give)
@@ -451,9 +487,15 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64)
 			l.install(key, st, old, now)
 		}
 		if r.redis && r.d.RetryAfter > 0 {
+			// The denial holds here until RetryAfter, or for a TTL if that
+			// is sooner: what Redis lacked may be leased to other replicas,
+			// and within a TTL each lease is spent or given back, where
+			// the next round trip finds it.
+			retry := int64(r.d.RetryAfter)
 			st.deniedReset.Store(now + int64(r.d.ResetAfter))
+			st.deniedRetry.Store(now + retry)
 			st.deniedCost.Store(n)
-			st.deniedUntil.Store(now + int64(r.d.RetryAfter))
+			st.deniedUntil.Store(now + min(retry, ls.ttl))
 		}
 		return r.d, err
 	}
@@ -484,12 +526,18 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64)
 	return d, nil
 }
 
-// install makes g the key's lease; if Close has begun, it gives g's units
-// back instead.
+// install makes g the key's lease; if Close has begun, or the key's state
+// was dropped meanwhile (by Reset, or by the sweeper while the key was
+// idle), it gives g's units back instead.
 func (l *Limiter) install(key string, st *leaseState, g *grant, now int64) {
 	ls := l.lease
 	st.g.Store(g)
-	if !ls.closed.Load() || !st.g.CompareAndSwap(g, nil) {
+	if !ls.closed.Load() {
+		if cur, ok := ls.states.Load(key); ok && cur == st {
+			return
+		}
+	}
+	if !st.g.CompareAndSwap(g, nil) {
 		return
 	}
 	if b := ls.drain(g, now); b.units > 0 {

@@ -46,7 +46,9 @@ func TestExactAcrossProcesses(t *testing.T) {
 	srv := redistest.Start(t)
 	for _, run := range []struct{ alg, mode string }{
 		{floodgate.TokenBucket, "request"}, {floodgate.LeakyBucket, "request"}, {floodgate.FixedWindow, "request"}, {floodgate.SlidingCounter, "request"},
+		{floodgate.SlidingLog, "request"},
 		{floodgate.TokenBucket, "lease"}, {floodgate.LeakyBucket, "lease"}, {floodgate.FixedWindow, "lease"}, {floodgate.SlidingCounter, "lease"},
+		{floodgate.SlidingLog, "lease"},
 	} {
 		alg := run.alg
 		t.Run(alg+"/"+run.mode, func(t *testing.T) {

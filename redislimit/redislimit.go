@@ -10,12 +10,17 @@
 //   - "token_bucket" and "leaky_bucket" are GCRA, as in floodgate: one
 //     integer per key, the theoretical arrival time;
 //   - "fixed_window" and "sliding_counter" are floodgate's window
-//     definitions with 1 µs for 1 ns: the window and two counts per key.
+//     definitions with 1 µs for 1 ns: the window and two counts per key;
+//   - "sliding_log" is floodgate's exact log, with 1 µs for 1 ns: one
+//     12-byte entry per instant that holds admitted cost (a weighted cost
+//     is one entry), in a ring in one string per key, of which a call
+//     reads and writes only the few entries it needs.
 //
 // Each key lives under "<Prefix>:<algorithm>:<hash of the client id>" with
 // a TTL that ends a second after the key would be fresh again, so Redis's
 // memory follows the active clients: MEMORY USAGE reports 120 bytes for a
-// bucket's key and 136 for a window's.
+// bucket's key and 136 for a window's; a log's key takes 152 bytes with
+// one entry and 1,384 with 100, about 12 bytes an entry.
 //
 // When Redis fails or exceeds Config.Timeout, the Limiter decides by its
 // FailureMode, and after a few consecutive failures a circuit breaker stops
@@ -69,15 +74,22 @@ func (m FailureMode) String() string {
 // Config configures a Limiter. Only Rule is required.
 type Config struct {
 	// Algorithm is one of floodgate's names: "token_bucket" (the default
-	// when empty), "leaky_bucket", "fixed_window" or "sliding_counter".
+	// when empty), "leaky_bucket", "fixed_window", "sliding_counter" or
+	// "sliding_log". The buckets and the windows hold a fixed state per
+	// key (MEMORY USAGE: 120 bytes for a bucket, 136 for a window); the
+	// log holds an entry per instant of admitted cost still in the window,
+	// about 12 bytes each (152 bytes for a key with one entry, 1,384 with
+	// 100), and its calls cost about twice a window's, whatever the
+	// number of entries.
 	Algorithm string
 	// Rule is the limit per client, with floodgate's meaning (see
 	// floodgate.Rule). Redis's clock counts microseconds, so the rule's
-	// step (Period/Limit for the buckets, Period for the windows) is held
-	// in whole microseconds: exact when it is one, else rounded up, so that
-	// a client never passes more than the rule. New refuses a rule whose
-	// step is below 1 µs, or whose rounding would slow it by more than
-	// 0.1% (a step under 1 ms that is not a whole number of µs).
+	// step (Period/Limit for the buckets, Period for the windows and the
+	// log) is held in whole microseconds: exact when it is one, else
+	// rounded up, so that a client never passes more than the rule. New
+	// refuses a rule whose step is below 1 µs, or whose rounding would
+	// slow it by more than 0.1% (a step under 1 ms that is not a whole
+	// number of µs).
 	Rule floodgate.Rule
 	// Prefix begins every key; "" means "floodgate". Keep it free of
 	// braces unless every key is meant for one Cluster slot.
@@ -151,8 +163,9 @@ type Limiter struct {
 	client   redis.UniversalClient
 	script   *script
 	keyHead  string // "<prefix>:<algorithm>:"
-	interval int64  // µs per token (buckets) or per window (windows)
-	kind     int64  // 0 for the buckets; 1 fixed_window, 2 sliding_counter
+	interval int64  // µs per token (buckets) or per window (windows, log)
+	kind     int64  // 0 for the buckets; 1 fixed_window, 2 sliding_counter, kindLog
+	hold     int64  // the log: µs for which a lease is stamped ahead
 	capacity int64
 	timeout  time.Duration
 	mode     FailureMode
@@ -161,7 +174,7 @@ type Limiter struct {
 	breaker  breaker
 	onError  func(error)
 	margin   int64   // ms added to each key's TTL
-	boxed    [4]any  // interval, capacity, margin, kind: boxed once, not per call
+	boxed    [4]any  // interval, capacity, margin, kind (the log: hold): boxed once, not per call
 	lease    *leases // nil unless lease mode is on
 	testNow  bool    // tests: the scripts' test form, on the Clock
 
@@ -226,9 +239,21 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 			}
 		}
 		l.script, l.interval, l.kind = windowScript, period, kind
+	case floodgate.SlidingLog:
+		period, err := micros(int64(cfg.Rule.Period), "Period")
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case period > maxLogPeriod:
+			return nil, fmt.Errorf("redislimit: sliding_log needs Period ≤ 2^50 µs to stay exact; %dµs is beyond it", period)
+		case cfg.Rule.Limit > maxLogLimit:
+			return nil, fmt.Errorf("redislimit: sliding_log needs Limit ≤ 2^31 to stay exact; %d is beyond it", cfg.Rule.Limit)
+		}
+		l.script, l.interval, l.kind, l.hold = logScript, period, kindLog, period
 	default:
-		return nil, fmt.Errorf("redislimit: algorithm %q has no Redis form (supported: %s, %s, %s, %s)",
-			name, floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter)
+		return nil, fmt.Errorf("redislimit: algorithm %q has no Redis form (supported: %s, %s, %s, %s, %s)",
+			name, floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog)
 	}
 	if strings.TrimSpace(cfg.Prefix) != cfg.Prefix {
 		return nil, fmt.Errorf("redislimit: Prefix %q has leading or trailing space", cfg.Prefix)
@@ -284,6 +309,12 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 			step = l.interval * 1000
 		}
 		l.lease = newLeases(cfg.Lease, step, orDefault(cfg.LocalMaxKeys, defaultLocalKeys))
+		if l.kind == kindLog {
+			// A batch is one entry stamped hold ahead, and spendable for
+			// hold from when its call was sent: its TTL, within a window.
+			l.hold = min(ceilDiv(l.lease.ttl, 1000), l.interval)
+			l.box()
+		}
 		go l.sweeper()
 	}
 	return l, nil
@@ -291,7 +322,13 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 
 // box boxes the script's constant arguments; tests call it again after
 // changing the margin.
-func (l *Limiter) box() { l.boxed = [4]any{l.interval, l.capacity, l.margin, l.kind} }
+func (l *Limiter) box() {
+	last := l.kind
+	if l.kind == kindLog {
+		last = l.hold
+	}
+	l.boxed = [4]any{l.interval, l.capacity, l.margin, last}
+}
 
 // orDefault returns v, or def when v is zero.
 func orDefault[T int | time.Duration](v, def T) T {
@@ -304,7 +341,12 @@ func orDefault[T int | time.Duration](v, def T) T {
 const (
 	maxTau            = 1 << 50 // the scripts' bound on capacity × interval, µs
 	maxSlidingProduct = 1 << 52 // the window script's bound on Limit × Period, µs
+	maxLogPeriod      = 1 << 50 // the log script's bound on Period, µs
+	maxLogLimit       = 1 << 31 // the log script's bound on Limit
 )
+
+// kindLog is the log's kind; the windows' are 1 and 2.
+const kindLog = 3
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
@@ -444,16 +486,19 @@ func (l *Limiter) Stats() Stats {
 // call is what one round trip asks of the script: a request of cost n
 // (0 for a return alone), or with dry its peek; want extra units for a
 // lease; give unspent leased units back, charged to window gk (the
-// windows) or whose slots ended at gk on Redis's clock (the buckets).
+// windows), whose slots ended at gk on Redis's clock (the buckets), or in
+// the entry stamped gk (the log).
 type call struct {
 	n, want, give, gk int64
 	dry               bool
+	budget            time.Duration // the call's time for Redis; 0 means Timeout
 }
 
 // reply is the script's answer: the decision; extra, the units leased
 // beyond n; horizon, how long (µs) they stay spendable at most; k, the
-// window they were charged to (the windows) or Redis's clock (the
-// buckets); and redis, false when the FailureMode answered instead.
+// window they were charged to (the windows), their entry's stamp (the
+// log) or Redis's clock (the buckets); and redis, false when the
+// FailureMode answered instead.
 type reply struct {
 	d                 floodgate.Decision
 	extra, horizon, k int64
@@ -482,7 +527,10 @@ func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (re
 		return reply{d: l.fallback(key, c.n, c.dry)}, nil
 	}
 	l.calls.Add(1)
-	budget := time.Now().Add(l.timeout)
+	if c.budget <= 0 {
+		c.budget = l.timeout
+	}
+	budget := time.Now().Add(c.budget)
 	r, err := l.run(ctx, key, c, now)
 	if err == nil {
 		l.breaker.succeed(probe)
@@ -573,7 +621,7 @@ func isTimeout(err error) bool {
 // run is one call on Redis: EVALSHA, and EVAL when Redis has lost the
 // script, within the budget.
 func (l *Limiter) run(ctx context.Context, key string, c call, now int64) (reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.budget)
 	defer cancel()
 	cmd, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
 		return l.client.Process(ctx, noRetry{cmd})
@@ -602,7 +650,9 @@ func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.
 	return cmd, err
 }
 
-// args are the EVALSHA arguments of call c on key.
+// args are the EVALSHA arguments of call c on key: n, the step, the
+// capacity, margin and dry; the windows' kind; want, give and gk; the
+// log's hold; and the test form's now.
 func (l *Limiter) args(key string, c call, now int64) []any {
 	s := l.script
 	if now >= 0 {
@@ -610,10 +660,13 @@ func (l *Limiter) args(key string, c call, now int64) []any {
 	}
 	args := make([]any, 0, 14)
 	args = append(args, "evalsha", s.sha, 1, l.Key(key), c.n, l.boxed[0], l.boxed[1], l.boxed[2], b2i(c.dry))
-	if l.kind != 0 {
+	if l.kind == 1 || l.kind == 2 {
 		args = append(args, l.boxed[3])
 	}
 	args = append(args, c.want, c.give, c.gk)
+	if l.kind == kindLog {
+		args = append(args, l.boxed[3])
+	}
 	if now >= 0 {
 		args = append(args, now)
 	}

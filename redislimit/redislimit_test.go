@@ -31,7 +31,7 @@ func mustNew(t testing.TB, c redis.UniversalClient, cfg Config) *Limiter {
 	return l
 }
 
-var redisAlgorithms = []string{floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter}
+var redisAlgorithms = []string{floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog}
 
 // effective is the in-process rule that decides as the script does, with
 // one nanosecond of floodgate's clock standing for one microsecond of
@@ -42,8 +42,11 @@ func effective(t testing.TB, l *Limiter, alg string, r floodgate.Rule) floodgate
 	switch alg {
 	case floodgate.TokenBucket, floodgate.LeakyBucket:
 		return floodgate.Rule{Limit: 1, Period: time.Duration(l.interval), Burst: r.Capacity()}
+	case floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog:
+		return floodgate.Rule{Limit: r.Limit, Period: time.Duration(l.interval)}
 	}
-	return floodgate.Rule{Limit: r.Limit, Period: time.Duration(l.interval)}
+	t.Fatalf("effective: no rule for %q", alg)
+	return floodgate.Rule{}
 }
 
 // randomRule draws a rule that the Limiter holds exactly or rounds.
@@ -163,15 +166,19 @@ func TestScriptValidatesItsArguments(t *testing.T) {
 	c := client(t, srv)
 	ctx := context.Background()
 	good := map[*script][]any{
-		gcraScript:   {1, 1000, 10, 1000, 0, 0, 0, 0},    // n interval capacity margin dry want give gtop
-		windowScript: {1, 1000, 10, 1000, 0, 2, 0, 0, 0}, // n T N margin dry kind want give gk
+		gcraScript:   {1, 1000, 10, 1000, 0, 0, 0, 0},       // n interval capacity margin dry want give gtop
+		windowScript: {1, 1000, 10, 1000, 0, 2, 0, 0, 0},    // n T N margin dry kind want give gk
+		logScript:    {1, 1000, 10, 1000, 0, 0, 0, 0, 1000}, // n T N margin dry want give gk hold
 	}
 	// mayBeZero are the arguments that 0 is good for: margin, dry, want,
-	// give; and gtop or gk, which may also be negative.
+	// give; and gtop or gk. mayBeNegative: the buckets' gtop and the
+	// windows' gk (a log's stamp, and its hold, may not be).
 	mayBeZero := map[*script]map[int]bool{
 		gcraScript:   {3: true, 4: true, 5: true, 6: true, 7: true},
 		windowScript: {3: true, 4: true, 6: true, 7: true, 8: true},
+		logScript:    {3: true, 4: true, 5: true, 6: true, 7: true},
 	}
+	mayBeNegative := map[*script]int{gcraScript: 7, windowScript: 8, logScript: -1}
 	bad := []any{"nan", "NaN", "inf", "-inf", "1.5", "0", "-1", "", "x", "1e300", "9007199254740993"}
 	for s, args := range good {
 		if _, err := c.Eval(ctx, s.src, []string{"ok" + s.sha}, args...).Result(); err != nil {
@@ -179,7 +186,7 @@ func TestScriptValidatesItsArguments(t *testing.T) {
 		}
 		for i := range args {
 			for _, b := range bad {
-				if b == "0" && mayBeZero[s][i] || b == "-1" && i == len(args)-1 {
+				if b == "0" && mayBeZero[s][i] || b == "-1" && i == mayBeNegative[s] {
 					continue
 				}
 				a := append([]any(nil), args...)
@@ -210,8 +217,9 @@ func TestScriptValidatesItsArguments(t *testing.T) {
 }
 
 // TestDenialWritesNothing counts Redis's own changes to its data set
-// (rdb_changes_since_last_save): a grant is one change, a denial and a
-// peek none.
+// (rdb_changes_since_last_save): a grant is one change (the log's first
+// is one, SET; each later one three: its entry, the header, the TTL), a
+// denial and a peek none.
 func TestDenialWritesNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
@@ -239,8 +247,12 @@ func TestDenialWritesNothing(t *testing.T) {
 				t.Fatalf("%s: grant %d: %+v, %v", alg, i, d, err)
 			}
 		}
-		if got := changes() - before; got != 2 {
-			t.Fatalf("%s: two grants made %d changes", alg, got)
+		want := int64(2)
+		if alg == floodgate.SlidingLog {
+			want = 1 + 3
+		}
+		if got := changes() - before; got != want {
+			t.Fatalf("%s: two grants made %d changes; want %d", alg, got, want)
 		}
 		before = changes()
 		for i := 0; i < 5; i++ {
@@ -272,6 +284,7 @@ func TestTTL(t *testing.T) {
 		{floodgate.LeakyBucket, floodgate.Rule{Limit: 2, Period: 10 * time.Second}, 5 * time.Second},
 		{floodgate.FixedWindow, floodgate.Rule{Limit: 5, Period: 10 * time.Second}, 10 * time.Second},
 		{floodgate.SlidingCounter, floodgate.Rule{Limit: 5, Period: 10 * time.Second}, 20 * time.Second},
+		{floodgate.SlidingLog, floodgate.Rule{Limit: 5, Period: 10 * time.Second}, 10 * time.Second},
 	}
 	for _, tc := range cases {
 		l := mustNew(t, c, Config{Algorithm: tc.alg, Rule: tc.rule})

@@ -14,6 +14,9 @@ var gcraSource string
 //go:embed window.lua
 var windowSource string
 
+//go:embed log.lua
+var logSource string
+
 // script is a Lua script and its SHA-1, the name EVALSHA knows it by. at is
 // its test form, which reads now from its last argument instead of Redis's
 // clock.
@@ -25,6 +28,7 @@ type script struct {
 var (
 	gcraScript   = newScript(gcraSource, 9)
 	windowScript = newScript(windowSource, 10)
+	logScript    = newScript(logSource, 10)
 )
 
 func newScript(src string, nowArg int) *script {
