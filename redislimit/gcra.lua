@@ -21,7 +21,8 @@
 -- lapse first.
 --
 -- KEYS[1]  the client's key
--- ARGV[1]  n, the cost: 1 <= n <= capacity (0 with give >= 1: a return)
+-- ARGV[1]  n, the cost: 1 <= n <= capacity (0 with give >= 1 or want
+--          >= 1: a return, or a lease, alone)
 -- ARGV[2]  interval, microseconds per token: >= 1
 -- ARGV[3]  capacity, the burst: >= 1, capacity * interval <= 2^50
 -- ARGV[4]  margin, milliseconds added to every key's TTL: >= 0
@@ -56,7 +57,7 @@ if not (interval and interval >= 1 and interval % 1 == 0
     and want and want >= 0 and want <= 2^50 and want % 1 == 0
     and give and give >= 0 and give <= capacity and give % 1 == 0
     and gtop and gtop >= -2^52 and gtop <= 2^52 and gtop % 1 == 0
-    and (n >= 1 or (give >= 1 and dry == 0 and want == 0))) then
+    and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))) then
   return redis.error_reply('floodgate: bad arguments (n, interval, capacity, margin, dry, want, give, gtop): ' ..
     table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]),
       tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8])}, ', '))
@@ -183,7 +184,7 @@ local function left(debt)
   return 0
 end
 
-if n == 0 then
+if n == 0 and want == 0 then
   if changed then save(tat) end
   local debt = math.max(tat - now, 0)
   return {1, left(debt) + cr, 0, debt, 0, debt, now}

@@ -40,6 +40,14 @@ import (
 // reached (from then on Redis counts it for a whole Period, as if it had
 // been spent at the last moment). Unspent units whose key goes quiet are
 // returned to Redis after TTL, and all of them by Close.
+//
+// A busy key's requests do not wait for its next batch: when three
+// quarters of a batch, or of its time, is gone, the request that sees it
+// asks the Limiter's one background goroutine to take the next batch
+// ahead, and that goroutine takes the batches of every key that asked, in
+// one pipeline. A request finds the next batch waiting when the current
+// one runs out; only a key whose batch ran out before its renewal came
+// (a burst, or a new key) refills in the request's own round trip.
 type Lease struct {
 	// Max is the most units one replica holds for a key at once; 0 turns
 	// lease mode off: every decision is a round trip.
@@ -65,17 +73,22 @@ type leases struct {
 	bound            int64
 	closed           atomic.Bool
 	stop, done       chan struct{}
+	renew            chan string   // keys whose lease runs low, for the sweeper to renew ahead
+	back             chan giveBack // retired batches' units, for the sweeper to return
+	inline           bool          // tests: renew and return on the caller's goroutine
 	once             sync.Once
 	err              error
 
 	leased, returned, lapsed atomic.Int64
+	refills, renewals        atomic.Int64
 }
 
 // leaseState is one key's lease in this replica. g is the batch being
-// spent; the other fields are written only by the goroutine that holds
-// flight (the leader of the key's one refill), and read under it.
+// spent, and next the one renewed ahead, which replaces g when g cannot
+// serve a request.
 type leaseState struct {
 	g           atomic.Pointer[grant]
+	next        atomic.Pointer[grant]
 	flight      atomic.Pointer[flight]
 	deniedUntil atomic.Int64 // a cached denial holds until then (clock ns)
 	deniedCost  atomic.Int64 // for costs of at least this
@@ -84,8 +97,8 @@ type leaseState struct {
 	lastUsed    atomic.Int64 // clock ns
 	waiting     atomic.Int64 // the cost waiting for the refill in flight
 	dead        atomic.Bool  // dropped from the map by the sweeper
-	batch       int64        // the last batch's size (leader only)
-	pending     int64        // the cost that waited for the last refill (leader only)
+	batch       atomic.Int64 // the last batch's size
+	pending     atomic.Int64 // the cost that waited for the last refill
 }
 
 // grant is one batch: units left, spendable while now < until and, for
@@ -100,6 +113,9 @@ type grant struct {
 	taken     int64        // units in the batch
 	remaining int64        // Redis's remaining after the grant
 	resetAt   int64        // clock ns at which Redis would hold the key fresh
+	low       int64        // below this many units, the batch is renewed ahead
+	renewAt   int64        // clock ns from which it is renewed ahead
+	asked     atomic.Bool  // its renewal was asked for
 }
 
 // flight is one refill in progress: done closes when it is over.
@@ -121,20 +137,78 @@ func (ls *leases) usable(g *grant, u, now int64) int64 {
 	return u
 }
 
-// spend takes n units from g at now, if it holds them.
-func (ls *leases) spend(g *grant, n, now int64) bool {
+// spend takes n units from g at now, if it holds them, and says how many
+// are left.
+func (ls *leases) spend(g *grant, n, now int64) (int64, bool) {
 	for {
 		u := g.units.Load()
 		c := ls.usable(g, u, now)
 		if c < n {
-			return false
+			return 0, false
 		}
 		if g.units.CompareAndSwap(u, c-n) {
 			if c < u {
 				g.decayed.Add(u - c) // rare: only as a batch outlives its debt
 			}
-			return true
+			return c - n, true
 		}
+	}
+}
+
+// take serves a request of cost n at now from the key's lease, or from
+// the batch renewed ahead, which then becomes the lease; and asks for the
+// next batch ahead when the lease runs low.
+func (l *Limiter) take(key string, st *leaseState, n, now int64) (*grant, bool) {
+	ls := l.lease
+	g := st.g.Load()
+	for range 2 {
+		if g != nil {
+			if rest, ok := ls.spend(g, n, now); ok {
+				if (rest < g.low || now >= g.renewAt) && !g.asked.Load() && g.asked.CompareAndSwap(false, true) {
+					if ls.inline {
+						l.renewAhead([]string{key})
+					} else {
+						select {
+						case ls.renew <- key:
+						default: // the sweeper is busy: a refill will take the next batch
+						}
+					}
+				}
+				return g, true
+			}
+		}
+		nx := st.next.Load()
+		if nx == nil || nx == g || !st.g.CompareAndSwap(g, nx) {
+			return nil, false
+		}
+		st.next.CompareAndSwap(nx, nil)
+		if g != nil {
+			l.retire(key, g, now)
+		}
+		g = nx
+	}
+	return nil, false
+}
+
+// retire empties a batch that the next one replaced (what it held was too
+// little for a request), and has the sweeper return what it held.
+func (l *Limiter) retire(key string, g *grant, now int64) {
+	ls := l.lease
+	b := ls.drain(g, now)
+	if b.units == 0 {
+		return
+	}
+	b.key = key
+	if ls.inline {
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+		_ = l.giveBack(ctx, []giveBack{b})
+		return
+	}
+	select {
+	case ls.back <- b:
+	default:
+		ls.lapsed.Add(b.units) // the sweeper is far behind: these are lost, which under-admits
 	}
 }
 
@@ -142,7 +216,7 @@ func newLeases(cfg Lease, step int64, bound int) *leases {
 	ttl := orDefault(cfg.TTL, defaultLeaseTTL)
 	return &leases{max: cfg.Max, ttl: int64(ttl), target: min(int64(leaseTarget), int64(ttl)/2), step: step,
 		states: xsync.NewMap[string, *leaseState](), bound: int64(bound),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), renew: make(chan string, 4096), back: make(chan giveBack, 4096)}
 }
 
 // sweeper returns the leases that keys left unspent, every TTL/2, until
@@ -158,7 +232,144 @@ func (l *Limiter) sweeper() {
 			return
 		case <-t.C:
 			l.sweep(l.clock.Now())
+		case b := <-ls.back:
+			back := []giveBack{b}
+		more2:
+			for len(back) < 512 {
+				select {
+				case b := <-ls.back:
+					back = append(back, b)
+				default:
+					break more2
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+			_ = l.giveBack(ctx, back)
+			cancel()
+		case key := <-ls.renew:
+			keys := []string{key}
+		more:
+			for len(keys) < 512 {
+				select {
+				case k := <-ls.renew:
+					keys = append(keys, k)
+				default:
+					break more
+				}
+			}
+			l.renewAhead(keys)
 		}
+	}
+}
+
+// renewAhead takes the next batch of each key, in one pipeline, before
+// its lease runs out, so that its requests need not wait for a round
+// trip. A key that already has one, or whose state is gone, is skipped;
+// while the breaker is open nothing is asked.
+func (l *Limiter) renewAhead(keys []string) {
+	ls := l.lease
+	if ls.closed.Load() || l.breaker.openUntil.Load() != closed {
+		return
+	}
+	now := l.clock.Now()
+	sent := now
+	if l.testNow {
+		sent = now / 1000 * 1000
+	}
+	type ask struct {
+		key string
+		st  *leaseState
+		cmd *redis.Cmd
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	var asks []ask
+	pipe := l.client.Pipeline()
+	for _, key := range keys {
+		st, ok := ls.states.Load(key)
+		if !ok || st.dead.Load() || st.next.Load() != nil {
+			continue
+		}
+		g := st.g.Load()
+		spent, held := int64(0), int64(0)
+		if g != nil {
+			held = g.units.Load()
+			spent = g.taken - held - g.decayed.Load()
+		}
+		want := min(ls.want(st, g, spent, now), ls.max-held) // Max bounds the two batches together
+		if want <= 0 {
+			continue
+		}
+		cmd := redis.NewCmd(ctx, l.args(key, call{want: want}, l.scriptNow())...)
+		_ = pipe.Process(ctx, noRetry{cmd})
+		asks = append(asks, ask{key, st, cmd})
+	}
+	if len(asks) == 0 {
+		return
+	}
+	l.calls.Add(1)
+	ls.renewals.Add(int64(len(asks)))
+	_, _ = pipe.Exec(ctx)
+	for _, a := range asks {
+		cmd := a.cmd
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			cmd, _ = l.eval(ctx, func(ctx context.Context, c redis.Cmder) error {
+				return l.client.Process(ctx, noRetry{c})
+			}, cmd.Args())
+		}
+		if cmd.Err() != nil {
+			continue // a refill will ask again, when the lease runs out
+		}
+		r, err := l.reply(cmd)
+		if err != nil || r.extra == 0 {
+			continue
+		}
+		ls.leased.Add(r.extra)
+		a.st.batch.Store(r.extra)
+		ng := l.newGrant(r, now, sent)
+		if !a.st.next.CompareAndSwap(nil, ng) {
+			l.giveBackNow(a.key, ng, now)
+			continue
+		}
+		if cur, ok := ls.states.Load(a.key); ls.closed.Load() || !ok || cur != a.st {
+			if a.st.next.CompareAndSwap(ng, nil) {
+				l.giveBackNow(a.key, ng, now)
+			}
+		}
+	}
+}
+
+// newGrant is the batch of reply r, to a call sent at sent and read back
+// at now (clock ns).
+func (l *Limiter) newGrant(r reply, now, sent int64) *grant {
+	ls := l.lease
+	g := &grant{at: now, taken: r.extra, remaining: r.d.Remaining, k: r.k,
+		until: now + ls.ttl, resetAt: now + int64(r.d.ResetAfter)}
+	if ls.step > 0 {
+		g.top = sent + r.horizon*1000
+		g.k = r.k + r.horizon // the TAT on Redis's clock
+	} else {
+		g.until = min(g.until, sent+r.horizon*1000)
+	}
+	g.units.Store(r.extra)
+	// Renew ahead once three quarters of the batch, or of its time, is
+	// gone.
+	g.low = max(1, r.extra/4)
+	end := g.until
+	if ls.step > 0 {
+		end = min(end, g.top)
+	}
+	g.renewAt = now + (end-now)*3/4
+	return g
+}
+
+// giveBackNow returns g's units to Redis at once.
+func (l *Limiter) giveBackNow(key string, g *grant, now int64) {
+	if b := l.lease.drain(g, now); b.units > 0 {
+		b.key = key
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+		_ = l.giveBack(ctx, []giveBack{b})
 	}
 }
 
@@ -176,13 +387,21 @@ func (l *Limiter) sweep(now int64) {
 				}
 			}
 		}
-		if st.g.Load() == nil && st.flight.Load() == nil && now-st.lastUsed.Load() >= ls.ttl && now >= st.deniedUntil.Load() {
+		if g := st.next.Load(); g != nil && now >= g.until {
+			if st.next.CompareAndSwap(g, nil) {
+				if b := ls.drain(g, now); b.units > 0 {
+					b.key = key
+					back = append(back, b)
+				}
+			}
+		}
+		if st.g.Load() == nil && st.next.Load() == nil && st.flight.Load() == nil && now-st.lastUsed.Load() >= ls.ttl && now >= st.deniedUntil.Load() {
 			// Claim the key's flight, so that no refill can install a
 			// lease on a state that is being dropped; a dropped state keeps
 			// it, and a caller that finds it dead looks the key up again.
 			f := &flight{done: make(chan struct{})}
 			if st.flight.CompareAndSwap(nil, f) {
-				if st.g.Load() == nil {
+				if st.g.Load() == nil && st.next.Load() == nil {
 					st.dead.Store(true)
 					ls.states.Delete(key)
 					ls.size.Add(-1)
@@ -215,7 +434,9 @@ type giveBack struct {
 // the log, every unit, to the entry stamped k (likewise).
 func (ls *leases) drain(g *grant, now int64) giveBack {
 	u := g.units.Swap(0)
-	ls.lapsed.Add(g.decayed.Swap(0))
+	if g.decayed.Load() != 0 {
+		ls.lapsed.Add(g.decayed.Swap(0))
+	}
 	if u <= 0 {
 		return giveBack{}
 	}
@@ -296,16 +517,22 @@ func (l *Limiter) Close() error {
 	return ls.err
 }
 
-// drainAll empties every lease and says what goes back.
+// drainAll empties every lease and says what goes back, with what
+// retired batches left for the sweeper.
 func (l *Limiter) drainAll() []giveBack {
 	ls := l.lease
 	now := l.clock.Now()
 	var back []giveBack
+	for len(ls.back) > 0 {
+		back = append(back, <-ls.back)
+	}
 	ls.states.Range(func(key string, st *leaseState) bool {
-		if g := st.g.Swap(nil); g != nil {
-			if b := ls.drain(g, now); b.units > 0 {
-				b.key = key
-				back = append(back, b)
+		for _, p := range []*atomic.Pointer[grant]{&st.g, &st.next} {
+			if g := p.Swap(nil); g != nil {
+				if b := ls.drain(g, now); b.units > 0 {
+					b.key = key
+					back = append(back, b)
+				}
 			}
 		}
 		return true
@@ -320,7 +547,7 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 	now := l.clock.Now()
 	st, ok := ls.states.Load(key)
 	if ok {
-		if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
+		if g, ok := l.take(key, st, n, now); ok {
 			return l.fromLease(g, now), nil // lastUsed is for keys with no lease: it is not written here
 		}
 		if d, ok := l.cachedDenial(st, n, now); ok {
@@ -372,7 +599,6 @@ var errLeaseWait = errors.New("redislimit: the key's refill outlasted Timeout")
 // round trip that decides its request; the others wait for it, within
 // Timeout, and try the new batch.
 func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, error) {
-	ls := l.lease
 	var deadline time.Time
 	for {
 		if st.dead.Load() {
@@ -424,7 +650,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 			return l.fallback(key, n, false), nil
 		}
 		now := l.clock.Now()
-		if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
+		if g, ok := l.take(key, st, n, now); ok {
 			return l.fromLease(g, now), nil
 		}
 		if d, ok := l.cachedDenial(st, n, now); ok {
@@ -440,7 +666,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (floodgate.Decision, error) {
 	ls := l.lease
 	now := l.clock.Now()
-	if g := st.g.Load(); g != nil && ls.spend(g, n, now) {
+	if g, ok := l.take(key, st, n, now); ok {
 		return l.fromLease(g, now), nil // a refill that ended just now served it
 	}
 	if d, ok := l.cachedDenial(st, n, now); ok {
@@ -472,9 +698,13 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	want := int64(0)
 	if !ls.closed.Load() {
 		want = ls.want(st, old, spent+n, now)
+		if nx := st.next.Load(); nx != nil {
+			want = max(0, min(want, ls.max-nx.units.Load())) // Max bounds the two batches together
+		}
 	}
+	ls.refills.Add(1)
 	r, err := l.decide(ctx, key, call{n: n - held, want: want, give: give, gk: gk, budget: budget}, l.scriptNow())
-	st.pending = st.waiting.Load() // the next batch serves those who queued meanwhile
+	st.pending.Store(st.waiting.Load()) // the next batch serves those who queued meanwhile
 	if r.redis {
 		ls.returned.Add(give)
 	} else {
@@ -503,7 +733,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	d := r.d
 	if r.extra > 0 {
 		ls.leased.Add(r.extra)
-		st.batch = r.extra
+		st.batch.Store(r.extra)
 		// The batch's time counts from when the call was sent: Redis ran
 		// it later, so the lease ends no later than Redis's count does.
 		// (The test form's Redis reads the clock in whole µs.)
@@ -511,40 +741,31 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 		if l.testNow {
 			sent = now / 1000 * 1000
 		}
-		g := &grant{at: now, taken: r.extra, remaining: r.d.Remaining, k: r.k,
-			until: now + ls.ttl, resetAt: now + int64(r.d.ResetAfter)}
-		if ls.step > 0 {
-			g.top = sent + r.horizon*1000
-			g.k = r.k + r.horizon // the TAT on Redis's clock
-		} else {
-			g.until = min(g.until, sent+r.horizon*1000)
-		}
-		g.units.Store(r.extra)
+		g := l.newGrant(r, now, sent)
 		l.install(key, st, g, now)
 		d.Remaining += r.extra
 	}
 	return d, nil
 }
 
-// install makes g the key's lease; if Close has begun, or the key's state
-// was dropped meanwhile (by Reset, or by the sweeper while the key was
-// idle), it gives g's units back instead.
+// install makes g the key's lease, or its next batch if another was
+// promoted meanwhile (or gives g back if both places are taken); and if
+// Close has begun, or the key's state was dropped meanwhile (by Reset, or
+// by the sweeper while the key was idle), it gives g's units back
+// instead.
 func (l *Limiter) install(key string, st *leaseState, g *grant, now int64) {
 	ls := l.lease
-	st.g.Store(g)
+	if !st.g.CompareAndSwap(nil, g) && !st.next.CompareAndSwap(nil, g) {
+		l.giveBackNow(key, g, now)
+		return
+	}
 	if !ls.closed.Load() {
 		if cur, ok := ls.states.Load(key); ok && cur == st {
 			return
 		}
 	}
-	if !st.g.CompareAndSwap(g, nil) {
-		return
-	}
-	if b := ls.drain(g, now); b.units > 0 {
-		b.key = key
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		_ = l.giveBack(ctx, []giveBack{b})
+	if st.g.CompareAndSwap(g, nil) || st.next.CompareAndSwap(g, nil) {
+		l.giveBackNow(key, g, now)
 	}
 }
 
@@ -553,7 +774,7 @@ func (l *Limiter) install(key string, st *leaseState, g *grant, now int64) {
 // leaseGrowth times over the last batch, and at most Max.
 // The requests that queued behind the last refill are served whole.
 func (ls *leases) want(st *leaseState, old *grant, spent, now int64) int64 {
-	w := max(1, st.batch)
+	w := max(1, st.batch.Load())
 	if old != nil {
 		w = spent * leaseGrowth
 		if elapsed := now - old.at; elapsed > 0 && elapsed >= ls.target/leaseGrowth {
@@ -572,7 +793,7 @@ func (ls *leases) want(st *leaseState, old *grant, spent, now int64) int64 {
 		// debt already there.)
 		w = max(w, ls.target/ls.step)
 	}
-	return min(ls.max, max(w, st.pending))
+	return min(ls.max, max(w, st.pending.Load()))
 }
 
 // scriptNow is the test form's clock, or -1 for Redis's own.

@@ -32,8 +32,27 @@ func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate
 	l.testNow = true
 	l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
 	l.box()
+	if l.lease != nil {
+		l.lease.inline = true // renewals and returns at once, in order, on the manual clock
+	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
+}
+
+// heldUnits is what l holds for key: its lease and the batch renewed
+// ahead.
+func heldUnits(l *Limiter, key string) int64 {
+	st, ok := l.lease.states.Load(key)
+	if !ok {
+		return 0
+	}
+	held := int64(0)
+	for _, g := range []*grant{st.g.Load(), st.next.Load()} {
+		if g != nil {
+			held += g.units.Load()
+		}
+	}
+	return held
 }
 
 // admission is one admitted request: when (µs of the script's clock), at
@@ -177,11 +196,8 @@ func TestLeaseCleanShutdown(t *testing.T) {
 			}
 			var held, leased, returned int64
 			for _, r := range reps {
-				if st, ok := r.lease.states.Load("k"); ok {
-					if g := st.g.Load(); g != nil {
-						held += g.units.Load()
-					}
-				}
+				held += heldUnits(r, "k")
+				before := r.Stats().Returned
 				if err := r.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -189,14 +205,14 @@ func TestLeaseCleanShutdown(t *testing.T) {
 					t.Fatal(err)
 				}
 				s := r.Stats()
-				leased, returned = leased+s.Leased, returned+s.Returned
+				leased, returned = leased+s.Leased, returned+s.Returned-before
 			}
 			p, err := reps[0].Peek(ctx, "k") // closed: a plain round trip
 			if err != nil {
 				t.Fatal(err)
 			}
 			if admitted+p.Remaining+1 != rule.Limit || returned != held { // Peek's Remaining is after the request it peeks at
-				t.Fatalf("%s trial %d: admitted %d, Redis has %d left (want %d in all); %d units held at Close, %d returned",
+				t.Fatalf("%s trial %d: admitted %d, Redis has %d left (want %d in all); %d units held at Close, %d returned by it",
 					alg, trial, admitted, p.Remaining, rule.Limit, held, returned)
 			}
 			if leased == 0 {
@@ -238,9 +254,10 @@ func TestLeaseBatchGrows(t *testing.T) {
 		t.Logf("%s: %d round trips for 40,000 requests at 20K/s; %d for 1,000 at 500/s; %d units leased, %d lapsed",
 			alg, hot.Calls, slowCalls, slow.Leased, slow.Lapsed)
 		// At 20K/s a 100 ms batch is 2,000 units: after the slow start,
-		// one round trip per 2,000 requests.
-		if hot.Calls > 40 {
-			t.Errorf("%s: %d round trips for 40,000 requests at 20K/s; want at most 40", alg, hot.Calls)
+		// one round trip per 2,000 requests (and one more at each of a
+		// fixed window's edges, or a log's hold).
+		if hot.Calls > 50 {
+			t.Errorf("%s: %d round trips for 40,000 requests at 20K/s; want at most 50", alg, hot.Calls)
 		}
 		// At 500/s, about 50 units a batch: 20 round trips, give or take
 		// the batch's adjustment from 2,000 down (the windows and the log
@@ -422,8 +439,7 @@ func TestLeaseFailure(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v", i, d, err)
 		}
 	}
-	st, _ := l.lease.states.Load("k")
-	held := st.g.Load().units.Load()
+	held := heldUnits(l, "k")
 	if held == 0 {
 		t.Fatal("no lease held")
 	}
@@ -448,9 +464,7 @@ func TestLeaseFailure(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st, _ = l.lease.states.Load("k")
-	g := st.g.Load()
-	if g == nil || g.units.Load() == 0 {
+	if heldUnits(l, "k") == 0 {
 		t.Fatal("no lease after Redis came back")
 	}
 	calls := l.Stats().Calls
@@ -478,8 +492,7 @@ func TestLeaseSweepReturns(t *testing.T) {
 				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
 			}
 		}
-		st, _ := l.lease.states.Load("k")
-		held := st.g.Load().units.Load()
+		held := heldUnits(l, "k")
 		l.sweep(clock.Now())
 		if l.Stats().Returned != 0 {
 			t.Fatalf("%s: a lease within its TTL was returned", alg)
@@ -509,20 +522,25 @@ func TestLeaseWeightedCost(t *testing.T) {
 	for _, alg := range redisAlgorithms {
 		clock := floodgate.NewManualClock(epoch)
 		rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
-		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 5}}, clock)
+		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 3}}, clock)
 		for i := 0; i < 10; i++ {
 			if _, err := l.Allow(ctx, "k"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		st, _ := l.lease.states.Load("k")
-		held := st.g.Load().units.Load()
-		calls := l.Stats().Calls
+		held := heldUnits(l, "k")
+		calls, returned := l.Stats().Calls, l.Stats().Returned
 		if d, err := l.AllowN(ctx, "k", 8); err != nil || !d.Allowed || held == 0 || held >= 8 {
 			t.Fatalf("%s: cost 8 with %d held: %+v, %v", alg, held, d, err)
 		}
-		if l.Stats().Calls != calls+1 {
-			t.Fatalf("%s: cost 8 took %d round trips", alg, l.Stats().Calls-calls)
+		// One round trip decides it; a lease that the batch renewed ahead
+		// replaced, too small for it, goes back in one more.
+		trips := l.Stats().Calls - calls
+		if l.Stats().Returned > returned {
+			trips--
+		}
+		if trips != 1 {
+			t.Fatalf("%s: cost 8 took %d round trips", alg, trips)
 		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
@@ -718,5 +736,45 @@ func TestLeaseStress(t *testing.T) {
 			}
 			t.Logf("admitted %d, %d, %d of %d each; %d units leased, %d returned", admitted[0].Load(), admitted[1].Load(), admitted[2].Load(), limit, leased, returned)
 		})
+	}
+}
+
+// TestLeaseRenewsAhead: at a steady rate, a key's next batch is taken
+// before its lease runs out, so its requests stop making round trips of
+// their own once the batches have grown; and what the renewals took is
+// exact (a fresh limiter's Peek after Close).
+func TestLeaseRenewsAhead(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		rule := floodgate.Rule{Limit: 100_000, Period: time.Second}
+		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 4096}}, clock)
+		admitted := int64(0)
+		for i := 0; i < 2000; i++ { // 10,000 a second: the batches grow
+			clock.Advance(100 * time.Microsecond)
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
+			}
+			admitted++
+		}
+		warm := l.Stats()
+		for i := 0; i < 5000; i++ {
+			clock.Advance(100 * time.Microsecond)
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
+			}
+			admitted++
+		}
+		s := l.Stats()
+		t.Logf("%s: %d refills and %d renewals while warming up; then %d and %d for 5,000 requests",
+			alg, warm.Refills, warm.Renewals, s.Refills-warm.Refills, s.Renewals-warm.Renewals)
+		// A window's lease ends with its window (every second here) and
+		// the log's with its hold: a request may find the next batch not
+		// yet usable there, once per edge.
+		if s.Refills-warm.Refills > 1 || s.Renewals == warm.Renewals {
+			t.Errorf("%s: after warming up, %d requests refilled and %d batches were renewed ahead", alg, s.Refills-warm.Refills, s.Renewals-warm.Renewals)
+		}
 	}
 }

@@ -38,8 +38,8 @@
 -- stamp is > t - T): exact.
 --
 -- KEYS[1]  the client's key
--- ARGV[1]  n, the cost: 1 <= n <= N (0 with give >= 1, dry = 0 and
---          want = 0: a return alone)
+-- ARGV[1]  n, the cost: 1 <= n <= N (0 with dry = 0 and give >= 1 or
+--          want >= 1: a return, or a lease, alone)
 -- ARGV[2]  T, the window in microseconds: 1 <= T <= 2^50
 -- ARGV[3]  N, the limit per window: 1 <= N <= 2^31
 -- ARGV[4]  margin, milliseconds added to every key's TTL: >= 0
@@ -76,7 +76,7 @@ if not (T and T >= 1 and T <= 2^50 and T % 1 == 0
     and give and give >= 0 and give <= N and give % 1 == 0
     and gk and gk >= 0 and gk < 2^53 and gk % 1 == 0
     and hold and hold >= 1 and hold <= T and hold % 1 == 0
-    and (n >= 1 or (give >= 1 and dry == 0 and want == 0))) then
+    and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))) then
   return redis.error_reply('floodgate: bad arguments (n, T, N, margin, dry, want, give, gk, hold): ' ..
     table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]),
       tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8]), tostring(ARGV[9])}, ', '))
@@ -243,7 +243,7 @@ if give > 0 and count > 0 then
     end
   end
 end
-if n == 0 then return {1, 0, 0, 0, 0, 0, 0} end
+if n == 0 and want == 0 then return {1, 0, 0, 0, 0, 0, 0} end
 
 local c = max(now, newest)
 local first = search(1, function(i) return at(i) > c - T end)
@@ -271,7 +271,7 @@ if w + n <= N then
   if last >= c and count > 0 then p = searchBack(first, function(i) return at(i) >= c end) end
   local prev = before(p)
   local stamps, costs = decode(slice(p, count), prev)
-  add(stamps, costs, c, n)
+  if n > 0 then add(stamps, costs, c, n) end
   if extra > 0 then add(stamps, costs, c + hold, extra) end
   local records = encode(stamps, costs, prev)
   local live = p - first + #records / REC

@@ -152,6 +152,12 @@ type Stats struct {
 	// unspent units whose time passed before they could go back (Redis had
 	// already taken them back) or whose return failed.
 	Leased, Returned, Lapsed int64
+	// Refills counts the round trips a request made in lease mode because
+	// its key's lease could not serve it (a new key, a burst, a lease run
+	// out before its renewal came); Renewals, the batches the Limiter's
+	// background goroutine asked for ahead, before a lease ran out. A busy
+	// key at a steady rate should see Renewals grow and Refills stay.
+	Refills, Renewals int64
 	// Reloads counts the times a Redis Cluster's slot map was reloaded
 	// after a failure (see Config.ProbeEvery).
 	Reloads int64
@@ -424,13 +430,17 @@ func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, err
 		return r.d, err
 	}
 	if st, ok := l.lease.states.Load(key); ok {
-		if g := st.g.Load(); g != nil {
-			// Redis's Remaining is after the peeked request; so is this.
-			if held := l.lease.usable(g, g.units.Load(), l.clock.Now()); held > 0 && r.d.Allowed {
-				r.d.Remaining += held
-			} else if held > 0 {
-				r.d.Allowed, r.d.Remaining, r.d.RetryAfter = true, r.d.Remaining+held-1, 0
+		now, held := l.clock.Now(), int64(0)
+		for _, g := range []*grant{st.g.Load(), st.next.Load()} {
+			if g != nil {
+				held += l.lease.usable(g, g.units.Load(), now)
 			}
+		}
+		// Redis's Remaining is after the peeked request; so is this.
+		if held > 0 && r.d.Allowed {
+			r.d.Remaining += held
+		} else if held > 0 {
+			r.d.Allowed, r.d.Remaining, r.d.RetryAfter = true, r.d.Remaining+held-1, 0
 		}
 	}
 	return r.d, nil
@@ -446,8 +456,10 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.lease != nil {
 		if st, ok := l.lease.states.LoadAndDelete(key); ok {
 			l.lease.size.Add(-1)
-			if g := st.g.Swap(nil); g != nil {
-				g.units.Store(0)
+			for _, g := range []*grant{st.g.Swap(nil), st.next.Swap(nil)} {
+				if g != nil {
+					g.units.Store(0)
+				}
 			}
 			st.deniedUntil.Store(0)
 		}
@@ -479,6 +491,7 @@ func (l *Limiter) Stats() Stats {
 	}
 	if ls := l.lease; ls != nil {
 		s.Leased, s.Returned, s.Lapsed = ls.leased.Load(), ls.returned.Load(), ls.lapsed.Load()
+		s.Refills, s.Renewals = ls.refills.Load(), ls.renewals.Load()
 	}
 	return s
 }

@@ -25,7 +25,7 @@
 --          the window they were charged to, ARGV[9]: its count drops by
 --          give (not below 0) while the key still holds it, as the current
 --          window or, for the sliding counter, the previous one. n may be
---          0 only with give > 0: a return alone.
+--          0 only with give > 0 or want > 0: a return, or a lease, alone.
 -- ARGV[9]  gk, the index of the window the returned units were charged to
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
@@ -49,7 +49,7 @@ if not ((kind == 1 or kind == 2)
     and want and want >= 0 and want <= 2^50 and want % 1 == 0
     and give and give >= 0 and give <= N and give % 1 == 0
     and gk and gk >= -2^52 and gk <= 2^52 and gk % 1 == 0
-    and (n >= 1 or (give >= 1 and dry == 0 and want == 0))) then
+    and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))) then
   return redis.error_reply('floodgate: bad arguments (n, T, N, margin, dry, kind, want, give, gk): ' ..
     table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]),
       tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8]), tostring(ARGV[9])}, ', '))
@@ -141,7 +141,7 @@ local function keep()
     redis.call('SET', KEYS[1], struct.pack('<i8i8i8', ks, curr, prev), 'KEEPTTL')
   end
 end
-if n == 0 then
+if n == 0 and want == 0 then
   keep()
   return {1, 0, 0, 0, 0, 0, k}
 end
