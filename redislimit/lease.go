@@ -19,12 +19,12 @@ import (
 // each in the round trip of the request that needed it: the script
 // charges the batch exactly as it would admit that many requests (the
 // buckets' TAT moves by as many steps, the window's count grows by as many
-// units, the log holds one entry of as many units, stamped TTL ahead, or
-// Period if shorter), and the replica then spends it in process, with one
-// CAS on an atomic word and no round trip. Every unit admitted was taken
-// from Redis first, so the replicas together never pass more than the
-// rule; a replica that dies loses its unspent units (its clients get
-// less, never more).
+// units, the log holds one entry of as many units, stamped 100 ms ahead,
+// or TTL/2 or Period if shorter), and the replica then spends it in
+// process, with one CAS on an atomic word and no round trip. Every unit
+// admitted was taken from Redis first, so the replicas together never pass
+// more than the rule; a replica that dies loses its unspent units (its
+// clients get less, never more).
 //
 // A batch is sized by the key's local rate: about what the key spends here
 // in 100 ms (or in TTL/2, if that is shorter), at most four times the
