@@ -37,8 +37,9 @@ type redisPeer struct {
 var redisRule = floodgate.Rule{Limit: 1_000_000_000, Period: 1000 * time.Second}
 
 // redisLease is lease mode's setting in the benchmark: a batch of up to
-// 100,000 units, which from a full bucket at 1 µs a token lasts 100 ms.
-var redisLease = redislimit.Lease{Max: 100_000, TTL: time.Second}
+// 500,000 units, which from a full bucket at 1 µs a token lasts 500 ms,
+// half the TTL (the batch's target time).
+var redisLease = redislimit.Lease{Max: 500_000, TTL: time.Second}
 
 // redisPeers are the limiters compared on one server in one run:
 // floodgate's redislimit with the token bucket (GCRA in integer µs), a

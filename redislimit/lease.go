@@ -27,8 +27,9 @@ import (
 // clients get less, never more).
 //
 // A batch is sized by the key's local rate: about what the key spends here
-// in 100 ms (or in TTL/2, if that is shorter), at most four times the
-// previous batch, and at most Max. Redis grants at most an eighth of what
+// in half a TTL (500 ms by default), at most four times the previous
+// batch, and at most Max. A bucket's batch is at least half a TTL of the
+// rule's steps, since from a full bucket a batch of k lasts k steps. Redis grants at most an eighth of what
 // would remain after the request, so a key's allowance is shared out ever
 // more finely as it runs low, and its last 8 units go one request at a
 // time: no replica can sit on the remainder while another is refused.
@@ -45,7 +46,7 @@ import (
 // quarters of a batch, or of its time, is gone, the request that sees it
 // asks the Limiter's one background goroutine to take the next batch
 // ahead, and that goroutine takes the batches of every key that asked, in
-// one pipeline. A request finds the next batch waiting when the current
+// one pipeline, every few milliseconds. A request finds the next batch waiting when the current
 // one runs out; only a key whose batch ran out before its renewal came
 // (a burst, or a new key) refills in the request's own round trip.
 type Lease struct {
@@ -59,7 +60,7 @@ type Lease struct {
 
 const (
 	defaultLeaseTTL = time.Second
-	leaseTarget     = 100 * time.Millisecond // a busy key's batch lasts about this long
+	logHold         = 100 * time.Millisecond // the longest a log's batch is stamped ahead
 	leaseGrowth     = 4                      // a batch is at most this many times the last
 )
 
@@ -214,7 +215,7 @@ func (l *Limiter) retire(key string, g *grant, now int64) {
 
 func newLeases(cfg Lease, step int64, bound int) *leases {
 	ttl := orDefault(cfg.TTL, defaultLeaseTTL)
-	return &leases{max: cfg.Max, ttl: int64(ttl), target: min(int64(leaseTarget), int64(ttl)/2), step: step,
+	return &leases{max: cfg.Max, ttl: int64(ttl), target: int64(ttl) / 2, step: step,
 		states: xsync.NewMap[string, *leaseState](), bound: int64(bound),
 		stop: make(chan struct{}), done: make(chan struct{}), renew: make(chan string, 4096), back: make(chan giveBack, 4096)}
 }
@@ -226,38 +227,35 @@ func (l *Limiter) sweeper() {
 	defer close(ls.done)
 	t := time.NewTicker(time.Duration(max(ls.ttl/2, int64(time.Millisecond))))
 	defer t.Stop()
+	// Renewals and returns are collected on a tick of their own rather
+	// than as each is asked for: a send that woke this goroutine would cost
+	// the request a futex call, and a renewal asked for with a quarter of
+	// the batch left can wait a few milliseconds.
+	r := time.NewTicker(time.Duration(max(int64(100*time.Microsecond), min(int64(5*time.Millisecond), ls.target/8))))
+	defer r.Stop()
 	for {
 		select {
 		case <-ls.stop:
 			return
 		case <-t.C:
 			l.sweep(l.clock.Now())
-		case b := <-ls.back:
-			back := []giveBack{b}
-		more2:
-			for len(back) < 512 {
-				select {
-				case b := <-ls.back:
-					back = append(back, b)
-				default:
-					break more2
+		case <-r.C:
+			for len(ls.back) > 0 {
+				back := make([]giveBack, 0, min(len(ls.back), 512))
+				for len(back) < cap(back) {
+					back = append(back, <-ls.back)
 				}
+				ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+				_ = l.giveBack(ctx, back)
+				cancel()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-			_ = l.giveBack(ctx, back)
-			cancel()
-		case key := <-ls.renew:
-			keys := []string{key}
-		more:
-			for len(keys) < 512 {
-				select {
-				case k := <-ls.renew:
-					keys = append(keys, k)
-				default:
-					break more
+			for len(ls.renew) > 0 {
+				keys := make([]string, 0, min(len(ls.renew), 512))
+				for len(keys) < cap(keys) {
+					keys = append(keys, <-ls.renew)
 				}
+				l.renewAhead(keys)
 			}
-			l.renewAhead(keys)
 		}
 	}
 }
@@ -663,7 +661,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 // key's lease out of reach, keeps what of it may still be spent toward
 // this request, asks Redis for the rest and the next batch in one round
 // trip, and installs the new batch.
-func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (floodgate.Decision, error) {
+func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (d floodgate.Decision, err error) {
 	ls := l.lease
 	now := l.clock.Now()
 	if g, ok := l.take(key, st, n, now); ok {
@@ -702,8 +700,16 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 			want = max(0, min(want, ls.max-nx.units.Load())) // Max bounds the two batches together
 		}
 	}
+	// The round trip is the key's, not only this caller's: it runs to its
+	// own budget whatever the caller's deadline, so that a caller who
+	// sends a deadline too short for it cannot make the batch it took be
+	// lost (on a key shared by many clients, a way to drain their
+	// allowance). A caller that gave up meanwhile is still abandoned.
 	ls.refills.Add(1)
-	r, err := l.decide(ctx, key, call{n: n - held, want: want, give: give, gk: gk, budget: budget}, l.scriptNow())
+	r, err := l.decide(context.WithoutCancel(ctx), key, call{n: n - held, want: want, give: give, gk: gk, budget: budget}, l.scriptNow())
+	if cerr := ctx.Err(); cerr != nil && err == nil {
+		defer func() { d, err = l.abandon(), cerr }()
+	}
 	st.pending.Store(st.waiting.Load()) // the next batch serves those who queued meanwhile
 	if r.redis {
 		ls.returned.Add(give)
@@ -730,7 +736,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 		return r.d, err
 	}
 	st.deniedUntil.Store(0)
-	d := r.d
+	d = r.d
 	if r.extra > 0 {
 		ls.leased.Add(r.extra)
 		st.batch.Store(r.extra)

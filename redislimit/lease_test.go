@@ -223,10 +223,12 @@ func TestLeaseCleanShutdown(t *testing.T) {
 }
 
 // TestLeaseBatchGrows: a hot key at a steady local rate takes batches that
-// grow to last about 100 ms each, so it needs a round trip per hundreds of
-// requests; a key at a modest rate takes smaller batches. A bucket's batch
-// from a full bucket lasts as many steps as it has units, so it takes more
-// units than the rate needs: enough to last 100 ms.
+// grow to last about half a TTL each (500 ms here), up to Max, so it needs
+// a round trip per thousands of requests; a key at a modest rate takes
+// smaller batches. A bucket's batch from a full bucket lasts as many steps
+// as it has units, so it takes more units than the rate needs: enough to
+// last half a TTL, here capped by Max (16,384 steps of 10 µs: 164 ms). The
+// log's batch is sized for its hold, 100 ms.
 func TestLeaseBatchGrows(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
@@ -253,17 +255,15 @@ func TestLeaseBatchGrows(t *testing.T) {
 		slowCalls := slow.Calls - hot.Calls
 		t.Logf("%s: %d round trips for 40,000 requests at 20K/s; %d for 1,000 at 500/s; %d units leased, %d lapsed",
 			alg, hot.Calls, slowCalls, slow.Leased, slow.Lapsed)
-		// At 20K/s a 100 ms batch is 2,000 units: after the slow start,
-		// one round trip per 2,000 requests (and one more at each of a
-		// fixed window's edges, or a log's hold).
+		// At 20K/s a batch of 500 ms is 10,000 units (the log's, of 100
+		// ms, 2,000): after the slow start, one round trip per thousands
+		// of requests (and one more at each of a fixed window's edges).
 		if hot.Calls > 50 {
 			t.Errorf("%s: %d round trips for 40,000 requests at 20K/s; want at most 50", alg, hot.Calls)
 		}
-		// At 500/s, about 50 units a batch: 20 round trips, give or take
-		// the batch's adjustment from 2,000 down (the windows and the log
-		// spend the last hot batch for up to its TTL, 1 s, and then take
-		// about 50 a batch: 8 to 12 round trips); for the buckets, 10,000
-		// units, which last 100 ms: 50 requests.
+		// At 500/s, a batch of 250 units (the log's, 50) once the batch
+		// has come down from the hot phase's; for the buckets, 16,384
+		// units, which last 164 ms: 82 requests.
 		if slowCalls > 1000/16+5 || slowCalls < 8 {
 			t.Errorf("%s: %d round trips for 1,000 requests at 500/s; want 8 to %d", alg, slowCalls, 1000/16+5)
 		}
@@ -776,5 +776,48 @@ func TestLeaseRenewsAhead(t *testing.T) {
 		if s.Refills-warm.Refills > 1 || s.Renewals == warm.Renewals {
 			t.Errorf("%s: after warming up, %d requests refilled and %d batches were renewed ahead", alg, s.Refills-warm.Refills, s.Renewals-warm.Renewals)
 		}
+	}
+}
+
+// TestLeaseCallerDeadline: a caller whose deadline ends before its refill's
+// round trip does is abandoned, but the round trip is the key's: it runs
+// to its own budget and its batch is kept, so callers sending deadlines
+// too short for a round trip cannot drain a shared key's allowance.
+func TestLeaseCallerDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	for _, alg := range redisAlgorithms {
+		clock := floodgate.NewManualClock(epoch)
+		rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
+		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 50}}, clock)
+		admitted, abandoned := int64(0), int64(0)
+		for i := 0; i < 300; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Microsecond)
+			d, err := l.Allow(ctx, "shared")
+			cancel()
+			switch {
+			case d.Allowed:
+				admitted++
+			case err != nil:
+				abandoned++
+			default:
+				t.Fatalf("%s: request %d denied without an error: %+v", alg, i, d)
+			}
+		}
+		s := l.Stats()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		p, err := l.Peek(context.Background(), "shared")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An abandoned request's own unit was charged (its script ran); no
+		// batch is lost.
+		if admitted+abandoned+p.Remaining+1 != rule.Limit || s.Opens != 0 {
+			t.Fatalf("%s: %d admitted, %d abandoned, %d left after Close: %d units lost; %+v",
+				alg, admitted, abandoned, p.Remaining+1, rule.Limit-admitted-abandoned-p.Remaining-1, s)
+		}
+		t.Logf("%s: %d admitted from leases, %d abandoned while their round trip ran, %d round trips", alg, admitted, abandoned, s.Calls)
 	}
 }

@@ -317,13 +317,14 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 		l.lease = newLeases(cfg.Lease, step, orDefault(cfg.LocalMaxKeys, defaultLocalKeys))
 		if l.kind == kindLog {
 			// A batch is one entry stamped hold ahead, and spendable for
-			// hold from when its call was sent: the batch's target time
-			// (100 ms, or TTL/2), within a window. Redis counts the entry
-			// from its grant until a window after its stamp, so a longer
-			// hold would keep unspent units from the other replicas the
-			// longer (with a hold of a whole window, four replicas at a
+			// hold from when its call was sent: 100 ms (or the batch's
+			// target time, TTL/2, if shorter), within a window. Redis counts
+			// the entry from its grant until a window after its stamp, so a
+			// longer hold would keep unspent units from the other replicas
+			// the longer (with a hold of a whole window, four replicas at a
 			// limit got 68% of it).
-			l.hold = max(1, min(ceilDiv(l.lease.target, 1000), l.interval))
+			l.hold = max(1, min(ceilDiv(min(int64(logHold), l.lease.target), 1000), l.interval))
+			l.lease.target = l.hold * 1000 // a batch is sized to last its hold
 			l.box()
 		}
 		go l.sweeper()
