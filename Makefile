@@ -20,10 +20,11 @@ MODULES := . bench grpclimit redislimit httplimit/conformance
 # detector, in their quick form (FLOODGATE_QUICK=1, see
 # internal/testmain): the fuzz targets' seed corpora, the stress suite on
 # every algorithm and twin with demand at least twice the supply, and
-# redislimit against a real redis-server, which its tests start themselves
-# (Debian's redis-server package; without it they skip, unless
-# FLOODGATE_REQUIRE_REDIS=1, as in CI); then the heap tests without the
-# race detector. About 2 minutes on 2 cores, 4 from a cold build cache.
+# redislimit against a real redis-server and a 6-node Redis Cluster, which
+# its tests start themselves (Debian's redis-server package; without it
+# they skip, unless FLOODGATE_REQUIRE_REDIS=1, as in CI); then the heap
+# tests without the race detector. About 4½ minutes on 2 cores with a
+# warm build cache.
 test: lint quick memory
 
 # Everything CI proves: `make full` on this machine, then the other

@@ -109,8 +109,9 @@ func redislimitPeer(b *testing.B, c *redis.Client, lease redislimit.Lease) redis
 // grown to their steady size. It reports ns/op as wall time per check,
 // checks/s, round trips per check (rt/check: 1 for redis_rate, 0 for the
 // in-process limiter), the p50, p99 and p99.9 of one check's latency, and
-// the server's own cost per call from INFO commandstats (usec_per_call of
-// EVALSHA, reset before each figure). Without redis-server it skips, with
+// from INFO commandstats (reset before each figure) the scripts Redis ran
+// per check and the server's own cost per call (EVALSHA's calls and
+// usec_per_call). Without redis-server it skips, with
 // a message.
 func BenchmarkRedis(b *testing.B) {
 	if _, err := redistest.Find(); err != nil {
@@ -162,11 +163,14 @@ func BenchmarkRedis(b *testing.B) {
 						b.ReportMetric(1, "rt/check")
 					}
 					if peer.redis {
-						us, err := evalshaMicros(admin)
+						calls, us, err := evalshaStats(admin)
 						if err != nil {
 							b.Fatal(err)
 						}
 						b.ReportMetric(us, "server-us/call")
+						// Scripts Redis ran per check: a renewal pipeline is
+						// one round trip but runs a script per key.
+						b.ReportMetric(calls/float64(checks), "scripts/check")
 					}
 				})
 			}
@@ -253,13 +257,14 @@ func benchRedis(b *testing.B, g int, check func(context.Context, string) (bool, 
 	return checks
 }
 
-// evalshaMicros reads the server's mean time per EVALSHA since the last
-// CONFIG RESETSTAT.
-func evalshaMicros(c *redis.Client) (float64, error) {
+// evalshaStats reads the server's EVALSHA calls and mean time per call
+// since the last CONFIG RESETSTAT.
+func evalshaStats(c *redis.Client) (calls, usPerCall float64, err error) {
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	found := false
 	for _, line := range strings.Split(info, "\r\n") {
 		rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:")
 		if !ok {
@@ -267,9 +272,16 @@ func evalshaMicros(c *redis.Client) (float64, error) {
 		}
 		for _, f := range strings.Split(rest, ",") {
 			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-				return strconv.ParseFloat(v, 64)
+				usPerCall, err = strconv.ParseFloat(v, 64)
+				found = err == nil
+			}
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				calls, err = strconv.ParseFloat(v, 64)
 			}
 		}
 	}
-	return 0, fmt.Errorf("no cmdstat_evalsha in INFO commandstats:\n%s", info)
+	if !found || err != nil {
+		return 0, 0, fmt.Errorf("no cmdstat_evalsha in INFO commandstats (%v):\n%s", err, info)
+	}
+	return calls, usPerCall, nil
 }

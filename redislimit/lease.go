@@ -50,8 +50,9 @@ import (
 // one runs out; only a key whose batch ran out before its renewal came
 // (a burst, or a new key) refills in the request's own round trip.
 type Lease struct {
-	// Max is the most units one replica holds for a key at once; 0 turns
-	// lease mode off: every decision is a round trip.
+	// Max is the most units one replica holds for a key at once (its
+	// batch and the next, taken ahead, together); 0 turns lease mode
+	// off: every decision is a round trip.
 	Max int64
 	// TTL is how long a leased unit may stay unspent before it is
 	// returned to Redis; 0 means 1s.
@@ -799,8 +800,11 @@ func (ls *leases) want(st *leaseState, old *grant, spent, now int64) int64 {
 		// debt already there.)
 		w = max(w, ls.target/ls.step)
 	}
-	return min(ls.max, max(w, st.pending.Load()))
+	return min(ls.max, max(w, st.pending.Load()), maxWant)
 }
+
+// maxWant is the most a script takes in one call's want (its range).
+const maxWant = 1 << 50
 
 // scriptNow is the test form's clock, or -1 for Redis's own.
 func (l *Limiter) scriptNow() int64 {

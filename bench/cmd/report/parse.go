@@ -19,6 +19,7 @@ const (
 	unitServer = "server-us/call"
 	unitP999   = "p99.9-ns"
 	unitRT     = "rt/check"
+	unitScript = "scripts/check"
 	unitLocal  = "p99-local-ns"
 	unitDenied = "denied/op"
 	floodgate  = "floodgate-"
