@@ -124,21 +124,24 @@ local function before(i)
   local _, cum = at(i - 1)
   return cum
 end
--- The first i in [lo, count] for which pred(i) holds, or count + 1: pred
--- is false up to some record and true from it on. Galloping from lo costs
--- O(log d) reads for an answer d records on.
+-- The first i in [lo, hi) for which pred(i) holds, or hi: pred is false
+-- up to some record and true from it on.
+local function bisect(lo, hi, pred)
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if pred(mid) then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+-- The first i in [lo, count] for which pred(i) holds, or count + 1.
+-- Galloping from lo costs O(log d) reads for an answer d records on.
 local function search(lo, pred)
   local hi, step = lo, 1
   while hi <= count do
     if pred(hi) then break end
     lo, hi, step = hi + 1, hi + step, step * 2
   end
-  hi = min(hi, count + 1)
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if pred(mid) then hi = mid else lo = mid + 1 end
-  end
-  return lo
+  return bisect(lo, min(hi, count + 1), pred)
 end
 -- search, galloping back from the newest record.
 local function searchBack(lo, pred)
@@ -150,11 +153,7 @@ local function searchBack(lo, pred)
     end
     hi, probe, step = probe, probe - step, step * 2
   end
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if pred(mid) then hi = mid else lo = mid + 1 end
-  end
-  return lo
+  return bisect(lo, hi, pred)
 end
 -- Records i..j as one string.
 local function slice(i, j)
