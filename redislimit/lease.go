@@ -66,7 +66,8 @@ const (
 )
 
 // leases is lease mode's state: one leaseState per key, at most bound of
-// them, and one goroutine that returns what keys left unspent.
+// them, and one goroutine (the sweeper) that renews busy keys' batches
+// ahead, returns what keys left unspent and drops idle keys.
 type leases struct {
 	max, ttl, target int64 // units; ns; ns
 	step             int64 // the buckets' ns per unit; 0 for the windows
@@ -221,8 +222,10 @@ func newLeases(cfg Lease, step int64, bound int) *leases {
 		stop: make(chan struct{}), done: make(chan struct{}), renew: make(chan string, 4096), back: make(chan giveBack, 4096)}
 }
 
-// sweeper returns the leases that keys left unspent, every TTL/2, until
-// Close.
+// sweeper is lease mode's one goroutine, until Close: every TTL/2 it
+// returns the leases that keys left unspent and drops idle keys, and every
+// few milliseconds it renews the batches that requests asked for and
+// returns the batches they retired.
 func (l *Limiter) sweeper() {
 	ls := l.lease
 	defer close(ls.done)
