@@ -28,7 +28,7 @@ MODULES := . bench grpclimit redislimit httplimit/conformance
 test: lint quick memory
 
 # Everything CI proves: `make full` on this machine, then the other
-# platforms (test-arm64). About 20 minutes on 2 cores. .ci/run runs it.
+# platforms (test-arm64). About 25 minutes on 2 cores. .ci/run runs it.
 check: full test-arm64
 
 # The full proof on this platform: lint; every test in its full form
@@ -65,8 +65,11 @@ chaos:
 # qemu-user-static), then the sliding log's packages again on the
 # LDAXP/STLXP loop instead of LSE's CASPAL. 386: the same tests, run
 # natively, which checks that every 64-bit atomic is aligned on a 32-bit
-# platform. windows/amd64: vet, and every test binary compiled and linked
-# (-exec true runs none of them). No race detector under emulation.
+# platform (where the kernel can run 386 binaries: a kernel built without
+# IA32 emulation, as some VMs' are, gets every 386 test binary built and
+# none run, and says so). windows/amd64: vet, and every test binary
+# compiled and linked (-exec true runs none of them). No race detector
+# under emulation.
 EMU ?= qemu-aarch64-static
 ARM64 = GOARCH=arm64 FLOODGATE_EMULATOR=$(EMU) $(GO) test -short -count=1 -timeout 30m -exec $(EMU)
 
@@ -77,7 +80,12 @@ test-arm64:
 	cd grpclimit && $(ARM64) ./...
 	cd redislimit && $(ARM64) ./...
 	GOARCH=386 $(GO) vet ./...
-	GOARCH=386 $(GO) test -short -count=1 ./...
+	@if GOARCH=386 $(GO) test -count=1 -run '^$$' ./internal/clientip >/dev/null 2>&1; then \
+	   GOARCH=386 $(GO) test -short -count=1 ./...; \
+	 else \
+	   echo "test-arm64: this kernel cannot run 386 binaries (no IA32 emulation; qemu-i386 cannot run Go's): building every 386 test binary instead"; \
+	   GOARCH=386 $(GO) test -count=1 -exec true ./...; \
+	 fi
 	GOOS=windows $(GO) vet ./...
 	GOOS=windows $(GO) test -count=1 -exec true ./...
 
