@@ -23,7 +23,7 @@ MODULES := . bench grpclimit redislimit httplimit/conformance
 # redislimit against a real redis-server and a 6-node Redis Cluster, which
 # its tests start themselves (Debian's redis-server package; without it
 # they skip, unless FLOODGATE_REQUIRE_REDIS=1, as in CI); then the heap
-# tests without the race detector. About 4½ minutes on 2 cores with a
+# tests without the race detector. 3½ to 4½ minutes on 2 cores with a
 # warm build cache.
 test: lint quick memory
 
