@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,7 +162,7 @@ func (ls *leases) spend(g *grant, n, now int64) (int64, bool) {
 // take serves a request of cost n at now from the key's lease, or from
 // the batch renewed ahead, which then becomes the lease; and asks for the
 // next batch ahead when the lease runs low.
-func (l *Limiter) take(key string, st *leaseState, n, now int64) (*grant, bool) {
+func (l *Limiter) take(key string, st *leaseState, n, now int64) (*grant, int64, bool) {
 	ls := l.lease
 	g := st.g.Load()
 	for range 2 {
@@ -177,12 +178,12 @@ func (l *Limiter) take(key string, st *leaseState, n, now int64) (*grant, bool) 
 						}
 					}
 				}
-				return g, true
+				return g, rest, true
 			}
 		}
 		nx := st.next.Load()
 		if nx == nil || nx == g || !st.g.CompareAndSwap(g, nx) {
-			return nil, false
+			return nil, 0, false
 		}
 		st.next.CompareAndSwap(nx, nil)
 		if g != nil {
@@ -190,24 +191,22 @@ func (l *Limiter) take(key string, st *leaseState, n, now int64) (*grant, bool) 
 		}
 		g = nx
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 // retire empties a batch that the next one replaced (what it held was too
 // little for a request), and has the sweeper return what it held.
 func (l *Limiter) retire(key string, g *grant, now int64) {
 	ls := l.lease
+	if ls.inline {
+		l.giveBackNow(key, g, now)
+		return
+	}
 	b := ls.drain(g, now)
 	if b.units == 0 {
 		return
 	}
 	b.key = key
-	if ls.inline {
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		_ = l.giveBack(ctx, []giveBack{b})
-		return
-	}
 	select {
 	case ls.back <- b:
 	default:
@@ -274,10 +273,6 @@ func (l *Limiter) renewAhead(keys []string) {
 		return
 	}
 	now := l.clock.Now()
-	sent := now
-	if l.testNow {
-		sent = now / 1000 * 1000
-	}
 	type ask struct {
 		key string
 		st  *leaseState
@@ -328,7 +323,7 @@ func (l *Limiter) renewAhead(keys []string) {
 		}
 		ls.leased.Add(r.extra)
 		a.st.batch.Store(r.extra)
-		ng := l.newGrant(r, now, sent)
+		ng := l.newGrant(r, now)
 		if !a.st.next.CompareAndSwap(nil, ng) {
 			l.giveBackNow(a.key, ng, now)
 			continue
@@ -341,12 +336,18 @@ func (l *Limiter) renewAhead(keys []string) {
 	}
 }
 
-// newGrant is the batch of reply r, to a call sent at sent and read back
-// at now (clock ns).
-func (l *Limiter) newGrant(r reply, now, sent int64) *grant {
+// newGrant is the batch of reply r, to a call sent at now (clock ns). Its
+// time counts from the sending: Redis ran the call later, so the lease
+// ends no later than Redis's count does. (The test form's Redis reads the
+// clock in whole µs.)
+func (l *Limiter) newGrant(r reply, now int64) *grant {
 	ls := l.lease
+	sent := now
+	if l.testNow {
+		sent = now / 1000 * 1000
+	}
 	g := &grant{at: now, taken: r.extra, remaining: r.d.Remaining, k: r.k,
-		until: now + ls.ttl, resetAt: now + int64(r.d.ResetAfter)}
+		until: now + min(ls.ttl, math.MaxInt64-now), resetAt: now + int64(r.d.ResetAfter)}
 	if ls.step > 0 {
 		g.top = sent + r.horizon*1000
 		g.k = r.k + r.horizon // the TAT on Redis's clock
@@ -361,17 +362,16 @@ func (l *Limiter) newGrant(r reply, now, sent int64) *grant {
 	if ls.step > 0 {
 		end = min(end, g.top)
 	}
-	g.renewAt = now + (end-now)*3/4
+	g.renewAt = now + (end-now)/4*3
 	return g
 }
 
 // giveBackNow returns g's units to Redis at once.
 func (l *Limiter) giveBackNow(key string, g *grant, now int64) {
-	if b := l.lease.drain(g, now); b.units > 0 {
-		b.key = key
+	if back := l.lease.appendBack(nil, key, g, now); len(back) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 		defer cancel()
-		_ = l.giveBack(ctx, []giveBack{b})
+		_ = l.giveBack(ctx, back)
 	}
 }
 
@@ -381,20 +381,10 @@ func (l *Limiter) sweep(now int64) {
 	ls := l.lease
 	var back []giveBack
 	ls.states.Range(func(key string, st *leaseState) bool {
-		if g := st.g.Load(); g != nil && now >= g.until && st.flight.Load() == nil {
-			if st.g.CompareAndSwap(g, nil) {
-				if b := ls.drain(g, now); b.units > 0 {
-					b.key = key
-					back = append(back, b)
-				}
-			}
-		}
-		if g := st.next.Load(); g != nil && now >= g.until {
-			if st.next.CompareAndSwap(g, nil) {
-				if b := ls.drain(g, now); b.units > 0 {
-					b.key = key
-					back = append(back, b)
-				}
+		for _, p := range []*atomic.Pointer[grant]{&st.g, &st.next} {
+			// The lease itself only while no refill holds it.
+			if g := p.Load(); g != nil && now >= g.until && (p == &st.next || st.flight.Load() == nil) && p.CompareAndSwap(g, nil) {
+				back = ls.appendBack(back, key, g, now)
 			}
 		}
 		if st.g.Load() == nil && st.next.Load() == nil && st.flight.Load() == nil && now-st.lastUsed.Load() >= ls.ttl && now >= st.deniedUntil.Load() {
@@ -451,6 +441,16 @@ func (ls *leases) drain(g *grant, now int64) giveBack {
 	}
 	ls.lapsed.Add(u - back)
 	return giveBack{units: back, k: g.k}
+}
+
+// appendBack drains g, which nobody can reach any more, and appends what
+// of it goes back to Redis for key.
+func (ls *leases) appendBack(back []giveBack, key string, g *grant, now int64) []giveBack {
+	if b := ls.drain(g, now); b.units > 0 {
+		b.key = key
+		back = append(back, b)
+	}
+	return back
 }
 
 // giveBack returns units to Redis in one pipeline, and returns an error
@@ -531,10 +531,7 @@ func (l *Limiter) drainAll() []giveBack {
 	ls.states.Range(func(key string, st *leaseState) bool {
 		for _, p := range []*atomic.Pointer[grant]{&st.g, &st.next} {
 			if g := p.Swap(nil); g != nil {
-				if b := ls.drain(g, now); b.units > 0 {
-					b.key = key
-					back = append(back, b)
-				}
+				back = ls.appendBack(back, key, g, now)
 			}
 		}
 		return true
@@ -549,8 +546,8 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 	now := l.clock.Now()
 	st, ok := ls.states.Load(key)
 	if ok {
-		if g, ok := l.take(key, st, n, now); ok {
-			return l.fromLease(g, now), nil // lastUsed is for keys with no lease: it is not written here
+		if g, rest, ok := l.take(key, st, n, now); ok {
+			return l.fromLease(g, rest, now), nil // lastUsed is for keys with no lease: it is not written here
 		}
 		if d, ok := l.cachedDenial(st, n, now); ok {
 			return d, nil
@@ -574,10 +571,11 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 	return l.refill(ctx, key, st, n)
 }
 
-// fromLease is the decision for a request served from g at now: Remaining
-// is what Redis had left at the grant and what g still holds.
-func (l *Limiter) fromLease(g *grant, now int64) floodgate.Decision {
-	return floodgate.Decision{Allowed: true, Limit: l.capacity, Remaining: g.remaining + g.units.Load(),
+// fromLease is the decision for a request served from g at now, which
+// left rest units in it: Remaining is what Redis had left at the grant and
+// what g holds.
+func (l *Limiter) fromLease(g *grant, rest, now int64) floodgate.Decision {
+	return floodgate.Decision{Allowed: true, Limit: l.capacity, Remaining: g.remaining + rest,
 		ResetAfter: time.Duration(max(0, g.resetAt-now))}
 }
 
@@ -652,8 +650,8 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 			return l.fallback(key, n, false), nil
 		}
 		now := l.clock.Now()
-		if g, ok := l.take(key, st, n, now); ok {
-			return l.fromLease(g, now), nil
+		if g, rest, ok := l.take(key, st, n, now); ok {
+			return l.fromLease(g, rest, now), nil
 		}
 		if d, ok := l.cachedDenial(st, n, now); ok {
 			return d, nil
@@ -668,8 +666,8 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (d floodgate.Decision, err error) {
 	ls := l.lease
 	now := l.clock.Now()
-	if g, ok := l.take(key, st, n, now); ok {
-		return l.fromLease(g, now), nil // a refill that ended just now served it
+	if g, rest, ok := l.take(key, st, n, now); ok {
+		return l.fromLease(g, rest, now), nil // a refill that ended just now served it
 	}
 	if d, ok := l.cachedDenial(st, n, now); ok {
 		return d, nil
@@ -686,7 +684,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 		case held >= n: // a spend that lost a race to this refill
 			old.units.Store(held - n)
 			l.install(key, st, old, now)
-			return l.fromLease(old, now), nil
+			return l.fromLease(old, held-n, now), nil
 		case held > 0:
 			ls.lapsed.Add(u - held)
 		case u > 0: // its time is up: what Redis has not taken back goes back
@@ -744,14 +742,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	if r.extra > 0 {
 		ls.leased.Add(r.extra)
 		st.batch.Store(r.extra)
-		// The batch's time counts from when the call was sent: Redis ran
-		// it later, so the lease ends no later than Redis's count does.
-		// (The test form's Redis reads the clock in whole µs.)
-		sent := now
-		if l.testNow {
-			sent = now / 1000 * 1000
-		}
-		g := l.newGrant(r, now, sent)
+		g := l.newGrant(r, now)
 		l.install(key, st, g, now)
 		d.Remaining += r.extra
 	}
