@@ -29,8 +29,8 @@ func (l *Limiter) refusedBy(g *atomicbucket.Bucket, now int64) bool {
 		g = l.nextGlobal(g, now)
 		allowed, live = g.Take(now, 1)
 	}
-	if !allowed && l.count != nil {
-		l.count.deniedByGlobal.Inc()
+	if !allowed {
+		l.countDenial()
 	}
 	return !allowed
 }
@@ -44,8 +44,8 @@ func (l *Limiter) allowGlobal(g *atomicbucket.Bucket, now, n int64) (atomicbucke
 		g = l.nextGlobal(g, now)
 		d, live = g.AllowN(now, n)
 	}
-	if !d.Allowed && l.count != nil {
-		l.count.deniedByGlobal.Inc()
+	if !d.Allowed {
+		l.countDenial()
 	}
 	return d, g
 }

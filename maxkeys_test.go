@@ -160,6 +160,31 @@ func TestStats(t *testing.T) {
 	}
 }
 
+// TestStatsEvictionReasons fills a bound with keys, some spent and some
+// fresh again, then makes room: a fresh key goes first and costs nothing
+// to forget (EvictedFresh); a spent one is remembered (EvictedAtBound
+// only). Both engines count alike.
+func TestStatsEvictionReasons(t *testing.T) {
+	for _, alg := range []string{floodgate.TokenBucket, floodgate.SlidingLog} {
+		t.Run(alg, func(t *testing.T) {
+			clock := floodgate.NewManualClock(0)
+			l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 1, Period: time.Second},
+				Clock: clock, MaxKeys: 1})
+			if got := l.Stats(); got.MaxKeys != 1 {
+				t.Fatalf("MaxKeys = %d, want 1", got.MaxKeys)
+			}
+			l.Allow("a")
+			l.Allow("b") // a is spent: remembered
+			clock.Advance(2 * time.Second)
+			l.Allow("c") // b is fresh again: forgotten for free
+			got := l.Stats()
+			if got.EvictedAtBound != 2 || got.EvictedFresh != 1 || got.Evicted != 0 || got.Keys != 1 {
+				t.Fatalf("Stats = %+v, want 2 evicted at the bound, 1 of them fresh, 1 key", got)
+			}
+		})
+	}
+}
+
 // TestRebase moves a clock past the range an inline word can hold
 // relative to its table's origin (2^60 ticks: 39 hours at the finest
 // scale), so that the table moves its origin, with keys in every state:

@@ -207,7 +207,11 @@ func (l *Limiter) objectSpent(t *registry.Table, i int, now int64) int64 {
 // evictObject is the flat table's Evict hook for states out of line.
 func (l *Limiter) evictObject(t *registry.Table, i int, now int64) {
 	l.evictedAtBound.Inc()
-	if at := (*box)(t.Ptr(i)).s.(spentState).Evict(now); at != math.MinInt64 {
+	at := (*box)(t.Ptr(i)).s.(spentState).Evict(now)
+	if at <= now {
+		l.evictedFresh.Inc() // a new key's state already: forgetting it changes nothing from now on
+	}
+	if at != math.MinInt64 {
 		l.sketch.record(t.ID(i), at)
 	}
 }

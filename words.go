@@ -251,7 +251,7 @@ func (l *Limiter) wordSpent(t *registry.Table, i int, _ int64) int64 {
 // evictWord is the flat table's Evict hook for inline words. What the key
 // held is remembered even when it lies before now: a request whose reading
 // is older than the eviction's must still find it.
-func (l *Limiter) evictWord(t *registry.Table, i int, _ int64) {
+func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
 	var at int64
 	if l.kind == bucketWords {
 		at = l.bucket.EvictWord(t.Word(i), t.Origin)
@@ -259,6 +259,9 @@ func (l *Limiter) evictWord(t *registry.Table, i int, _ int64) {
 		at = l.window.EvictWord(t.Word(i), t.Origin)
 	}
 	l.evictedAtBound.Inc()
+	if at <= now {
+		l.evictedFresh.Inc() // a new key's state already: forgetting it changes nothing from now on
+	}
 	if at != math.MinInt64 {
 		l.sketch.record(t.ID(i), at)
 	}
