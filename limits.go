@@ -70,6 +70,14 @@ func (m *Limits) AllowN(key string, n int64) Decision { return m.AllowEach(key, 
 // would answer to one request now (its Peek, after any refund), so that
 // every policy can be reported.
 func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
+	d, _ := m.Decide(key, n, each)
+	return d
+}
+
+// Decide is AllowEach that also returns the index of the Limiter that
+// refused the request, or -1 if every one admitted it: a middleware
+// counts a refusal under the policy that made it.
+func (m *Limits) Decide(key string, n int64, each []Decision) (Decision, int) {
 	if len(each) > len(m.ls) {
 		each = each[:len(m.ls)]
 	}
@@ -79,7 +87,10 @@ func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 		if len(each) > 0 {
 			each[0] = d
 		}
-		return d
+		if !d.Allowed {
+			return d, 0
+		}
+		return d, -1
 	}
 	var taken [maxLimits]grant
 	var best Decision
@@ -95,7 +106,7 @@ func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 			if j < len(each) {
 				each[j] = d
 			}
-			return d
+			return d, j
 		}
 		if j < len(each) {
 			each[j] = d
@@ -104,7 +115,7 @@ func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 			best = d
 		}
 	}
-	return best
+	return best, -1
 }
 
 // grant is what one admitted request took from a Limiter, so that Limits
@@ -137,8 +148,8 @@ func (l *Limiter) giveBack(gr *grant) {
 	if gr.g != nil {
 		l.returnGlobal(gr.g, gr.now, gr.n)
 	}
-	if l.count != nil {
-		l.count.allowed.Add(-1)
-		l.count.denied.Inc()
+	if c := l.count; c != nil {
+		c.Add(countAllowed, -1)
+		c.Inc(countDenied)
 	}
 }
