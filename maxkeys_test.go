@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/hook"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 )
@@ -258,5 +259,53 @@ func TestMaxKeysHeapBound(t *testing.T) {
 		t.Logf("%s: %d bytes held for %d keys (%.1f per key of the bound)", alg, held, l.Len(), float64(held)/maxKeys)
 		runtime.KeepAlive(l)
 		runtime.KeepAlive(names)
+	}
+}
+
+// TestAppendCounts checks the Samples a Limiter reports against a known
+// sequence: the results add up to the decisions, denied excluding the
+// global cap's refusals, and no Sample carries a key.
+func TestAppendCounts(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	l := newLimiter(t, floodgate.Config{
+		Rule:   floodgate.Rule{Limit: 2, Period: time.Second},
+		Global: &floodgate.Rule{Limit: 3, Period: time.Hour},
+		Clock:  clock, Stats: true, MaxKeys: 1,
+	})
+	l.Allow("a")
+	l.Allow("a")
+	l.Allow("a") // denied by its own rule
+	l.Allow("b") // the third global unit; a is spent and remembered (bound)
+	l.Allow("c") // denied by the global cap; b is spent and remembered (bound)
+	got := map[string]int64{}
+	for _, s := range l.AppendCounts(nil) {
+		if s.Route != "" || s.Policy != "" {
+			t.Fatalf("sample %+v has a route or policy", s)
+		}
+		got[s.Metric.Info().Prometheus+"/"+s.Label] = s.Value
+	}
+	want := map[string]int64{
+		"floodgate_requests_total/allowed":       3,
+		"floodgate_requests_total/denied":        1,
+		"floodgate_requests_total/denied_global": 1,
+		"floodgate_keys/":                        1,
+		"floodgate_keys_max/":                    1,
+		"floodgate_evictions_total/idle":         0,
+		"floodgate_evictions_total/bound":        2,
+		"floodgate_evictions_total/fresh":        0,
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d series %v, want %d", len(got), got, len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %d, want %d", k, got[k], v)
+		}
+	}
+	off := newLimiter(t, floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Second}, Clock: clock})
+	for _, s := range off.AppendCounts(nil) {
+		if s.Metric == counts.Requests || s.Metric == counts.KeysMax {
+			t.Errorf("without Stats and MaxKeys: unexpected %+v", s)
+		}
 	}
 }

@@ -1,0 +1,30 @@
+package floodgate
+
+import "github.com/floodgate-go/floodgate/counts"
+
+// AppendCounts appends the Limiter's counts to dst (see package counts):
+// the requests by result (allowed, denied and denied_global; only with
+// Config.Stats, whose counts they are), the keys held and their bound
+// (with MaxKeys), and the evictions by reason (idle, bound, fresh). Denied
+// there excludes the refusals by the global cap, which denied_global
+// counts, so that the results add up to the decisions made. Route and
+// Policy are "": a middleware that holds Limiters sets them.
+//
+// It makes the Limiter a counts.Source, which the metrics modules export.
+func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
+	s := l.Stats()
+	if l.count != nil {
+		dst = append(dst,
+			counts.Sample{Metric: counts.Requests, Label: counts.Allowed, Value: s.Allowed},
+			counts.Sample{Metric: counts.Requests, Label: counts.Denied, Value: s.Denied - s.DeniedByGlobal},
+			counts.Sample{Metric: counts.Requests, Label: counts.DeniedGlobal, Value: s.DeniedByGlobal})
+	}
+	dst = append(dst, counts.Sample{Metric: counts.Keys, Value: int64(s.Keys)})
+	if s.MaxKeys > 0 {
+		dst = append(dst, counts.Sample{Metric: counts.KeysMax, Value: int64(s.MaxKeys)})
+	}
+	return append(dst,
+		counts.Sample{Metric: counts.Evictions, Label: counts.EvictIdle, Value: s.Evicted},
+		counts.Sample{Metric: counts.Evictions, Label: counts.EvictBound, Value: s.EvictedAtBound - s.EvictedFresh},
+		counts.Sample{Metric: counts.Evictions, Label: counts.EvictFresh, Value: s.EvictedFresh})
+}

@@ -1,0 +1,189 @@
+// Package counts is the one shape in which floodgate's limiters and
+// middlewares report what they have counted: a list of Samples, each a
+// Metric with its labels and value. The metrics modules (prommetrics for
+// Prometheus, otelmetrics for OpenTelemetry) read any Source and export
+// what it appends, under the names and labels each Metric's Info gives,
+// so that the core and the middlewares never depend on a metrics library.
+//
+// A Sample never carries a client's key: its labels are the names of a
+// route (or gRPC method), a policy, and a result, reason or error kind,
+// all of them fixed by the configuration, so that a client cannot add a
+// series.
+//
+// floodgate.Limiter, httplimit.Limiter, grpclimit.Limiter and
+// redislimit.Limiter are Sources.
+package counts
+
+// A Source appends its counts to dst and returns the result. It may be
+// called at any time, from any goroutine, while requests are served; each
+// value is read without stopping them, so two Samples are not a snapshot of
+// one instant. A Source appends the same series, in the same order, on
+// every call (their values change), except that a route or policy added
+// while serving adds its own.
+type Source interface {
+	AppendCounts(dst []Sample) []Sample
+}
+
+// Sample is one series' value now.
+type Sample struct {
+	Metric Metric
+	// Route is the route's pattern (httplimit), the method or service
+	// (grpclimit), "default" for a middleware's Default policies, or ""
+	// for a floodgate.Limiter or redislimit.Limiter of its own. Policy is
+	// the policy's name, or "". Both are set only for a Metric whose Info
+	// says Scoped.
+	Route, Policy string
+	// Label is the value of the Metric's own dimension (Info.Label): a
+	// Result, an eviction reason or an error kind; "" for a Metric without
+	// one.
+	Label string
+	Value int64
+}
+
+// Metric says what a Sample measures.
+type Metric uint8
+
+// The metrics. Their names in each ecosystem are in Info.
+const (
+	// Requests counts decisions by result (Label: a Result). A
+	// middleware counts each request once, under its route and, for a
+	// refusal, the policy that refused it (Policy is "" for the other
+	// results); a floodgate.Limiter counts only with Config.Stats.
+	Requests Metric = iota
+	// Keys is the number of clients' states held now.
+	Keys
+	// KeysMax is the bound Keys never exceeds (MaxKeys); absent without
+	// one.
+	KeysMax
+	// Evictions counts clients' states removed, by reason (Label):
+	// EvictIdle for a state idle for IdleTTL, EvictBound for a spent state
+	// evicted at MaxKeys (remembered, so that it comes back with no more
+	// than it left with), EvictFresh for a state evicted at MaxKeys that
+	// was a new client's already (forgotten at no cost).
+	Evictions
+	// RedisCalls counts round trips to Redis.
+	RedisCalls
+	// RedisErrors counts the round trips that failed, by kind (Label):
+	// ErrorTimeout, ErrorKey (an error reply about one key's data) or
+	// ErrorOther.
+	RedisErrors
+	// RedisBreakerOpen is 1 while the breaker is open (Redis is not
+	// asked, and the FailureMode decides), else 0.
+	RedisBreakerOpen
+	// RedisBreakerOpens counts the times the breaker opened.
+	RedisBreakerOpens
+	// RedisLeased counts the units lease mode took from Redis beyond the
+	// requests that took them; RedisReturned, the unspent ones given back;
+	// RedisLapsed, the unspent ones whose time ran out first.
+	RedisLeased
+	RedisReturned
+	RedisLapsed
+	numMetrics
+)
+
+// The results of Requests.
+const (
+	Allowed      = "allowed"
+	Denied       = "denied"        // refused by the client's own limit (or by Redis)
+	DeniedGlobal = "denied_global" // the client's limit admitted it, the global cap refused it
+	ShadowDenied = "shadow_denied" // a shadow policy would have refused it; it was served
+	Exempt       = "exempt"        // let through unlimited and uncharged by an exemption
+	FailOpen     = "fail_open"     // Redis failed; admitted by FailOpen
+	FailClosed   = "fail_closed"   // Redis failed; refused by FailClosed
+	FailLocal    = "fail_local"    // Redis failed; decided by FailLocal's in-process limiter
+	Abandoned    = "abandoned"     // its caller's context ended before Redis answered; refused
+)
+
+// The reasons of Evictions.
+const (
+	EvictIdle  = "idle"
+	EvictBound = "bound"
+	EvictFresh = "fresh"
+)
+
+// The kinds of RedisErrors.
+const (
+	ErrorTimeout = "timeout"
+	ErrorKey     = "key"
+	ErrorOther   = "other"
+)
+
+// Kind is how a Metric's value behaves.
+type Kind uint8
+
+const (
+	// Counter only grows, from 0 at the Source's start.
+	Counter Kind = iota
+	// Gauge is a level now, which may fall.
+	Gauge
+)
+
+// Info names a Metric in both ecosystems and says what it holds.
+type Info struct {
+	// Prometheus is the metric's name there, with its _total suffix for a
+	// counter; OpenTelemetry is the instrument's name there.
+	Prometheus, OpenTelemetry string
+	Kind                      Kind
+	// Unit is the OpenTelemetry unit (UCUM, with an annotation for a
+	// count: "{request}").
+	Unit string
+	Help string
+	// Scoped says the Metric has the route and policy labels.
+	Scoped bool
+	// Label is the Prometheus label name of Sample.Label, and Attribute
+	// its OpenTelemetry attribute key; both "" for a Metric without one.
+	Label, Attribute string
+}
+
+// The labels every Metric has (LabelLimiter: the name a Source was added
+// under in the exporter) and the Scoped ones, in each ecosystem.
+const (
+	LabelLimiter = "limiter"
+	LabelRoute   = "route"
+	LabelPolicy  = "policy"
+
+	AttributeLimiter = "floodgate.limiter"
+	AttributeRoute   = "floodgate.route"
+	AttributePolicy  = "floodgate.policy"
+)
+
+var infos = [numMetrics]Info{
+	Requests: {"floodgate_requests_total", "floodgate.requests", Counter, "{request}",
+		"Requests decided, by result: allowed, denied, denied_global, shadow_denied, exempt, fail_open, fail_closed, fail_local, abandoned.",
+		true, "result", "floodgate.result"},
+	Keys: {"floodgate_keys", "floodgate.keys", Gauge, "{key}",
+		"Clients' states held now.", true, "", ""},
+	KeysMax: {"floodgate_keys_max", "floodgate.keys.limit", Gauge, "{key}",
+		"The bound on clients' states held (MaxKeys).", true, "", ""},
+	Evictions: {"floodgate_evictions_total", "floodgate.evictions", Counter, "{key}",
+		"Clients' states removed, by reason: idle (IdleTTL), bound (spent, evicted at MaxKeys and remembered), fresh (evicted at MaxKeys, a new client's already).",
+		true, "reason", "floodgate.eviction.reason"},
+	RedisCalls: {"floodgate_redis_round_trips_total", "floodgate.redis.round_trips", Counter, "{call}",
+		"Round trips to Redis.", false, "", ""},
+	RedisErrors: {"floodgate_redis_errors_total", "floodgate.redis.errors", Counter, "{call}",
+		"Round trips to Redis that failed, by kind: timeout, key (an error reply about one key's data), other.",
+		false, "kind", "error.type"},
+	RedisBreakerOpen: {"floodgate_redis_breaker_open", "floodgate.redis.breaker.open", Gauge, "1",
+		"1 while the breaker is open and the FailureMode decides, else 0.", false, "", ""},
+	RedisBreakerOpens: {"floodgate_redis_breaker_opens_total", "floodgate.redis.breaker.opens", Counter, "{open}",
+		"Times the breaker opened.", false, "", ""},
+	RedisLeased: {"floodgate_redis_leased_units_total", "floodgate.redis.leased", Counter, "{unit}",
+		"Units lease mode took from Redis beyond the requests that took them.", false, "", ""},
+	RedisReturned: {"floodgate_redis_returned_units_total", "floodgate.redis.returned", Counter, "{unit}",
+		"Unspent leased units given back to Redis.", false, "", ""},
+	RedisLapsed: {"floodgate_redis_lapsed_units_total", "floodgate.redis.lapsed", Counter, "{unit}",
+		"Unspent leased units whose time ran out before they could go back.", false, "", ""},
+}
+
+// Info returns m's names and description. It panics for a Metric that is
+// not one of this package's.
+func (m Metric) Info() Info { return infos[m] }
+
+// All returns every Metric, in order.
+func All() []Metric {
+	all := make([]Metric, numMetrics)
+	for i := range all {
+		all[i] = Metric(i)
+	}
+	return all
+}
