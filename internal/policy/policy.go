@@ -3,7 +3,6 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,11 +10,13 @@ import (
 )
 
 // Spec is one named policy: a rule and its algorithm ("" is the token
-// bucket). The middlewares' own Policy types convert to it.
+// bucket), and whether it is a shadow, which counts what it would refuse
+// and refuses nothing.
 type Spec struct {
 	Name      string
 	Rule      floodgate.Rule
 	Algorithm string
+	Shadow    bool
 }
 
 // Common is what every Limiter of one middleware shares, as the
@@ -66,45 +67,27 @@ func DefaultMaxKeys(s Spec) int {
 	return max(1024, DefaultMemory/per)
 }
 
-// Build makes one Limiter per spec and returns their Limits. It is an
-// error to pass no spec or more than NewLimits takes, a name that valid
-// refuses or that comes twice, or a rule that floodgate.New refuses. Every
-// Limiter made is appended to all, so that the caller closes them however
-// Build ends.
-func Build(specs []Spec, c Common, valid func(string) bool, all *[]*floodgate.Limiter) (*floodgate.Limits, error) {
-	if len(specs) == 0 {
-		return nil, errors.New("no policies")
+// Build1 makes the Limiter of one policy, with c's bounds: MaxKeys 0 is
+// DefaultMaxKeys(s), IdleTTL 0 is DefaultIdleTTL, and a negative one of
+// either none.
+func Build1(s Spec, c Common) (*floodgate.Limiter, error) {
+	maxKeys, ttl := c.MaxKeys, c.IdleTTL
+	switch {
+	case maxKeys == 0:
+		maxKeys = DefaultMaxKeys(s)
+	case maxKeys < 0:
+		maxKeys = 0 // no bound, on purpose
 	}
-	seen := make(map[string]bool, len(specs))
-	ls := make([]*floodgate.Limiter, 0, len(specs))
-	for _, s := range specs {
-		if !valid(s.Name) {
-			return nil, fmt.Errorf("policy name %q is not valid", s.Name)
-		}
-		if seen[s.Name] {
-			return nil, fmt.Errorf("policy name %q used twice", s.Name)
-		}
-		seen[s.Name] = true
-		maxKeys, ttl := c.MaxKeys, c.IdleTTL
-		switch {
-		case maxKeys == 0:
-			maxKeys = DefaultMaxKeys(s)
-		case maxKeys < 0:
-			maxKeys = 0 // no bound, on purpose
-		}
-		switch {
-		case ttl == 0:
-			ttl = DefaultIdleTTL
-		case ttl < 0:
-			ttl = 0 // no sweeper, on purpose
-		}
-		l, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule,
-			Clock: c.Clock, MaxKeys: maxKeys, IdleTTL: ttl})
-		if err != nil {
-			return nil, fmt.Errorf("policy %q: %v", s.Name, err)
-		}
-		*all = append(*all, l)
-		ls = append(ls, l)
+	switch {
+	case ttl == 0:
+		ttl = DefaultIdleTTL
+	case ttl < 0:
+		ttl = 0 // no sweeper, on purpose
 	}
-	return floodgate.NewLimits(ls...)
+	l, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule,
+		Clock: c.Clock, MaxKeys: maxKeys, IdleTTL: ttl})
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %v", s.Name, err)
+	}
+	return l, nil
 }

@@ -1,0 +1,360 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/tally"
+)
+
+// Route is what a middleware holds for one route (an httplimit pattern, a
+// grpclimit method or service, or the Default): its policies, those of
+// each tier, and the route's own counts. Routes are made by a Builder and
+// never change; a middleware that replaces its routes makes new ones,
+// which keep the counts and the clients' state of the routes and policies
+// that keep their names.
+type Route struct {
+	// Name is the route's label in the metrics.
+	Name  string
+	base  *Set
+	tiers map[string]*Set
+	count *tally.Counts // routeAllowed, routeExempt
+}
+
+// The counters of a Route's tally, and of an Entry's.
+const (
+	routeAllowed = iota
+	routeExempt
+	routeCounts
+)
+
+const (
+	entryDenied = iota
+	entryShadow
+	entryCounts
+)
+
+// Set is the policies one request is decided by: a Route's own, or one
+// tier's.
+type Set struct {
+	// Names are the policies' names, in order.
+	Names []string
+	// Specs are the policies, in order.
+	Specs []Spec
+	// Shown are the indices of the policies that the answer's headers
+	// describe: the enforced ones, or all with Builder.ShowShadow.
+	Shown []int
+	// Header is the middleware's own, made once per Set: httplimit's
+	// RateLimit-Policy value for the Shown policies.
+	Header []string
+
+	limits   *floodgate.Limits
+	enforced *floodgate.Limits // the enforced policies alone, when some but not all are shadow
+	enfIdx   []int             // enforced's k-th Limiter is policy enfIdx[k]
+	shadow   []bool
+	entries  []*Entry
+	route    *Route
+}
+
+// Entry is one policy's Limiter and counts. It outlives the Set that made
+// it when a replacement keeps its route, tier and name.
+type Entry struct {
+	Spec  Spec
+	L     *floodgate.Limiter
+	label string        // the policy label: the name, or "tier/name"
+	count *tally.Counts // entryDenied, entryShadow
+}
+
+// For returns the Set for a request in tier ("" for none): the tier's
+// own, or the Route's when the tier has none.
+func (r *Route) For(tier string) *Set {
+	if tier != "" && r.tiers != nil {
+		if s, ok := r.tiers[tier]; ok {
+			return s
+		}
+	}
+	return r.base
+}
+
+// Exempt counts one request let through by an exemption.
+func (r *Route) Exempt() { r.count.Inc(routeExempt) }
+
+// Decide decides one request for key, as its policies and their shadow
+// switches say, and counts it under its Route: allowed when every policy
+// admitted it; denied, under the refusing policy, when an enforced policy
+// refused it; shadow_denied, under the policy that refused it, when only
+// shadow policies would have. serve says whether to serve it.
+//
+// A request that a shadow policy refuses is charged as enforcement would
+// charge it: nothing anywhere (a refusal by Limits consumes nothing), and
+// then, if some policies are enforced, by those alone, so that it is still
+// refused if one of them refuses. each, of len(Names) or more, receives
+// each policy's answer as Limits.AllowEach gives it, the enforced ones'
+// from the charge that decided the request.
+func (s *Set) Decide(key string, n int64, each []floodgate.Decision) (d floodgate.Decision, serve bool) {
+	d, j := s.limits.Decide(key, n, each)
+	switch {
+	case j < 0:
+		s.route.count.Inc(routeAllowed)
+		return d, true
+	case !s.shadow[j]:
+		s.entries[j].count.Inc(entryDenied)
+		return d, false
+	case s.enforced == nil: // every policy is a shadow
+		s.entries[j].count.Inc(entryShadow)
+		return d, true
+	}
+	var buf [8]floodgate.Decision
+	more := buf[:len(s.enfIdx)]
+	d2, e := s.enforced.Decide(key, n, more)
+	for k, i := range s.enfIdx {
+		if i < len(each) {
+			each[i] = more[k]
+		}
+	}
+	if e >= 0 {
+		s.entries[s.enfIdx[e]].count.Inc(entryDenied)
+		return d2, false
+	}
+	s.entries[j].count.Inc(entryShadow)
+	return d2, true
+}
+
+// Shows reports whether the headers describe any policy of s.
+func (s *Set) Shows() bool { return len(s.Shown) > 0 }
+
+// Builder makes Routes, keeping the state of what a replacement keeps: a
+// policy with the same route, tier, name, rule and algorithm keeps its
+// Limiter (and its clients' state), whatever its Shadow switch; a route
+// with the same name keeps its counts.
+type Builder struct {
+	Common Common
+	// Valid says whether a policy or tier name is allowed.
+	Valid func(string) bool
+	// ShowShadow makes the headers describe shadow policies too.
+	ShowShadow bool
+
+	old      map[string]*Entry
+	oldCount map[string]*tally.Counts
+	kept     map[*Entry]bool
+	fresh    []*Entry
+}
+
+// NewBuilder returns a Builder for a middleware's routes; old are the
+// Routes it replaces (none for a new middleware).
+func NewBuilder(c Common, valid func(string) bool, showShadow bool, old []*Route) *Builder {
+	b := &Builder{Common: c, Valid: valid, ShowShadow: showShadow,
+		old: map[string]*Entry{}, oldCount: map[string]*tally.Counts{}, kept: map[*Entry]bool{}}
+	for _, r := range old {
+		b.oldCount[r.Name] = r.count
+		for tier, s := range r.sets() {
+			for _, e := range s.entries {
+				b.old[entryKey(r.Name, tier, e.Spec.Name)] = e
+			}
+		}
+	}
+	return b
+}
+
+func entryKey(route, tier, name string) string { return route + "\x00" + tier + "\x00" + name }
+
+// Route makes the named route with its own policies and each tier's. It
+// is an error to give no policy or more than 8 to the route or a tier, a
+// name that Valid refuses (a policy's or a tier's) or that comes twice, a
+// rule that floodgate.New refuses, or, for a policy that a replacement
+// keeps, a new algorithm or rule (its clients' state could not be kept
+// without handing them allowance).
+func (b *Builder) Route(name string, base []Spec, tiers map[string][]Spec) (*Route, error) {
+	r := &Route{Name: name, count: b.oldCount[name]}
+	if r.count == nil {
+		r.count = tally.New(routeCounts)
+	}
+	var err error
+	if r.base, err = b.set(r, "", base); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(tiers))
+	for t := range tiers {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	for _, t := range names {
+		if !b.Valid(t) {
+			return nil, fmt.Errorf("tier name %q is not valid", t)
+		}
+		s, err := b.set(r, t, tiers[t])
+		if err != nil {
+			return nil, fmt.Errorf("tier %q: %v", t, err)
+		}
+		if r.tiers == nil {
+			r.tiers = map[string]*Set{}
+		}
+		r.tiers[t] = s
+	}
+	return r, nil
+}
+
+func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
+	if len(specs) == 0 {
+		return nil, errors.New("no policies")
+	}
+	s := &Set{route: r}
+	seen := make(map[string]bool, len(specs))
+	ls := make([]*floodgate.Limiter, 0, len(specs))
+	var enforced []*floodgate.Limiter
+	for i, sp := range specs {
+		if !b.Valid(sp.Name) {
+			return nil, fmt.Errorf("policy name %q is not valid", sp.Name)
+		}
+		if seen[sp.Name] {
+			return nil, fmt.Errorf("policy name %q used twice", sp.Name)
+		}
+		seen[sp.Name] = true
+		e, err := b.entry(r.Name, tier, sp)
+		if err != nil {
+			return nil, err
+		}
+		s.Names = append(s.Names, sp.Name)
+		s.Specs = append(s.Specs, sp)
+		s.entries = append(s.entries, e)
+		s.shadow = append(s.shadow, sp.Shadow)
+		ls = append(ls, e.L)
+		if !sp.Shadow {
+			enforced = append(enforced, e.L)
+			s.enfIdx = append(s.enfIdx, i)
+		}
+		if !sp.Shadow || b.ShowShadow {
+			s.Shown = append(s.Shown, i)
+		}
+	}
+	var err error
+	if s.limits, err = floodgate.NewLimits(ls...); err != nil {
+		return nil, err
+	}
+	if len(enforced) > 0 && len(enforced) < len(ls) {
+		if s.enforced, err = floodgate.NewLimits(enforced...); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// entry is the policy's Entry: the one a replacement keeps, or a new one.
+func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
+	label := sp.Name
+	if tier != "" {
+		label = tier + "/" + sp.Name
+	}
+	if e, ok := b.old[entryKey(route, tier, sp.Name)]; ok {
+		if algorithmName(e.Spec.Algorithm) != algorithmName(sp.Algorithm) {
+			return nil, fmt.Errorf("policy %q: its algorithm cannot change from %s to %s while serving: its clients' state would be lost (give it a new name to start it afresh)",
+				sp.Name, algorithmName(e.Spec.Algorithm), algorithmName(sp.Algorithm))
+		}
+		if sp.Rule != e.Spec.Rule {
+			// Keeping the clients' state under a new rule needs a
+			// conversion that gives no client allowance (floodgate's
+			// SetRule, not there yet); starting afresh would hand every
+			// client a full allowance. Refuse, and say how to choose.
+			return nil, fmt.Errorf("policy %q: its rule cannot change while serving yet; give it a new name to start it afresh under the new rule", sp.Name)
+		}
+		b.kept[e] = true
+		kept := &Entry{Spec: sp, L: e.L, label: label, count: e.count}
+		return kept, nil
+	}
+	l, err := Build1(sp, b.Common)
+	if err != nil {
+		return nil, err
+	}
+	e := &Entry{Spec: sp, L: l, label: label, count: tally.New(entryCounts)}
+	b.fresh = append(b.fresh, e)
+	return e, nil
+}
+
+func algorithmName(a string) string {
+	if a == "" {
+		return floodgate.TokenBucket
+	}
+	return a
+}
+
+// Abort closes the Limiters the Builder made, after an error.
+func (b *Builder) Abort() {
+	for _, e := range b.fresh {
+		e.L.Close()
+	}
+}
+
+// Commit returns the Limiters of the replaced routes that no new route
+// kept, for the caller to Close once the new routes serve.
+func (b *Builder) Commit() []*floodgate.Limiter {
+	var retired []*floodgate.Limiter
+	for _, e := range b.old {
+		if !b.kept[e] {
+			retired = append(retired, e.L)
+		}
+	}
+	return retired
+}
+
+// Limiters returns every Limiter of routes.
+func Limiters(routes []*Route) []*floodgate.Limiter {
+	var all []*floodgate.Limiter
+	for _, r := range routes {
+		for _, s := range r.sets() {
+			for _, e := range s.entries {
+				all = append(all, e.L)
+			}
+		}
+	}
+	return all
+}
+
+// Sets returns the Route's Sets by tier ("" for its own).
+func (r *Route) Sets() map[string]*Set { return r.sets() }
+
+func (r *Route) sets() map[string]*Set {
+	m := map[string]*Set{"": r.base}
+	for t, s := range r.tiers {
+		m[t] = s
+	}
+	return m
+}
+
+// AppendCounts appends the Route's counts (see package counts): its
+// requests by result, the denials and shadow denials by policy, and each
+// policy's keys and evictions, with the route and policy labels set. The
+// series come in the same order on every call.
+func (r *Route) AppendCounts(dst []counts.Sample) []counts.Sample {
+	dst = append(dst,
+		counts.Sample{Metric: counts.Requests, Route: r.Name, Label: counts.Allowed, Value: r.count.Value(routeAllowed)},
+		counts.Sample{Metric: counts.Requests, Route: r.Name, Label: counts.Exempt, Value: r.count.Value(routeExempt)})
+	tiers := make([]string, 0, len(r.tiers))
+	for t := range r.tiers {
+		tiers = append(tiers, t)
+	}
+	slices.Sort(tiers)
+	dst = r.base.appendCounts(dst)
+	for _, t := range tiers {
+		dst = r.tiers[t].appendCounts(dst)
+	}
+	return dst
+}
+
+func (s *Set) appendCounts(dst []counts.Sample) []counts.Sample {
+	route := s.route.Name
+	for _, e := range s.entries {
+		dst = append(dst,
+			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.Denied, Value: e.count.Value(entryDenied)},
+			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.ShadowDenied, Value: e.count.Value(entryShadow)})
+		from := len(dst)
+		dst = e.L.AppendCounts(dst)
+		for i := from; i < len(dst); i++ {
+			dst[i].Route, dst[i].Policy = route, e.label
+		}
+	}
+	return dst
+}
