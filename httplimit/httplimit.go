@@ -27,6 +27,7 @@
 package httplimit
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -35,9 +36,12 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/clientip"
 	"github.com/floodgate-go/floodgate/internal/policy"
 )
@@ -51,6 +55,11 @@ type Policy struct {
 	// ("" is the token bucket).
 	Rule      floodgate.Rule
 	Algorithm string
+	// Shadow makes the policy a dry run: requests are decided and charged
+	// as usual, and one that it alone would refuse is served and counted
+	// as shadow_denied (see AppendCounts) instead. Its headers are sent
+	// only with Config.ShadowHeaders.
+	Shadow bool
 }
 
 // Route is an endpoint with limits of its own.
@@ -60,6 +69,11 @@ type Route struct {
 	// Policies are the route's limits, all of which must admit a request:
 	// at least one, at most 8.
 	Policies []Policy
+	// Tiers are the route's policies for each tier that Config.Tier puts
+	// a request in (1 to 8 each, tier names as policy names are). A
+	// request in a tier not here, or with no Config.Tier, is limited by
+	// Policies. Each tier's policies keep their own clients' state.
+	Tiers map[string][]Policy
 }
 
 // Config configures a Limiter. The zero value of every field but Routes
@@ -112,27 +126,59 @@ type Config struct {
 	// background: forgetting such a state changes no decision, at any
 	// value. 0 means a minute; negative means never.
 	IdleTTL time.Duration
+	// Shadow makes every policy a shadow (see Policy.Shadow): nothing is
+	// refused, and what enforcement would have refused is counted as
+	// shadow_denied, request for request.
+	Shadow bool
+	// ShadowHeaders sends the RateLimit headers of shadow policies too.
+	// Without it the headers describe only the enforced policies, so
+	// that a dry run changes no answer a client sees.
+	ShadowHeaders bool
+	// Tier, if set, returns the tier of a request, given the key it is
+	// counted under (Client's answer), and so chooses its Route's Tiers.
+	// Decide it from what the server has authenticated (a verified API
+	// key, a session), never from a header the client writes: a client
+	// that can name its tier chooses its own limit.
+	Tier func(r *http.Request, client string) string
+	// Exempt, if set, lets a request it returns true for through
+	// unlimited, uncharged and without headers, and counts it as exempt
+	// (health checks, internal callers). Like Tier, it is a bypass if a
+	// client can make it true: decide it from the connection (a trusted
+	// address, mTLS), not from what the client sends.
+	Exempt func(r *http.Request) bool
 }
 
 // Limiter is the middleware. It is safe for concurrent use.
 type Limiter struct {
-	mux     *http.ServeMux
-	routes  []*route
-	deflt   *route
+	table   atomic.Pointer[table] // the routes now; SetRoutes replaces it
 	clients clientip.Finder
 	header  string // the proxy header's canonical name
 	key     func(*http.Request, string) string
 	deny    func(http.ResponseWriter, *http.Request, floodgate.Decision)
+	tier    func(*http.Request, string) string
+	exempt  func(*http.Request) bool
 	legacy  bool
-	all     []*floodgate.Limiter
+	shadow  bool // Config.Shadow
+	show    bool // Config.ShadowHeaders
+	common  policy.Common
+
+	mu     sync.Mutex // serialises SetRoutes and Close
+	closed bool
 }
 
-// route is a Route's limits, with its RateLimit-Policy header made once.
-type route struct {
-	limits *floodgate.Limits
-	names  []string
-	policy []string // the header's value, shared by every answer: net/http never writes into a value slice, it replaces it
+// table is the routes a Limiter serves with: its own ServeMux, which only
+// matches and never serves, and each route's policies.
+type table struct {
+	mux    *http.ServeMux
+	routes []*route
+	deflt  *route
+	all    []*policy.Route // routes, then deflt: what AppendCounts reports
 }
+
+// route is one Route's policies (or the Default's), each Set's
+// RateLimit-Policy header made once in its Header: net/http never writes
+// into a value slice, it replaces it, so every answer shares it.
+type route = policy.Route
 
 // The header names, in the canonical form http.Header keys take, so that
 // an answer sets them without canonicalising them again.
@@ -152,18 +198,16 @@ type routeIndex int
 func (routeIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
 
 // New validates cfg and returns the middleware. Every error names what is
-// wrong: a bad pattern, or two that conflict; a route without policies; a
-// bad policy name or rule; a bad CIDR; an IPv6Prefix out of range.
+// wrong: a bad pattern, or two that conflict; a route or tier without
+// policies, or with more than 8; a bad policy or tier name; a bad rule; a
+// bad CIDR; an IPv6Prefix out of range.
 func New(cfg Config) (_ *Limiter, err error) {
-	l := &Limiter{mux: http.NewServeMux(), key: cfg.Key, deny: cfg.Deny, legacy: cfg.LegacyHeaders}
+	l := &Limiter{key: cfg.Key, deny: cfg.Deny, tier: cfg.Tier, exempt: cfg.Exempt,
+		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders,
+		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
 	if l.deny == nil {
 		l.deny = denyTooMany
 	}
-	defer func() {
-		if err != nil {
-			l.Close() // the policies made before the error
-		}
-	}()
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
 		return nil, fmt.Errorf("httplimit: %v", err)
 	}
@@ -178,23 +222,78 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("httplimit: %v", err)
 	}
-	for i, rc := range cfg.Routes {
-		rt, err := l.newRoute(rc.Policies, cfg)
+	b := policy.NewBuilder(l.common, validName, l.show, nil)
+	t, err := l.build(b, cfg.Routes, cfg.Default)
+	if err != nil {
+		return nil, err
+	}
+	b.Commit()
+	l.table.Store(t)
+	return l, nil
+}
+
+// SetRoutes replaces the routes and the Default while the middleware
+// serves, validated as New validates them; on an error nothing changes.
+// A request decided while it runs is decided by the old routes or the
+// new, never by a mix.
+//
+// A policy that keeps its route's pattern (or stays in the Default), its
+// tier, its name, its Rule and its Algorithm keeps its clients' state,
+// and a new Shadow switch takes effect at once. Its Rule and Algorithm
+// cannot change yet (the state could not be kept without handing clients
+// allowance): give the policy a new name to start it afresh. A route that keeps its pattern keeps its counts.
+// The policies that no new route keeps are closed. After Close, SetRoutes
+// returns an error.
+func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("httplimit: SetRoutes after Close")
+	}
+	b := policy.NewBuilder(l.common, validName, l.show, l.table.Load().all)
+	t, err := l.build(b, routes, deflt)
+	if err != nil {
+		return err
+	}
+	retired := b.Commit()
+	l.table.Store(t)
+	for _, fl := range retired {
+		fl.Close()
+	}
+	return nil
+}
+
+// build makes the table of routes and deflt; on an error it has closed
+// every Limiter it made.
+func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *table, err error) {
+	defer func() {
+		if err != nil {
+			b.Abort()
+		}
+	}()
+	t := &table{mux: http.NewServeMux()}
+	for i, rc := range routes {
+		rt, err := l.newRoute(b, rc.Pattern, rc.Policies, rc.Tiers)
 		if err != nil {
 			return nil, fmt.Errorf("httplimit: route %q: %v", rc.Pattern, err)
 		}
-		if err := handle(l.mux, rc.Pattern, routeIndex(i)); err != nil {
+		if err := handle(t.mux, rc.Pattern, routeIndex(i)); err != nil {
 			return nil, fmt.Errorf("httplimit: route %q: %v", rc.Pattern, err)
 		}
-		l.routes = append(l.routes, rt)
+		t.routes = append(t.routes, rt)
 	}
-	if cfg.Default != nil {
-		if l.deflt, err = l.newRoute(cfg.Default, cfg); err != nil {
+	t.all = append(t.all, t.routes...)
+	if deflt != nil {
+		if t.deflt, err = l.newRoute(b, DefaultRoute, deflt, nil); err != nil {
 			return nil, fmt.Errorf("httplimit: default: %v", err)
 		}
+		t.all = append(t.all, t.deflt)
 	}
-	return l, nil
+	return t, nil
 }
+
+// DefaultRoute is the route label of Config.Default's counts.
+const DefaultRoute = "default"
 
 // handle registers pattern in mux, turning ServeMux's panic on a bad or
 // conflicting pattern into an error.
@@ -208,27 +307,38 @@ func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
 	return nil
 }
 
-func (l *Limiter) newRoute(ps []Policy, cfg Config) (*route, error) {
-	specs := make([]policy.Spec, len(ps))
-	for i, p := range ps {
-		specs[i] = policy.Spec(p)
+func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers map[string][]Policy) (*route, error) {
+	var ts map[string][]policy.Spec
+	if tiers != nil {
+		ts = make(map[string][]policy.Spec, len(tiers))
+		for t, tp := range tiers {
+			ts[t] = l.specs(tp)
+		}
 	}
-	m, err := policy.Build(specs, policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}, validName, &l.all)
+	rt, err := b.Route(name, l.specs(ps), ts)
 	if err != nil {
 		return nil, fmt.Errorf("%v (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
 	}
-	rt := &route{limits: m}
-	var header strings.Builder
-	for i, p := range ps {
-		if i > 0 {
-			header.WriteString(", ")
+	for _, s := range rt.Sets() {
+		var header strings.Builder
+		for k, i := range s.Shown {
+			if k > 0 {
+				header.WriteString(", ")
+			}
+			q, w := quota(s.Specs[i].Rule)
+			fmt.Fprintf(&header, "%q;q=%d;w=%d", s.Names[i], q, w)
 		}
-		q, w := quota(p.Rule)
-		fmt.Fprintf(&header, "%q;q=%d;w=%d", p.Name, q, w)
-		rt.names = append(rt.names, p.Name)
+		s.Header = []string{header.String()}
 	}
-	rt.policy = []string{header.String()}
 	return rt, nil
+}
+
+func (l *Limiter) specs(ps []Policy) []policy.Spec {
+	specs := make([]policy.Spec, len(ps))
+	for i, p := range ps {
+		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow}
+	}
+	return specs
 }
 
 func validName(s string) bool {
@@ -249,10 +359,28 @@ func validName(s string) bool {
 // Close, as floodgate's Limiter does, but idle clients are no longer
 // swept.
 func (l *Limiter) Close() error {
-	for _, fl := range l.all {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, fl := range policy.Limiters(l.table.Load().all) {
 		fl.Close()
 	}
 	return nil
+}
+
+// AppendCounts appends the middleware's counts (see package counts), by
+// route (its pattern, or DefaultRoute) and policy (its name, or
+// "tier/name" for a tier's): the requests by result (allowed and exempt
+// for the route, denied and shadow_denied under the policy that refused
+// them), and each policy's keys, their bound and its evictions. A request
+// is counted once under each route that decided it (two, for a path whose
+// escapes route it apart; see Handler). Counting is always on: it costs a
+// per-P add of a few nanoseconds a request.
+func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
+	for _, r := range l.table.Load().all {
+		dst = r.AppendCounts(dst)
+	}
+	return dst
 }
 
 // Middleware is Handler as the func(http.Handler) http.Handler that
@@ -266,8 +394,16 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler { return l.Handler(
 // path whose escapes change its segments.
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rt, also := l.match(r)
+		rt, also := l.table.Load().match(r)
 		if rt == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if l.exempt != nil && l.exempt(r) {
+			rt.Exempt()
+			if also != nil {
+				also.Exempt()
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -298,7 +434,7 @@ func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Han
 // routes (or one a route and the other none, which Default then limits),
 // the request is charged under both, so that whichever the router
 // serves, its limit was applied.
-func (l *Limiter) match(r *http.Request) (rt, also *route) {
+func (l *table) match(r *http.Request) (rt, also *route) {
 	if len(l.routes) == 0 {
 		return l.deflt, nil
 	}
@@ -326,7 +462,7 @@ func (l *Limiter) match(r *http.Request) (rt, also *route) {
 
 // lookupPath is lookup for r with its path replaced by path (and its
 // escaped form raw, if it has one of its own).
-func (l *Limiter) lookupPath(r *http.Request, path, raw string) *route {
+func (l *table) lookupPath(r *http.Request, path, raw string) *route {
 	u := *r.URL
 	u.Path, u.RawPath = path, raw
 	r2 := *r
@@ -338,7 +474,7 @@ func (l *Limiter) lookupPath(r *http.Request, path, raw string) *route {
 // have a clean path. The one redirect it can answer then is to the same
 // path with a trailing slash, for a subtree pattern ("/api" to "/api/"):
 // the request counts under that pattern's route.
-func (l *Limiter) lookup(r *http.Request) *route {
+func (l *table) lookup(r *http.Request) *route {
 	h, pattern := l.mux.Handler(r)
 	if i, ok := h.(routeIndex); ok {
 		return l.routes[i]
@@ -389,39 +525,76 @@ func (l *Limiter) Client(r *http.Request) string {
 }
 
 // check asks rt's policies about r, and also's if it is not nil, and
-// sets the answer's headers. With two routes, both must admit; a refusal
-// by also leaves what rt granted spent (stricter, never looser), and the
-// headers carry both routes' policies.
+// sets the answer's headers, for the policies they show. With two routes,
+// both must admit; a refusal by also leaves what rt granted spent
+// (stricter, never looser), and the headers carry both routes' policies.
 func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route) (floodgate.Decision, bool) {
-	var buf [8]floodgate.Decision
-	each := buf[:len(rt.names)]
 	client := l.Client(r)
-	d := rt.limits.AllowEach(client, 1, each)
-	h := w.Header()
-	h[hdrPolicy] = rt.policy
-	h[hdrRateLimit] = []string{rateLimit(rt.names, each)}
-	if also != nil && d.Allowed {
-		more := make([]floodgate.Decision, len(also.names))
-		if d2 := also.limits.AllowEach(client, 1, more); !d2.Allowed || d2.Remaining < d.Remaining {
-			d = d2
-		}
-		h[hdrPolicy] = []string{rt.policy[0] + ", " + also.policy[0]}
-		h[hdrRateLimit] = []string{h[hdrRateLimit][0] + ", " + rateLimit(also.names, more)}
+	tier := ""
+	if l.tier != nil {
+		tier = l.tier(r, client)
 	}
-	if l.legacy {
-		reset := time.Now().Add(d.ResetAfter)
+	s := rt.For(tier)
+	var buf [8]floodgate.Decision
+	each := buf[:len(s.Names)]
+	d, serve := s.Decide(client, 1, each)
+	h := w.Header()
+	shown, dh := s.Shows(), restrictive(each, s.Shown)
+	if shown {
+		h[hdrPolicy] = s.Header
+		h[hdrRateLimit] = []string{rateLimit(s.Names, each, s.Shown)}
+	}
+	if also != nil && serve {
+		s2 := also.For(tier)
+		more := make([]floodgate.Decision, len(s2.Names))
+		d2, serve2 := s2.Decide(client, 1, more)
+		if !serve2 {
+			d, serve = d2, false
+		}
+		if s2.Shows() {
+			if dh2 := restrictive(more, s2.Shown); !shown || dh2.Remaining < dh.Remaining {
+				dh = dh2
+			}
+			if shown {
+				h[hdrPolicy] = []string{s.Header[0] + ", " + s2.Header[0]}
+				h[hdrRateLimit] = []string{h[hdrRateLimit][0] + ", " + rateLimit(s2.Names, more, s2.Shown)}
+			} else {
+				h[hdrPolicy] = s2.Header
+				h[hdrRateLimit] = []string{rateLimit(s2.Names, more, s2.Shown)}
+			}
+			shown = true
+		}
+	}
+	if !serve {
+		dh = d // a refusal is always an enforced policy's, which the headers show
+	}
+	if l.legacy && shown {
+		reset := time.Now().Add(dh.ResetAfter)
 		sec := reset.Unix()
 		if reset.Nanosecond() > 0 {
 			sec++
 		}
-		h[hdrLimit] = []string{strconv.FormatInt(d.Limit, 10)}
-		h[hdrRemaining] = []string{strconv.FormatInt(d.Remaining, 10)}
+		h[hdrLimit] = []string{strconv.FormatInt(dh.Limit, 10)}
+		h[hdrRemaining] = []string{strconv.FormatInt(dh.Remaining, 10)}
 		h[hdrReset] = []string{strconv.FormatInt(sec, 10)}
 	}
-	if !d.Allowed && d.RetryAfter != floodgate.Never {
+	if !serve && d.RetryAfter != floodgate.Never {
 		h[hdrRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)}
 	}
-	return d, d.Allowed
+	return d, serve
+}
+
+// restrictive is the most restrictive of the shown policies' answers: the
+// fewest remaining, the longest ResetAfter among equals.
+func restrictive(each []floodgate.Decision, shown []int) floodgate.Decision {
+	var best floodgate.Decision
+	for k, i := range shown {
+		d := each[i]
+		if k == 0 || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
+			best = d
+		}
+	}
+	return best
 }
 
 // maxSF is the largest Integer of RFC 9651's Structured Fields: 15 digits.
@@ -447,14 +620,15 @@ func quota(r floodgate.Rule) (q, w int64) {
 	return min(r.Burst, maxSF), min(ceilSeconds(time.Duration(min(ns, math.MaxInt64))), maxSF)
 }
 
-// rateLimit is the RateLimit header: one item per policy, what it has left
-// and the whole seconds until it is full again, rounded up, each clamped
-// to maxSF.
-func rateLimit(names []string, each []floodgate.Decision) string {
+// rateLimit is the RateLimit header: one item per shown policy, what it
+// has left and the whole seconds until it is full again, rounded up, each
+// clamped to maxSF.
+func rateLimit(names []string, each []floodgate.Decision, shown []int) string {
 	var buf [256]byte
 	b := buf[:0]
-	for i, d := range each {
-		if i > 0 {
+	for k, i := range shown {
+		d := each[i]
+		if k > 0 {
 			b = append(b, ", "...)
 		}
 		b = append(b, '"')
