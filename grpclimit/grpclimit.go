@@ -19,11 +19,16 @@ package grpclimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/clientip"
 	"github.com/floodgate-go/floodgate/internal/policy"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -42,6 +47,10 @@ type Policy struct {
 	Name      string
 	Rule      floodgate.Rule
 	Algorithm string // "" is the token bucket
+	// Shadow makes the policy a dry run: calls are decided and charged as
+	// usual, and one that it alone would refuse proceeds and is counted
+	// as shadow_denied (see AppendCounts) instead.
+	Shadow bool
 }
 
 // Config configures a Limiter. The zero value of every field but Methods
@@ -83,50 +92,163 @@ type Config struct {
 	// before it is forgotten in the background, which changes no decision;
 	// 0 means a minute, negative never.
 	IdleTTL time.Duration
+	// Shadow makes every policy a shadow (see Policy.Shadow): nothing is
+	// refused, and what enforcement would have refused is counted as
+	// shadow_denied, call for call.
+	Shadow bool
+	// Tier, if set, returns the tier of a call, given the key it is
+	// counted under (Client's answer), and so chooses its entry in Tiers.
+	// Decide it from what the server has authenticated (a verified token,
+	// mTLS), never from metadata the client writes: a client that can
+	// name its tier chooses its own limit.
+	Tier func(ctx context.Context, fullMethod, client string) string
+	// Tiers are Methods again for each tier: Tiers[tier][name] are the
+	// policies of the Methods entry name (a method or a service; it must
+	// be one of Methods) for the calls in that tier. A call whose tier has
+	// no entry for its match, or with no Config.Tier, is limited by
+	// Methods. Each tier's policies keep their own clients' state.
+	Tiers map[string]map[string][]Policy
+	// Exempt, if set, lets a call it returns true for through unlimited
+	// and uncharged, and counts it as exempt (health checks, internal
+	// callers). Like Tier, it is a bypass if a client can make it true.
+	Exempt func(ctx context.Context, fullMethod string) bool
 }
 
 // Limiter holds the limits and makes the interceptors. It is safe for
 // concurrent use.
 type Limiter struct {
-	methods    map[string]*floodgate.Limits
-	deflt      *floodgate.Limits
+	table      atomic.Pointer[table] // the methods now; SetMethods replaces it
 	clients    clientip.Finder
 	key        func(context.Context, string, string) string
+	tier       func(context.Context, string, string) string
+	exempt     func(context.Context, string) bool
 	perMessage bool
-	all        []*floodgate.Limiter
+	shadow     bool
+	common     policy.Common
+
+	mu     sync.Mutex // serialises SetMethods and Close
+	closed bool
 }
+
+// table is the limits a Limiter decides with.
+type table struct {
+	methods map[string]*policy.Route
+	deflt   *policy.Route
+	all     []*policy.Route // in name order, then deflt: what AppendCounts reports
+}
+
+// DefaultRoute is the route label of Config.Default's counts.
+const DefaultRoute = "default"
 
 // New validates cfg and returns a Limiter: a method name that is not
 // "/service/method" or "/service/", an entry with no policies or more than
-// 8, a bad or repeated policy name, a rule floodgate rejects, a bad CIDR
-// or IPv6Prefix are errors.
+// 8, a bad or repeated policy name, a Tiers entry for a name that Methods
+// does not have, a rule floodgate rejects, a bad CIDR or IPv6Prefix are
+// errors.
 func New(cfg Config) (_ *Limiter, err error) {
-	l := &Limiter{methods: map[string]*floodgate.Limits{}, key: cfg.Key, perMessage: cfg.PerMessage}
-	defer func() {
-		if err != nil {
-			l.Close()
-		}
-	}()
+	l := &Limiter{key: cfg.Key, tier: cfg.Tier, exempt: cfg.Exempt, perMessage: cfg.PerMessage, shadow: cfg.Shadow,
+		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
 		return nil, fmt.Errorf("grpclimit: %v", err)
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("grpclimit: %v", err)
 	}
-	for name, ps := range cfg.Methods {
+	b := policy.NewBuilder(l.common, validName, false, nil)
+	t, err := l.build(b, cfg.Methods, cfg.Tiers, cfg.Default)
+	if err != nil {
+		return nil, err
+	}
+	b.Commit()
+	l.table.Store(t)
+	return l, nil
+}
+
+// SetMethods replaces Methods, Tiers and Default while the interceptors
+// serve, validated as New validates them; on an error nothing changes. A
+// call is decided by the old limits or the new, never by a mix; a stream
+// already open with Config.PerMessage goes on being charged by the
+// policies it opened under.
+//
+// A policy that keeps its entry's name (or stays in the Default), its
+// tier, its name, its Rule and its Algorithm keeps its clients' state,
+// and a new Shadow switch takes effect at once. Its Rule and Algorithm
+// cannot change yet (the state could not be kept without handing clients
+// allowance): give the policy a new name to start it afresh. An entry that keeps its name keeps its counts. The
+// policies that no new entry keeps are closed. After Close, SetMethods
+// returns an error.
+func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[string][]Policy, deflt []Policy) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return errors.New("grpclimit: SetMethods after Close")
+	}
+	b := policy.NewBuilder(l.common, validName, false, l.table.Load().all)
+	t, err := l.build(b, methods, tiers, deflt)
+	if err != nil {
+		return err
+	}
+	retired := b.Commit()
+	l.table.Store(t)
+	for _, fl := range retired {
+		fl.Close()
+	}
+	return nil
+}
+
+func validName(name string) bool { return name != "" }
+
+// build makes the table; on an error it has closed every Limiter it made.
+func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers map[string]map[string][]Policy, deflt []Policy) (_ *table, err error) {
+	defer func() {
+		if err != nil {
+			b.Abort()
+		}
+	}()
+	byName := map[string]map[string][]policy.Spec{}
+	for tier, entries := range tiers {
+		for name, ps := range entries {
+			if _, ok := methods[name]; !ok {
+				return nil, fmt.Errorf("grpclimit: tier %q: %q is not one of Methods", tier, name)
+			}
+			if byName[name] == nil {
+				byName[name] = map[string][]policy.Spec{}
+			}
+			byName[name][tier] = l.specs(ps)
+		}
+	}
+	names := make([]string, 0, len(methods))
+	for name := range methods {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	t := &table{methods: make(map[string]*policy.Route, len(methods))}
+	for _, name := range names {
 		if !validMethod(name) {
 			return nil, fmt.Errorf("grpclimit: method %q: want \"/package.Service/Method\" or \"/package.Service/\"", name)
 		}
-		if l.methods[name], err = l.limits(ps, cfg); err != nil {
+		rt, err := b.Route(name, l.specs(methods[name]), byName[name])
+		if err != nil {
 			return nil, fmt.Errorf("grpclimit: method %q: %v", name, err)
 		}
+		t.methods[name] = rt
+		t.all = append(t.all, rt)
 	}
-	if cfg.Default != nil {
-		if l.deflt, err = l.limits(cfg.Default, cfg); err != nil {
+	if deflt != nil {
+		if t.deflt, err = b.Route(DefaultRoute, l.specs(deflt), nil); err != nil {
 			return nil, fmt.Errorf("grpclimit: default: %v", err)
 		}
+		t.all = append(t.all, t.deflt)
 	}
-	return l, nil
+	return t, nil
+}
+
+func (l *Limiter) specs(ps []Policy) []policy.Spec {
+	specs := make([]policy.Spec, len(ps))
+	for i, p := range ps {
+		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow}
+	}
+	return specs
 }
 
 func validMethod(s string) bool {
@@ -134,36 +256,44 @@ func validMethod(s string) bool {
 	return strings.HasPrefix(s, "/") && ok && service != "" && !strings.Contains(method, "/")
 }
 
-func (l *Limiter) limits(ps []Policy, cfg Config) (*floodgate.Limits, error) {
-	specs := make([]policy.Spec, len(ps))
-	for i, p := range ps {
-		specs[i] = policy.Spec(p)
-	}
-	return policy.Build(specs, policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL},
-		func(name string) bool { return name != "" }, &l.all)
-}
-
 // Close stops every limiter made (their IdleTTL sweepers). It is
 // idempotent and returns nil. The interceptors go on limiting after Close,
 // as floodgate's Limiter does, but idle clients are no longer swept.
 func (l *Limiter) Close() error {
-	for _, fl := range l.all {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, fl := range policy.Limiters(l.table.Load().all) {
 		fl.Close()
 	}
 	return nil
 }
 
+// AppendCounts appends the interceptors' counts (see package counts), by
+// route (the Methods entry's name, or DefaultRoute) and policy (its name,
+// or "tier/name" for a tier's): the calls, and with Config.PerMessage the
+// stream messages, by result (allowed and exempt for the route, denied and
+// shadow_denied under the policy that refused them), and each policy's
+// keys, their bound and its evictions. Counting is always on: it costs a
+// per-P add of a few nanoseconds a call.
+func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
+	for _, r := range l.table.Load().all {
+		dst = r.AppendCounts(dst)
+	}
+	return dst
+}
+
 // match returns the limits of a full method name, or nil.
-func (l *Limiter) match(fullMethod string) *floodgate.Limits {
-	if m, ok := l.methods[fullMethod]; ok {
+func (t *table) match(fullMethod string) *policy.Route {
+	if m, ok := t.methods[fullMethod]; ok {
 		return m
 	}
 	if i := strings.LastIndexByte(fullMethod, '/'); i > 0 {
-		if m, ok := l.methods[fullMethod[:i+1]]; ok {
+		if m, ok := t.methods[fullMethod[:i+1]]; ok {
 			return m
 		}
 	}
-	return l.deflt
+	return t.deflt
 }
 
 // Client returns the key under which a call in ctx to fullMethod is
@@ -191,19 +321,42 @@ func (l *Limiter) Client(ctx context.Context, fullMethod string) string {
 // no limit applies), else the ResourceExhausted status error a refused
 // call returns.
 func (l *Limiter) Check(ctx context.Context, fullMethod string) error {
-	m := l.match(fullMethod)
-	if m == nil {
-		return nil
-	}
-	return refusal(m.AllowN(l.Client(ctx, fullMethod), 1))
+	_, _, err := l.open(ctx, fullMethod)
+	return err
 }
 
-// refusal is nil for an admitted call, and the status error for a refused
-// one, with the wait as RetryInfo when there is one.
-func refusal(d floodgate.Decision) error {
-	if d.Allowed {
-		return nil
+// open decides the call in ctx to fullMethod: the Set that decided it and
+// its key, for a stream's messages (nil when no limit applies or an
+// exemption let it through), and the refusal, if any.
+func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, string, error) {
+	rt := l.table.Load().match(fullMethod)
+	if rt == nil {
+		return nil, "", nil
 	}
+	if l.exempt != nil && l.exempt(ctx, fullMethod) {
+		rt.Exempt()
+		return nil, "", nil
+	}
+	key := l.Client(ctx, fullMethod)
+	tier := ""
+	if l.tier != nil {
+		tier = l.tier(ctx, fullMethod, key)
+	}
+	s := rt.For(tier)
+	return s, key, decide(s, key)
+}
+
+// decide charges one call or message for key, and returns its refusal.
+func decide(s *policy.Set, key string) error {
+	if d, serve := s.Decide(key, 1, nil); !serve {
+		return refusal(d)
+	}
+	return nil
+}
+
+// refusal is the status error of a refused call, with the wait as
+// RetryInfo when there is one.
+func refusal(d floodgate.Decision) error {
 	st := status.New(codes.ResourceExhausted, "rate limit exceeded")
 	if d.RetryAfter != floodgate.Never {
 		if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
@@ -227,16 +380,12 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // and with Config.PerMessage for every message it receives.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		m := l.match(info.FullMethod)
-		if m == nil {
-			return handler(srv, ss)
-		}
-		key := l.Client(ss.Context(), info.FullMethod)
-		if err := refusal(m.AllowN(key, 1)); err != nil {
+		s, key, err := l.open(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
 		}
-		if l.perMessage {
-			ss = &chargedStream{ServerStream: ss, limits: m, key: key}
+		if s != nil && l.perMessage {
+			ss = &chargedStream{ServerStream: ss, set: s, key: key}
 		}
 		return handler(srv, ss)
 	}
@@ -250,15 +399,15 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 // it.
 type chargedStream struct {
 	grpc.ServerStream
-	limits *floodgate.Limits
-	key    string
+	set *policy.Set
+	key string
 }
 
 func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if err := refusal(s.limits.AllowN(s.key, 1)); err != nil {
+	if err := decide(s.set, s.key); err != nil {
 		if pm, ok := m.(proto.Message); ok {
 			proto.Reset(pm)
 		}

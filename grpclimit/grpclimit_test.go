@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/policy"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -328,9 +329,9 @@ func TestDefaultBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range 1100 {
-			l.deflt.Allow("client-" + strconv.Itoa(i))
+			l.table.Load().deflt.For("").Decide("client-"+strconv.Itoa(i), 1, nil)
 		}
-		if got := l.all[0].Len(); got < tc.least || got > tc.most {
+		if got := policy.Limiters(l.table.Load().all)[0].Len(); got < tc.least || got > tc.most {
 			t.Errorf("MaxKeys %d: %d keys held after 1,100 clients, want %d to %d", tc.cfg.MaxKeys, got, tc.least, tc.most)
 		}
 		l.Close()
