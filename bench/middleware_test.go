@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	fghttp "github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/internal/policy"
 	"github.com/go-chi/httprate"
 	"github.com/sethvargo/go-limiter/httplimit"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -38,6 +39,20 @@ var middlewares = []struct {
 		return func(h http.Handler) http.Handler { return h }
 	}},
 	{"floodgate", func(b *testing.B) func(http.Handler) http.Handler {
+		l, err := fghttp.New(fghttp.Config{Default: []fghttp.Policy{{Name: "default",
+			Rule: floodgate.Rule{Limit: 1 << 40, Period: time.Hour}}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		return l.Middleware
+	}},
+	// floodgate's httplimit with its per-route counts switched off (an
+	// internal switch users cannot reach): floodgate less this is what
+	// counting costs a request.
+	{"floodgate-uncounted", func(b *testing.B) func(http.Handler) http.Handler {
+		policy.Uncounted = true
+		b.Cleanup(func() { policy.Uncounted = false })
 		l, err := fghttp.New(fghttp.Config{Default: []fghttp.Policy{{Name: "default",
 			Rule: floodgate.Rule{Limit: 1 << 40, Period: time.Hour}}}})
 		if err != nil {

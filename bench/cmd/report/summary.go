@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), redisTable(d), deniedTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), deniedTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -584,6 +584,34 @@ func middlewareTable(d *dataset) table {
 			}
 			t.rows = append(t.rows, append(row, ratio))
 		}
+	}
+	return t
+}
+
+// countingTable shows what httplimit's per-route counts cost a request:
+// floodgate's ns/op less floodgate-uncounted's, as a share of the
+// middleware's own overhead (floodgate-uncounted less bare).
+func countingTable(d *dataset) table {
+	const fam = "Middleware"
+	t := table{
+		title: "What the middleware's counting costs",
+		note: "httplimit with its per-route counts (always on) and without them (an internal switch), ns/op; " +
+			"the share is the difference over the uncounted middleware's own overhead (its ns/op less bare's).",
+		header: []string{"scenario", "bare", "uncounted", "counted", "counting (ns)", "share of overhead"},
+		right:  rightFrom(1, 6),
+	}
+	for _, sc := range d.scenarios(fam) {
+		b, bok := d.ns(fam, sc, "bare")
+		u, uok := d.ns(fam, sc, "floodgate-uncounted")
+		c, cok := d.ns(fam, sc, "floodgate")
+		if !uok || !cok {
+			continue
+		}
+		share := missing
+		if bok && u > b {
+			share = fmt.Sprintf("%+.1f%%", 100*(c-u)/(u-b))
+		}
+		t.rows = append(t.rows, []string{sc, cell(b, bok, fmtNs), fmtNs(u), fmtNs(c), fmtNs(c - u), share})
 	}
 	return t
 }
