@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -278,4 +279,36 @@ func TestSetRoutes(t *testing.T) {
 	if err := l.SetRoutes(nil, nil); err == nil {
 		t.Error("SetRoutes after Close succeeded")
 	}
+}
+
+// TestTwoRoutesCountedAndShadowed: a path whose escapes route it apart
+// is counted under both routes it is charged under; with the first
+// route a shadow, the headers carry only the enforced route's policy,
+// and a refusal by the second still refuses.
+func TestTwoRoutesCountedAndShadowed(t *testing.T) {
+	l, err := New(Config{Routes: []Route{
+		{Pattern: "/api/", Policies: []Policy{{Name: "api", Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, Shadow: true}}},
+		{Pattern: "/", Policies: perHour("rest", 2)},
+	}, Clock: floodgate.NewManualClock(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	h := l.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var codes []int
+	for range 3 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/api%2Fx", nil))
+		if got := w.Header().Get("RateLimit-Policy"); got != `"rest";q=2;w=3600` {
+			t.Fatalf("RateLimit-Policy %q: want the enforced route's alone", got)
+		}
+		codes = append(codes, w.Code)
+	}
+	if codes[0] != 200 || codes[1] != 200 || codes[2] != 429 {
+		t.Fatalf("answers %v, want 200 200 429", codes)
+	}
+	wantCounts(t, requests(l), map[string]int64{
+		"/api/||allowed": 1, "/api/|api|shadow_denied": 2,
+		"/||allowed": 2, "/|rest|denied": 1,
+	})
 }
