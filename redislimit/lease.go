@@ -307,6 +307,12 @@ func (l *Limiter) renewAhead(keys []string) {
 	l.calls.Add(1)
 	ls.renewals.Add(int64(len(asks)))
 	_, _ = pipe.Exec(ctx)
+	var firstErr error
+	defer func() {
+		if firstErr != nil {
+			l.failed(firstErr) // the round trip failed, for one key or all
+		}
+	}()
 	for _, a := range asks {
 		cmd := a.cmd
 		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -314,7 +320,10 @@ func (l *Limiter) renewAhead(keys []string) {
 				return l.client.Process(ctx, noRetry{c})
 			}, cmd.Args())
 		}
-		if cmd.Err() != nil {
+		if err := cmd.Err(); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
 			continue // a refill will ask again, when the lease runs out
 		}
 		r, err := l.reply(cmd)
@@ -491,7 +500,7 @@ func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 		}
 	}
 	if firstErr != nil {
-		l.errs.Add(1)
+		l.failed(firstErr)
 		return fmt.Errorf("redislimit: %d leased units could not be returned (the rule under-admits by as many until their time passes): %w", lost, firstErr)
 	}
 	return nil
@@ -540,17 +549,18 @@ func (l *Limiter) drainAll() []giveBack {
 }
 
 // leaseAllow decides a request of cost n in lease mode: from the key's
-// lease when it holds n units, from a cached denial, or by a refill.
-func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+// lease when it holds n units, from a cached denial, or by a refill. It
+// returns the decision's result too, for AppendCounts.
+func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgate.Decision, result, error) {
 	ls := l.lease
 	now := l.clock.Now()
 	st, ok := ls.states.Load(key)
 	if ok {
 		if g, rest, ok := l.take(key, st, n, now); ok {
-			return l.fromLease(g, rest, now), nil // lastUsed is for keys with no lease: it is not written here
+			return l.fromLease(g, rest, now), resAllowed, nil // lastUsed is for keys with no lease: it is not written here
 		}
 		if d, ok := l.cachedDenial(st, n, now); ok {
-			return d, nil
+			return d, resDenied, nil
 		}
 	} else {
 		// A place for the key is taken before it is made, so that racing
@@ -560,7 +570,7 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 				ls.size.Add(-1)
 			}
 			r, err := l.decide(ctx, key, call{n: n}, l.scriptNow())
-			return r.d, err
+			return r.d, r.res, err
 		}
 		var loaded bool
 		if st, loaded = ls.states.LoadOrStore(key, &leaseState{}); loaded {
@@ -598,7 +608,7 @@ var errLeaseWait = errors.New("redislimit: the key's refill outlasted Timeout")
 // one goroutine per key at a time (the leader) takes the next batch in the
 // round trip that decides its request; the others wait for it, within
 // Timeout, and try the new batch.
-func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, error) {
+func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, result, error) {
 	var deadline time.Time
 	for {
 		if st.dead.Load() {
@@ -613,15 +623,16 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 					budget = time.Until(deadline)
 				}
 				var d floodgate.Decision
+				var res result
 				var err error
 				if budget > 0 {
-					d, err = l.lead(ctx, key, st, n, budget)
+					d, res, err = l.lead(ctx, key, st, n, budget)
 				} else {
-					d = l.fallback(key, n, false)
+					d, res = l.fallback(key, n, false), l.failResult()
 				}
 				st.flight.Store(nil)
 				close(f.done)
-				return d, err
+				return d, res, err
 			}
 			continue
 		}
@@ -630,7 +641,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return l.fallback(key, n, false), nil
+			return l.fallback(key, n, false), l.failResult(), nil
 		}
 		timer := time.NewTimer(wait)
 		st.waiting.Add(n)
@@ -641,20 +652,20 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 		case <-ctx.Done():
 			timer.Stop()
 			st.waiting.Add(-n)
-			return l.abandon(), ctx.Err()
+			return l.abandon(), resAbandoned, ctx.Err()
 		case <-timer.C:
 			st.waiting.Add(-n)
 			if l.onError != nil {
 				l.onError(errLeaseWait)
 			}
-			return l.fallback(key, n, false), nil
+			return l.fallback(key, n, false), l.failResult(), nil
 		}
 		now := l.clock.Now()
 		if g, rest, ok := l.take(key, st, n, now); ok {
-			return l.fromLease(g, rest, now), nil
+			return l.fromLease(g, rest, now), resAllowed, nil
 		}
 		if d, ok := l.cachedDenial(st, n, now); ok {
-			return d, nil
+			return d, resDenied, nil
 		}
 	}
 }
@@ -663,14 +674,14 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 // key's lease out of reach, keeps what of it may still be spent toward
 // this request, asks Redis for the rest and the next batch in one round
 // trip, and installs the new batch.
-func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (d floodgate.Decision, err error) {
+func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (d floodgate.Decision, res result, err error) {
 	ls := l.lease
 	now := l.clock.Now()
 	if g, rest, ok := l.take(key, st, n, now); ok {
-		return l.fromLease(g, rest, now), nil // a refill that ended just now served it
+		return l.fromLease(g, rest, now), resAllowed, nil // a refill that ended just now served it
 	}
 	if d, ok := l.cachedDenial(st, n, now); ok {
-		return d, nil
+		return d, resDenied, nil
 	}
 	old := st.g.Swap(nil)
 	var held, give, gk, spent int64
@@ -684,7 +695,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 		case held >= n: // a spend that lost a race to this refill
 			old.units.Store(held - n)
 			l.install(key, st, old, now)
-			return l.fromLease(old, held-n, now), nil
+			return l.fromLease(old, held-n, now), resAllowed, nil
 		case held > 0:
 			ls.lapsed.Add(u - held)
 		case u > 0: // its time is up: what Redis has not taken back goes back
@@ -710,7 +721,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	ls.refills.Add(1)
 	r, err := l.decide(context.WithoutCancel(ctx), key, call{n: n - held, want: want, give: give, gk: gk, budget: budget}, l.scriptNow())
 	if cerr := ctx.Err(); cerr != nil && err == nil {
-		defer func() { d, err = l.abandon(), cerr }()
+		defer func() { d, res, err = l.abandon(), resAbandoned, cerr }()
 	}
 	st.pending.Store(st.waiting.Load()) // the next batch serves those who queued meanwhile
 	if r.redis {
@@ -735,7 +746,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 			st.deniedCost.Store(n)
 			st.deniedUntil.Store(now + min(retry, ls.ttl))
 		}
-		return r.d, err
+		return r.d, r.res, err
 	}
 	st.deniedUntil.Store(0)
 	d = r.d
@@ -746,7 +757,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 		l.install(key, st, g, now)
 		d.Remaining += r.extra
 	}
-	return d, nil
+	return d, r.res, nil
 }
 
 // install makes g the key's lease, or its next batch if another was

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/tally"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -179,12 +180,14 @@ type Limiter struct {
 	clock    floodgate.Clock
 	breaker  breaker
 	onError  func(error)
-	margin   int64   // ms added to each key's TTL
-	boxed    [4]any  // interval, capacity, margin, kind (the log: hold): boxed once, not per call
-	lease    *leases // nil unless lease mode is on
-	testNow  bool    // tests: the scripts' test form, on the Clock
+	margin   int64         // ms added to each key's TTL
+	boxed    [4]any        // interval, capacity, margin, kind (the log: hold): boxed once, not per call
+	lease    *leases       // nil unless lease mode is on
+	testNow  bool          // tests: the scripts' test form, on the Clock
+	requests *tally.Counts // AllowN's decisions, by result
 
 	calls, errs, timeouts, loads, fallbacks, opens, keyErrs, abandoned atomic.Int64
+	otherErrs                                                          atomic.Int64 // the errs neither timeouts nor keyErrs
 	reloaded, reloads                                                  atomic.Int64 // the last cluster reload (clock ns), and their count
 }
 
@@ -221,7 +224,7 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("redislimit: %w", err)
 	}
 	l := &Limiter{client: client, capacity: cfg.Rule.Capacity(), timeout: cfg.Timeout, mode: cfg.FailureMode,
-		clock: cfg.Clock, onError: cfg.OnError, margin: ttlMargin}
+		clock: cfg.Clock, onError: cfg.OnError, margin: ttlMargin, requests: tally.New(int(numResults))}
 	switch name {
 	case floodgate.TokenBucket, floodgate.LeakyBucket:
 		interval, err := micros(ceilDiv(int64(cfg.Rule.Period), cfg.Rule.Limit), "Period/Limit")
@@ -418,12 +421,16 @@ func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, er
 // breaker nothing, even when Redis is the one that stalled.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
 	if n < 1 || int64(n) > l.capacity {
+		l.requests.Inc(int(resDenied))
 		return floodgate.Decision{Limit: l.capacity, RetryAfter: floodgate.Never}, nil
 	}
 	if l.lease != nil {
-		return l.leaseAllow(ctx, key, int64(n))
+		d, res, err := l.leaseAllow(ctx, key, int64(n))
+		l.requests.Inc(int(res))
+		return d, err
 	}
 	r, err := l.decide(ctx, key, call{n: int64(n)}, l.scriptNow())
+	l.requests.Inc(int(r.res))
 	return r.d, err
 }
 
@@ -516,12 +523,14 @@ type call struct {
 // reply is the script's answer: the decision; extra, the units leased
 // beyond n; horizon, how long (µs) they stay spendable at most; k, the
 // window they were charged to (the windows), their entry's stamp (the
-// log) or Redis's clock (the buckets); and redis, false when the
-// FailureMode answered instead.
+// log) or Redis's clock (the buckets); redis, false when the
+// FailureMode answered instead; and res, the decision's result as
+// AppendCounts counts it.
 type reply struct {
 	d                 floodgate.Decision
 	extra, horizon, k int64
 	redis             bool
+	res               result
 }
 
 // decide runs the script for key, or falls back. now ≥ 0 is the test
@@ -539,11 +548,11 @@ type reply struct {
 // breaker for no one.
 func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (reply, error) {
 	if err := ctx.Err(); err != nil {
-		return reply{d: l.abandon()}, err
+		return reply{d: l.abandon(), res: resAbandoned}, err
 	}
 	probe, ok := l.breaker.enter(l.clock.Now())
 	if !ok {
-		return reply{d: l.fallback(key, c.n, c.dry)}, nil
+		return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
 	}
 	l.calls.Add(1)
 	if c.budget <= 0 {
@@ -553,21 +562,17 @@ func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (re
 	r, err := l.run(ctx, key, c, now)
 	if err == nil {
 		l.breaker.succeed(probe)
+		r.res = decided(r.d.Allowed)
 		return r, nil
 	}
 	if callerErr := callerEnded(ctx, budget); callerErr != nil {
 		l.breaker.abandon(probe)
-		return reply{d: l.abandon()}, callerErr
+		return reply{d: l.abandon(), res: resAbandoned}, callerErr
 	}
-	l.errs.Add(1)
-	switch {
-	case keyError(err):
-		l.keyErrs.Add(1)
+	switch l.failed(err) {
+	case keyErr:
 		l.breaker.succeed(probe) // Redis answered: it is up
 	default:
-		if isTimeout(err) {
-			l.timeouts.Add(1)
-		}
 		l.serverFailed()
 		if l.breaker.fail(probe, l.clock.Now()) {
 			l.opens.Add(1)
@@ -576,7 +581,23 @@ func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (re
 	if l.onError != nil {
 		l.onError(err)
 	}
-	return reply{d: l.fallback(key, c.n, c.dry)}, nil
+	return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
+}
+
+// failed counts a round trip that failed with err, by its kind, and
+// returns the kind.
+func (l *Limiter) failed(err error) errKind {
+	l.errs.Add(1)
+	switch {
+	case keyError(err):
+		l.keyErrs.Add(1)
+		return keyErr
+	case isTimeout(err):
+		l.timeouts.Add(1)
+		return timeoutErr
+	}
+	l.otherErrs.Add(1)
+	return otherErr
 }
 
 // callerEnded returns the caller's context's error if the call failed
