@@ -2,11 +2,17 @@
 // middleware: GET /hello and GET /other each allow every client -limit
 // requests per -period, counted apart.
 //
-//	go run ./examples/httpserver -addr 127.0.0.1:8080 -limit 5 -period 1m
+//	cd examples && go run ./httpserver -addr 127.0.0.1:8080 -limit 5 -period 1m -metrics 127.0.0.1:9090
 //
 // Once it listens it prints exactly one line to standard output,
-// "listening on HOST:PORT"; with port 0 it picks a free port. It logs to
-// standard error, and stops on SIGINT or SIGTERM.
+// "listening on HOST:PORT", and with -metrics a second one, "metrics on
+// HOST:PORT", where GET /metrics serves the middleware's counts in
+// Prometheus's format (package prommetrics), on a listener of its own so
+// that clients of the server never reach it. With port 0 it picks a free
+// port. It logs to standard error, and stops on SIGINT or SIGTERM.
+//
+// It is a module of its own (examples/), so that client_golang stays out
+// of the core's go.mod.
 package main
 
 import (
@@ -25,6 +31,9 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/prommetrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func main() {
@@ -33,13 +42,14 @@ func main() {
 	period := flag.Duration("period", time.Minute, "the period of -limit")
 	trusted := flag.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
 	v6 := flag.Int("ipv6-prefix", 64, "IPv6 clients are grouped by this prefix length")
+	metrics := flag.String("metrics", "", "address to serve GET /metrics on (Prometheus); empty for none")
 	flag.Parse()
-	if err := run(*addr, *limit, *period, *trusted, *v6); err != nil {
+	if err := run(*addr, *limit, *period, *trusted, *v6, *metrics); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr string, limit int64, period time.Duration, trusted string, v6 int) error {
+func run(addr string, limit int64, period time.Duration, trusted string, v6 int, metricsAddr string) error {
 	var proxies []string
 	if trusted != "" {
 		proxies = strings.Split(trusted, ",")
@@ -83,6 +93,26 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int)
 		IdleTimeout:       2 * time.Minute,
 	}
 	fmt.Printf("listening on %s\n", ln.Addr())
+	if metricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		c := prommetrics.New()
+		if err := c.Add("httpserver", lim); err != nil {
+			return err
+		}
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+		mln, err := net.Listen("tcp", metricsAddr)
+		if err != nil {
+			return err
+		}
+		mmux := http.NewServeMux()
+		mmux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		fmt.Printf("metrics on %s\n", mln.Addr())
+		go msrv.Serve(mln)
+		defer msrv.Close()
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,6 +75,14 @@ func TestMain(m *testing.M) {
 // it exited cleanly, having printed nothing but its one line.
 func start(t *testing.T, args ...string) string {
 	t.Helper()
+	url, _ := startServer(t, args...)
+	return url
+}
+
+// startServer is start that also returns the metrics URL when args ask
+// for -metrics: the second line the server prints.
+func startServer(t *testing.T, args ...string) (url, metrics string) {
+	t.Helper()
 	cmd := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -85,22 +94,35 @@ func start(t *testing.T, args ...string) string {
 		t.Fatal(err)
 	}
 	out := bufio.NewReader(stdout)
-	line := make(chan string, 1)
-	go func() {
-		s, _ := out.ReadString('\n')
-		line <- s
-	}()
-	var first string
-	select {
-	case first = <-line:
-	case <-time.After(time.Minute): // a bound on a broken build, not a wait for time to pass
-		cmd.Process.Kill()
-		t.Fatalf("no line from the server; stderr:\n%s", stderr.String())
+	readLine := func() string {
+		line := make(chan string, 1)
+		go func() {
+			s, _ := out.ReadString('\n')
+			line <- s
+		}()
+		select {
+		case s := <-line:
+			return s
+		case <-time.After(time.Minute): // a bound on a broken build, not a wait for time to pass
+			cmd.Process.Kill()
+			t.Fatalf("no line from the server; stderr:\n%s", stderr.String())
+			return ""
+		}
 	}
+	first := readLine()
 	hostport, ok := strings.CutPrefix(strings.TrimSuffix(first, "\n"), "listening on ")
 	if !ok || !strings.HasPrefix(hostport, "127.0.0.1:") || strings.HasSuffix(hostport, ":0") {
 		cmd.Process.Kill()
 		t.Fatalf("first line %q; stderr:\n%s", first, stderr.String())
+	}
+	if slices.Contains(args, "-metrics") {
+		second := readLine()
+		m, ok := strings.CutPrefix(strings.TrimSuffix(second, "\n"), "metrics on ")
+		if !ok || strings.HasSuffix(m, ":0") {
+			cmd.Process.Kill()
+			t.Fatalf("second line %q; stderr:\n%s", second, stderr.String())
+		}
+		metrics = "http://" + m + "/metrics"
 	}
 	t.Cleanup(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -109,10 +131,10 @@ func start(t *testing.T, args ...string) string {
 			t.Errorf("server exited with %v; stderr:\n%s", err, stderr.String())
 		}
 		if len(rest) > 0 {
-			t.Errorf("server printed more than one line: %q", rest)
+			t.Errorf("server printed more than its lines: %q", rest)
 		}
 	})
-	return "http://" + hostport
+	return "http://" + hostport, metrics
 }
 
 func get(t *testing.T, url string, xff string) *http.Response {
@@ -214,5 +236,43 @@ func TestServerBadFlags(t *testing.T) {
 		if err == nil {
 			t.Errorf("%v: exited 0: %s", args, out)
 		}
+	}
+}
+
+// TestServerMetrics: -metrics serves the middleware's counts on a
+// listener of its own, in Prometheus's text format, with the figures of
+// the requests made; the server's own port does not serve them.
+func TestServerMetrics(t *testing.T) {
+	url, metrics := startServer(t, "-limit", "2", "-period", "1h", "-metrics", "127.0.0.1:0")
+	for range 3 {
+		get(t, url+"/hello", "")
+	}
+	get(t, url+"/other", "")
+	if resp := get(t, url+"/metrics", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("the server's own port answers /metrics with %d", resp.StatusCode)
+	}
+	resp, err := http.Get(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d, %v", metrics, resp.StatusCode, err)
+	}
+	text := string(body)
+	for _, want := range []string{
+		`floodgate_requests_total{limiter="httpserver",policy="",result="allowed",route="GET /hello"} 2`,
+		`floodgate_requests_total{limiter="httpserver",policy="hello",result="denied",route="GET /hello"} 1`,
+		`floodgate_requests_total{limiter="httpserver",policy="",result="allowed",route="GET /other"} 1`,
+		`floodgate_keys{limiter="httpserver",policy="hello",route="GET /hello"} 1`,
+		`floodgate_keys_max{limiter="httpserver",policy="hello",route="GET /hello"} 1.048576e+06`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no %s in:\n%s", want, text)
+		}
+	}
+	if strings.Contains(text, "127.0.0.1") {
+		t.Error("the metrics carry a client's address")
 	}
 }

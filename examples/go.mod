@@ -1,0 +1,28 @@
+module github.com/floodgate-go/floodgate/examples
+
+go 1.26.0
+
+replace (
+	github.com/floodgate-go/floodgate => ../
+	github.com/floodgate-go/floodgate/prommetrics => ../prommetrics
+)
+
+require (
+	github.com/floodgate-go/floodgate v0.0.0
+	github.com/floodgate-go/floodgate/prommetrics v0.0.0
+	github.com/prometheus/client_golang v1.25.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pandatix/go-abnf v0.5.5 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.74.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
