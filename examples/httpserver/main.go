@@ -85,6 +85,7 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int,
 	if err != nil {
 		return err
 	}
+	defer ln.Close() // on an error before Serve, which closes it
 	srv := &http.Server{
 		Handler: lim.Handler(mux),
 		// A client that trickles its headers, or idles on a kept-alive
@@ -92,31 +93,35 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
-	fmt.Printf("listening on %s\n", ln.Addr())
+	var msrv *http.Server
+	var mln net.Listener
 	if metricsAddr != "" {
-		reg := prometheus.NewRegistry()
+		// The counts on a listener of their own, opened before either
+		// line is printed, so that a bad -metrics is an error at start.
 		c := prommetrics.New()
 		if err := c.Add("httpserver", lim); err != nil {
 			return err
 		}
+		reg := prometheus.NewRegistry()
 		if err := reg.Register(c); err != nil {
 			return err
 		}
-		mln, err := net.Listen("tcp", metricsAddr)
-		if err != nil {
+		if mln, err = net.Listen("tcp", metricsAddr); err != nil {
 			return err
 		}
 		mmux := http.NewServeMux()
 		mmux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		msrv := &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	}
+	fmt.Printf("listening on %s\n", ln.Addr())
+	errc := make(chan error, 2)
+	if msrv != nil {
 		fmt.Printf("metrics on %s\n", mln.Addr())
-		go msrv.Serve(mln)
-		defer msrv.Close()
+		go func() { errc <- msrv.Serve(mln) }()
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
 	case err := <-errc:
@@ -125,7 +130,11 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int,
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = srv.Shutdown(shutdown)
+	if msrv != nil {
+		err = errors.Join(err, msrv.Shutdown(shutdown))
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -228,13 +228,17 @@ func TestServerTrustedProxy(t *testing.T) {
 	}
 }
 
-// TestServerBadFlags: a bad rule or CIDR is an error at start, not a
-// server that limits something else.
+// TestServerBadFlags: a bad rule, CIDR or -metrics address is an error
+// at start, before the server says it listens, not a server that limits
+// something else or serves without its metrics.
 func TestServerBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}} {
+	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}, {"-metrics", "nonsense"}} {
 		out, err := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v: exited 0: %s", args, out)
+		}
+		if strings.Contains(string(out), "listening on") {
+			t.Errorf("%v: said it listens before failing: %s", args, out)
 		}
 	}
 }
