@@ -12,7 +12,7 @@ RESULTS     ?= results
 
 # Every module in the repository: the core and the modules that keep their
 # dependencies out of its go.mod.
-MODULES := . bench grpclimit redislimit httplimit/conformance
+MODULES := . bench grpclimit redislimit httplimit/conformance prommetrics otelmetrics examples
 
 .PHONY: test check full lint quick race memory chaos go-min stress fuzz bench bench-full test-arm64
 
