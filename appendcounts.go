@@ -7,17 +7,21 @@ import "github.com/floodgate-go/floodgate/counts"
 // Config.Stats, whose counts they are), the keys held and their bound
 // (with MaxKeys), and the evictions by reason (idle, bound, fresh). Denied
 // there excludes the refusals by the global cap, which denied_global
-// counts, so that the results add up to the decisions made. Route and
+// counts, so that the results add up to the decisions made. Every count
+// only grows, but for one case: a Limiter in a Limits whose grant a later
+// Limiter refused moves that decision from allowed to denied. Route and
 // Policy are "": a middleware that holds Limiters sets them.
 //
 // It makes the Limiter a counts.Source, which the metrics modules export.
 func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
 	s := l.Stats()
-	if l.count != nil {
+	if c := l.count; c != nil {
+		// Each result is one counter read once, not a difference of two
+		// read apart, so that none falls between two scrapes.
 		dst = append(dst,
-			counts.Sample{Metric: counts.Requests, Label: counts.Allowed, Value: s.Allowed},
-			counts.Sample{Metric: counts.Requests, Label: counts.Denied, Value: s.Denied - s.DeniedByGlobal},
-			counts.Sample{Metric: counts.Requests, Label: counts.DeniedGlobal, Value: s.DeniedByGlobal})
+			counts.Sample{Metric: counts.Requests, Label: counts.Allowed, Value: c.Value(countAllowed)},
+			counts.Sample{Metric: counts.Requests, Label: counts.Denied, Value: c.Value(countDenied)},
+			counts.Sample{Metric: counts.Requests, Label: counts.DeniedGlobal, Value: c.Value(countDeniedByGlobal)})
 	}
 	dst = append(dst, counts.Sample{Metric: counts.Keys, Value: int64(s.Keys)})
 	if s.MaxKeys > 0 {

@@ -302,9 +302,9 @@ func (l *Limiter) Allow(key string) bool {
 		now := l.now()
 		var s State
 		allowed, s = l.takeObject(key, now)
-		if allowed && l.refusedByGlobal(now) {
+		if allowed && l.refusedByGlobal(now) { // counted there
 			l.returnObject(s, now, 1)
-			allowed = false
+			return false
 		}
 	} else {
 		var id registry.ID
@@ -321,9 +321,9 @@ func (l *Limiter) Allow(key string) bool {
 		var t *registry.Table
 		var i int
 		allowed, t, i = l.onWord(id, now, opTake, 1, nil)
-		if allowed && l.refusedByGlobal(now) {
+		if allowed && l.refusedByGlobal(now) { // counted there
 			l.returnWord(id, t, i, now, 1, false, 0)
-			allowed = false
+			return false
 		}
 	}
 	l.decided(allowed)
@@ -370,8 +370,8 @@ func (l *Limiter) allowAt(key string, now int64, n int64, out *grant) Decision {
 		gd, g := l.allowGlobal(g, now, n)
 		if !gd.Allowed {
 			l.refundKey(&grant{s: s, id: id, t: t, i: i, now: now, n: n})
-			l.decided(false)
-			return fromCore(gd)
+			return fromCore(gd) // counted by allowGlobal
+
 		}
 		asked = g
 		a.d.Remaining = min(a.d.Remaining, gd.Remaining)
@@ -425,7 +425,8 @@ func (l *Limiter) Stats() Stats {
 	s := Stats{Keys: l.Len(), MaxKeys: l.sketch.maxKeys,
 		Evicted: l.evicted.Value(), EvictedAtBound: l.evictedAtBound.Value(), EvictedFresh: l.evictedFresh.Value()}
 	if c := l.count; c != nil {
-		s.Allowed, s.Denied, s.DeniedByGlobal = c.Value(countAllowed), c.Value(countDenied), c.Value(countDeniedByGlobal)
+		s.DeniedByGlobal = c.Value(countDeniedByGlobal)
+		s.Allowed, s.Denied = c.Value(countAllowed), c.Value(countDenied)+s.DeniedByGlobal
 	}
 	return s
 }

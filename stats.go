@@ -27,9 +27,9 @@ type Stats struct {
 // The decision counters, with Config.Stats: their index in a Limiter's
 // tally.
 const (
-	countAllowed = iota
-	countDenied
-	countDeniedByGlobal
+	countAllowed        = iota
+	countDenied         // by the key's own state (or a later Limits member: see giveBack)
+	countDeniedByGlobal // by the global cap; not in countDenied, so that each is a counter of its own
 	numCounts
 )
 
