@@ -264,6 +264,9 @@ if w + n <= N then
   local remaining, extra = N - w - n, 0
   if dry == 1 then return {1, remaining, 0, wait(max(c, last) + T), 0, hold, c + hold} end
   if want > 0 then extra = min(want, floor(remaining / 8)) end
+  -- A lease alone (n = 0) with too little left to lease writes nothing:
+  -- there is no record to add, and no TTL to stretch.
+  if n == 0 and extra == 0 then return {1, remaining, 0, wait(max(c, last) + T), 0, hold, c + hold} end
   -- The records from c on (lease mode's, ahead) change; those before
   -- first leave.
   local p = count + 1

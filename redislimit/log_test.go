@@ -433,3 +433,34 @@ func readLog(t *testing.T, c redis.UniversalClient, key string) (int64, []logEnt
 	}
 	return newest, entries, true
 }
+
+// TestLogLeaseAloneNearTheLimit: a lease alone (n = 0, as lease mode's
+// renewal asks) on a key with fewer than 8 units left leases nothing; it
+// once failed in the script (the TTL of no record), which the renewal
+// swallowed and only TestLeaseStress's error count showed. It answers
+// without an error and writes nothing.
+func TestLogLeaseAloneNearTheLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 10, Period: 10 * time.Second}})
+	l.hold = 1_000_000
+	l.box()
+	const t0 = int64(1_700_000_000_000_000)
+	for i := int64(0); i < 5; i++ {
+		if r, err := l.decide(ctx, "k", call{n: 1}, t0+i); err != nil || !r.d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, r, err)
+		}
+	}
+	before, _ := c.Get(ctx, l.Key("k")).Result()
+	r, err := l.decide(ctx, "k", call{want: 40}, t0+10)
+	if err != nil || !r.redis || r.extra != 0 || r.d.Remaining != 5 {
+		t.Fatalf("a lease alone with 5 left: %+v, %v", r, err)
+	}
+	if after, _ := c.Get(ctx, l.Key("k")).Result(); after != before {
+		t.Fatal("a lease of nothing changed the key")
+	}
+	if s := l.Stats(); s.Errors != 0 {
+		t.Fatalf("errors: %+v", s)
+	}
+}
