@@ -3,8 +3,10 @@ package otelmetrics_test
 import (
 	"testing"
 
-	"github.com/floodgate-go/floodgate/internal/testmain"
+	"go.uber.org/goleak"
 )
 
 // TestMain fails the package's tests if they leave a goroutine behind.
-func TestMain(m *testing.M) { testmain.Run(m) }
+// It uses goleak directly: the core's internal packages are not this
+// module's to import.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
