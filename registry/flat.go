@@ -107,12 +107,19 @@ const (
 
 // Table is one generation of a shard's slots. Origin is the instant (or
 // window index) that inline words are relative to; it changes only when a
-// rebase moves the shard to a new table.
+// rebase moves the shard to a new table. Aux is the user's: what its words
+// mean (floodgate keeps the rule there, so that a word and the rule it is
+// read with always come from one table); a resize and a rebase keep it,
+// and only Convert gives a new table another. Both are set before the
+// table is published and never written again, so a request reads them
+// without synchronisation; they sit beside b and n, on the line a lookup
+// loads anyway.
 type Table struct {
 	b      []bucket
-	n      uint64           // len(b)
-	ptrs   []unsafe.Pointer // parallel to the slots, for states held out of line
+	n      uint64 // len(b)
 	Origin int64
+	Aux    unsafe.Pointer
+	ptrs   []unsafe.Pointer      // parallel to the slots, for states held out of line
 	next   atomic.Pointer[Table] // set before the first slot is marked Moved
 }
 
@@ -198,9 +205,9 @@ func (t *Table) put(i int, id ID, w uint64, p unsafe.Pointer) {
 
 // Hooks is what a Flat table asks of the states it holds.
 type Hooks struct {
-	// Rebase translates a live inline word from origin from to origin to.
-	// Nil for tables whose states live out of line.
-	Rebase func(w uint64, from, to int64) uint64
+	// Rebase translates a live inline word of table old to origin to,
+	// with the same Aux. Nil for tables whose states live out of line.
+	Rebase func(old *Table, w uint64, to int64) uint64
 	// Spent returns, reading and changing nothing, the instant from which
 	// the state in slot i of t would answer as a new one does (at or
 	// before now for an idle key). Eviction at the bound takes the
@@ -255,8 +262,9 @@ type FlatConfig struct {
 	MaxKeys int
 	// Pointers makes room for a state out of line in every slot.
 	Pointers bool
-	// Origin is the first table's origin.
+	// Origin is the first table's origin, and Aux its Aux.
 	Origin int64
+	Aux    unsafe.Pointer
 	Hooks  Hooks
 }
 
@@ -280,7 +288,7 @@ func NewFlat(c FlatConfig) Flat {
 		f.bound = max(1, c.MaxKeys/shards)
 	}
 	for i := range f.shards {
-		f.shards[i].table.Store(newTable(minBuckets, c.Origin, c.Pointers))
+		f.shards[i].table.Store(newTable(minBuckets, c.Origin, c.Aux, c.Pointers))
 		f.shards[i].rng = uint64(i)*0x9e3779b97f4a7c15 + 1
 	}
 	return f
@@ -288,10 +296,10 @@ func NewFlat(c FlatConfig) Flat {
 
 // newTable makes a table of n buckets, aligned to a cache line: a bucket
 // must be one line, or a lookup would touch two.
-func newTable(n uint64, origin int64, ptrs bool) *Table {
+func newTable(n uint64, origin int64, aux unsafe.Pointer, ptrs bool) *Table {
 	raw := make([]bucket, n+1)
 	off := (lineSize - uintptr(unsafe.Pointer(&raw[0]))%lineSize) % lineSize
-	t := &Table{b: unsafe.Slice((*bucket)(unsafe.Add(unsafe.Pointer(&raw[0]), off)), n), n: n, Origin: origin}
+	t := &Table{b: unsafe.Slice((*bucket)(unsafe.Add(unsafe.Pointer(&raw[0]), off)), n), n: n, Origin: origin, Aux: aux}
 	if ptrs {
 		t.ptrs = make([]unsafe.Pointer, n<<slotShift)
 	}
@@ -410,12 +418,24 @@ func (f *Flat) tombstone(sh *flatShard, t *Table, i int) {
 }
 
 // migrate moves the shard to a new table sized for its keys, with the given
-// origin, and returns it. Under the lock; readers go on meanwhile.
+// origin and the old table's Aux, and returns it. Under the lock; readers
+// go on meanwhile.
 func (f *Flat) migrate(sh *flatShard, old *Table, origin int64) *Table {
+	var rebase func(old *Table, w uint64) uint64
+	if f.hooks.Rebase != nil && origin != old.Origin {
+		rebase = func(old *Table, w uint64) uint64 { return f.hooks.Rebase(old, w, origin) }
+	}
+	return f.move(sh, old, origin, old.Aux, rebase, nil)
+}
+
+// move is migrate with a new Aux and a translation of each slot's word
+// (nil: copied as it is) and of each slot's out-of-line state (nil:
+// shared by both tables). Under the lock.
+func (f *Flat) move(sh *flatShard, old *Table, origin int64, aux unsafe.Pointer,
+	words func(old *Table, w uint64) uint64, ptrs func(old *Table, i int, p unsafe.Pointer) unsafe.Pointer) *Table {
 	live := uint64(sh.live.Load())
-	nt := newTable(max(minBuckets, (live+1)*2/slotsPerBucket), origin, f.ptrs)
+	nt := newTable(max(minBuckets, (live+1)*2/slotsPerBucket), origin, aux, f.ptrs)
 	old.next.Store(nt)
-	rebase := f.hooks.Rebase != nil && origin != old.Origin
 	for i := range old.slots() {
 		if i&slotMask == slotsPerBucket {
 			continue
@@ -429,6 +449,9 @@ func (f *Flat) migrate(sh *flatShard, old *Table, origin int64) *Table {
 		var p unsafe.Pointer
 		if f.ptrs {
 			p = old.Ptr(i)
+			if ptrs != nil {
+				p = ptrs(old, i, p)
+			}
 		}
 		// No reader looks for id in nt before its old slot says Moved, so
 		// the copy may be rewritten until the CAS holds.
@@ -436,8 +459,8 @@ func (f *Flat) migrate(sh *flatShard, old *Table, origin int64) *Table {
 		w := src.Load()
 		for {
 			nw := w
-			if rebase {
-				nw = f.hooks.Rebase(w, old.Origin, origin)
+			if words != nil {
+				nw = words(old, w)
 			}
 			nt.put(j, id, nw, p)
 			if src.CompareAndSwap(w, word.Moved) {
@@ -449,6 +472,24 @@ func (f *Flat) migrate(sh *flatShard, old *Table, origin int64) *Table {
 	sh.used = live
 	sh.table.Store(nt)
 	return nt
+}
+
+// Convert moves every shard, one after another, to a new table with the
+// given origin and Aux, translating each live word with words and each
+// out-of-line state with ptrs, under the shard's lock, as a resize moves
+// a shard: a grant that lands on a word before its CAS to Moved is
+// translated with it, one that comes after follows the mark into the new
+// table. ptrs runs once per state, under the lock; it must retire the old
+// state in the same atomic step as it reads it, so that no grant lands on
+// it afterwards. No lock spans the table, and readers never wait.
+func (f *Flat) Convert(origin int64, aux unsafe.Pointer, words func(old *Table, w uint64) uint64,
+	ptrs func(old *Table, i int, p unsafe.Pointer) unsafe.Pointer) {
+	for s := range f.shards {
+		sh := &f.shards[s]
+		sh.mu.Lock()
+		f.move(sh, sh.table.Load(), origin, aux, words, ptrs)
+		sh.mu.Unlock()
+	}
 }
 
 // Rebase moves id's shard to a new table whose origin is origin, unless
