@@ -384,11 +384,20 @@ func NewSpent(p Params, now, spent int64) *Log {
 	if spent <= now {
 		return New(p, now)
 	}
-	at := p.enters(spent)
+	return holding(p, p.enters(spent), p.limit)
+}
+
+// holding returns a log closed before at whose window holds cost charged
+// at at: the base entry, then, for a cost above 0, one entry of that
+// cumulative cost, both at at.
+func holding(p Params, at, cost int64) *Log {
 	l := New(p, at)
+	if cost <= 0 {
+		return l
+	}
 	r := l.ring.Load()
 	r.slot(1).ts.Store(uint64(at))
-	r.slot(1).meta.Store(metaOf(1, uint64(p.limit)))
+	r.slot(1).meta.Store(metaOf(1, uint64(cost)))
 	r.hint.Store(2)
 	l.head.Store(guess(2, r.mask))
 	return l

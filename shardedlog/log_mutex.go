@@ -39,9 +39,15 @@ func NewMutexSpent(p Params, now, spent int64) *MutexLog {
 	if spent <= now {
 		return NewMutex(p, now)
 	}
-	at := p.enters(spent)
+	return mutexHolding(p, p.enters(spent), p.limit)
+}
+
+// mutexHolding is holding for a MutexLog.
+func mutexHolding(p Params, at, cost int64) *MutexLog {
 	m := NewMutex(p, at)
-	m.push(logEntry{at, p.limit})
+	if cost > 0 {
+		m.push(logEntry{at, cost})
+	}
 	return m
 }
 

@@ -1,0 +1,67 @@
+package atomicwindow
+
+// Changing a key's rule (floodgate's Limiter.SetRule). What a window holds
+// at the instant T of the change is its allowance at T: the largest cost
+// a request at T could take (Decision.Remaining of a Peek at T; for the
+// sliding counter, N − curr − ceil(prev × (T − e) / T)), and 0 when T lies
+// in a window before the state's own, which refuses every request. The
+// converted state of rule q lies in q's window of T, k' = floor(T / T'),
+// with no previous count and a current count of N' − min(held, N'): at T
+// it holds exactly min(held, N'), and from then on its windows open at the
+// new period. No key gains allowance from the change; the sliding counter
+// keeps the converted count one window more, weighted down as the next
+// window goes by, as it does any count.
+
+// held is the allowance of the live word w at window rel, offset e.
+func (p *Params) held(w uint64, rel, e int64, pos position) int64 {
+	if pos == tooEarly {
+		return 0
+	}
+	if ks, _, _ := p.unpack(w); pos == inRange && rel < ks {
+		return 0
+	}
+	d, _ := p.peek(w, rel, e, pos)
+	if d.Allowed {
+		return d.Remaining + 1 // a Peek's Remaining is after its one unit
+	}
+	return d.Remaining
+}
+
+// converted is the word, relative to origin q.Origin(at), of a state of
+// rule q that holds held at its window of at.
+func (q *Params) converted(held int64) uint64 {
+	return q.pack(0, q.limit-min(held, q.limit), 0)
+}
+
+// ConvertValue returns the word, under rule q relative to origin
+// q.Origin(at), of the window whose live word under p relative to origin
+// is v, converted at the instant at (see above).
+func (p *Params) ConvertValue(v uint64, origin, at int64, q *Params) uint64 {
+	rel, e, pos := p.locate(at, origin)
+	return q.converted(p.held(v, rel, e, pos))
+}
+
+// FullAt returns the instant from which a window of rule p that is spent
+// at now answers as new: the end of the last window in which a count made
+// at now weighs (see floodgate's MaxKeys).
+func (p *Params) FullAt(now int64) int64 {
+	return p.SpentValue(p.pack(0, 1, 0), p.Origin(now))
+}
+
+// ConvertTo retires s whatever it holds, in the same critical section as
+// it reads it, and returns the window of rule q that holds what s held at
+// at, converted (see above). It returns nil, and changes nothing, when s
+// had retired already: its successor holds its state. The retired s names
+// the new window as its Successor. A refund that meets s afterwards is
+// dropped (stricter, never looser).
+func (s *MutexWindow) ConvertTo(at int64, q Params) *MutexWindow {
+	rel, e, pos := s.p.locate(at, s.origin)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if isRetired(s.word) {
+		return nil
+	}
+	s.next = &MutexWindow{origin: q.Origin(at), word: q.converted(s.p.held(s.word, rel, e, pos)), p: q}
+	s.word = resetWord
+	return s.next
+}

@@ -1,0 +1,61 @@
+package shardedlog
+
+import "github.com/floodgate-go/floodgate/internal/chaos"
+
+// Changing a key's rule (floodgate's Limiter.SetRule). What a log holds at
+// the instant T of the change is its allowance there: N minus the cost in
+// the window that ends where a request at T is charged, c = max(T, the
+// newest entry's time). The converted log of rule q is closed before c
+// and holds one entry at c of cost N' − min(held, N'): at T it holds
+// exactly min(held, N'), and that cost leaves the window at c + T', the
+// new rule's pace. The old entries' own times are not kept: under a
+// shorter period some of them would leave sooner than they would have,
+// handing back more than the key held.
+
+// ConvertTo retires l whatever it holds, in the same 16-byte CAS at the
+// head as it reads the window (so no claim lands between them), and
+// returns the log of rule q that holds what l held at at, converted (see
+// above). It returns nil, and changes nothing, when l had retired
+// already. The retired l names the new log as its Successor. A refund
+// that meets l afterwards is dropped (stricter, never looser).
+func (l *Log) ConvertTo(at int64, q Params) *Log {
+	for {
+		v, retired := l.current()
+		if retired {
+			return nil
+		}
+		o, ok := l.evaluate(&v, at)
+		if !ok {
+			continue
+		}
+		held := l.p.limit - int64(o.window)
+		// The successor is named before the retirement, so that no caller
+		// that meets the retired log can name another; the log is live
+		// until the CAS, and no one asks a live log for its successor.
+		c := holding(q, o.charged, q.limit-min(held, q.limit))
+		l.next.Store(c)
+		chaos.Yield()
+		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
+			return c
+		}
+		chaos.Lost("log.convert")
+	}
+}
+
+// ConvertTo is Log.ConvertTo under the mutex.
+func (m *MutexLog) ConvertTo(at int64, q Params) *MutexLog {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return nil
+	}
+	charged := max(at, m.newest)
+	w, _ := m.window(charged)
+	m.retired, m.reset = true, true
+	m.next = mutexHolding(q, charged, q.limit-min(m.p.limit-w, q.limit))
+	return m.next
+}
+
+// FullAt returns the instant from which a log of rule p spent at now
+// answers as new: when a cost charged at now leaves the window.
+func (p *Params) FullAt(now int64) int64 { return p.leaves(now) }
