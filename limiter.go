@@ -36,9 +36,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/atomicwindow"
 	"github.com/floodgate-go/floodgate/internal/hook"
 	"github.com/floodgate-go/floodgate/internal/tally"
 	"github.com/floodgate-go/floodgate/registry"
@@ -133,23 +133,29 @@ const (
 // zero value is not usable: call New.
 type Limiter struct {
 	kind     kind
-	bucket   atomicbucket.Params // for bucketWords
-	window   atomicwindow.Params // for windowWords
-	capacity int64
 	clock    Clock         // nil for SystemClock, read without an interface call
 	coarse   *CoarseClock  // set when clock is a ticking CoarseClock: read without an interface call
 	flat     registry.Flat // held by value: one load fewer per request
 	hasher   *registry.Hasher
-	ids      func(string) registry.ID  // nil: hasher.ID
-	ref      *registry.Registry[State] // the reference registry, when chosen
-	alg      Algorithm
+	ids      func(string) registry.ID            // nil: hasher.ID
+	ref      *registry.Registry[State]           // the reference registry, when chosen
 	name     string                              // the algorithm's registered name
+	twins    bool                                // name may be a mutex twin's, for SetRule's lookup
 	reserves bool                                // the algorithm's states can reserve (WaitN)
 	sketch   lazySketch                          // with MaxKeys
 	count    *tally.Counts                       // with Config.Stats: Allowed, Denied, DeniedByGlobal
 	global   atomic.Pointer[atomicbucket.Bucket] // nil without Config.Global
 
 	evicted, evictedAtBound, evictedFresh *xsync.Counter
+
+	// rules is the rule in force: the one a key created now gets, and
+	// the one Peek, WaitN and a denial with Never answer with. Every
+	// table of the registry carries the rule its states were made under
+	// (registry.Table's Aux), and a request reads the rule from the table
+	// its state is in, so a state is never read with another rule's
+	// parameters (see SetRule). setMu orders the changes.
+	rules atomic.Pointer[ruleSet]
+	setMu sync.Mutex
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -200,8 +206,9 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.MaxKeys > 0 && cfg.reference {
 		return nil, fmt.Errorf("floodgate: the reference registry has no MaxKeys")
 	}
-	l := &Limiter{alg: alg, name: name, capacity: cfg.Rule.Capacity(), hasher: registry.NewHasher(), ids: cfg.ids,
+	l := &Limiter{name: name, twins: cfg.twins, hasher: registry.NewHasher(), ids: cfg.ids,
 		evicted: xsync.NewCounter(), evictedAtBound: xsync.NewCounter(), evictedFresh: xsync.NewCounter()}
+	l.rules.Store(newRuleSet(cfg.Rule, alg))
 	switch alg.(type) {
 	case lockFreeBucket, mutexBucket, leakyMeter:
 		l.reserves = true // their states reserve: WaitN
@@ -256,22 +263,20 @@ func (l *Limiter) build(cfg Config) {
 		l.ref = registry.New[State](0)
 		return
 	}
-	switch a := l.alg.(type) {
+	rs := l.rules.Load()
+	switch rs.alg.(type) {
 	case lockFreeBucket:
-		l.kind, l.bucket = bucketWords, atomicbucket.Params(a)
+		l.kind = bucketWords
 	case lockFreeWindows:
-		l.kind, l.window = windowWords, atomicwindow.Params(a)
+		l.kind = windowWords
 	}
-	fc := registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.kind == objects}
+	fc := registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.kind == objects, Aux: unsafe.Pointer(rs)}
 	switch l.kind {
 	case objects:
 		fc.Hooks = registry.Hooks{Spent: l.objectSpent, Evict: l.evictObject}
-	case bucketWords:
-		fc.Origin = l.origin(l.now())
-		fc.Hooks = registry.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.bucket.RebaseWord}
-	case windowWords:
-		fc.Origin = l.origin(l.now())
-		fc.Hooks = registry.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.window.RebaseWord}
+	default:
+		fc.Origin = l.origin(rs, l.now())
+		fc.Hooks = registry.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.rebaseWord}
 	}
 	l.flat = registry.NewFlat(fc)
 	if cfg.MaxKeys > 0 {

@@ -118,9 +118,9 @@ func TestEvictionRaceInline(t *testing.T) {
 		l.AllowN("k", 2) // ... k is created again and emptied ...
 		var st word.Status
 		if alg == TokenBucket {
-			_, st = l.bucket.TakeWord(orphanTable.Word(orphan), orphanTable.Origin, clock.Now(), 1)
+			_, st = rulesOf(orphanTable).bucket.TakeWord(orphanTable.Word(orphan), orphanTable.Origin, clock.Now(), 1)
 		} else {
-			_, st = l.window.TakeWord(orphanTable.Word(orphan), orphanTable.Origin, clock.Now(), 1)
+			_, st = rulesOf(orphanTable).window.TakeWord(orphanTable.Word(orphan), orphanTable.Origin, clock.Now(), 1)
 		}
 		if st != word.Gone {
 			t.Fatalf("%s: the evicted word answered %v, not Gone", alg, st)

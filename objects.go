@@ -95,8 +95,8 @@ func (l *Limiter) state(key string, id registry.ID, now int64) State {
 	for {
 		t, i := l.flat.Find(id)
 		if i < 0 {
-			t, i = l.flat.Insert(id, now, func(*registry.Table) (uint64, unsafe.Pointer, bool) {
-				return 0, unsafe.Pointer(&box{l.newObject(id, now)}), true
+			t, i = l.flat.Insert(id, now, func(t *registry.Table) (uint64, unsafe.Pointer, bool) {
+				return 0, unsafe.Pointer(&box{l.newObject(rulesOf(t), id, now)}), true
 			})
 		}
 		if b := (*box)(t.Ptr(i)); b != nil {
@@ -106,14 +106,15 @@ func (l *Limiter) state(key string, id registry.ID, now int64) State {
 	}
 }
 
-// newObject makes the state of key id, not held now: as newState, or, if
-// the sketch remembers the key as spent until later, as restrictive as that.
-func (l *Limiter) newObject(id registry.ID, now int64) State {
+// newObject makes the state of key id, not held now, under the rule rs
+// (its table's): as newState, or, if the sketch remembers the key as
+// spent until later, as restrictive as that.
+func (l *Limiter) newObject(rs *ruleSet, id registry.ID, now int64) State {
 	at := max(now, l.evictedAt.Load())
-	if spent := l.sketch.spent(id); spent > at {
-		return l.alg.(spentAlgorithm).newSpent(at, spent)
+	if spent := rs.spentSince(l.sketch.spent(id)); spent > at {
+		return rs.alg.(spentAlgorithm).newSpent(at, spent)
 	}
-	return l.alg.NewState(at)
+	return rs.alg.NewState(at)
 }
 
 // successor moves key on from a retired state to the one that replaces it.
@@ -140,7 +141,7 @@ func (l *Limiter) successor(key string, id registry.ID, s State, now int64) Stat
 // eviction since then may have removed it, in which case full only from the
 // eviction's instant on.
 func (l *Limiter) newState(now int64) State {
-	return l.alg.NewState(max(now, l.evictedAt.Load()))
+	return l.rules.Load().alg.NewState(max(now, l.evictedAt.Load()))
 }
 
 // peekObject is Peek for key: its state if it is held, or the state it
@@ -154,13 +155,14 @@ func (l *Limiter) peekObject(key string, now int64) Decision {
 		}
 	} else {
 		id := l.id(key)
-		if t, i := l.flat.Find(id); i >= 0 {
+		t, i := l.flat.Find(id)
+		if i >= 0 {
 			if b := (*box)(t.Ptr(i)); b != nil {
 				s = b.s
 			}
 		}
 		if s == nil {
-			s = l.newObject(id, now)
+			s = l.newObject(rulesOf(t), id, now)
 		}
 	}
 	d, live := s.Peek(now)

@@ -88,3 +88,25 @@ func (z *lazySketch) record(id registry.ID, at int64) {
 	}
 	s.record(id, at)
 }
+
+// raise raises every cell that holds an instant after at to at least
+// full, after a change of rule at at (see ruleSet.spentSince): such a
+// cell's instant was reckoned under the old rule, and the key it stands
+// for counts as holding nothing at the change. Raising is what record
+// does, so a concurrent record or read sees either value, both of which
+// are no looser than the key's own.
+func (z *lazySketch) raise(at, full int64) {
+	s := z.p.Load()
+	if s == nil {
+		return
+	}
+	for i := range s.cells {
+		c := &s.cells[i]
+		for {
+			old := c.Load()
+			if old <= at || old >= full || c.CompareAndSwap(old, full) {
+				break
+			}
+		}
+	}
+}

@@ -75,8 +75,8 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	if !l.reserves {
 		return fmt.Errorf("%w, not %q", ErrCannotWait, l.name)
 	}
-	if n < 1 || n > l.capacity {
-		return fmt.Errorf("%w: n = %d, capacity %d", ErrExceedsCapacity, n, l.capacity)
+	if capacity := l.rules.Load().capacity; n < 1 || n > capacity {
+		return fmt.Errorf("%w: n = %d, capacity %d", ErrExceedsCapacity, n, capacity)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -77,27 +77,31 @@ func (l *Limiter) onWord(id registry.ID, now int64, op op, n int64, a *answer) (
 		if i < 0 {
 			if t, i = l.create(id, now); i < 0 {
 				if a != nil {
-					a.d = Decision{Limit: l.capacity, RetryAfter: Never}
+					a.d = Decision{Limit: l.rules.Load().capacity, RetryAfter: Never}
 				}
 				return false, t, -1
 			}
 		}
+		// The word is read with the rule of the table it is in: SetRule
+		// moves words to a table of the new rule, never changes a rule
+		// under a word.
+		rs := rulesOf(t)
 		var st word.Status
 		switch w := t.Word(i); {
 		case op == opTake && l.kind == bucketWords:
-			ok, st = l.bucket.TakeWord(w, t.Origin, now, n)
+			ok, st = rs.bucket.TakeWord(w, t.Origin, now, n)
 		case op == opTake:
-			ok, st = l.window.TakeWord(w, t.Origin, now, n)
+			ok, st = rs.window.TakeWord(w, t.Origin, now, n)
 		case op == opAllow && l.kind == bucketWords:
 			var d atomicbucket.Decision
-			d, st = l.bucket.AllowWord(w, t.Origin, now, n)
+			d, st = rs.bucket.AllowWord(w, t.Origin, now, n)
 			a.d, ok = fromCore(d), d.Allowed
 		case op == opAllow:
 			var d atomicwindow.Decision
-			d, st = l.window.AllowWord(w, t.Origin, now, n)
+			d, st = rs.window.AllowWord(w, t.Origin, now, n)
 			a.d, ok = fromCore(d), d.Allowed
 		case l.kind == bucketWords:
-			a.wait, a.tat, ok, st = l.bucket.ReserveWord(w, t.Origin, now, n, a.maxWait)
+			a.wait, a.tat, ok, st = rs.bucket.ReserveWord(w, t.Origin, now, n, a.maxWait)
 		default:
 			panic("floodgate: a window cannot reserve") // WaitN refuses the windows first
 		}
@@ -117,17 +121,21 @@ func (l *Limiter) onWord(id registry.ID, now int64, op op, n int64, a *answer) (
 // when cancel is set, a reservation whose wait ended early, which left
 // the word tat. It follows the word to its new slot if a resize moved it
 // meanwhile. A key removed meanwhile keeps what it was charged (never the
-// reverse), and so does a reservation that a later one was promised on.
+// reverse), and so does a reservation that a later one was promised on,
+// and a grant made under a rule that SetRule has changed since: the word
+// it was taken from was converted, and what it is given back to belongs
+// to another rule (stricter, never looser).
 func (l *Limiter) returnWord(id registry.ID, t *registry.Table, i int, now, n int64, cancel bool, tat uint64) {
-	for i >= 0 {
+	rs := rulesOf(t)
+	for i >= 0 && rulesOf(t) == rs {
 		var st word.Status
 		switch {
 		case cancel:
-			_, st = l.bucket.CancelWord(t.Word(i), tat, n)
+			_, st = rs.bucket.CancelWord(t.Word(i), tat, n)
 		case l.kind == bucketWords:
-			st = l.bucket.RefundWord(t.Word(i), n)
+			st = rs.bucket.RefundWord(t.Word(i), n)
 		default:
-			st = l.window.RefundWord(t.Word(i), t.Origin, now, n)
+			st = rs.window.RefundWord(t.Word(i), t.Origin, now, n)
 		}
 		if st == word.Live || t.Word(i).Load() != word.Moved {
 			return // given back, spent for good, or the key was removed
@@ -154,7 +162,7 @@ func (l *Limiter) create(id registry.ID, now int64) (*registry.Table, int) {
 
 // rebase moves the origin of id's table to now's and finds id again.
 func (l *Limiter) rebase(id registry.ID, t *registry.Table, now int64) (*registry.Table, int) {
-	l.flat.Rebase(id, t, l.origin(now))
+	l.flat.Rebase(id, t, l.origin(rulesOf(t), now))
 	return l.flat.Find(id)
 }
 
@@ -165,37 +173,31 @@ func (l *Limiter) insertWord(id registry.ID, now int64) (*registry.Table, int, w
 	var st word.Status
 	t, i := l.flat.Insert(id, now, func(t *registry.Table) (uint64, unsafe.Pointer, bool) {
 		var w uint64
-		w, st = l.newWord(id, t.Origin, now)
+		w, st = l.newWord(id, t, t.Origin, now)
 		return w, nil, st == word.Live
 	})
 	return t, i, st
 }
 
-// newWord is the word of key id created at now relative to origin: full
-// from now, from the latest eviction's instant, or from what the sketch
-// remembers of the key, whichever is latest.
-func (l *Limiter) newWord(id registry.ID, origin, now int64) (uint64, word.Status) {
+// newWord is the word of key id created at now in table t, relative to
+// origin, under t's rule: full from now, from the latest eviction's
+// instant, or from what the sketch remembers of the key, whichever is
+// latest.
+func (l *Limiter) newWord(id registry.ID, t *registry.Table, origin, now int64) (uint64, word.Status) {
+	rs := rulesOf(t)
 	at := max(now, l.evictedAt.Load())
-	spent := l.sketch.spent(id)
+	spent := rs.spentSince(l.sketch.spent(id))
 	if l.kind == bucketWords {
-		return l.bucket.NewWord(origin, now, max(at, spent))
+		return rs.bucket.NewWord(origin, now, max(at, spent))
 	}
-	return l.window.NewWord(origin, now, at, spent)
-}
-
-// origin is the origin a table moved for a reading at now gets.
-func (l *Limiter) origin(now int64) int64 {
-	if l.kind == windowWords {
-		return l.window.Origin(now)
-	}
-	return now
+	return rs.window.NewWord(origin, now, at, spent)
 }
 
 // peekWord is Peek for key id: its word if it is held, or the word it
 // would be made with now. It writes nothing.
 func (l *Limiter) peekWord(id registry.ID, now int64) Decision {
 	t, i := l.flat.Find(id)
-	origin := t.Origin
+	rs, origin := rulesOf(t), t.Origin
 	var v uint64
 	held := false
 	if i >= 0 {
@@ -206,19 +208,19 @@ func (l *Limiter) peekWord(id registry.ID, now int64) Decision {
 		// What the key would be made as now, relative to the table's
 		// origin, or to one of its own if the reading lies past the range.
 		var st word.Status
-		v, st = l.newWord(id, origin, now)
+		v, st = l.newWord(id, t, origin, now)
 		if st == word.Rebase {
-			origin = l.origin(now)
-			v, st = l.newWord(id, origin, now)
+			origin = l.origin(rs, now)
+			v, st = l.newWord(id, t, origin, now)
 		}
 		if st != word.Live {
-			return Decision{Limit: l.capacity, RetryAfter: Never}
+			return Decision{Limit: rs.capacity, RetryAfter: Never}
 		}
 	}
 	if l.kind == bucketWords {
-		return fromCore(l.bucket.PeekValue(v, origin, now))
+		return fromCore(rs.bucket.PeekValue(v, origin, now))
 	}
-	return fromCore(l.window.PeekValue(v, origin, now))
+	return fromCore(rs.window.PeekValue(v, origin, now))
 }
 
 // resetWord removes key id: its word is marked Dead under the shard's
@@ -231,9 +233,13 @@ func (l *Limiter) resetWord(id registry.ID) {
 // would, and returns how many it removed.
 func (l *Limiter) evictIdleWords(now int64) int {
 	if l.kind == bucketWords {
-		return l.flat.DeleteIf(func(t *registry.Table, i int) bool { return l.bucket.RetireIdleWord(t.Word(i), t.Origin, now) })
+		return l.flat.DeleteIf(func(t *registry.Table, i int) bool {
+			return rulesOf(t).bucket.RetireIdleWord(t.Word(i), t.Origin, now)
+		})
 	}
-	return l.flat.DeleteIf(func(t *registry.Table, i int) bool { return l.window.RetireIdleWord(t.Word(i), t.Origin, now) })
+	return l.flat.DeleteIf(func(t *registry.Table, i int) bool {
+		return rulesOf(t).window.RetireIdleWord(t.Word(i), t.Origin, now)
+	})
 }
 
 // wordSpent is the flat table's Spent hook for inline words.
@@ -243,9 +249,9 @@ func (l *Limiter) wordSpent(t *registry.Table, i int, _ int64) int64 {
 	case word.IsMark(v):
 		return math.MinInt64
 	case l.kind == bucketWords:
-		return l.bucket.SpentValue(v, t.Origin)
+		return rulesOf(t).bucket.SpentValue(v, t.Origin)
 	}
-	return l.window.SpentValue(v, t.Origin)
+	return rulesOf(t).window.SpentValue(v, t.Origin)
 }
 
 // evictWord is the flat table's Evict hook for inline words. What the key
@@ -254,9 +260,9 @@ func (l *Limiter) wordSpent(t *registry.Table, i int, _ int64) int64 {
 func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
 	var at int64
 	if l.kind == bucketWords {
-		at = l.bucket.EvictWord(t.Word(i), t.Origin)
+		at = rulesOf(t).bucket.EvictWord(t.Word(i), t.Origin)
 	} else {
-		at = l.window.EvictWord(t.Word(i), t.Origin)
+		at = rulesOf(t).window.EvictWord(t.Word(i), t.Origin)
 	}
 	l.evictedAtBound.Inc()
 	if at <= now {

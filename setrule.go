@@ -1,0 +1,263 @@
+package floodgate
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/atomicwindow"
+	"github.com/floodgate-go/floodgate/internal/word"
+	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/shardedlog"
+)
+
+// ruleSet is one rule in force, in every form a request needs. A Limiter
+// holds the current one; each table of its registry holds the one its
+// states were made under, and a request reads it from there (one load
+// from a line the lookup has just read), so that a state and the rule it
+// is read with are always one pair, also while SetRule moves the tables.
+// A ruleSet is never changed once published.
+type ruleSet struct {
+	bucket   atomicbucket.Params // for bucketWords: first, where the request reads it
+	window   atomicwindow.Params // for windowWords
+	capacity int64
+	rule     Rule
+	alg      Algorithm
+	// With changed, at is the instant of the SetRule that made this rule,
+	// and fullAt the instant from which a key that held nothing at at
+	// answers as new under it: what a key the sketch remembers as spent
+	// past at is held to (see spentSince).
+	changed    bool
+	at, fullAt int64
+}
+
+func newRuleSet(r Rule, alg Algorithm) *ruleSet {
+	rs := &ruleSet{capacity: r.Capacity(), rule: r, alg: alg}
+	switch a := alg.(type) {
+	case lockFreeBucket:
+		rs.bucket = atomicbucket.Params(a)
+	case lockFreeWindows:
+		rs.window = atomicwindow.Params(a)
+	}
+	return rs
+}
+
+// rulesOf is the rule that the states of table t were made under.
+func rulesOf(t *registry.Table) *ruleSet { return (*ruleSet)(t.Aux) }
+
+// SetRule makes r the rule of every key, held or not, from now on. It
+// validates r as New does and returns New's error for a rule New would
+// refuse (with the Limiter's algorithm); then nothing changes. It is safe
+// to call at any time, from any goroutine, beside any other method; calls
+// to SetRule are applied one at a time. Only the per-key Rule changes: the
+// global cap (Config.Global), the algorithm, MaxKeys and IdleTTL stay.
+//
+// No key gains allowance from the change. At the instant T of the change
+// (the clock's reading when SetRule begins), each key held holds at most
+// min(what it held, the new capacity), and from then on it refills at the
+// new rate; a key created after the change starts full under the new
+// rule. What a key held, and what it holds after, is for each algorithm:
+//
+//   - token_bucket, leaky_bucket: its tokens at T, a fraction (or below 0
+//     while waiters hold reservations); it holds min(tokens, new capacity),
+//     rounded down to the new rule's finest tick, and refills at the new
+//     rate from there. Reservations keep the times promised.
+//   - fixed_window, sliding_counter: the largest cost a request at T could
+//     take (0 if T lies in a window before the key's own). The key moves
+//     to the new period's window of T, with min(held, new Limit) left in
+//     it and no previous window's count.
+//   - sliding_log: N minus the cost in the window where a request at T is
+//     charged. The key holds one entry, charged at that instant, of the
+//     cost that leaves it min(held, new Limit); it leaves the window one
+//     new Period later.
+//
+// Every key held is converted before SetRule returns, so every decision
+// after it respects the new rule, and a key left untouched across several
+// changes is converted at each of them. The conversion moves each shard
+// of the table to a new table under the shard's lock, with one CAS per key
+// (the CAS that a resize already makes), so requests never wait for it: a
+// request that lands before its key's CAS is converted with it, one that
+// comes after decides under the new rule. A request races the change as
+// it races any other request, and counts as before it or after it.
+//
+// A refund (Limits, the global cap) or a cancelled wait whose grant was
+// made under the old rule, and whose key was converted in between, is
+// dropped: the key stays charged (stricter, never looser). With MaxKeys,
+// a key evicted before the change and still spent at T comes back as a
+// key that held nothing at T. A key evicted as idle comes back full.
+//
+// A registered algorithm cannot change its rule: SetRule returns an error
+// for it, and for a Limiter on the reference registry (a test hook).
+func (l *Limiter) SetRule(r Rule) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("floodgate: %w", err)
+	}
+	factory, err := lookup(l.name, l.twins)
+	if err != nil {
+		return err
+	}
+	alg, err := factory(r)
+	if err != nil {
+		return fmt.Errorf("floodgate: algorithm %q cannot hold rule %+v: %w", l.name, r, err)
+	}
+	if alg == nil {
+		return fmt.Errorf("floodgate: algorithm %q returned no Algorithm", l.name)
+	}
+	if !convertible(alg) {
+		return fmt.Errorf("floodgate: algorithm %q cannot change its rule: SetRule converts only the built-in algorithms' states; make a new Limiter instead", l.name)
+	}
+	if l.ref != nil {
+		return fmt.Errorf("floodgate: the reference registry has no SetRule")
+	}
+
+	l.setMu.Lock()
+	defer l.setMu.Unlock()
+	at := l.now()
+	if cur := l.rules.Load(); cur.changed {
+		at = max(at, cur.at) // changes keep their order on the clock too
+	}
+	rs := newRuleSet(r, alg)
+	rs.changed, rs.at = true, at
+	rs.fullAt = fullAt(alg, at)
+	// Published first, for Peek and WaitN of keys not held and for the
+	// reference of capacity; keys are created under their table's rule,
+	// which changes only below.
+	l.rules.Store(rs)
+
+	var origin int64
+	var words func(old *registry.Table, w uint64) uint64
+	var ptrs func(old *registry.Table, i int, p unsafe.Pointer) unsafe.Pointer
+	switch l.kind {
+	case bucketWords:
+		origin = at // every converted word lies within a new origin's range
+		words = func(old *registry.Table, w uint64) uint64 {
+			if word.IsMark(w) {
+				return w
+			}
+			return rulesOf(old).bucket.ConvertValue(w, old.Origin, at, &rs.bucket)
+		}
+	case windowWords:
+		origin = rs.window.Origin(at)
+		words = func(old *registry.Table, w uint64) uint64 {
+			if word.IsMark(w) {
+				return w
+			}
+			return rulesOf(old).window.ConvertValue(w, old.Origin, at, &rs.window)
+		}
+	default:
+		ptrs = func(_ *registry.Table, _ int, p unsafe.Pointer) unsafe.Pointer {
+			if p == nil {
+				return nil
+			}
+			s := (*box)(p).s
+			for {
+				if c := convertState(s, at, alg); c != nil {
+					return unsafe.Pointer(&box{c})
+				}
+				s = s.Successor(at) // retired by itself (a rebase): convert what it carries
+			}
+		}
+	}
+	l.flat.Convert(origin, unsafe.Pointer(rs), words, ptrs)
+	l.sketch.raise(at, rs.fullAt)
+	return nil
+}
+
+// convertible reports whether SetRule can convert alg's states.
+func convertible(alg Algorithm) bool {
+	switch alg.(type) {
+	case lockFreeBucket, mutexBucket, leakyMeter, lockFreeWindows, mutexWindows, lockFreeLogs, mutexLogs:
+		return true
+	}
+	return false
+}
+
+// fullAt is the instant from which a key that holds nothing at at answers
+// as new under alg's rule.
+func fullAt(alg Algorithm, at int64) int64 {
+	switch a := alg.(type) {
+	case lockFreeBucket:
+		return (*atomicbucket.Params)(&a).FullAt(at)
+	case mutexBucket:
+		return (*atomicbucket.Params)(&a).FullAt(at)
+	case leakyMeter:
+		return (*atomicbucket.Params)(&a).FullAt(at)
+	case lockFreeWindows:
+		return (*atomicwindow.Params)(&a).FullAt(at)
+	case mutexWindows:
+		return (*atomicwindow.Params)(&a).FullAt(at)
+	case lockFreeLogs:
+		return (*shardedlog.Params)(&a).FullAt(at)
+	case mutexLogs:
+		return (*shardedlog.Params)(&a).FullAt(at)
+	}
+	return math.MaxInt64
+}
+
+// convertState retires the state s of a key, in one atomic step with its
+// grants, and returns the state of alg's rule that holds what s held at
+// at, converted (see SetRule); nil if s had retired already, when its
+// successor holds what it carries. The retired state names the new one as
+// its Successor, so a request that loaded s before the change moves on to
+// the converted state, never to a fresh one of the old rule.
+func convertState(s State, at int64, alg Algorithm) State {
+	switch s := s.(type) {
+	case *mutexState:
+		if c := s.b().ConvertTo(at, atomicbucket.Params(alg.(mutexBucket))); c != nil {
+			return (*mutexState)(c)
+		}
+	case *leakyState:
+		if c := s.m().ConvertTo(at, atomicbucket.Params(alg.(leakyMeter))); c != nil {
+			return (*leakyState)(c)
+		}
+	case *mutexWindowState:
+		if c := s.w().ConvertTo(at, atomicwindow.Params(alg.(mutexWindows))); c != nil {
+			return (*mutexWindowState)(c)
+		}
+	case *logState:
+		if c := s.l().ConvertTo(at, shardedlog.Params(alg.(lockFreeLogs))); c != nil {
+			return (*logState)(c)
+		}
+	case *mutexLogState:
+		if c := s.l().ConvertTo(at, shardedlog.Params(alg.(mutexLogs))); c != nil {
+			return (*mutexLogState)(c)
+		}
+	default:
+		panic(fmt.Sprintf("floodgate: SetRule cannot convert a %T", s)) // convertible let it through
+	}
+	return nil
+}
+
+// spentSince is the instant from which a key that the sketch remembers as
+// spent until spent may start as new under the rule rs: spent itself,
+// unless rs was made by a change at an instant before spent. What the key
+// held at that change is not known then, and spent was reckoned under
+// the rule it was evicted under, so the key counts as holding nothing at
+// the change: new only from rs.fullAt on, or from spent if later. After
+// the change, SetRule raises the sketch's cells so, too (sketch.raise);
+// this covers the keys evicted under the old rule while the change was
+// under way.
+func (rs *ruleSet) spentSince(spent int64) int64 {
+	if rs.changed && spent > rs.at {
+		return max(spent, rs.fullAt)
+	}
+	return spent
+}
+
+// origin is the origin a table of rule rs moved for a reading at now gets.
+func (l *Limiter) origin(rs *ruleSet, now int64) int64 {
+	if l.kind == windowWords {
+		return rs.window.Origin(now)
+	}
+	return now
+}
+
+// rebaseWord is the flat table's Rebase hook for inline words: a rebase
+// keeps the table's rule.
+func (l *Limiter) rebaseWord(old *registry.Table, w uint64, to int64) uint64 {
+	if l.kind == bucketWords {
+		return rulesOf(old).bucket.RebaseWord(w, old.Origin, to)
+	}
+	return rulesOf(old).window.RebaseWord(w, old.Origin, to)
+}
