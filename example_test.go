@@ -205,3 +205,35 @@ func ExampleNewLimits() {
 	// true 2
 	// false 2
 }
+
+// Changing the rule of a running Limiter: a client keeps no more than it
+// had left, the new capacity caps it, and it refills at the new rate; a
+// client first seen after the change starts full under the new rule.
+func ExampleLimiter_SetRule() {
+	clock := floodgate.NewManualClock(0)
+	limiter, err := floodgate.New(floodgate.Config{
+		Rule:  floodgate.Rule{Limit: 10, Period: time.Second}, // bursts of 10
+		Clock: clock,
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer limiter.Close()
+
+	limiter.AllowN("alice", 4) // alice has 6 left
+	if err := limiter.SetRule(floodgate.Rule{Limit: 100, Period: time.Second, Burst: 50}); err != nil {
+		panic(err)
+	}
+	fmt.Println("alice keeps:", limiter.Peek("alice").Remaining+1)
+	fmt.Println("bob starts with:", limiter.Peek("bob").Remaining+1)
+	clock.Advance(100 * time.Millisecond) // 10 more at 100 a second
+	fmt.Println("alice 100ms later:", limiter.Peek("alice").Remaining+1)
+
+	err = limiter.SetRule(floodgate.Rule{Limit: 0, Period: time.Second})
+	fmt.Println(err)
+	// Output:
+	// alice keeps: 6
+	// bob starts with: 50
+	// alice 100ms later: 16
+	// floodgate: Rule.Limit must be at least 1, got 0
+}
