@@ -159,7 +159,10 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b.Commit()
+	if _, err := b.Commit(); err != nil { // nothing kept: no SetRule to make
+		b.Abort()
+		return nil, fmt.Errorf("grpclimit: %v", err)
+	}
 	l.table.Store(t)
 	return l, nil
 }
@@ -171,10 +174,12 @@ func New(cfg Config) (_ *Limiter, err error) {
 // policies it opened under.
 //
 // A policy that keeps its entry's name (or stays in the Default), its
-// tier, its name, its Rule and its Algorithm keeps its clients' state,
-// and a new Shadow switch takes effect at once. Its Rule and Algorithm
-// cannot change yet (the state could not be kept without handing clients
-// allowance): give the policy a new name to start it afresh. An entry that keeps its name keeps its counts. The
+// tier, its name and its Algorithm keeps its clients' state: a new Rule
+// reaches it by floodgate's SetRule, under which no client gains
+// allowance from the change (each holds at most min(what it held, the new
+// capacity), refilling at the new rate), and a new Shadow switch takes
+// effect at once. Its Algorithm cannot change (its state could not be
+// kept): give the policy a new name to start it afresh. An entry that keeps its name keeps its counts. The
 // policies that no new entry keeps are closed. After Close, SetMethods
 // returns an error.
 func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[string][]Policy, deflt []Policy) error {
@@ -188,7 +193,11 @@ func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[s
 	if err != nil {
 		return err
 	}
-	retired := b.Commit()
+	retired, err := b.Commit()
+	if err != nil {
+		b.Abort()
+		return fmt.Errorf("grpclimit: %v", err)
+	}
 	l.table.Store(t)
 	for _, fl := range retired {
 		fl.Close()

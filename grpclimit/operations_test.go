@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
@@ -106,7 +107,7 @@ func TestTiersAndSetMethods(t *testing.T) {
 		methods map[string][]Policy
 		tiers   map[string]map[string][]Policy
 	}{
-		{map[string][]Policy{unary: perHour("u", 2)}, nil}, // a kept policy's new rule
+		{map[string][]Policy{unary: {{Name: "u", Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, Algorithm: floodgate.SlidingLog}}}, nil}, // a kept policy's new algorithm
 		{map[string][]Policy{"nope": perHour("u", 1)}, nil},
 		{map[string][]Policy{unary: perHour("u", 1)}, map[string]map[string][]Policy{"gold": {empty: perHour("e", 1)}}},
 	} {
@@ -114,9 +115,9 @@ func TestTiersAndSetMethods(t *testing.T) {
 			t.Errorf("SetMethods(%v, %v) succeeded", bad.methods, bad.tiers)
 		}
 	}
-	// Keep u (the untiered clients stay spent), drop the gold tier, and
-	// limit EmptyCall.
-	if err := l.SetMethods(map[string][]Policy{unary: perHour("u", 1), empty: perHour("e", 1)}, nil, nil); err != nil {
+	// Keep u with twice its limit (the untiered client, spent, holds
+	// nothing after the change), drop the gold tier, and limit EmptyCall.
+	if err := l.SetMethods(map[string][]Policy{unary: perHour("u", 2), empty: perHour("e", 1)}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := calls(t, c, gold, 2); got != 0 {

@@ -227,7 +227,10 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b.Commit()
+	if _, err := b.Commit(); err != nil { // nothing kept: no SetRule to make
+		b.Abort()
+		return nil, fmt.Errorf("httplimit: %v", err)
+	}
 	l.table.Store(t)
 	return l, nil
 }
@@ -238,10 +241,12 @@ func New(cfg Config) (_ *Limiter, err error) {
 // new, never by a mix.
 //
 // A policy that keeps its route's pattern (or stays in the Default), its
-// tier, its name, its Rule and its Algorithm keeps its clients' state,
-// and a new Shadow switch takes effect at once. Its Rule and Algorithm
-// cannot change yet (the state could not be kept without handing clients
-// allowance): give the policy a new name to start it afresh. A route that keeps its pattern keeps its counts.
+// tier, its name and its Algorithm keeps its clients' state: a new Rule
+// reaches it by floodgate's SetRule, under which no client gains
+// allowance from the change (each holds at most min(what it held, the new
+// capacity), refilling at the new rate), and a new Shadow switch takes
+// effect at once. Its Algorithm cannot change (its state could not be
+// kept): give the policy a new name to start it afresh. A route that keeps its pattern keeps its counts.
 // The policies that no new route keeps are closed. After Close, SetRoutes
 // returns an error.
 func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
@@ -255,7 +260,11 @@ func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 	if err != nil {
 		return err
 	}
-	retired := b.Commit()
+	retired, err := b.Commit()
+	if err != nil {
+		b.Abort()
+		return fmt.Errorf("httplimit: %v", err)
+	}
 	l.table.Store(t)
 	for _, fl := range retired {
 		fl.Close()

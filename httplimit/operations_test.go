@@ -225,9 +225,10 @@ func TestTiersAndExemption(t *testing.T) {
 }
 
 // TestSetRoutes replaces the routes while serving: a policy that keeps
-// its route, name and rule keeps its clients' state (here, turned into a
-// shadow); a rule or algorithm change under a kept name and every bad
-// replacement are refused and change nothing; a new route limits at
+// its route and name keeps its clients' state through a new rule (no
+// client gets a fresh allowance) and a shadow switch; an algorithm change
+// under a kept name and every bad replacement are refused and change
+// nothing; a new route limits at
 // once; a dropped route no longer limits, and its traffic falls to the
 // new Default.
 func TestSetRoutes(t *testing.T) {
@@ -244,7 +245,6 @@ func TestSetRoutes(t *testing.T) {
 	}
 	for _, bad := range [][]Route{
 		{{Pattern: "/a", Policies: []Policy{{Name: "p", Rule: floodgate.Rule{Limit: 2, Period: time.Hour}, Algorithm: floodgate.FixedWindow}}}},
-		{{Pattern: "/a", Policies: perHour("p", 6)}}, // a full bucket for every client
 		{{Pattern: "/a", Policies: perHour("q", 0)}},
 		{{Pattern: "/a", Policies: perHour("q", 6)}, {Pattern: "/a", Policies: perHour("r", 6)}},
 		{{Pattern: "/a", Policies: perHour("q", 6), Tiers: map[string][]Policy{"t": nil}}},
@@ -256,7 +256,20 @@ func TestSetRoutes(t *testing.T) {
 	if do(t, "GET", url+"/b").status != 429 || do(t, "GET", url+"/a").status != 429 {
 		t.Fatal("a failed SetRoutes changed the routes")
 	}
-	shadow := []Policy{{Name: "p", Rule: floodgate.Rule{Limit: 2, Period: time.Hour}, Shadow: true}}
+	// /a triples its limit: its client held nothing, and holds nothing
+	// after the change (no free burst), then refills at 6 an hour, one
+	// every 10 minutes.
+	if err := l.SetRoutes([]Route{{Pattern: "/a", Policies: perHour("p", 6)}, {Pattern: "/b", Policies: perHour("p", 1)}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a := do(t, "GET", url+"/a"); a.status != 429 || a.header.Get("RateLimit-Policy") != `"p";q=6;w=3600` {
+		t.Fatalf("after raising /a's limit: %d %q, want 429 under the new rule", a.status, a.header.Get("RateLimit-Policy"))
+	}
+	clock.Advance(10 * time.Minute)
+	if do(t, "GET", url+"/a").status != 200 || do(t, "GET", url+"/a").status != 429 {
+		t.Fatal("the raised limit does not refill at its own rate from what the client held")
+	}
+	shadow := []Policy{{Name: "p", Rule: floodgate.Rule{Limit: 6, Period: time.Hour}, Shadow: true}}
 	if err := l.SetRoutes([]Route{{Pattern: "/a", Policies: shadow}, {Pattern: "/c", Policies: perHour("c", 1)}}, perHour("d", 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +283,7 @@ func TestSetRoutes(t *testing.T) {
 		t.Fatal("/b, dropped, is not limited by the new Default alone")
 	}
 	wantCounts(t, requests(l), map[string]int64{
-		"/a||allowed": 2, "/a|p|denied": 2, "/a|p|shadow_denied": 1, // kept across the replacement: p's client was still spent
+		"/a||allowed": 3, "/a|p|denied": 4, "/a|p|shadow_denied": 1, // kept across the replacements: p's client was still spent
 		"/c||allowed": 1, "/c|c|denied": 1, "default||allowed": 1, "default|d|denied": 1,
 	})
 	if err := l.Close(); err != nil {

@@ -140,9 +140,10 @@ func count(c *tally.Counts, i int) {
 func (s *Set) Shows() bool { return len(s.Shown) > 0 }
 
 // Builder makes Routes, keeping the state of what a replacement keeps: a
-// policy with the same route, tier, name, rule and algorithm keeps its
-// Limiter (and its clients' state), whatever its Shadow switch; a route
-// with the same name keeps its counts.
+// policy with the same route, tier, name and algorithm keeps its Limiter
+// (and its clients' state), whatever its Shadow switch, and takes a new
+// rule by SetRule, under which no client gains allowance; a route with
+// the same name keeps its counts.
 type Builder struct {
 	Common Common
 	// Valid says whether a policy or tier name is allowed.
@@ -154,6 +155,13 @@ type Builder struct {
 	oldCount map[string]*tally.Counts
 	kept     map[*Entry]bool
 	fresh    []*Entry
+	rules    []pendingRule
+}
+
+// pendingRule is a kept policy's new rule, which Commit gives it.
+type pendingRule struct {
+	e    *Entry
+	rule floodgate.Rule
 }
 
 // NewBuilder returns a Builder for a middleware's routes; old are the
@@ -178,8 +186,8 @@ func entryKey(route, tier, name string) string { return route + "\x00" + tier + 
 // is an error to give no policy or more than 8 to the route or a tier, a
 // name that Valid refuses (a policy's or a tier's) or that comes twice, a
 // rule that floodgate.New refuses, or, for a policy that a replacement
-// keeps, a new algorithm or rule (its clients' state could not be kept
-// without handing them allowance).
+// keeps, a new algorithm (its clients' state could not be kept) or a rule
+// that its SetRule refuses.
 func (b *Builder) Route(name string, base []Spec, tiers map[string][]Spec) (*Route, error) {
 	r := &Route{Name: name, count: b.oldCount[name]}
 	if r.count == nil {
@@ -267,11 +275,19 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 				sp.Name, algorithmName(e.Spec.Algorithm), algorithmName(sp.Algorithm))
 		}
 		if sp.Rule != e.Spec.Rule {
-			// Keeping the clients' state under a new rule needs a
-			// conversion that gives no client allowance (floodgate's
-			// SetRule, not there yet); starting afresh would hand every
-			// client a full allowance. Refuse, and say how to choose.
-			return nil, fmt.Errorf("policy %q: its rule cannot change while serving yet; give it a new name to start it afresh under the new rule", sp.Name)
+			// Check the change now, on a Limiter of its own (New, then
+			// SetRule, which refuses what the kept one would), so that a
+			// bad rule leaves every kept policy as it was; the kept one
+			// takes it at Commit.
+			probe, err := floodgate.New(floodgate.Config{Algorithm: sp.Algorithm, Rule: e.Spec.Rule})
+			if err == nil {
+				err = probe.SetRule(sp.Rule)
+				probe.Close()
+			}
+			if err != nil {
+				return nil, fmt.Errorf("policy %q: %v", sp.Name, err)
+			}
+			b.rules = append(b.rules, pendingRule{e, sp.Rule})
 		}
 		b.kept[e] = true
 		kept := &Entry{Spec: sp, L: e.L, label: label, count: e.count}
@@ -300,16 +316,29 @@ func (b *Builder) Abort() {
 	}
 }
 
-// Commit returns the Limiters of the replaced routes that no new route
-// kept, for the caller to Close once the new routes serve.
-func (b *Builder) Commit() []*floodgate.Limiter {
+// Commit gives each kept policy its new rule, by floodgate's SetRule
+// (which Route checked it takes), and returns the Limiters of the replaced
+// routes that no new route kept, for the caller to Close once the new
+// routes serve. Between the first SetRule and the new routes' start, a
+// request may meet a kept policy's new rule under the old routes: each
+// policy's own decisions keep SetRule's contract throughout.
+//
+// It returns an error only if a SetRule refuses a rule that a Limiter of
+// the same algorithm took in Route, which no built-in algorithm does; the
+// policies before it have their new rules then.
+func (b *Builder) Commit() ([]*floodgate.Limiter, error) {
+	for _, p := range b.rules {
+		if err := p.e.L.SetRule(p.rule); err != nil {
+			return nil, fmt.Errorf("policy %q: %v", p.e.Spec.Name, err)
+		}
+	}
 	var retired []*floodgate.Limiter
 	for _, e := range b.old {
 		if !b.kept[e] {
 			retired = append(retired, e.L)
 		}
 	}
-	return retired
+	return retired, nil
 }
 
 // Limiters returns every Limiter of routes.
