@@ -125,7 +125,8 @@ const (
 //   - Wait, to block until the request may pass rather than refuse it
 //     (the token and leaky buckets only).
 //
-// Peek answers without taking anything; Reset forgets a key. Keys are
+// Peek answers without taking anything; Reset forgets a key; SetRule
+// changes the rule of every key without giving any key allowance. Keys are
 // held until EvictIdle, IdleTTL or MaxKeys removes them: set one of the
 // latter two for keys a client can choose (see Config).
 //

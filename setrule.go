@@ -51,7 +51,8 @@ func rulesOf(t *registry.Table) *ruleSet { return (*ruleSet)(t.Aux) }
 // refuse (with the Limiter's algorithm); then nothing changes. It is safe
 // to call at any time, from any goroutine, beside any other method; calls
 // to SetRule are applied one at a time. Only the per-key Rule changes: the
-// global cap (Config.Global), the algorithm, MaxKeys and IdleTTL stay.
+// global cap (Config.Global), the algorithm, MaxKeys and IdleTTL stay,
+// and Stats go on counting.
 //
 // No key gains allowance from the change. At the instant T of the change
 // (the clock's reading when SetRule begins), each key held holds at most
