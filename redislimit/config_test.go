@@ -71,8 +71,8 @@ func TestNewRejects(t *testing.T) {
 	// The rounding New allows: a step of a millisecond or more, rounded
 	// up to the next microsecond, slows the rule by under 0.1%.
 	l, err := New(c, Config{Rule: floodgate.Rule{Limit: 3, Period: time.Second}})
-	if err != nil || l.interval != 333334 {
-		t.Fatalf("3 per second: %v, interval %dµs; want 333334", err, l.interval)
+	if err != nil || l.rs().interval != 333334 {
+		t.Fatalf("3 per second: %v, interval %dµs; want 333334", err, l.rs().interval)
 	}
 }
 

@@ -1,24 +1,51 @@
 -- floodgate's token_bucket and leaky_bucket on Redis: GCRA, one key. The
 -- key holds the theoretical arrival time (TAT) in microseconds of Redis's
--- own clock, the instant at which the bucket is full again, as 8 bytes (a
--- little-endian int64: struct.pack costs less than decimal). A request of
+-- own clock, the instant at which the bucket is full again. A request of
 -- cost n is allowed if and only if max(TAT, now) + n * interval lies at
 -- most tau = capacity * interval after now; then the TAT moves there. A
 -- denial writes nothing. Every number is an integer below 2^53, so Lua's
 -- doubles hold each one exactly.
 --
+-- The value is 32 bytes, four little-endian int64s (struct.pack costs
+-- less than decimal): the TAT; w, the instant it was written at; and the
+-- rule it was written under, interval and capacity. The rule and w say
+-- how to read the TAT after a rule change (see "Rule changes" below).
+--
 -- Lease mode adds credits: units a replica leased and gave back unspent.
 -- The TAT moves back for them only if they are its last slots (no lease
 -- was taken since); otherwise later leases of other replicas lie after
 -- them, and they are kept beside the TAT instead, as groups of a count and
--- the end of the slots they held, after the TAT in the key's value (8
--- bytes, and 16 per group; at most 8 groups, the two that lose least
--- merging beyond). A credited unit is the slot of one request already
--- accounted for in the TAT, so spending it is exactly what the replica
--- that leased it could have done: while its group's end is at least a
+-- the end of the slots they held, after the key's 32 bytes (16 bytes per
+-- group; at most 8 groups, the two that lose least merging beyond). A
+-- credited unit is the slot of one request already accounted for in the
+-- TAT, so spending it is exactly what the replica that leased it could
+-- have done: while its group's end is at least a
 -- step per unit ahead (after that Redis has taken the slot back by
 -- itself). Requests take valid credits before the TAT, the soonest to
 -- lapse first.
+--
+-- Rule changes. A call carries, after its fixed arguments, the history
+-- of the rule its Limiter changed from: (interval, capacity, end)
+-- triples, oldest first, each the rule in force until end (µs of Redis's
+-- clock), the last one's end the instant of the latest change; none if
+-- the rule never changed or every key written before the changes has
+-- expired. A first triple with interval 0 is a history cut short: of a
+-- key written before its end, nothing is known, and it is read as holding
+-- nothing then. A key written under another rule than the call's is read
+-- by the rule that w falls under in the history:
+--
+--   - the key's own rule: the key converts at each change since, in
+--     order: at the instant x of a change (never after now) it holds
+--     min(what it held at x, the next rule's capacity), in whole tokens
+--     and the fraction of one, and refills at the next rule's rate;
+--   - another rule, the key's being the call's: the key is read as it
+--     stands (another replica wrote it under the rule in force now);
+--   - else (a replica that runs another rule wrote it): it converts once,
+--     at now, to min(what it holds now, the call's capacity).
+--
+-- A conversion never adds to what a key holds, and drops its credits (the
+-- returned units of lease mode: they were reckoned under the old rule).
+-- A key converted by a call is written converted, even by a denial.
 --
 -- KEYS[1]  the client's key
 -- ARGV[1]  n, the cost: 1 <= n <= capacity (0 with give >= 1 or want
@@ -37,6 +64,9 @@
 --          credits
 -- ARGV[8]  gtop: the end of the returned units' slots, the TAT that the
 --          call which leased them left (its reply's now + horizon)
+-- ARGV[9]  on: the first of the history's triples, if any (see "Rule
+--          changes"). A return or a lease alone (n = 0) on a key written
+--          under another rule does nothing.
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
 -- now}: the waits in microseconds; extra the units leased; horizon the
@@ -63,44 +93,75 @@ if not (interval and interval >= 1 and interval % 1 == 0
       tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8])}, ', '))
 end
 
-local now
+local now, on
 do -- clock
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  on = 9
 end -- clock
-
-local tau = capacity * interval
-local MAXG = 8 -- credit groups kept apart; beyond, the two that lose least merge
-local stored = redis.call('GET', KEYS[1])
-local tat = now -- no key: the bucket is full, no credits
-local groups = {} -- credits: {count, end of their slots}, by end
-if stored and #stored == 8 then -- the common case, and the fast one: no credits
-  tat = struct.unpack('<i8', stored)
-  if not (tat >= -2^52 and tat <= 2^52) then
-    return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
-  end
-elseif stored then
-  local k = (#stored - 8) / 16
-  if #stored < 8 or k % 1 ~= 0 or k > MAXG then
-    return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
-  end
-  local v = {struct.unpack('<i8' .. string.rep('i8i8', k), stored)}
-  tat = v[1]
-  if not (tat >= -2^52 and tat <= 2^52) then
-    return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
-  end
-  for i = 1, k do
-    local c, t = v[2 * i], v[2 * i + 1]
-    if not (c >= 0 and c <= capacity and t <= tat and (i == 1 or t >= groups[i - 1][2])) then
-      return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT')
-    end
-    groups[i] = {c, t}
-  end
-end
 
 -- floor of a quotient of integers below 2^53 is exact in doubles: the
 -- rounded quotient cannot reach the next integer.
 local floor = math.floor
+
+-- A rule the script can hold: the history's and the key's are checked so.
+local function okRule(I, C)
+  return I >= 1 and I % 1 == 0 and C >= 1 and C % 1 == 0 and C * I <= 2^50
+end
+
+local tau = capacity * interval
+local MAXG = 8 -- credit groups kept apart; beyond, the two that lose least merge
+local function bad() return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT') end
+local stored = redis.call('GET', KEYS[1])
+local tat = now -- no key: the bucket is full, no credits
+local w, si, sc -- when the key was written, and under which rule
+local groups = {} -- credits: {count, end of their slots}, by end
+if stored and #stored == 32 then -- the common case, and the fast one: no credits
+  tat, w, si, sc = struct.unpack('<i8i8i8i8', stored)
+  if not (tat >= -2^52 and tat <= 2^52 and w >= 0 and w <= 2^52 and okRule(si, sc)) then return bad() end
+elseif stored then
+  local k = (#stored - 32) / 16
+  if #stored < 32 or k % 1 ~= 0 or k > MAXG then return bad() end
+  local v = {struct.unpack('<i8i8i8i8' .. string.rep('i8i8', k), stored)}
+  tat, w, si, sc = v[1], v[2], v[3], v[4]
+  if not (tat >= -2^52 and tat <= 2^52 and w >= 0 and w <= 2^52 and okRule(si, sc)) then return bad() end
+  for i = 1, k do
+    local c, t = v[3 + 2 * i], v[4 + 2 * i]
+    if not (c >= 0 and c <= sc and t <= tat and (i == 1 or t >= groups[i - 1][2])) then return bad() end
+    groups[i] = {c, t}
+  end
+end
+
+-- convertAt converts the TAT from rule (I, C) to (I2, C2) at x: the
+-- bucket keeps min(what it holds at x, C2) tokens, and the fraction of
+-- one it is refilling (dropped if scaling it would not be exact).
+local function convertAt(x, I, C, I2, C2)
+  local a = math.max(0, C * I - math.max(tat - x, 0)) -- µs of allowance held
+  local tokens = floor(a / I)
+  local a2 = C2 * I2
+  if tokens < C2 then
+    a2 = tokens * I2
+    local frac = a - tokens * I
+    if frac > 0 and frac * I2 < 2^53 then a2 = a2 + floor(frac * I2 / I) end
+  end
+  tat = x + C2 * I2 - a2
+end
+-- emptyAt is a bucket of rule (I2, C2) that holds nothing at x.
+local function emptyAt(x, I2, C2) tat = x + C2 * I2 end
+
+--[[history]]
+
+local converted = false
+if stored then
+  local i = changes(w, si, sc, interval, capacity)
+  if i then
+    -- A return or a lease alone belongs to the rule it was sent under:
+    -- on a key of another, it does nothing.
+    if n == 0 then return {1, 0, 0, 0, 0, 0, now} end
+    convert(i, si, sc, interval, capacity, convertAt, emptyAt)
+    groups, converted, give = {}, true, 0
+  end
+end
 
 -- valid credits: those whose slot Redis has not yet taken back.
 local function valid(c, top)
@@ -121,7 +182,7 @@ if #groups > 0 then
   groups = kept
 end
 
-local changed = false
+local changed = converted and dry == 0
 if give > 0 and stored and tat > now then
   local top = math.min(gtop, tat)
   local g = valid(give, top)
@@ -178,14 +239,14 @@ local function save(t)
   end
   local ttl = string.format('%d', math.floor((t - now + 999) / 1000) + margin)
   if #groups == 0 then
-    redis.call('SET', KEYS[1], struct.pack('<i8', t), 'PX', ttl)
+    redis.call('SET', KEYS[1], struct.pack('<i8i8i8i8', t, now, interval, capacity), 'PX', ttl)
     return
   end
-  local v = {t}
+  local v = {t, now, interval, capacity}
   for _, g in ipairs(groups) do
     v[#v + 1], v[#v + 2] = g[1], g[2]
   end
-  redis.call('SET', KEYS[1], struct.pack('<i8' .. string.rep('i8i8', #groups), unpack(v)), 'PX', ttl)
+  redis.call('SET', KEYS[1], struct.pack('<i8i8i8i8' .. string.rep('i8i8', #groups), unpack(v)), 'PX', ttl)
 end
 
 local function left(debt)

@@ -70,18 +70,17 @@ const (
 // them, and one goroutine (the sweeper) that renews busy keys' batches
 // ahead, returns what keys left unspent and drops idle keys.
 type leases struct {
-	max, ttl, target int64 // units; ns; ns
-	step             int64 // the buckets' ns per unit; 0 for the windows
-	states           *xsync.Map[string, *leaseState]
-	size             atomic.Int64
-	bound            int64
-	closed           atomic.Bool
-	stop, done       chan struct{}
-	renew            chan string   // keys whose lease runs low, for the sweeper to renew ahead
-	back             chan giveBack // retired batches' units, for the sweeper to return
-	inline           bool          // tests: renew and return on the caller's goroutine
-	once             sync.Once
-	err              error
+	max, ttl   int64 // units; ns
+	states     *xsync.Map[string, *leaseState]
+	size       atomic.Int64
+	bound      int64
+	closed     atomic.Bool
+	stop, done chan struct{}
+	renew      chan string   // keys whose lease runs low, for the sweeper to renew ahead
+	back       chan giveBack // retired batches' units, for the sweeper to return
+	inline     bool          // tests: renew and return on the caller's goroutine
+	once       sync.Once
+	err        error
 
 	leased, returned, lapsed atomic.Int64
 	refills, renewals        atomic.Int64
@@ -110,6 +109,9 @@ type leaseState struct {
 type grant struct {
 	units     atomic.Int64
 	decayed   atomic.Int64 // units whose debt was paid before they were spent
+	gen       int64        // the rule it was leased under (rules.gen)
+	limit     int64        // that rule's capacity
+	step      int64        // that rule's ns per unit, for the buckets; 0 for the others
 	top       int64        // buckets: the clock ns at which the batch's debt is paid
 	until     int64        // clock ns: the end of TTL, or of the window, or the log entry's stamp
 	k         int64        // the window the units were charged to, the log entry's stamp, or the buckets' TAT on Redis's clock
@@ -130,11 +132,11 @@ func (ls *leases) usable(g *grant, u, now int64) int64 {
 	if now >= g.until || u <= 0 {
 		return 0
 	}
-	if ls.step > 0 {
+	if g.step > 0 {
 		if g.top <= now {
 			return 0
 		}
-		if c := (g.top - now) / ls.step; c < u {
+		if c := (g.top - now) / g.step; c < u {
 			return c
 		}
 	}
@@ -214,9 +216,9 @@ func (l *Limiter) retire(key string, g *grant, now int64) {
 	}
 }
 
-func newLeases(cfg Lease, step int64, bound int) *leases {
+func newLeases(cfg Lease, bound int) *leases {
 	ttl := orDefault(cfg.TTL, defaultLeaseTTL)
-	return &leases{max: cfg.Max, ttl: int64(ttl), target: int64(ttl) / 2, step: step,
+	return &leases{max: cfg.Max, ttl: int64(ttl),
 		states: xsync.NewMap[string, *leaseState](), bound: int64(bound),
 		stop: make(chan struct{}), done: make(chan struct{}), renew: make(chan string, 4096), back: make(chan giveBack, 4096)}
 }
@@ -234,7 +236,7 @@ func (l *Limiter) sweeper() {
 	// than as each is asked for: a send that woke this goroutine would cost
 	// the request a futex call, and a renewal asked for with a quarter of
 	// the batch left can wait a few milliseconds.
-	r := time.NewTicker(time.Duration(max(int64(100*time.Microsecond), min(int64(5*time.Millisecond), ls.target/8))))
+	r := time.NewTicker(time.Duration(max(int64(100*time.Microsecond), min(int64(5*time.Millisecond), l.rs().target/8))))
 	defer r.Stop()
 	for {
 		select {
@@ -281,6 +283,7 @@ func (l *Limiter) renewAhead(keys []string) {
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	var asks []ask
+	rs := l.rs()
 	pipe := l.client.Pipeline()
 	for _, key := range keys {
 		st, ok := ls.states.Load(key)
@@ -293,11 +296,11 @@ func (l *Limiter) renewAhead(keys []string) {
 			held = g.units.Load()
 			spent = g.taken - held - g.decayed.Load()
 		}
-		want := min(ls.want(st, g, spent, now), ls.max-held) // Max bounds the two batches together
+		want := min(ls.want(rs, st, g, spent, now), ls.max-held) // Max bounds the two batches together
 		if want <= 0 {
 			continue
 		}
-		cmd := redis.NewCmd(ctx, l.args(key, call{want: want}, l.scriptNow())...)
+		cmd := redis.NewCmd(ctx, l.args(key, call{want: want, rs: rs}, l.scriptNow())...)
 		_ = pipe.Process(ctx, noRetry{cmd})
 		asks = append(asks, ask{key, st, cmd})
 	}
@@ -326,7 +329,7 @@ func (l *Limiter) renewAhead(keys []string) {
 			}
 			continue // a refill will ask again, when the lease runs out
 		}
-		r, err := l.reply(cmd)
+		r, err := l.reply(cmd, rs)
 		if err != nil || r.extra == 0 {
 			continue
 		}
@@ -337,7 +340,9 @@ func (l *Limiter) renewAhead(keys []string) {
 			l.giveBackNow(a.key, ng, now)
 			continue
 		}
-		if cur, ok := ls.states.Load(a.key); ls.closed.Load() || !ok || cur != a.st {
+		// Checked after the batch is in place, as install does: SetRule
+		// retires what it finds, and what it cannot find yet is seen here.
+		if cur, ok := ls.states.Load(a.key); ls.closed.Load() || !ok || cur != a.st || ng.gen != l.rs().gen {
 			if a.st.next.CompareAndSwap(ng, nil) {
 				l.giveBackNow(a.key, ng, now)
 			}
@@ -355,9 +360,9 @@ func (l *Limiter) newGrant(r reply, now int64) *grant {
 	if l.testNow {
 		sent = now / 1000 * 1000
 	}
-	g := &grant{at: now, taken: r.extra, remaining: r.d.Remaining, k: r.k,
+	g := &grant{at: now, taken: r.extra, remaining: r.d.Remaining, k: r.k, gen: r.rs.gen, limit: r.rs.capacity, step: r.rs.step,
 		until: now + min(ls.ttl, math.MaxInt64-now), resetAt: now + int64(r.d.ResetAfter)}
-	if ls.step > 0 {
+	if g.step > 0 {
 		g.top = sent + r.horizon*1000
 		g.k = r.k + r.horizon // the TAT on Redis's clock
 	} else {
@@ -368,7 +373,7 @@ func (l *Limiter) newGrant(r reply, now int64) *grant {
 	// gone.
 	g.low = max(1, r.extra/4)
 	end := g.until
-	if ls.step > 0 {
+	if g.step > 0 {
 		end = min(end, g.top)
 	}
 	g.renewAt = now + (end-now)/4*3
@@ -421,10 +426,11 @@ func (l *Limiter) sweep(now int64) {
 	}
 }
 
-// giveBack is what a drained grant returns to Redis.
+// giveBack is what a drained grant returns to Redis, under the rule of
+// gen.
 type giveBack struct {
-	key      string
-	units, k int64
+	key           string
+	units, k, gen int64
 }
 
 // drain empties g, which nobody can reach any more but a goroutine
@@ -442,14 +448,20 @@ func (ls *leases) drain(g *grant, now int64) giveBack {
 		return giveBack{}
 	}
 	back := u
-	if ls.step > 0 {
+	if g.step > 0 {
 		back = 0
 		if g.top > now {
-			back = min(u, (g.top-now)/ls.step)
+			back = min(u, (g.top-now)/g.step)
 		}
 	}
 	ls.lapsed.Add(u - back)
-	return giveBack{units: back, k: g.k}
+	return giveBack{units: back, k: g.k, gen: g.gen}
+}
+
+// lapse empties g, which nobody can reach any more, and counts all it
+// held as lapsed.
+func (ls *leases) lapse(g *grant) {
+	ls.lapsed.Add(g.units.Swap(0) + g.decayed.Swap(0))
 }
 
 // appendBack drains g, which nobody can reach any more, and appends what
@@ -470,6 +482,18 @@ func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 	if l.testNow {
 		now = l.clock.Now() / 1000
 	}
+	// Units leased under a rule changed since lapse: the keys they were
+	// charged to are converted, or will be, and take no return.
+	rs := l.rs()
+	kept := back[:0:0]
+	for _, b := range back {
+		if b.gen != rs.gen {
+			ls.lapsed.Add(b.units)
+			continue
+		}
+		kept = append(kept, b)
+	}
+	back = kept
 	var lost int64
 	var firstErr error
 	for start := 0; start < len(back); start += 512 {
@@ -477,7 +501,7 @@ func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(part))
 		for i, b := range part {
-			cmds[i] = redis.NewCmd(ctx, l.args(b.key, call{give: b.units, gk: b.k}, now)...)
+			cmds[i] = redis.NewCmd(ctx, l.args(b.key, call{give: b.units, gk: b.k, rs: rs}, now)...)
 			_ = pipe.Process(ctx, noRetry{cmds[i]})
 		}
 		l.calls.Add(1)
@@ -585,7 +609,7 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 // left rest units in it: Remaining is what Redis had left at the grant and
 // what g holds.
 func (l *Limiter) fromLease(g *grant, rest, now int64) floodgate.Decision {
-	return floodgate.Decision{Allowed: true, Limit: l.capacity, Remaining: g.remaining + rest,
+	return floodgate.Decision{Allowed: true, Limit: g.limit, Remaining: g.remaining + rest,
 		ResetAfter: time.Duration(max(0, g.resetAt-now))}
 }
 
@@ -596,7 +620,7 @@ func (l *Limiter) cachedDenial(st *leaseState, n, now int64) (floodgate.Decision
 	if now >= until || n < st.deniedCost.Load() {
 		return floodgate.Decision{}, false
 	}
-	return floodgate.Decision{Limit: l.capacity, RetryAfter: time.Duration(max(1, st.deniedRetry.Load()-now)),
+	return floodgate.Decision{Limit: l.rs().capacity, RetryAfter: time.Duration(max(1, st.deniedRetry.Load()-now)),
 		ResetAfter: time.Duration(max(0, st.deniedReset.Load()-now))}, true
 }
 
@@ -683,7 +707,12 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	if d, ok := l.cachedDenial(st, n, now); ok {
 		return d, resDenied, nil
 	}
+	rs := l.rs() // the rule of this round trip, and of the batch it takes
 	old := st.g.Swap(nil)
+	if old != nil && old.gen != rs.gen {
+		ls.lapse(old) // leased under a rule changed since (SetRule raced it)
+		old = nil
+	}
 	var held, give, gk, spent int64
 	if old != nil {
 		u := old.units.Swap(0)
@@ -708,7 +737,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	// the next batch, in one round trip.
 	want := int64(0)
 	if !ls.closed.Load() {
-		want = ls.want(st, old, spent+n, now)
+		want = ls.want(rs, st, old, spent+n, now)
 		if nx := st.next.Load(); nx != nil {
 			want = max(0, min(want, ls.max-nx.units.Load())) // Max bounds the two batches together
 		}
@@ -719,7 +748,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	// lost (on a key shared by many clients, a way to drain their
 	// allowance). A caller that gave up meanwhile is still abandoned.
 	ls.refills.Add(1)
-	r, err := l.decide(context.WithoutCancel(ctx), key, call{n: n - held, want: want, give: give, gk: gk, budget: budget}, l.scriptNow())
+	r, err := l.decide(context.WithoutCancel(ctx), key, call{n: n - held, want: want, give: give, gk: gk, budget: budget, rs: rs}, l.scriptNow())
 	if cerr := ctx.Err(); cerr != nil && err == nil {
 		defer func() { d, res, err = l.abandon(), resAbandoned, cerr }()
 	}
@@ -735,7 +764,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 			old.units.Store(held)
 			l.install(key, st, old, now)
 		}
-		if r.redis && r.d.RetryAfter > 0 {
+		if r.redis && r.d.RetryAfter > 0 && rs.gen == l.rs().gen {
 			// The denial holds here until RetryAfter, or for a TTL if that
 			// is sooner: what Redis lacked may be leased to other replicas,
 			// and within a TTL each lease is spent or given back, where
@@ -771,30 +800,33 @@ func (l *Limiter) install(key string, st *leaseState, g *grant, now int64) {
 		l.giveBackNow(key, g, now)
 		return
 	}
-	if !ls.closed.Load() {
+	// The rule is read after g is in place: either SetRule's retirement,
+	// which changes the rule first, finds g, or this finds the new rule.
+	if !ls.closed.Load() && g.gen == l.rs().gen {
 		if cur, ok := ls.states.Load(key); ok && cur == st {
 			return
 		}
 	}
 	if st.g.CompareAndSwap(g, nil) || st.next.CompareAndSwap(g, nil) {
-		l.giveBackNow(key, g, now)
+		l.giveBackNow(key, g, now) // giveBack lets a stale rule's units lapse
 	}
 }
 
 // want is the size of the key's next batch: what the key spent since its
 // last batch was taken, scaled to the target period, grown at most
 // leaseGrowth times over the last batch, and at most Max.
-// The requests that queued behind the last refill are served whole.
-func (ls *leases) want(st *leaseState, old *grant, spent, now int64) int64 {
+// The requests that queued behind the last refill are served whole. rs
+// is the rule the batch is taken under.
+func (ls *leases) want(rs *rules, st *leaseState, old *grant, spent, now int64) int64 {
 	w := max(1, st.batch.Load())
 	if old != nil {
 		w = spent * leaseGrowth
-		if elapsed := now - old.at; elapsed > 0 && elapsed >= ls.target/leaseGrowth {
-			w = min(w, spent*ls.target/elapsed)
+		if elapsed := now - old.at; elapsed > 0 && elapsed >= rs.target/leaseGrowth {
+			w = min(w, spent*rs.target/elapsed)
 		}
 		w = max(1, min(w, leaseGrowth*max(1, old.taken)))
 	}
-	if ls.step > 0 {
+	if rs.step > 0 {
 		// A bucket's unit lasts while the debt it made is unpaid: from a
 		// full bucket, a batch of k lasts k steps, however few of them the
 		// key spends. So a bucket's batch is at least enough to last the
@@ -803,7 +835,7 @@ func (ls *leases) want(st *leaseState, old *grant, spent, now int64) int64 {
 		// remains, so this never crowds out the other replicas near the
 		// limit, where a batch lasts long anyway: its slots lie behind the
 		// debt already there.)
-		w = max(w, ls.target/ls.step)
+		w = max(w, rs.target/rs.step)
 	}
 	return min(ls.max, max(w, st.pending.Load()), maxWant)
 }

@@ -31,7 +31,7 @@ func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate
 	l := mustNew(t, c, cfg)
 	l.testNow = true
 	l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
-	l.box()
+	l.box(l.rs())
 	if l.lease != nil {
 		l.lease.inline = true // renewals and returns at once, in order, on the manual clock
 	}

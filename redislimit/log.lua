@@ -7,8 +7,9 @@
 -- charged, so that the log stays in time order when Redis's clock steps
 -- back. A denial writes nothing.
 --
--- The key is a string: a 20-byte header (newest int64, base, head, count
--- uint32, little-endian) and a ring of cap 12-byte records, of which
+-- The key is a string: a 32-byte header (newest int64, base, head, count
+-- uint32, and the rule the log was written under, T int64 and N uint32,
+-- little-endian) and a ring of cap 12-byte records, of which
 -- count, from slot head on, are the log: one record per instant that
 -- holds admitted cost, in time order, (stamp int64, cum uint32). cum is
 -- the cost admitted up to and including the record, modulo 2^32; base is
@@ -26,10 +27,9 @@
 -- (stamp <= c - T) by moving head. When the ring is full, or less than
 -- half used, the admission rewrites the key, in a ring that fills the
 -- string's allocation (see ring): amortized, a few record copies each.
--- MEMORY USAGE (Redis 7.0, jemalloc, with a TTL): 152 bytes for a key
--- with one entry (a ring of 2, 44 bytes: one allocation with the object);
--- 1,384 after 100 admissions at instants of their own (a ring of 104,
--- 1,268 bytes). A call costs a dozen commands inside the script, about
+-- MEMORY USAGE (Redis 7.0, jemalloc, with a TTL): 168 bytes for a key
+-- with one entry (a ring of 2, 56 bytes); 1,384 after 100 admissions at
+-- instants of their own (a ring of 103, 1,268 bytes). A call costs a dozen commands inside the script, about
 -- twice the window script's time, whatever the number of entries.
 --
 -- Lease mode stamps a batch of units ahead, at c + hold: a unit that a
@@ -55,6 +55,16 @@
 --          the key keeps its TTL.
 -- ARGV[8]  gk, the stamp of the returned units' record (a reply's k)
 -- ARGV[9]  hold, microseconds: 1 <= hold <= T
+-- ARGV[10] on: the rule's history, if any, as in gcra.lua ("Rule
+--          changes"), of (T, N, end) triples; newest stands for the
+--          instant the key was written at. A key written under another
+--          rule converts: at an instant x, what it holds is N minus the
+--          cost in the window where a request at x is charged (records
+--          stamped ahead included); it becomes one record of the cost
+--          that leaves it min(that, the next N), stamped at x or at its
+--          latest record, if later, so that no unit leaves the window
+--          sooner than it would have. A return or a lease alone on such a
+--          key does nothing; any other call writes it converted.
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
 -- k}: the waits in microseconds (-1 for one too long to represent);
@@ -82,13 +92,14 @@ if not (T and T >= 1 and T <= 2^50 and T % 1 == 0
       tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8]), tostring(ARGV[9])}, ', '))
 end
 
-local now
+local now, on
 do -- clock
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  on = 10
 end -- clock
 
-local HDR, REC, HFMT, FMT, M = 20, 12, '<i8I4I4I4', '<i8I4', 2^32
+local HDR, REC, HFMT, FMT, M = 32, 12, '<i8I4I4I4i8I4', '<i8I4', 2^32
 -- Every instant stays below 2^53, where Lua's doubles are exact integers:
 -- newest <= 2^52, a stamp at most newest + hold, and T more.
 local MAXNEW, MAXSTAMP = 2^52, 2^52 + 2^50
@@ -97,13 +108,19 @@ local pack, unpack = struct.pack, struct.unpack
 local key = KEYS[1]
 local function bad() return redis.error_reply('floodgate: key ' .. key .. ' holds no log') end
 
+-- A rule the script can hold: the history's and the key's are checked so.
+local function okRule(T_, N_)
+  return T_ >= 1 and T_ <= 2^50 and T_ % 1 == 0 and N_ >= 1 and N_ <= 2^31 and N_ % 1 == 0
+end
+
 local len = redis.call('STRLEN', key)
 local newest, base, head, count, cap = now, 0, 0, 0, 0
+local sT, sN -- the key's rule
 if len > 0 then
   if len < HDR or (len - HDR) % REC ~= 0 then return bad() end
-  newest, base, head, count = unpack(HFMT, redis.call('GETRANGE', key, 0, HDR - 1))
+  newest, base, head, count, sT, sN = unpack(HFMT, redis.call('GETRANGE', key, 0, HDR - 1))
   cap = (len - HDR) / REC
-  if not (newest >= 0 and newest <= MAXNEW and count <= cap and (head < cap or head == 0)) then return bad() end
+  if not (newest >= 0 and newest <= MAXNEW and count <= cap and (head < cap or head == 0) and okRule(sT, sN)) then return bad() end
 end
 
 -- Record i of the log, 1 <= i <= count: its stamp and cum, read once.
@@ -195,11 +212,11 @@ end
 -- in the allocation of its string with one record more. Redis allocates
 -- a string of l bytes as l + 4 (l < 256; 6 below 64 KiB, else 10), and
 -- jemalloc rounds that up to its size class (16-byte steps to 128, then
--- four classes to a doubling), or as one allocation with the object
--- (l <= 44): the headroom, at least an eighth, costs nothing more.
+-- four classes to a doubling): the headroom, at least an eighth, costs
+-- nothing more. (A string of up to 44 bytes shares one allocation with
+-- its object; no log with its header and a record to spare is so short.)
 local function ring(live)
   local l = HDR + (live + 1) * REC
-  if l <= 44 then return floor((44 - HDR) / REC) end
   local size = l + 6
   if l >= 65536 then size = l + 10 end
   local class = floor((size + 15) / 16) * 16
@@ -223,6 +240,71 @@ local function add(stamps, costs, stamp, cost)
   end
 end
 
+-- The key as a rule change leaves it (see convertAt): its newest, and one
+-- record (cstamp, ccost) if ccost > 0; inring while it is still the log in
+-- Redis, unconverted.
+local inring, cnew, cstamp, ccost = true, newest, 0, 0
+-- heldAt is N_ minus the cost in the window of rule (T_, N_) where a
+-- request at x is charged, records stamped ahead included.
+local function heldAt(x, T_, N_)
+  local c = max(x, cnew)
+  if not inring then
+    if ccost > 0 and cstamp > c - T_ then return max(0, N_ - ccost) end
+    return N_
+  end
+  if count == 0 then return N_ end
+  local first = search(1, function(i) return at(i) > c - T_ end)
+  if first > count then return N_ end
+  local _, cum = at(count)
+  return max(0, N_ - (cum - before(first)) % M)
+end
+-- latest is the latest instant at which the key holds cost, or newest.
+local function latest()
+  if not inring then
+    if ccost > 0 then return max(cnew, cstamp) end
+    return cnew
+  end
+  if count == 0 then return cnew end
+  local stamp = at(count)
+  if not (stamp >= 0 and stamp <= MAXSTAMP) then error('floodgate: key ' .. key .. ' holds no log') end
+  return max(cnew, stamp)
+end
+-- convertAt moves the key from rule (T1, N1) to (T2, N2) at x: one record
+-- of the cost that leaves it min(what it held at x, N2).
+local function convertAt(x, T1, N1, T2, N2)
+  local h = heldAt(x, T1, N1)
+  inring, cstamp, ccost, cnew = false, max(x, latest()), N2 - min(h, N2), max(x, cnew)
+end
+-- emptyAt is a key of rule (T2, N2) that holds nothing at x.
+local function emptyAt(x, T2, N2)
+  inring, cstamp, ccost, cnew = false, max(x, latest()), N2, max(x, cnew)
+end
+
+--[[history]]
+
+if len > 0 then
+  local i = changes(newest, sT, sN, T, N)
+  if i then
+    -- A return or a lease alone belongs to the rule it was sent under:
+    -- on a key of another, it does nothing.
+    if n == 0 then return {1, 0, 0, 0, 0, 0, 0} end
+    convert(i, sT, sN, T, N, convertAt, emptyAt)
+    give = 0
+    -- Written at once, as a log of its own, which the call then reads as
+    -- any other.
+    if ccost == 0 then
+      redis.call('DEL', key)
+      len, newest, count, cap = 0, now, 0, 0
+    else
+      local rc = ring(1)
+      local ttl = string.format('%d', floor((cstamp + T - now + 999) / 1000) + margin)
+      redis.call('SET', key, pack(HFMT, cnew, 0, 0, 1, T, N) .. pack(FMT, cstamp, ccost) .. string.rep('\0', (rc - 1) * REC), 'PX', ttl)
+      len, newest, count, cap = HDR + rc * REC, cnew, 1, rc
+    end
+    base, head, memo = 0, 0, {}
+  end
+end
+
 -- A return first: the units leave the record stamped gk, if the key
 -- still holds it. The key keeps its TTL.
 local returned = false
@@ -237,7 +319,7 @@ if give > 0 and count > 0 then
       local records = encode(stamps, costs, prev)
       put(j, records)
       count = j - 1 + #records / REC
-      redis.call('SETRANGE', key, 0, pack(HFMT, newest, base, head, count))
+      redis.call('SETRANGE', key, 0, pack(HFMT, newest, base, head, count, T, N))
       memo, returned = {}, true
     end
   end
@@ -280,12 +362,12 @@ if w + n <= N then
   local ttl = string.format('%d', floor((stamps[#stamps] + T - now + 999) / 1000) + margin)
   if live > cap or (live * 2 <= cap and cap - live >= 4) then
     -- Rewritten, in a ring of its own size.
-    redis.call('SET', key, pack(HFMT, c, b, 0, live) .. slice(first, p - 1) .. records ..
+    redis.call('SET', key, pack(HFMT, c, b, 0, live, T, N) .. slice(first, p - 1) .. records ..
       string.rep('\0', (ring(live) - live) * REC), 'PX', ttl)
   else
     head = (head + first - 1) % cap
     put(p - first + 1, records)
-    redis.call('SETRANGE', key, 0, pack(HFMT, c, b, head, live))
+    redis.call('SETRANGE', key, 0, pack(HFMT, c, b, head, live, T, N))
     redis.call('PEXPIRE', key, ttl)
   end
   return {1, remaining - extra, 0, wait(stamps[#stamps] + T), extra, hold, c + hold}

@@ -35,7 +35,7 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 		rule := floodgate.Rule{Limit: int64(1 + rng.IntN(300)), Period: periods[rng.IntN(len(periods))]}
 		l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: rule, Prefix: fmt.Sprintf("logdiff%d", trial)})
 		l.margin = int64(time.Hour / time.Millisecond)
-		l.box()
+		l.box(l.rs())
 		clock := floodgate.NewManualClock(0)
 		ref, err := floodgate.New(floodgate.Config{Algorithm: floodgate.SlidingLog, Rule: effective(t, l, floodgate.SlidingLog, rule), Clock: clock})
 		if err != nil {
@@ -43,7 +43,7 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 		}
 		start := int64(1_700_000_000_000_000) + rng.Int64N(1_000_000_000)
 		now := start
-		gap := max(1, l.interval/rule.Limit) // µs between requests at the rule's rate
+		gap := max(1, l.rs().interval/rule.Limit) // µs between requests at the rule's rate
 		for i := 0; i < ops; i++ {
 			switch r := rng.IntN(100); {
 			case r < 60:
@@ -51,9 +51,9 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 			case r < 90:
 				now += rng.Int64N(gap/4 + 1)
 			case r < 95:
-				now += rng.Int64N(l.interval + 1)
+				now += rng.Int64N(l.rs().interval + 1)
 			default:
-				now = max(start, now-rng.Int64N(l.interval/2+1))
+				now = max(start, now-rng.Int64N(l.rs().interval/2+1))
 			}
 			clock.Set(now)
 			var got, want floodgate.Decision
@@ -98,8 +98,8 @@ func TestLogLease(t *testing.T) {
 	ctx := context.Background()
 	rule := floodgate.Rule{Limit: 100, Period: 10 * time.Second} // T = 10^7 µs
 	l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: rule})
-	l.hold = 2_000_000 // 2 s
-	l.box()
+	l.rs().hold = 2_000_000 // 2 s
+	l.box(l.rs())
 	const t0 = int64(1_700_000_000_000_000)
 	key := l.Key("k")
 	do := func(cl call, now int64) reply {
@@ -178,6 +178,10 @@ func TestLogLease(t *testing.T) {
 	}
 }
 
+// logHeader is the bytes of a log's header: newest, base, head, count,
+// and the rule's T and N.
+const logHeader = 32
+
 // logShape reads a log's header: the entries it holds, and its ring's
 // size.
 func logShape(t *testing.T, c redis.UniversalClient, key string) (count, ring int64) {
@@ -187,11 +191,11 @@ func logShape(t *testing.T, c redis.UniversalClient, key string) (count, ring in
 	if err != nil {
 		t.Fatal(err)
 	}
-	head, err := c.GetRange(ctx, key, 0, 19).Result()
-	if err != nil || size < 20 || (size-20)%12 != 0 || len(head) != 20 {
+	head, err := c.GetRange(ctx, key, 0, logHeader-1).Result()
+	if err != nil || size < logHeader || (size-logHeader)%12 != 0 || len(head) != logHeader {
 		t.Fatalf("%s holds %d bytes, %v", key, size, err)
 	}
-	return int64(binary.LittleEndian.Uint32([]byte(head[16:]))), (size - 20) / 12
+	return int64(binary.LittleEndian.Uint32([]byte(head[16:]))), (size - logHeader) / 12
 }
 
 // TestLogMemory checks the figures the documentation gives: MEMORY USAGE
@@ -203,7 +207,7 @@ func TestLogMemory(t *testing.T) {
 	ctx := context.Background()
 	l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 100, Period: time.Hour}})
 	const t0 = int64(1_700_000_000_000_000)
-	for i, want := range map[int64]int64{1: 152, 100: 1640} {
+	for i, want := range map[int64]int64{1: 168, 100: 1384} {
 		key := fmt.Sprint("mem", i)
 		for j := int64(0); j < i; j++ {
 			if r, err := l.decide(ctx, key, call{n: 1}, t0+j); err != nil || !r.d.Allowed {
@@ -324,20 +328,20 @@ func TestLogScriptMatchesModel(t *testing.T) {
 		rule := floodgate.Rule{Limit: int64(1 + rng.IntN(60)), Period: time.Duration(1+rng.IntN(500)) * time.Millisecond}
 		l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: rule, Prefix: fmt.Sprintf("logmodel%d", trial)})
 		l.margin = int64(time.Hour / time.Millisecond)
-		l.hold = 1 + rng.Int64N(l.interval)
-		l.box()
-		m := &logModel{T: l.interval, N: rule.Limit, hold: l.hold}
+		l.rs().hold = 1 + rng.Int64N(l.rs().interval)
+		l.box(l.rs())
+		m := &logModel{T: l.rs().interval, N: rule.Limit, hold: l.rs().hold}
 		key := l.Key("k")
 		now := int64(1_700_000_000_000_000) + rng.Int64N(1_000_000_000)
 		var stamps []int64 // the lease stamps replies gave
 		for i := 0; i < ops; i++ {
 			switch r := rng.IntN(20); {
 			case r < 12:
-				now += rng.Int64N(l.interval/rule.Limit + 1)
+				now += rng.Int64N(l.rs().interval/rule.Limit + 1)
 			case r < 14:
-				now += rng.Int64N(2*l.interval + 1)
+				now += rng.Int64N(2*l.rs().interval + 1)
 			case r < 15:
-				now -= rng.Int64N(l.interval/4 + 1)
+				now -= rng.Int64N(l.rs().interval/4 + 1)
 			}
 			var cl call
 			switch r := rng.IntN(10); {
@@ -351,7 +355,7 @@ func TestLogScriptMatchesModel(t *testing.T) {
 					cl.want = rng.Int64N(40)
 				}
 				if rng.IntN(4) == 0 {
-					cl.give, cl.gk = 1+rng.Int64N(rule.Limit), now+rng.Int64N(l.hold+1) // mostly nothing there
+					cl.give, cl.gk = 1+rng.Int64N(rule.Limit), now+rng.Int64N(l.rs().hold+1) // mostly nothing there
 					if len(stamps) > 0 && rng.IntN(2) == 0 {
 						cl.gk = stamps[rng.IntN(len(stamps))]
 					}
@@ -374,7 +378,7 @@ func TestLogScriptMatchesModel(t *testing.T) {
 			}
 			if got != want {
 				t.Fatalf("trial %d (%+v, T %dµs, hold %dµs), op %d %+v at %d: script %v, model %v",
-					trial, rule, l.interval, l.hold, i, cl, now, got, want)
+					trial, rule, l.rs().interval, l.rs().hold, i, cl, now, got, want)
 			}
 			if r.extra > 0 {
 				stamps = append(stamps, r.k)
@@ -417,16 +421,16 @@ func readLog(t *testing.T, c redis.UniversalClient, key string) (int64, []logEnt
 		t.Fatal(err)
 	}
 	b := []byte(s)
-	if len(b) < 20 || (len(b)-20)%12 != 0 {
+	if len(b) < logHeader || (len(b)-logHeader)%12 != 0 {
 		t.Fatalf("%s holds %d bytes", key, len(b))
 	}
 	le := binary.LittleEndian
 	newest, base, head, count := int64(le.Uint64(b)), le.Uint32(b[8:]), int64(le.Uint32(b[12:])), int64(le.Uint32(b[16:]))
-	ring := int64(len(b)-20) / 12
+	ring := int64(len(b)-logHeader) / 12
 	var entries []logEntry
 	prev := base
 	for i := int64(0); i < count; i++ {
-		o := 20 + (head+i)%ring*12
+		o := logHeader + (head+i)%ring*12
 		stamp, cum := int64(le.Uint64(b[o:])), le.Uint32(b[o+8:])
 		entries = append(entries, logEntry{stamp, int64(cum - prev)})
 		prev = cum
@@ -444,8 +448,8 @@ func TestLogLeaseAloneNearTheLimit(t *testing.T) {
 	c := client(t, srv)
 	ctx := context.Background()
 	l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 10, Period: 10 * time.Second}})
-	l.hold = 1_000_000
-	l.box()
+	l.rs().hold = 1_000_000
+	l.box(l.rs())
 	const t0 = int64(1_700_000_000_000_000)
 	for i := int64(0); i < 5; i++ {
 		if r, err := l.decide(ctx, "k", call{n: 1}, t0+i); err != nil || !r.d.Allowed {

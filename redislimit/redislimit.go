@@ -18,9 +18,11 @@
 //
 // Each key lives under "<Prefix>:<algorithm>:<hash of the client id>" with
 // a TTL that ends a second after the key would be fresh again, so Redis's
-// memory follows the active clients: MEMORY USAGE reports 120 bytes for a
-// bucket's key and 136 for a window's; a log's key takes 152 bytes with
-// one entry and 1,384 with 100, about 12 bytes an entry.
+// memory follows the active clients: MEMORY USAGE reports 152 bytes for a
+// bucket's key and for a window's; a log's key takes 168 bytes with one
+// entry and 1,384 with 100, about 12 bytes an entry. Each key's state
+// records the rule it was written under and when, so that SetRule can
+// change the rule with no key gaining from it (see SetRule).
 //
 // When Redis fails or exceeds Config.Timeout, the Limiter decides by its
 // FailureMode, and after a few consecutive failures a circuit breaker stops
@@ -35,6 +37,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,9 +80,9 @@ type Config struct {
 	// Algorithm is one of floodgate's names: "token_bucket" (the default
 	// when empty), "leaky_bucket", "fixed_window", "sliding_counter" or
 	// "sliding_log". The buckets and the windows hold a fixed state per
-	// key (MEMORY USAGE: 120 bytes for a bucket, 136 for a window); the
-	// log holds an entry per instant of admitted cost still in the window,
-	// about 12 bytes each (152 bytes for a key with one entry, 1,384 with
+	// key (MEMORY USAGE: 152 bytes for a bucket or a window); the log
+	// holds an entry per instant of admitted cost still in the window,
+	// about 12 bytes each (168 bytes for a key with one entry, 1,384 with
 	// 100), and its calls cost about twice a window's, whatever the
 	// number of entries.
 	Algorithm string
@@ -169,11 +172,10 @@ type Stats struct {
 type Limiter struct {
 	client   redis.UniversalClient
 	script   *script
+	name     string // the algorithm
 	keyHead  string // "<prefix>:<algorithm>:"
-	interval int64  // µs per token (buckets) or per window (windows, log)
 	kind     int64  // 0 for the buckets; 1 fixed_window, 2 sliding_counter, kindLog
-	hold     int64  // the log: µs for which a lease is stamped ahead
-	capacity int64
+	cur      atomic.Pointer[rules]
 	timeout  time.Duration
 	mode     FailureMode
 	local    *floodgate.Limiter
@@ -181,10 +183,13 @@ type Limiter struct {
 	breaker  breaker
 	onError  func(error)
 	margin   int64         // ms added to each key's TTL
-	boxed    [4]any        // interval, capacity, margin, kind (the log: hold): boxed once, not per call
 	lease    *leases       // nil unless lease mode is on
 	testNow  bool          // tests: the scripts' test form, on the Clock
 	requests *tally.Counts // AllowN's decisions, by result
+
+	setMu        sync.Mutex   // SetRule's, one at a time
+	localFollows bool         // the FailLocal limiter follows SetRule (Config.Local was nil)
+	offset       atomic.Int64 // Redis's clock minus this machine's, µs, at SetRule's last TIME
 
 	calls, errs, timeouts, loads, fallbacks, opens, keyErrs, abandoned atomic.Int64
 	otherErrs                                                          atomic.Int64 // the errs neither timeouts nor keyErrs
@@ -220,50 +225,12 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 	if name == "" {
 		name = floodgate.TokenBucket
 	}
-	if _, err := floodgate.New(floodgate.Config{Algorithm: name, Rule: cfg.Rule}); err != nil {
-		return nil, fmt.Errorf("redislimit: %w", err)
+	s, kind, interval, err := parseRule(name, cfg.Rule)
+	if err != nil {
+		return nil, err
 	}
-	l := &Limiter{client: client, capacity: cfg.Rule.Capacity(), timeout: cfg.Timeout, mode: cfg.FailureMode,
+	l := &Limiter{client: client, script: s, name: name, kind: kind, timeout: cfg.Timeout, mode: cfg.FailureMode,
 		clock: cfg.Clock, onError: cfg.OnError, margin: ttlMargin, requests: tally.New(int(numResults))}
-	switch name {
-	case floodgate.TokenBucket, floodgate.LeakyBucket:
-		interval, err := micros(ceilDiv(int64(cfg.Rule.Period), cfg.Rule.Limit), "Period/Limit")
-		if err != nil {
-			return nil, err
-		}
-		if l.capacity > maxTau/interval {
-			return nil, fmt.Errorf("redislimit: a burst of %d at %dµs per token is beyond the script's range (2^50 µs)", l.capacity, interval)
-		}
-		l.script, l.interval = gcraScript, interval
-	case floodgate.FixedWindow, floodgate.SlidingCounter:
-		period, err := micros(int64(cfg.Rule.Period), "Period")
-		if err != nil {
-			return nil, err
-		}
-		kind := int64(1)
-		if name == floodgate.SlidingCounter {
-			kind = 2
-			if cfg.Rule.Limit > maxSlidingProduct/period {
-				return nil, fmt.Errorf("redislimit: sliding_counter needs Limit × Period ≤ 2^52 µs to stay exact; %d × %dµs is beyond it", cfg.Rule.Limit, period)
-			}
-		}
-		l.script, l.interval, l.kind = windowScript, period, kind
-	case floodgate.SlidingLog:
-		period, err := micros(int64(cfg.Rule.Period), "Period")
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case period > maxLogPeriod:
-			return nil, fmt.Errorf("redislimit: sliding_log needs Period ≤ 2^50 µs to stay exact; %dµs is beyond it", period)
-		case cfg.Rule.Limit > maxLogLimit:
-			return nil, fmt.Errorf("redislimit: sliding_log needs Limit ≤ 2^31 to stay exact; %d is beyond it", cfg.Rule.Limit)
-		}
-		l.script, l.interval, l.kind, l.hold = logScript, period, kindLog, period
-	default:
-		return nil, fmt.Errorf("redislimit: algorithm %q has no Redis form (supported: %s, %s, %s, %s, %s)",
-			name, floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog)
-	}
 	if strings.TrimSpace(cfg.Prefix) != cfg.Prefix {
 		return nil, fmt.Errorf("redislimit: Prefix %q has leading or trailing space", cfg.Prefix)
 	}
@@ -272,7 +239,6 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 		prefix = "floodgate"
 	}
 	l.keyHead = prefix + ":" + name + ":"
-	l.box()
 
 	switch {
 	case cfg.Timeout < 0:
@@ -307,42 +273,19 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redislimit: Local: %w", err)
 		}
-		l.local = local
+		l.local, l.localFollows = local, cfg.Local == nil
 	}
 	if cfg.Lease.Max < 0 || cfg.Lease.TTL < 0 {
 		return nil, fmt.Errorf("redislimit: Lease.Max and Lease.TTL must be 0 or positive, got %d and %v", cfg.Lease.Max, cfg.Lease.TTL)
 	}
 	if cfg.Lease.Max > 0 {
-		step := int64(0)
-		if l.kind == 0 {
-			step = l.interval * 1000
-		}
-		l.lease = newLeases(cfg.Lease, step, orDefault(cfg.LocalMaxKeys, defaultLocalKeys))
-		if l.kind == kindLog {
-			// A batch is one entry stamped hold ahead, and spendable for
-			// hold from when its call was sent: 100 ms (or the batch's
-			// target time, TTL/2, if shorter), within a window. Redis counts
-			// the entry from its grant until a window after its stamp, so a
-			// longer hold would keep unspent units from the other replicas
-			// the longer (with a hold of a whole window, four replicas at a
-			// limit got 68% of it).
-			l.hold = max(1, min(ceilDiv(min(int64(logHold), l.lease.target), 1000), l.interval))
-			l.lease.target = l.hold * 1000 // a batch is sized to last its hold
-			l.box()
-		}
+		l.lease = newLeases(cfg.Lease, orDefault(cfg.LocalMaxKeys, defaultLocalKeys))
+	}
+	l.cur.Store(l.newRules(cfg.Rule, interval, nil, 0))
+	if l.lease != nil {
 		go l.sweeper()
 	}
 	return l, nil
-}
-
-// box boxes the script's constant arguments; tests call it again after
-// changing the margin.
-func (l *Limiter) box() {
-	last := l.kind
-	if l.kind == kindLog {
-		last = l.hold
-	}
-	l.boxed = [4]any{l.interval, l.capacity, l.margin, last}
 }
 
 // orDefault returns v, or def when v is zero.
@@ -420,16 +363,17 @@ func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, er
 // callers carry: a call that ends by its caller's deadline tells the
 // breaker nothing, even when Redis is the one that stalled.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	if n < 1 || int64(n) > l.capacity {
+	rs := l.rs()
+	if n < 1 || int64(n) > rs.capacity {
 		l.requests.Inc(int(resDenied))
-		return floodgate.Decision{Limit: l.capacity, RetryAfter: floodgate.Never}, nil
+		return floodgate.Decision{Limit: rs.capacity, RetryAfter: floodgate.Never}, nil
 	}
 	if l.lease != nil {
 		d, res, err := l.leaseAllow(ctx, key, int64(n))
 		l.requests.Inc(int(res))
 		return d, err
 	}
-	r, err := l.decide(ctx, key, call{n: int64(n)}, l.scriptNow())
+	r, err := l.decide(ctx, key, call{n: int64(n), rs: rs}, l.scriptNow())
 	l.requests.Inc(int(r.res))
 	return r.d, err
 }
@@ -518,19 +462,21 @@ type call struct {
 	n, want, give, gk int64
 	dry               bool
 	budget            time.Duration // the call's time for Redis; 0 means Timeout
+	rs                *rules        // the rule it is sent under; nil means the one in force
 }
 
 // reply is the script's answer: the decision; extra, the units leased
 // beyond n; horizon, how long (µs) they stay spendable at most; k, the
 // window they were charged to (the windows), their entry's stamp (the
 // log) or Redis's clock (the buckets); redis, false when the
-// FailureMode answered instead; and res, the decision's result as
-// AppendCounts counts it.
+// FailureMode answered instead; res, the decision's result as
+// AppendCounts counts it; and rs, the rule the call was sent under.
 type reply struct {
 	d                 floodgate.Decision
 	extra, horizon, k int64
 	redis             bool
 	res               result
+	rs                *rules
 }
 
 // decide runs the script for key, or falls back. now ≥ 0 is the test
@@ -547,6 +493,9 @@ type reply struct {
 // FailureMode and counted in Errors and KeyErrors, but it opens the
 // breaker for no one.
 func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (reply, error) {
+	if c.rs == nil {
+		c.rs = l.rs()
+	}
 	if err := ctx.Err(); err != nil {
 		return reply{d: l.abandon(), res: resAbandoned}, err
 	}
@@ -646,7 +595,7 @@ func keyError(err error) bool {
 // round trip. Its caller is gone, so the denial turns no one away.
 func (l *Limiter) abandon() floodgate.Decision {
 	l.abandoned.Add(1)
-	return floodgate.Decision{Limit: l.capacity}
+	return floodgate.Decision{Limit: l.rs().capacity}
 }
 
 // isTimeout reports whether err is a call running out of time.
@@ -669,7 +618,7 @@ func (l *Limiter) run(ctx context.Context, key string, c call, now int64) (reply
 	if err != nil {
 		return reply{}, err
 	}
-	return l.reply(cmd)
+	return l.reply(cmd, c.rs)
 }
 
 // eval sends args (EVALSHA) by process, and again as EVAL with the whole
@@ -690,33 +639,36 @@ func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.
 	return cmd, err
 }
 
-// args are the EVALSHA arguments of call c on key: n, the step, the
-// capacity, margin and dry; the windows' kind; want, give and gk; the
-// log's hold; and the test form's now.
+// args are the EVALSHA arguments of call c on key, under its rule c.rs:
+// n, the step, the capacity, margin and dry; the windows' kind; want, give
+// and gk; the log's hold; the test form's now; and the rule's history.
 func (l *Limiter) args(key string, c call, now int64) []any {
-	s := l.script
+	s, rs := l.script, c.rs
 	if now >= 0 {
 		s = s.at
 	}
-	args := make([]any, 0, 14)
-	args = append(args, "evalsha", s.sha, 1, l.Key(key), c.n, l.boxed[0], l.boxed[1], l.boxed[2], b2i(c.dry))
+	if rs.pruneAt != 0 && l.redisNow() >= rs.pruneAt {
+		l.prune(rs) // the next calls carry less; this one, what it has
+	}
+	args := make([]any, 0, 14+len(rs.hist))
+	args = append(args, "evalsha", s.sha, 1, l.Key(key), c.n, rs.boxed[0], rs.boxed[1], rs.boxed[2], b2i(c.dry))
 	if l.kind == 1 || l.kind == 2 {
-		args = append(args, l.boxed[3])
+		args = append(args, rs.boxed[3])
 	}
 	args = append(args, c.want, c.give, c.gk)
 	if l.kind == kindLog {
-		args = append(args, l.boxed[3])
+		args = append(args, rs.boxed[3])
 	}
 	if now >= 0 {
 		args = append(args, now)
 	}
-	return args
+	return append(args, rs.hist...)
 }
 
 // reply reads the script's answer: {allowed, remaining, retry_after,
 // reset_after, extra, horizon, k}, the waits in µs, -1 for a wait too long
 // to represent.
-func (l *Limiter) reply(cmd *redis.Cmd) (reply, error) {
+func (l *Limiter) reply(cmd *redis.Cmd, rs *rules) (reply, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return reply{}, err
@@ -724,8 +676,8 @@ func (l *Limiter) reply(cmd *redis.Cmd) (reply, error) {
 	if len(v) != 7 {
 		return reply{}, fmt.Errorf("redislimit: the script answered %d values, not 7", len(v))
 	}
-	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: l.capacity, Remaining: v[1],
-		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], redis: true}, nil
+	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: rs.capacity, Remaining: v[1],
+		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], redis: true, rs: rs}, nil
 }
 
 func fromMicros(us int64) time.Duration {
@@ -745,11 +697,12 @@ func b2i(b bool) int64 {
 // fallback is the FailureMode's answer.
 func (l *Limiter) fallback(key string, n int64, dry bool) floodgate.Decision {
 	l.fallbacks.Add(1)
+	capacity := l.rs().capacity
 	switch l.mode {
 	case FailOpen:
-		return floodgate.Decision{Allowed: true, Limit: l.capacity, Remaining: l.capacity - n}
+		return floodgate.Decision{Allowed: true, Limit: capacity, Remaining: capacity - n}
 	case FailClosed:
-		return floodgate.Decision{Limit: l.capacity, RetryAfter: time.Duration(l.breaker.every)}
+		return floodgate.Decision{Limit: capacity, RetryAfter: time.Duration(l.breaker.every)}
 	}
 	if dry {
 		return l.local.Peek(key)

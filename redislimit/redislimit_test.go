@@ -41,9 +41,9 @@ func effective(t testing.TB, l *Limiter, alg string, r floodgate.Rule) floodgate
 	t.Helper()
 	switch alg {
 	case floodgate.TokenBucket, floodgate.LeakyBucket:
-		return floodgate.Rule{Limit: 1, Period: time.Duration(l.interval), Burst: r.Capacity()}
+		return floodgate.Rule{Limit: 1, Period: time.Duration(l.rs().interval), Burst: r.Capacity()}
 	case floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog:
-		return floodgate.Rule{Limit: r.Limit, Period: time.Duration(l.interval)}
+		return floodgate.Rule{Limit: r.Limit, Period: time.Duration(l.rs().interval)}
 	}
 	t.Fatalf("effective: no rule for %q", alg)
 	return floodgate.Rule{}
@@ -93,7 +93,7 @@ func TestScriptMatchesInProcess(t *testing.T) {
 					l, err = New(c, Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("diff%d", trial)})
 				}
 				l.margin = int64(time.Hour / time.Millisecond) // the test's clock is not Redis's
-				l.box()
+				l.box(l.rs())
 				clock := floodgate.NewManualClock(0)
 				ref, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: effective(t, l, alg, rule), Clock: clock})
 				if err != nil {
@@ -101,15 +101,15 @@ func TestScriptMatchesInProcess(t *testing.T) {
 				}
 				start := int64(1_700_000_000_000_000) + rng.Int64N(1_000_000_000)
 				now := start
-				step := max(1, l.interval/int64(1+rng.IntN(4)))
+				step := max(1, l.rs().interval/int64(1+rng.IntN(4)))
 				for i := 0; i < 120; i++ {
 					switch r := rng.IntN(10); {
 					case r < 6:
 						now += rng.Int64N(step + 1)
 					case r < 8:
-						now += rng.Int64N(3*l.interval + 1)
+						now += rng.Int64N(3*l.rs().interval + 1)
 					case r < 9:
-						now = max(start, now-rng.Int64N(l.interval+1)) // Redis's clock may step back
+						now = max(start, now-rng.Int64N(l.rs().interval+1)) // Redis's clock may step back
 					}
 					clock.Set(now)
 					key := fmt.Sprintf("client-%d", rng.IntN(3))

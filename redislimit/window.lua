@@ -1,8 +1,9 @@
 -- floodgate's fixed_window and sliding_counter on Redis, at microsecond
--- resolution on Redis's own clock. The key holds k, curr and prev, as 24
--- bytes (three little-endian int64s): the index of the window last
--- charged, k = floor(now / T), that window's admitted cost, and the one
--- before's. With e = now - k*T, a request of cost n is
+-- resolution on Redis's own clock. The key holds w, curr, prev, T and N,
+-- as 40 bytes (five little-endian int64s): the instant the window last
+-- charged was written at, whose index is k = floor(w / T), that window's
+-- admitted cost, the one before's, and the rule they were written under.
+-- With e = now - k*T, a request of cost n is
 -- allowed if and only if curr + n <= N and, for the sliding counter,
 -- prev * (T - e) + (curr + n) * T <= N * T. A denial writes nothing. These
 -- are the in-process definitions (floodgate/shardedlog) with 1 µs for 1 ns;
@@ -27,6 +28,14 @@
 --          window or, for the sliding counter, the previous one. n may be
 --          0 only with give > 0 or want > 0: a return, or a lease, alone.
 -- ARGV[9]  gk, the index of the window the returned units were charged to
+-- ARGV[10] on: the rule's history, if any, as in gcra.lua ("Rule
+--          changes"), of (T, N, end) triples. A key written under another
+--          rule converts: at an instant x, what it holds is the largest
+--          cost a request at x could take (0 if x lies in a window before
+--          the key's own); it moves to the next rule's window of x, with
+--          min(that, the next N) left in it and no previous window's
+--          count. A return or a lease alone on such a key does nothing;
+--          any other call writes the key converted.
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
 -- k}: the waits in microseconds, retry_after -1 for a wait too long to
@@ -56,10 +65,11 @@ if not ((kind == 1 or kind == 2)
 end
 local MAX = 2^52
 
-local now
+local now, on
 do -- clock
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  on = 10
 end -- clock
 
 -- floor(a / b) for integers 0 <= a < 2^53 and b >= 1 is exact in doubles:
@@ -68,16 +78,58 @@ local floor = math.floor
 local k = floor(now / T)
 local e = now - k * T
 
-local ks, curr, prev = k, 0, 0
-local stored = redis.call('GET', KEYS[1])
-if stored then
-  if #stored ~= 24 then return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window') end
-  ks, curr, prev = struct.unpack('<i8i8i8', stored)
-  if not (ks >= -MAX and ks <= MAX and curr <= N and prev <= N) then
-    return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window')
-  end
+-- A rule the script can hold: the history's and the key's are checked so.
+local function okRule(T_, N_)
+  return T_ >= 1 and T_ <= 2^50 and T_ % 1 == 0 and N_ >= 1 and N_ <= 2^50 and N_ % 1 == 0 and (not sliding or N_ * T_ <= 2^52)
 end
 
+local FMT = '<i8i8i8i8i8'
+local ks, ws, curr, prev = k, now, 0, 0
+local sT, sN -- the key's rule
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  if #stored ~= 40 then return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window') end
+  ws, curr, prev, sT, sN = struct.unpack(FMT, stored)
+  if not (ws >= 0 and ws <= MAX and okRule(sT, sN) and curr >= 0 and curr <= sN and prev >= 0 and prev <= sN) then
+    return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window')
+  end
+  ks = floor(ws / sT)
+end
+
+-- heldAt is the largest cost a request at x could take from the key, of
+-- rule (T_, N_): 0 if x lies in a window before the key's own.
+local function heldAt(x, T_, N_)
+  local kx = floor(x / T_)
+  if kx < ks then return 0 end
+  local c, p = curr, prev
+  if kx == ks + 1 then c, p = 0, c elseif kx > ks then c, p = 0, 0 end
+  if not sliding or p == 0 then return math.max(0, N_ - c) end
+  return math.max(0, math.min(N_ - c, floor((N_ * T_ - p * (T_ - (x - kx * T_))) / T_) - c))
+end
+-- convertAt moves the key from rule (T1, N1) to (T2, N2) at x: to the new
+-- window of x, holding min(what it held at x, N2).
+local function convertAt(x, T1, N1, T2, N2)
+  local h = heldAt(x, T1, N1)
+  ks, ws, curr, prev = floor(x / T2), x, N2 - math.min(h, N2), 0
+end
+-- emptyAt is a key of rule (T2, N2) that holds nothing at x.
+local function emptyAt(x, T2, N2)
+  ks, ws, curr, prev = floor(x / T2), x, N2, 0
+end
+
+--[[history]]
+
+local converted = false
+if stored then
+  local i = changes(ws, sT, sN, T, N)
+  if i then
+    -- A return or a lease alone belongs to the rule it was sent under:
+    -- on a key of another, it does nothing.
+    if n == 0 then return {1, 0, 0, 0, 0, 0, k} end
+    convert(i, sT, sN, T, N, convertAt, emptyAt)
+    converted, give = true, 0
+  end
+end
 
 local function fits(c, p, off)
   if c + n > N then return false end
@@ -136,9 +188,21 @@ if give > 0 and stored then
     prev, returned = math.max(0, prev - give), true
   end
 end
+-- keep writes what a call that charges nothing changed: a return, with
+-- the key's TTL, or a conversion, with a TTL of its own (the key goes when
+-- it holds nothing).
 local function keep()
-  if returned then
-    redis.call('SET', KEYS[1], struct.pack('<i8i8i8', ks, curr, prev), 'KEEPTTL')
+  if converted then
+    if curr == 0 and prev == 0 then
+      redis.call('DEL', KEYS[1])
+      return
+    end
+    local fresh = (ks + 1) * T
+    if sliding then fresh = fresh + T end
+    local ttl = math.max(1, floor((fresh - now + 999) / 1000) + margin)
+    redis.call('SET', KEYS[1], struct.pack(FMT, ws, curr, prev, T, N), 'PX', string.format('%d', ttl))
+  elseif returned then
+    redis.call('SET', KEYS[1], struct.pack(FMT, ws, curr, prev, T, N), 'KEEPTTL')
   end
 end
 if n == 0 and want == 0 then
@@ -164,7 +228,7 @@ elseif k ~= ks then
 end
 -- Rolled to window k, the state reads as it did: a return writes it so,
 -- and its TTL, kept, still outlasts what it holds.
-ks = k
+if ks ~= k then ks, ws = k, now end
 if fits(curr, prev, e) then
   curr = curr + n
   local extra = 0
@@ -177,7 +241,7 @@ if fits(curr, prev, e) then
     local fresh = (k + 1) * T -- the instant nothing this key holds counts
     if sliding then fresh = fresh + T end
     local ttl = floor((fresh - now + 999) / 1000) + margin
-    redis.call('SET', KEYS[1], struct.pack('<i8i8i8', k, curr, prev), 'PX', string.format('%d', ttl))
+    redis.call('SET', KEYS[1], struct.pack(FMT, now, curr, prev, T, N), 'PX', string.format('%d', ttl))
   else
     keep()
   end
