@@ -104,9 +104,10 @@ type Config struct {
 	Tier func(ctx context.Context, fullMethod, client string) string
 	// Tiers are Methods again for each tier: Tiers[tier][name] are the
 	// policies of the Methods entry name (a method or a service; it must
-	// be one of Methods) for the calls in that tier. A call whose tier has
-	// no entry for its match, or with no Config.Tier, is limited by
-	// Methods. Each tier's policies keep their own clients' state.
+	// be one of Methods) for the calls in that tier, and Tiers[tier][""]
+	// are Default's (which must then be set). A call whose tier has no
+	// entry for its match, or with no Config.Tier, is limited by Methods
+	// (or Default). Each tier's policies keep their own clients' state.
 	Tiers map[string]map[string][]Policy
 	// Exempt, if set, lets a call it returns true for through unlimited
 	// and uncharged, and counts it as exempt (health checks, internal
@@ -217,7 +218,10 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 	byName := map[string]map[string][]policy.Spec{}
 	for tier, entries := range tiers {
 		for name, ps := range entries {
-			if _, ok := methods[name]; !ok {
+			if _, ok := methods[name]; !ok && (name != "" || deflt == nil) {
+				if name == "" {
+					return nil, fmt.Errorf("grpclimit: tier %q: a Default entry, with no Default", tier)
+				}
 				return nil, fmt.Errorf("grpclimit: tier %q: %q is not one of Methods", tier, name)
 			}
 			if byName[name] == nil {
@@ -244,7 +248,7 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 		t.all = append(t.all, rt)
 	}
 	if deflt != nil {
-		if t.deflt, err = b.Route(DefaultRoute, l.specs(deflt), nil); err != nil {
+		if t.deflt, err = b.Route(DefaultRoute, l.specs(deflt), byName[""]); err != nil {
 			return nil, fmt.Errorf("grpclimit: default: %v", err)
 		}
 		t.all = append(t.all, t.deflt)

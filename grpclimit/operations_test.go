@@ -134,3 +134,32 @@ func TestTiersAndSetMethods(t *testing.T) {
 		t.Error("SetMethods after Close succeeded")
 	}
 }
+
+// TestDefaultTiers: Tiers[tier][""] are the Default's policies for that
+// tier, on a real server; without a Default the entry is refused.
+func TestDefaultTiers(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	tierOf := func(ctx context.Context, _, _ string) string {
+		if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("gold")) == 1 {
+			return "gold" // the test's stand-in for an authenticated tier
+		}
+		return ""
+	}
+	cfg := Config{Clock: clock, Default: perHour("d", 1), Tier: tierOf,
+		Tiers: map[string]map[string][]Policy{"gold": {"": perHour("d", 3)}}}
+	l, c := serve(t, cfg)
+	gold := metadata.AppendToOutgoingContext(context.Background(), "gold", "1")
+	if got := calls(t, c, gold, 5); got != 3 {
+		t.Errorf("gold on the Default: %d of 5, want 3", got)
+	}
+	if got := calls(t, c, context.Background(), 3); got != 1 {
+		t.Errorf("untiered on the Default: %d of 3, want 1", got)
+	}
+	equal(t, requests(l), map[string]int64{DefaultRoute + "||allowed": 4, DefaultRoute + "|gold/d|denied": 2, DefaultRoute + "|d|denied": 2})
+	if err := l.SetMethods(nil, map[string]map[string][]Policy{"gold": {"": perHour("d", 3)}}, nil); err == nil {
+		t.Error("SetMethods took a Default tier with no Default")
+	}
+	if _, err := New(Config{Tiers: cfg.Tiers}); err == nil {
+		t.Error("New took a Default tier with no Default")
+	}
+}

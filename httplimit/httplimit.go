@@ -83,7 +83,9 @@ type Config struct {
 	// pattern http.ServeMux would choose for its clean path (see Handler).
 	Routes []Route
 	// Default limits the requests that no Route matches; nil lets them
-	// through without a limit or headers.
+	// through without a limit or headers. Default has no tiers: a Route
+	// with Pattern "/" matches every request that no other Route does
+	// (leaving Default nothing), and its Tiers then apply to all of them.
 	Default []Policy
 	// TrustedProxies are the CIDR prefixes ("10.0.0.0/8", "::1/128") of
 	// the proxies whose ProxyHeader is believed. None by default: the
