@@ -313,7 +313,7 @@ func filled(b *testing.B, impl Impl, ks []string) (perKey float64, l Limiter, re
 func benchPicks(b *testing.B, l Limiter, ks []string, seq []uint32, parallel bool) {
 	if parallel {
 		var denied atomic.Int64
-		calls := timed(b, runtime.GOMAXPROCS(0), picker(l, ks, seq, &denied))
+		calls := timed(b, runtime.GOMAXPROCS(0), picker(l, ks, seq, 0, &denied))
 		checkDenied(b, denied.Load(), calls)
 		return
 	}
@@ -466,8 +466,14 @@ func BenchmarkGoroutines(b *testing.B) {
 // each limiter running a tenth of -benchtime per round.
 const pairedRounds = 10
 
-// BenchmarkPaired runs the sliding log in the scenarios where issue 12
-// sets it targets, interleaved with the limiter it is held against (its
+// pairedPause is the mean pause, in steps of Slice's busy loop (a few ns
+// each), that the paused scenarios of BenchmarkPaired take after each
+// call: GOMAXPROCS goroutines whose calls now collide and now do not, as
+// a service's handlers do between their work.
+const pairedPause = 32
+
+// BenchmarkPaired runs the sliding log in the scenarios where issues 12
+// and 24 set it targets, interleaved with the limiter it is held against (its
 // mutex twin, or the token bucket in hotkey-1-tb): slices of a tenth of
 // -benchtime each, in turn, for pairedRounds rounds (see Interleave). On
 // a shared machine two figures taken seconds apart can differ by more
@@ -484,16 +490,19 @@ func BenchmarkPaired(b *testing.B) {
 		keys  int
 		dist  string
 		g     int
+		pause int
 		other Impl
 	}{
-		{"hotkey-1", 1, "uniform", 1, twin},
-		{"hotkey-parallel", 1, "uniform", procs, twin},
-		{"hotkey-64", 1, "uniform", 64, twin},
-		{"1K-uniform-1", 1000, "uniform", 1, twin},
-		{"1K-uniform-parallel", 1000, "uniform", procs, twin},
-		{"1K-zipf-1", 1000, "zipf", 1, twin},
-		{"1K-zipf-parallel", 1000, "zipf", procs, twin},
-		{"hotkey-1-tb", 1, "uniform", 1, tb},
+		{"hotkey-1", 1, "uniform", 1, 0, twin},
+		{"hotkey-parallel", 1, "uniform", procs, 0, twin},
+		{"hotkey-64", 1, "uniform", 64, 0, twin},
+		{"hotkey-paused", 1, "uniform", procs, pairedPause, twin},
+		{"1K-uniform-1", 1000, "uniform", 1, 0, twin},
+		{"1K-uniform-parallel", 1000, "uniform", procs, 0, twin},
+		{"1K-zipf-1", 1000, "zipf", 1, 0, twin},
+		{"1K-zipf-parallel", 1000, "zipf", procs, 0, twin},
+		{"1K-zipf-paused", 1000, "zipf", procs, pairedPause, twin},
+		{"hotkey-1-tb", 1, "uniform", 1, 0, tb},
 	} {
 		b.Run("scenario="+sc.name, func(b *testing.B) {
 			impls := []Impl{sl, sc.other}
@@ -510,7 +519,7 @@ func BenchmarkPaired(b *testing.B) {
 						ls[i].Allow(strings.Clone(k))
 					}
 				}
-				r := Interleave(ls, ks, picks(sc.keys, sc.dist), sc.g, pairedRounds, benchTime()/10)
+				r := Interleave(ls, ks, picks(sc.keys, sc.dist), sc.g, sc.pause, pairedRounds, benchTime()/10)
 				res = &r
 				return r
 			}
@@ -534,7 +543,7 @@ func BenchmarkPaired(b *testing.B) {
 
 func benchGoroutines(b *testing.B, g int, l Limiter, ks []string, seq []uint32) {
 	var denied atomic.Int64
-	calls := timed(b, g, picker(l, ks, seq, &denied))
+	calls := timed(b, g, picker(l, ks, seq, 0, &denied))
 	checkDenied(b, denied.Load(), calls)
 }
 

@@ -18,9 +18,13 @@
 //
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
 // puts implementations side by side; BenchmarkPaired times the sliding log
-// and its twin in alternate slices (Interleave), and cmd/pair does the
-// same from the command line, for work on one design against another.
-// cmd/report turns the raw output
+// and its twin in alternate slices (Interleave), with scenarios whose
+// goroutines pause between calls so that contention comes and goes, and
+// cmd/pair does the same from the command line, for work on one design
+// against another. cmd/modes shows, round by round, how the machine runs
+// busy goroutines side by side (whether its cores run apart or share),
+// and the sliding log on a hot key against its parallel floor and its
+// twin. cmd/report turns the raw output
 // into the summary tables and SVG charts under results/. `make bench` at
 // the repository root runs all of it; the harness measures and reports,
 // and never asserts speed.

@@ -3,6 +3,7 @@ package bench
 import (
 	"flag"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,13 +58,26 @@ func TestHarnessGoesOnAfterDenials(t *testing.T) {
 			}
 		})
 	}
-	t.Run("paired", func(t *testing.T) {
-		ls := []Limiter{&outrun{}, &outrun{}}
-		r := Interleave(ls, ks, seq, runtime.GOMAXPROCS(0), 2, 5*time.Millisecond)
-		for i, d := range r.Denied {
-			if d < 0.25 || d > 0.75 {
-				t.Fatalf("limiter %d: Denied = %v, want about half", i, d)
+	for _, pause := range []int{0, pairedPause} {
+		t.Run("paired/pause="+strconv.Itoa(pause), func(t *testing.T) {
+			ls := []Limiter{&outrun{}, &outrun{}}
+			r := Interleave(ls, ks, seq, runtime.GOMAXPROCS(0), pause, 2, 5*time.Millisecond)
+			for i, d := range r.Denied {
+				if d < 0.25 || d > 0.75 {
+					t.Fatalf("limiter %d: Denied = %v, want about half", i, d)
+				}
 			}
+		})
+	}
+	t.Run("spin", func(t *testing.T) {
+		// The pause draws its length from its state and moves the state on.
+		seen := map[uint64]bool{}
+		for x, i := uint64(1), 0; i < 100; i++ {
+			x = spin(x, pairedPause)
+			seen[x] = true
+		}
+		if len(seen) < 90 {
+			t.Fatalf("spin repeats its state: %d distinct of 100", len(seen))
 		}
 	})
 }

@@ -10,20 +10,39 @@ import (
 )
 
 // Slice calls l.Allow from g goroutines for d, each on ks[seq[i]] for
-// successive i from a random start, and returns the wall time per call
-// and the calls made and refused.
-func Slice(l Limiter, ks []string, seq []uint32, g int, d time.Duration) (ns float64, calls, denied int64) {
+// successive i from a random start, pausing after each call for a random
+// number of steps of a short busy loop, pause on average (0: none), and
+// returns the wall time per call, pauses included, and the calls made and
+// refused.
+func Slice(l Limiter, ks []string, seq []uint32, g, pause int, d time.Duration) (ns float64, calls, denied int64) {
 	var refused atomic.Int64
-	calls, elapsed := runFor(g, d, picker(l, ks, seq, &refused))
+	calls, elapsed := runFor(g, d, picker(l, ks, seq, pause, &refused))
 	return float64(elapsed.Nanoseconds()) / float64(calls), calls, refused.Load()
 }
 
 // picker is a timed worker that calls Allow on ks[seq[i]] for successive i
 // from a random starting point, in rounds of 64 calls between looks at
-// stop, and counts in denied the calls refused. seq must have a
-// power-of-two length.
-func picker(l Limiter, ks []string, seq []uint32, denied *atomic.Int64) func(*atomic.Bool) int {
+// stop, and counts in denied the calls refused; with pause above 0 it
+// pauses after each call (see Slice). seq must have a power-of-two
+// length.
+func picker(l Limiter, ks []string, seq []uint32, pause int, denied *atomic.Int64) func(*atomic.Bool) int {
 	mask := len(seq) - 1
+	if pause > 0 {
+		return func(stop *atomic.Bool) int {
+			i, n, x := rand.IntN(len(seq)), 0, rand.Uint64()|1
+			for !stop.Load() {
+				for range 64 {
+					if !l.Allow(ks[seq[i&mask]]) {
+						denied.Add(1)
+					}
+					i++
+					x = spin(x, pause)
+				}
+				n += 64
+			}
+			return n
+		}
+	}
 	return func(stop *atomic.Bool) int {
 		i, n := rand.IntN(len(seq)), 0
 		for !stop.Load() {
@@ -37,6 +56,18 @@ func picker(l Limiter, ks []string, seq []uint32, denied *atomic.Int64) func(*at
 		}
 		return n
 	}
+}
+
+// spin is a pause between calls, which touches no memory: a random
+// number of xorshift steps from 0 to 2×mean, drawn from x, and the state
+// after them (each step depends on the last, so none can be left out).
+func spin(x uint64, mean int) uint64 {
+	for k := x % uint64(2*mean+1); k > 0; k-- {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+	}
+	return x
 }
 
 // runFor runs g goroutines of work for d, once, and returns the calls
@@ -75,9 +106,9 @@ type Interleaved struct {
 // before each, so that a burst of load from another tenant of a shared
 // machine falls on all of them alike; a first round, not counted, warms
 // them. seq must have a power-of-two length.
-func Interleave(ls []Limiter, ks []string, seq []uint32, g, rounds int, d time.Duration) Interleaved {
+func Interleave(ls []Limiter, ks []string, seq []uint32, g, pause, rounds int, d time.Duration) Interleaved {
 	for _, l := range ls {
-		Slice(l, ks, seq, g, d)
+		Slice(l, ks, seq, g, pause, d)
 	}
 	ns := make([][]float64, len(ls))
 	ratio := make([][]float64, len(ls))
@@ -89,7 +120,7 @@ func Interleave(ls []Limiter, ks []string, seq []uint32, g, rounds int, d time.D
 		for j := range ls {
 			i := (j + k) % len(ls)
 			var c, r int64
-			cur[i], c, r = Slice(ls[i], ks, seq, g, d)
+			cur[i], c, r = Slice(ls[i], ks, seq, g, pause, d)
 			calls[i] += c
 			denied[i] += r
 		}

@@ -46,12 +46,15 @@ func run(args []string, w io.Writer) error {
 	rounds := fs.Int("rounds", 30, "rounds")
 	round := fs.Duration("round", 40*time.Millisecond, "time each limiter runs in a round")
 	g := fs.Int("g", 1, "goroutines")
+	pause := fs.Int("pause", 0, "mean pause after each call, in steps of a busy loop (make bench's paused scenarios: 32)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	switch {
 	case *keys < 1 || *rounds < 1 || *g < 1:
 		return errors.New("-keys, -rounds and -g must be at least 1")
+	case *pause < 0:
+		return errors.New("-pause must not be negative")
 	case *round <= 0:
 		return errors.New("-round must be positive")
 	case *dist != "uniform" && *dist != "zipf":
@@ -79,8 +82,8 @@ func run(args []string, w io.Writer) error {
 		ls[i] = l
 	}
 	seq := bench.Picks(*keys, *dist)
-	res := bench.Interleave(ls, ks, seq, *g, *rounds, *round)
-	fmt.Fprintf(w, "%d keys, %s, %d goroutines, %d rounds of %v\n", *keys, *dist, *g, *rounds, *round)
+	res := bench.Interleave(ls, ks, seq, *g, *pause, *rounds, *round)
+	fmt.Fprintf(w, "%d keys, %s, %d goroutines, pause %d, %d rounds of %v\n", *keys, *dist, *g, *pause, *rounds, *round)
 	for i, name := range names {
 		fmt.Fprintf(w, "%-24s %7.1f ns/op  ÷ %s %.3f (quartiles %.3f–%.3f)",
 			name, res.Ns[i], names[len(names)-1], res.Ratio[i], res.Q1[i], res.Q3[i])
