@@ -61,7 +61,7 @@ var (
 	// its twin where each key's log is small and the keys' states compete
 	// for the cache.
 	logKeyImpls = ByName("floodgate-sl", "floodgate-sl-mutex")
-	latencyHot  = append(slices.Clone(keyImpls), ByName("xtime", "juju", "uber")...)
+	latencyHot  = append(slices.Clone(keyImpls), ByName("floodgate-sl", "floodgate-sl-mutex", "xtime", "juju", "uber")...)
 	bytesImpls  = ByName("floodgate-lb", "floodgate-fw", "floodgate-sc", "floodgate-sl")
 )
 
