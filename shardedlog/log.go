@@ -577,6 +577,7 @@ func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, d
 
 // decide is step on the view v, read from a live ring.
 func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
+	lost := 0
 	for first := true; ; first = false {
 		o, ok := l.evaluate(v, t)
 		if !ok {
@@ -623,6 +624,11 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 			return d, true, true, true
 		}
 		chaos.Lost("log.step")
+		if lost++; lost == stepAsideAfter {
+			chaos.Mark("log.stepaside")
+			stepAside()
+			return d, false, true, false // the view is long stale: read afresh
+		}
 		// Carry on from what the slot holds now: the winner's entry is the
 		// newest, the next slot the head, and the boundary found is a lower
 		// bound for the next search, whose window ends no earlier.
@@ -748,7 +754,9 @@ func (l *Log) AllowN(now, n int64) (Decision, bool) {
 // keeps the refunded cost, as when the refund comes second: see Log.)
 //
 // A claim that loses its CAS carries on from the slot it lost: that slot
-// now holds the winner's entry, the newest, and the head is the next.
+// now holds the winner's entry, the newest, and the head is the next. A
+// call that loses twice steps aside (see stepAside), then reads the log
+// afresh.
 func (l *Log) Take(now, n int64) (allowed, live bool) {
 	p := l.p // read once: other cores' claims write the line it sits on
 	if n < 1 || n > p.limit {
@@ -761,6 +769,7 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 		h, mask = r.hint.Load(), rmask // the guess is another ring's
 	}
 	exact := h // the guess: a claim of it at the first try is uncontended
+	lost := 0
 	for {
 		// Skip the entries claimed since the guess moved: live, with the
 		// index of their slot. (The address of each load does not depend
@@ -823,6 +832,11 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 		}
 		chaos.Lost("log.claim")
 		exact = ^uint64(0) // contended: no claim of this call is exact
+		if lost++; lost == stepAsideAfter {
+			chaos.Mark("log.stepaside")
+			stepAside()
+			return l.takeSlow(now, n) // the view is long stale: read afresh
+		}
 	}
 }
 

@@ -14,6 +14,9 @@ func Retried() {}
 // Lost does nothing without the chaos tag.
 func Lost(string) {}
 
+// Mark does nothing without the chaos tag.
+func Mark(string) {}
+
 // Retries is always 0 without the chaos tag.
 func Retries() int64 { return 0 }
 

@@ -38,11 +38,22 @@ func Lost(site string) {
 	c.(*atomic.Int64).Add(1)
 }
 
+// Mark records that the named site was reached (a path that losing
+// CASes lead to), without counting a retry.
+func Mark(site string) {
+	c, ok := sites.Load(site)
+	if !ok {
+		c, _ = sites.LoadOrStore(site, new(atomic.Int64))
+	}
+	c.(*atomic.Int64).Add(1)
+}
+
 // Retries returns how many CAS attempts have lost since the process started.
 func Retries() int64 { return retries.Load() }
 
 // RetriesAt returns how many CAS attempts have lost at the named site since
-// the process started.
+// the process started (for a site that Mark records, how often it was
+// reached).
 func RetriesAt(site string) int64 {
 	if c, ok := sites.Load(site); ok {
 		return c.(*atomic.Int64).Load()
