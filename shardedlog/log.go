@@ -330,7 +330,8 @@ func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
 // loads, from the Log's line to the head's slot and its neighbours
 // (see Take); only a window within a request of full needs the boundary
 // search, and a claim that loses its CAS carries on from the winner's
-// entry. Denials write nothing.
+// entry; a call that loses twice steps aside (see stepAsideAfter) and
+// reads the log again. Denials write nothing.
 //
 // Weighted cost. Each entry carries its cumulative cost, so one CAS admits
 // a cost of any size exactly. A refund (the global cap refused the request)

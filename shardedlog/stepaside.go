@@ -7,7 +7,7 @@ import "time"
 //
 // Why. A lost claim is the ordinary price of two cores on one key: about
 // one claim in seven loses when both hammer it. Losing twice in a row
-// within one call is rare (one call in 5,000 to 10,000 on a hot key from
+// within one call is rare (one call in 4,000 to 20,000 on a hot key from
 // two cores), and says that another goroutine is claiming the key
 // faster than this one. On some hosts two busy vCPUs, or two hardware
 // threads of one core, get less work done together than one gets alone:
