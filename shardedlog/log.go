@@ -625,9 +625,7 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 			return d, true, true, true
 		}
 		chaos.Lost("log.step")
-		if lost++; lost == stepAsideAfter {
-			chaos.Mark("log.stepaside")
-			stepAside()
+		if steppedAside(&lost) {
 			return d, false, true, false // the view is long stale: read afresh
 		}
 		// Carry on from what the slot holds now: the winner's entry is the
@@ -833,9 +831,7 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 		}
 		chaos.Lost("log.claim")
 		exact = ^uint64(0) // contended: no claim of this call is exact
-		if lost++; lost == stepAsideAfter {
-			chaos.Mark("log.stepaside")
-			stepAside()
+		if steppedAside(&lost) {
 			return l.takeSlow(now, n) // the view is long stale: read afresh
 		}
 	}

@@ -1,6 +1,10 @@
 package shardedlog
 
-import "time"
+import (
+	"time"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+)
 
 // A call that loses its claim stepAsideAfter times in a row steps aside
 // for about stepAsideFor before it reads the log again.
@@ -31,3 +35,15 @@ const (
 	stepAsideAfter = 2
 	stepAsideFor   = 20 * time.Microsecond
 )
+
+// steppedAside counts one more lost claim of a call in *lost and, at the
+// stepAsideAfter-th, steps aside and reports true: the caller's view of
+// the log is then long stale.
+func steppedAside(lost *int) bool {
+	if *lost++; *lost != stepAsideAfter {
+		return false
+	}
+	chaos.Mark("log.stepaside")
+	stepAside()
+	return true
+}
