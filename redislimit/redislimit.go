@@ -647,8 +647,10 @@ func (l *Limiter) args(key string, c call, now int64) []any {
 	if now >= 0 {
 		s = s.at
 	}
-	if rs.pruneAt != 0 && l.redisNow() >= rs.pruneAt {
-		l.prune(rs) // the next calls carry less; this one, what it has
+	if rs.pruneAt != 0 {
+		if t := l.redisNow(); t >= rs.pruneAt {
+			l.prune(rs, t) // the next calls carry less; this one, what it has
+		}
 	}
 	args := make([]any, 0, 14+len(rs.hist))
 	args = append(args, "evalsha", s.sha, 1, l.Key(key), c.n, rs.boxed[0], rs.boxed[1], rs.boxed[2], b2i(c.dry))

@@ -272,11 +272,11 @@ func (l *Limiter) redisNow() int64 {
 	return time.Now().UnixMicro() + l.offset.Load()
 }
 
-// prune drops from rs's history the changes whose keys have all expired,
-// if it is still the rule in force. Calls find it due (rs.pruneAt) and
-// call it; a rule that lost the race is left as it is.
-func (l *Limiter) prune(rs *rules) {
-	now := l.redisNow()
+// prune drops from rs's history the changes whose keys have all expired
+// by now (Redis's clock, µs, as redisNow reads it), if it is still the
+// rule in force. Calls find it due (rs.pruneAt) and call it; a rule that
+// lost the race is left as it is.
+func (l *Limiter) prune(rs *rules, now int64) {
 	if now < rs.pruneAt || !l.setMu.TryLock() {
 		return
 	}
