@@ -27,30 +27,17 @@ func Slice(l Limiter, ks []string, seq []uint32, g, pause int, d time.Duration) 
 // length.
 func picker(l Limiter, ks []string, seq []uint32, pause int, denied *atomic.Int64) func(*atomic.Bool) int {
 	mask := len(seq) - 1
-	if pause > 0 {
-		return func(stop *atomic.Bool) int {
-			i, n, x := rand.IntN(len(seq)), 0, rand.Uint64()|1
-			for !stop.Load() {
-				for range 64 {
-					if !l.Allow(ks[seq[i&mask]]) {
-						denied.Add(1)
-					}
-					i++
-					x = spin(x, pause)
-				}
-				n += 64
-			}
-			return n
-		}
-	}
 	return func(stop *atomic.Bool) int {
-		i, n := rand.IntN(len(seq)), 0
+		i, n, x := rand.IntN(len(seq)), 0, rand.Uint64()|1
 		for !stop.Load() {
 			for range 64 {
 				if !l.Allow(ks[seq[i&mask]]) {
 					denied.Add(1)
 				}
 				i++
+				if pause > 0 {
+					x = spin(x, pause)
+				}
 			}
 			n += 64
 		}
