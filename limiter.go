@@ -134,6 +134,7 @@ const (
 // zero value is not usable: call New.
 type Limiter struct {
 	kind     kind
+	form     form          // what the slots point at, with objects
 	clock    Clock         // nil for SystemClock, read without an interface call
 	coarse   *CoarseClock  // set when clock is a ticking CoarseClock: read without an interface call
 	flat     registry.Flat // held by value: one load fewer per request
@@ -271,6 +272,7 @@ func (l *Limiter) build(cfg Config) {
 	case lockFreeWindows:
 		l.kind = windowWords
 	}
+	l.form = formOf(rs.alg)
 	fc := registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.kind == objects, Aux: unsafe.Pointer(rs)}
 	switch l.kind {
 	case objects:

@@ -1,11 +1,12 @@
 package floodgate
 
 import (
-	"github.com/floodgate-go/floodgate/internal/hook"
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/hook"
 	"github.com/floodgate-go/floodgate/internal/word"
+	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
 // TestSweeper drives the sweeper with a tick channel of the test's own:
@@ -127,6 +128,56 @@ func TestEvictionRaceInline(t *testing.T) {
 		}
 		if allowed, _, _ := l.onWord(id, clock.Now(), opTake, 1, nil); allowed {
 			t.Fatalf("%s: k passed 3 in one period across an eviction", alg)
+		}
+	}
+}
+
+// TestObjectForms checks what the flat table's slots point at: the
+// sliding log and its twin directly (one load fewer on every request),
+// every other state out of line through a box; and that each form gives
+// back the state it was given, through a request, a reset (a successor)
+// and an eviction.
+func TestObjectForms(t *testing.T) {
+	served := logForm
+	if !shardedlog.LockFree() {
+		served = mutexLogForm // "sliding_log" is the twin here
+	}
+	for _, c := range []struct {
+		alg  string
+		want form
+	}{
+		{SlidingLog, served},
+		{hook.SlidingLogMutex, mutexLogForm},
+		{hook.TokenBucketMutex, boxed},
+		{hook.LeakyBucketMutex, boxed},
+	} {
+		clock := NewManualClock(0)
+		l, err := New(Config{Algorithm: c.alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, twins: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.form != c.want {
+			t.Fatalf("%s: form %d, want %d", c.alg, l.form, c.want)
+		}
+		s := l.state("k", l.id("k"), clock.Now())
+		if got := l.stateAt(l.pointerTo(s)); got != s {
+			t.Fatalf("%s: a slot's pointer names %p, not the state %p", c.alg, got, s)
+		}
+		for i := range 3 {
+			if got := l.Allow("k"); got != (i < 2) {
+				t.Fatalf("%s: request %d of a limit of 2: Allow = %v", c.alg, i+1, got)
+			}
+		}
+		l.Reset("k") // retires s: the next request moves to its successor
+		if _, live := s.Take(clock.Now(), 1); live {
+			t.Fatalf("%s: the reset state still grants", c.alg)
+		}
+		if !l.Allow("k") {
+			t.Fatalf("%s: after Reset k starts afresh", c.alg)
+		}
+		clock.Advance(time.Hour)
+		if n := l.EvictIdle(); n != 1 {
+			t.Fatalf("%s: EvictIdle removed %d keys, want 1", c.alg, n)
 		}
 	}
 }

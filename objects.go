@@ -21,11 +21,66 @@ import (
 // shard's lock (successor), and goes on there. Retirement is atomic with
 // respect to every grant (see State), so a grant lands on exactly one
 // state. Allow's path, for a key already held: hash the key, find the
-// slot (state), load the pointer, and call the State's Take through its
-// interface (takeObject).
+// slot (state), load the pointer (see form), and call the State's Take
+// through its interface (takeObject).
 
-// box holds a State in the flat table: a slot's pointer must name a type.
+// form says what a Limiter's slots point at. A State is an interface, two
+// words, and a slot holds one pointer, so a State in general lives in a
+// box: a request follows the slot to the box, and the box to the state.
+// The sliding log and its twin (which serves "sliding_log" where there is
+// no 16-byte CAS) are pointed at directly instead: every State such a
+// Limiter makes, successors and SetRule's conversions included, is of its
+// algorithm's one type, so the slot's pointer is the state's own, and a
+// request reaches the state's line with one dependent load fewer (a cache
+// miss, on a key that has left the cache; results/2026-12-03-direct-states).
+// The mutex twins of the word algorithms are references for the tests and
+// bench/, and keep their boxes.
+type form uint8
+
+const (
+	boxed        form = iota // a *box
+	logForm                  // a *logState
+	mutexLogForm             // a *mutexLogState
+)
+
+// formOf is the form of alg's states.
+func formOf(alg Algorithm) form {
+	switch alg.(type) {
+	case lockFreeLogs:
+		return logForm
+	case mutexLogs:
+		return mutexLogForm
+	}
+	return boxed
+}
+
+// box holds a State of the boxed form in the flat table.
 type box struct{ s State }
+
+// stateAt returns the state slot pointer p names, or nil for nil.
+func (l *Limiter) stateAt(p unsafe.Pointer) State {
+	switch {
+	case p == nil:
+		return nil
+	case l.form == logForm:
+		return (*logState)(p)
+	case l.form == mutexLogForm:
+		return (*mutexLogState)(p)
+	}
+	return (*box)(p).s
+}
+
+// pointerTo returns the slot pointer that names s. The type assertions
+// hold because a Limiter of a direct form makes states of one type only.
+func (l *Limiter) pointerTo(s State) unsafe.Pointer {
+	switch l.form {
+	case logForm:
+		return unsafe.Pointer(s.(*logState))
+	case mutexLogForm:
+		return unsafe.Pointer(s.(*mutexLogState))
+	}
+	return unsafe.Pointer(&box{s})
+}
 
 // takeObject is Allow's request on key's state at now: one unit, the
 // verdict only. It is onObject's loop for opTake, written out on its own
@@ -96,11 +151,11 @@ func (l *Limiter) state(key string, id registry.ID, now int64) State {
 		t, i := l.flat.Find(id)
 		if i < 0 {
 			t, i = l.flat.Insert(id, now, func(t *registry.Table) (uint64, unsafe.Pointer, bool) {
-				return 0, unsafe.Pointer(&box{l.newObject(rulesOf(t), id, now)}), true
+				return 0, l.pointerTo(l.newObject(rulesOf(t), id, now)), true
 			})
 		}
-		if b := (*box)(t.Ptr(i)); b != nil {
-			return b.s
+		if s := l.stateAt(t.Ptr(i)); s != nil {
+			return s
 		}
 		// Removed between finding and reading: look again.
 	}
@@ -126,15 +181,15 @@ func (l *Limiter) successor(key string, id registry.ID, s State, now int64) Stat
 		return l.ref.Replace(key, s, s.Successor(now))
 	}
 	p := l.flat.Replace(id, func(cur unsafe.Pointer) unsafe.Pointer {
-		if (*box)(cur).s == s {
-			return unsafe.Pointer(&box{s.Successor(now)})
+		if l.stateAt(cur) == s {
+			return l.pointerTo(s.Successor(now))
 		}
 		return cur
 	})
 	if p == nil {
 		return l.state(key, id, now)
 	}
-	return (*box)(p).s
+	return l.stateAt(p)
 }
 
 // newState makes the state of a key not held now: full at now, unless an
@@ -157,9 +212,7 @@ func (l *Limiter) peekObject(key string, now int64) Decision {
 		id := l.id(key)
 		t, i := l.flat.Find(id)
 		if i >= 0 {
-			if b := (*box)(t.Ptr(i)); b != nil {
-				s = b.s
-			}
+			s = l.stateAt(t.Ptr(i))
 		}
 		if s == nil {
 			s = l.newObject(rulesOf(t), id, now)
@@ -180,7 +233,7 @@ func (l *Limiter) resetObject(key string) {
 		l.ref.Remove(key, State.Retire)
 		return
 	}
-	l.flat.Remove(l.id(key), func(t *registry.Table, i int) { (*box)(t.Ptr(i)).s.Retire() })
+	l.flat.Remove(l.id(key), func(t *registry.Table, i int) { l.stateAt(t.Ptr(i)).Retire() })
 }
 
 // evictIdleObjects removes every state that answers at now as a new one
@@ -189,17 +242,17 @@ func (l *Limiter) evictIdleObjects(now int64) int {
 	if l.ref != nil {
 		return l.ref.DeleteIf(func(_ string, s State) bool { return s.RetireIdle(now) })
 	}
-	return l.flat.DeleteIf(func(t *registry.Table, i int) bool { return (*box)(t.Ptr(i)).s.RetireIdle(now) })
+	return l.flat.DeleteIf(func(t *registry.Table, i int) bool { return l.stateAt(t.Ptr(i)).RetireIdle(now) })
 }
 
 // objectSpent is the flat table's Spent hook for states out of line: the
 // instant a Peek says the state is full again.
 func (l *Limiter) objectSpent(t *registry.Table, i int, now int64) int64 {
-	b := (*box)(t.Ptr(i))
-	if b == nil {
+	s := l.stateAt(t.Ptr(i))
+	if s == nil {
 		return math.MinInt64
 	}
-	d, live := b.s.Peek(now)
+	d, live := s.Peek(now)
 	if !live || d.ResetAfter <= 0 {
 		return math.MinInt64
 	}
@@ -209,7 +262,7 @@ func (l *Limiter) objectSpent(t *registry.Table, i int, now int64) int64 {
 // evictObject is the flat table's Evict hook for states out of line.
 func (l *Limiter) evictObject(t *registry.Table, i int, now int64) {
 	l.evictedAtBound.Inc()
-	at := (*box)(t.Ptr(i)).s.(spentState).Evict(now)
+	at := l.stateAt(t.Ptr(i)).(spentState).Evict(now)
 	if at <= now {
 		l.evictedFresh.Inc() // a new key's state already: forgetting it changes nothing from now on
 	}

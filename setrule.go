@@ -151,10 +151,10 @@ func (l *Limiter) SetRule(r Rule) error {
 			if p == nil {
 				return nil
 			}
-			s := (*box)(p).s
+			s := l.stateAt(p)
 			for {
 				if c := convertState(s, at, alg); c != nil {
-					return unsafe.Pointer(&box{c})
+					return l.pointerTo(c)
 				}
 				s = s.Successor(at) // retired by itself (a rebase): convert what it carries
 			}
