@@ -1,11 +1,13 @@
 // Command modes shows, round by round, how this machine runs goroutines
-// side by side, and what that does to the sliding log on a hot key. Each
-// round measures, one after another in slices of -round:
+// side by side, and what that does to the sliding log against its twin, on
+// a hot key and on 1,000 keys. Each round measures, one after another in
+// slices of -round:
 //
-//   - the token bucket and the sliding log on one key from one goroutine;
-//   - both on 1,000 keys picked uniformly from GOMAXPROCS goroutines, which
-//     share no state worth the name: the most that every core kept busy
-//     can do here, the parallel floor;
+//   - the token bucket, the sliding log and its mutex twin on one key
+//     from one goroutine;
+//   - all three on 1,000 keys picked uniformly from GOMAXPROCS goroutines,
+//     which share no state worth the name: the token bucket's figure is
+//     the most that every core kept busy can do here, the parallel floor;
 //   - the sliding log, its mutex twin and the token bucket on one hot key
 //     from GOMAXPROCS goroutines.
 //
@@ -47,7 +49,13 @@ func main() {
 }
 
 // figures are what one round measured, in ns per call.
-var figures = []string{"tb-1", "sl-1", "tb-1K-par", "sl-1K-par", "tb-hot-par", "sl-hot-par", "twin-hot-par"}
+var figures = []string{"tb-1", "sl-1", "twin-1", "tb-1K-par", "sl-1K-par", "twin-1K-par", "tb-hot-par", "sl-hot-par", "twin-hot-par"}
+
+// at is the index of figure f.
+func at(f string) int { return slices.Index(figures, f) }
+
+// ratios are the quotients the summary gives, as medians of each round's.
+var ratios = [][2]string{{"sl-1", "twin-1"}, {"sl-1K-par", "twin-1K-par"}, {"sl-hot-par", "twin-hot-par"}, {"sl-hot-par", "sl-1K-par"}}
 
 func run(args []string, w io.Writer) error {
 	fs := flag.NewFlagSet("modes", flag.ContinueOnError)
@@ -137,17 +145,19 @@ func run(args []string, w io.Writer) error {
 			med[i] = median(group, func(r []float64) float64 { return r[i] })
 			fmt.Fprintf(w, "  %-13s %7.1f ns/op\n", f, med[i])
 		}
-		fmt.Fprintf(w, "  scaling %.2f; sl-hot-par ÷ twin-hot-par %.2f; sl-hot-par ÷ sl-1K-par %.2f (medians of the rounds' ratios)\n",
-			median(group, scaling),
-			median(group, func(r []float64) float64 { return r[5] / r[6] }),
-			median(group, func(r []float64) float64 { return r[5] / r[3] }))
+		fmt.Fprintf(w, "  scaling %.2f", median(group, scaling))
+		for _, q := range ratios {
+			a, b := at(q[0]), at(q[1])
+			fmt.Fprintf(w, "; %s ÷ %s %.2f", q[0], q[1], median(group, func(r []float64) float64 { return r[a] / r[b] }))
+		}
+		fmt.Fprintln(w, " (medians of the rounds' ratios)")
 	}
 	return nil
 }
 
 // scaling is the token bucket's rate on 1K keys from every core over its
 // rate from one goroutine.
-func scaling(row []float64) float64 { return row[0] / row[2] }
+func scaling(row []float64) float64 { return row[at("tb-1")] / row[at("tb-1K-par")] }
 
 func median(rows [][]float64, f func([]float64) float64) float64 {
 	xs := make([]float64, len(rows))

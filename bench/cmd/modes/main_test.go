@@ -12,7 +12,7 @@ func TestRun(t *testing.T) {
 	if err := run([]string{"-rounds", "1", "-round", "1ms", "-q"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if s := out.String(); !strings.Contains(s, "1 rounds of 1ms") || !strings.Contains(s, "sl-hot-par ÷ twin-hot-par") {
+	if s := out.String(); !strings.Contains(s, "1 rounds of 1ms") || !strings.Contains(s, "sl-hot-par ÷ twin-hot-par") || !strings.Contains(s, "sl-1K-par ÷ twin-1K-par") {
 		t.Fatalf("output:\n%s", s)
 	}
 	for _, args := range [][]string{{"-rounds", "0"}, {"-round", "0s"}} {
