@@ -117,3 +117,29 @@ func TestPlentyOutrunsAnyMachine(t *testing.T) {
 		}
 	}
 }
+
+// TestParseEvalsha: an interval in which Redis ran no script (lease mode
+// serving every check from batches taken before it) has no
+// cmdstat_evalsha line at all, and reads as 0 calls rather than as a
+// broken run; a line that is there is read, and one that cannot be is an
+// error.
+func TestParseEvalsha(t *testing.T) {
+	const other = "# Commandstats\r\ncmdstat_config:calls=1,usec=10,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n"
+	cases := []struct {
+		info      string
+		calls, us float64
+		wantErr   bool
+	}{
+		{other, 0, 0, false},
+		{"", 0, 0, false},
+		{other + "cmdstat_evalsha:calls=1200,usec=3600,usec_per_call=3.00,rejected_calls=0,failed_calls=0\r\n", 1200, 3, false},
+		{other + "cmdstat_evalsha:calls=x,usec=3600,usec_per_call=3.00\r\n", 0, 0, true},
+		{other + "cmdstat_evalsha:usec=3600\r\n", 0, 0, true},
+	}
+	for _, c := range cases {
+		calls, us, err := parseEvalsha(c.info)
+		if (err != nil) != c.wantErr || calls != c.calls || us != c.us {
+			t.Errorf("parseEvalsha(%q) = %v, %v, %v; want %v, %v, error %v", c.info, calls, us, err, c.calls, c.us, c.wantErr)
+		}
+	}
+}
