@@ -1,13 +1,52 @@
 package floodgate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/testhook"
+)
+
+// The built-in algorithms' names, for Config.Algorithm. Each is exact: no
+// key ever passes more than its rule allows, at any concurrency.
+const (
+	// TokenBucket, the default, gives each key a bucket of Burst tokens
+	// (Limit when Burst is 0), full at first, that refills continuously at
+	// Limit per Period; a request of cost n passes if and only if the
+	// bucket holds n tokens, and takes them. Its state is one atomic word,
+	// a GCRA theoretical arrival time, in exact integer arithmetic.
+	TokenBucket = "token_bucket"
+
+	// LeakyBucket is the leaky bucket as a meter: a level that drains at
+	// Limit per Period from capacity Burst (Limit when 0); a request of
+	// cost n passes if and only if level + n ≤ capacity, and then the
+	// level rises by n. Its decisions are the token bucket's for the same
+	// rule and sequence (both are GCRA), so its lock-free form is the same
+	// atomic word; its mutex twin is the meter in its textbook form.
+	LeakyBucket = "leaky_bucket"
+
+	// FixedWindow admits at most Limit in each window [kT, (k+1)T) of the
+	// clock's scale: up to 2 × Limit can pass across a boundary. Burst must
+	// be 0 or Limit.
+	FixedWindow = "fixed_window"
+
+	// SlidingCounter weights the previous window's count by the part of it
+	// still inside the sliding window: prev × (T − e) / T + curr ≤ Limit,
+	// where e is the time into the current window, in exact integers.
+	// Burst must be 0 or Limit.
+	SlidingCounter = "sliding_counter"
+
+	// SlidingLog is the exact sliding window log: a request of cost n is
+	// allowed if and only if the cost admitted in (now − Period, now] plus
+	// n is at most Limit. Lock-free on amd64 (CMPXCHG16B) and arm64
+	// (CASPAL, or LDAXP/STLXP without LSE); on other architectures its
+	// mutex twin serves it. Burst must be 0 or Limit; Limit is at most
+	// 4,194,302.
+	SlidingLog = "sliding_log"
 )
 
 // Algorithm is a rate-limiting policy for one validated Rule. It makes the
@@ -73,10 +112,6 @@ type State interface {
 // represent exactly rather than clamping it.
 type Factory func(rule Rule) (Algorithm, error)
 
-// TokenBucket is the name of the default algorithm: a lock-free token bucket
-// per key, exact in integer arithmetic (see the package documentation).
-const TokenBucket = "token_bucket"
-
 var algorithms = struct {
 	sync.RWMutex
 	m map[string]Factory
@@ -84,6 +119,16 @@ var algorithms = struct {
 
 // Register makes an algorithm available to New under name. It returns an
 // error for an empty name, a nil factory, or a name already taken.
+//
+// A registered algorithm's states are held out of line, one State per
+// key, and it has what the State interface offers: Allow, AllowN, Peek,
+// Reset, eviction of idle keys (EvictIdle and IdleTTL), the global cap and
+// Limits. It lacks what the built-in algorithms do with their states'
+// insides: New refuses it with MaxKeys > 0 (an evicted key could not be
+// remembered, so a client could rotate its way back to a full
+// allowance), SetRule refuses to change its rule, and Wait returns
+// ErrCannotWait. Bound its keys with IdleTTL instead; a middleware over
+// it needs its MaxKeys set to no bound.
 func Register(name string, f Factory) error {
 	if name == "" {
 		return errors.New("floodgate: Register needs a name")
@@ -113,11 +158,29 @@ func Algorithms() []string {
 }
 
 // twins are the built-in algorithms' mutex twins, by name (see
-// internal/hook): the references the tests hold each lock-free algorithm
-// to. They are not offered to users: Algorithms does not list them, and
-// New finds them only in a Config that internal/hook marked. Written only
-// at init.
+// internal/testhook): the references the tests hold each lock-free
+// algorithm to. They are not offered to users: Algorithms does not list
+// them, and New finds them only in a Config that the test hook marked.
+// Written only at init.
 var twins = map[string]Factory{}
+
+// init gives the tests and the benchmark harness their way to the twins
+// and to an algorithm outside a Limiter (see internal/testhook).
+func init() {
+	testhook.Twins = func(c any) any {
+		cfg := c.(Config)
+		cfg.twins = true
+		return cfg
+	}
+	testhook.Algorithm = func(c any) (any, error) {
+		cfg := c.(Config)
+		f, err := lookup(cmp.Or(cfg.Algorithm, TokenBucket), cfg.twins)
+		if err != nil {
+			return nil, err
+		}
+		return build(cmp.Or(cfg.Algorithm, TokenBucket), f, cfg.Rule)
+	}
+}
 
 // lookup finds the factory of the algorithm name; with twin set, the
 // mutex twins' names are found too.
@@ -138,16 +201,73 @@ func lookup(name string, twin bool) (Factory, error) {
 	return f, nil
 }
 
-// bucketFactory is the Factory of an algorithm whose states are buckets
-// on atomicbucket.Params: the rule is checked once, here.
-func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
-	return func(r Rule) (Algorithm, error) {
-		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
-		if err != nil {
-			return nil, err
-		}
-		return make(p), nil
+// build makes the Algorithm of rule r with f, the factory of the
+// algorithm name: the one place where New and SetRule both build it.
+func build(name string, f Factory, r Rule) (Algorithm, error) {
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("floodgate: %w", err)
 	}
+	alg, err := f(r)
+	if err != nil {
+		return nil, fmt.Errorf("floodgate: algorithm %q cannot hold rule %+v: %w", name, r, err)
+	}
+	if alg == nil {
+		return nil, fmt.Errorf("floodgate: algorithm %q returned no Algorithm", name)
+	}
+	return alg, nil
+}
+
+// builtin is what a built-in algorithm, and each mutex twin, tells the
+// Limiter beyond NewState. Each answers in its own file (algorithm_*.go),
+// so that adding an algorithm touches one file; the Limiter asks once,
+// when it is built or its rule changes, never on a request. A registered
+// algorithm is not a builtin: its states are boxed objects (see Register).
+type builtin interface {
+	Algorithm
+	// traits says where the states live and what they can do.
+	traits() traits
+	// fullAt is the instant from which a key that holds nothing at at
+	// answers as a new key does under this rule (SetRule and MaxKeys).
+	fullAt(at int64) int64
+}
+
+// objectAlgorithm is a builtin whose states are objects, held out of line:
+// MaxKeys and SetRule ask it for states of its own making.
+type objectAlgorithm interface {
+	builtin
+	// newSpent makes the state of a key that MaxKeys evicted: new at now,
+	// but answering as new only from spent on (see spentState).
+	newSpent(now, spent int64) State
+	// convert retires s, in one atomic step with its grants, and returns
+	// the state of this rule that holds what s held at at (see SetRule),
+	// or nil if s had retired already, when its successor holds what it
+	// carries. The retired state names the new one as its Successor, so
+	// that a request that loaded s before the change moves on to the
+	// converted state, never to a fresh one of the old rule.
+	convert(s State, at int64) State
+}
+
+// wordAlgorithm is a builtin whose states are words in the flat table.
+type wordAlgorithm interface {
+	builtin
+	// params gives the word engine this rule's parameters.
+	params(rs *ruleSet)
+}
+
+// traits are a builtin's facts that the Limiter keeps in fields of its own.
+type traits struct {
+	kind     kind // where the states live
+	form     form // what a slot points at, with objects
+	reserves bool // the states reserve: WaitN
+}
+
+// traitsOf is alg's traits: a registered algorithm's states are boxed
+// objects that cannot reserve.
+func traitsOf(alg Algorithm) traits {
+	if b, ok := alg.(builtin); ok {
+		return b.traits()
+	}
+	return traits{kind: objects, form: boxed}
 }
 
 // mustRegister registers a built-in algorithm at init: a name taken twice
@@ -160,3 +280,12 @@ func mustRegister(name string, f Factory) {
 
 // registerTwin records the mutex twin of a built-in algorithm, at init.
 func registerTwin(name string, f Factory) { twins[name] = f }
+
+// windowBurst rejects a Burst that a window algorithm (or the log) would
+// have to ignore.
+func windowBurst(r Rule) error {
+	if r.Burst != 0 && r.Burst != r.Limit {
+		return fmt.Errorf("a window admits Limit per Period; Burst must be 0 or Limit, got %d", r.Burst)
+	}
+	return nil
+}

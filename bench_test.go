@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // The comparison with the peers, and of every algorithm with its twin on
@@ -18,15 +18,15 @@ import (
 type twinPair struct{ alg, lockFree, mutex string }
 
 var twinPairs = []twinPair{
-	{"token_bucket", floodgate.TokenBucket, hook.TokenBucketMutex},
-	{"leaky_bucket", floodgate.LeakyBucket, hook.LeakyBucketMutex},
-	{"fixed_window", floodgate.FixedWindow, hook.FixedWindowMutex},
-	{"sliding_counter", floodgate.SlidingCounter, hook.SlidingCounterMutex},
-	{"sliding_log", floodgate.SlidingLog, hook.SlidingLogMutex},
+	{"token_bucket", floodgate.TokenBucket, testhook.TokenBucketMutex},
+	{"leaky_bucket", floodgate.LeakyBucket, testhook.LeakyBucketMutex},
+	{"fixed_window", floodgate.FixedWindow, testhook.FixedWindowMutex},
+	{"sliding_counter", floodgate.SlidingCounter, testhook.SlidingCounterMutex},
+	{"sliding_log", floodgate.SlidingLog, testhook.SlidingLogMutex},
 }
 
 func benchLimiter(b *testing.B, algorithm string, clock floodgate.Clock) *floodgate.Limiter {
-	l, err := floodgate.New(hook.Twins(floodgate.Config{Algorithm: algorithm, Rule: plenty, Clock: clock}).(floodgate.Config))
+	l, err := floodgate.New(testhook.Twins(floodgate.Config{Algorithm: algorithm, Rule: plenty, Clock: clock}).(floodgate.Config))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func BenchmarkAllowN(b *testing.B) {
 // BenchmarkAllowNoClock is Allow on one hot key with a ManualClock: what
 // is left without the clock read is the map lookup and the CAS.
 func BenchmarkAllowNoClock(b *testing.B) {
-	for _, impl := range []struct{ name, alg string }{{"lockfree", floodgate.TokenBucket}, {"mutex", hook.TokenBucketMutex}} {
+	for _, impl := range []struct{ name, alg string }{{"lockfree", floodgate.TokenBucket}, {"mutex", testhook.TokenBucketMutex}} {
 		b.Run("alg=token_bucket/scenario=hotkey-noclock/impl="+impl.name, func(b *testing.B) {
 			l := benchLimiter(b, impl.alg, floodgate.NewManualClock(0))
 			l.Allow("hot")

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // grant is one admitted request in FuzzConfig: its key, instant and cost.
@@ -22,9 +22,9 @@ type grant struct {
 // built-in ones, and not Algorithms(), which also lists whatever other
 // tests of the package registered before it ran.
 var builtins = []string{
-	floodgate.FixedWindow, hook.FixedWindowMutex, floodgate.LeakyBucket, hook.LeakyBucketMutex,
-	floodgate.SlidingCounter, hook.SlidingCounterMutex, floodgate.SlidingLog, hook.SlidingLogMutex,
-	floodgate.TokenBucket, hook.TokenBucketMutex,
+	floodgate.FixedWindow, testhook.FixedWindowMutex, floodgate.LeakyBucket, testhook.LeakyBucketMutex,
+	floodgate.SlidingCounter, testhook.SlidingCounterMutex, floodgate.SlidingLog, testhook.SlidingLogMutex,
+	floodgate.TokenBucket, testhook.TokenBucketMutex,
 }
 
 // FuzzConfig builds a Limiter from a random Config: any registered
@@ -75,7 +75,7 @@ func FuzzConfig(f *testing.F) {
 		}
 		clock := floodgate.NewManualClock(1 << 40)
 		cfg.Clock = clock
-		l, err := floodgate.New(hook.Twins(cfg).(floodgate.Config))
+		l, err := floodgate.New(testhook.Twins(cfg).(floodgate.Config))
 		if err != nil {
 			return // refused, as it may be; the point is that it did not panic
 		}
@@ -132,9 +132,9 @@ func FuzzConfig(f *testing.F) {
 func checkInvariant(t *testing.T, name string, r floodgate.Rule, gs []grant) {
 	t.Helper()
 	switch name {
-	case floodgate.TokenBucket, hook.TokenBucketMutex, floodgate.LeakyBucket, hook.LeakyBucketMutex:
+	case floodgate.TokenBucket, testhook.TokenBucketMutex, floodgate.LeakyBucket, testhook.LeakyBucketMutex:
 		checkBucket(t, name, r, r.Capacity(), gs)
-	case floodgate.FixedWindow, hook.FixedWindowMutex, floodgate.SlidingCounter, hook.SlidingCounterMutex:
+	case floodgate.FixedWindow, testhook.FixedWindowMutex, floodgate.SlidingCounter, testhook.SlidingCounterMutex:
 		per := map[int64]int64{}
 		for _, g := range gs {
 			k := g.at / int64(r.Period) // the clock is positive: floor
@@ -142,7 +142,7 @@ func checkInvariant(t *testing.T, name string, r floodgate.Rule, gs []grant) {
 				t.Fatalf("%s %+v: window %d admitted %d", name, r, k, per[k])
 			}
 		}
-	case floodgate.SlidingLog, hook.SlidingLogMutex:
+	case floodgate.SlidingLog, testhook.SlidingLogMutex:
 		for j := range gs {
 			sum := int64(0)
 			for i := j; i >= 0 && gs[i].at > gs[j].at-int64(r.Period); i-- {
@@ -182,7 +182,7 @@ func checkBucket(t *testing.T, name string, r floodgate.Rule, capacity int64, gs
 // TestBuiltinsAreRegistered keeps FuzzConfig's list in step with the
 // algorithms the package registers itself: each is registered, and
 // offered by Algorithms, unless it is a mutex twin, which Algorithms never
-// lists and New builds only through internal/hook.
+// lists and New builds only through internal/testhook.
 func TestBuiltinsAreRegistered(t *testing.T) {
 	if !slices.IsSorted(builtins) {
 		t.Fatal("builtins is not sorted")
@@ -193,7 +193,7 @@ func TestBuiltinsAreRegistered(t *testing.T) {
 			t.Errorf("%q: listed by Algorithms is %v, a mutex twin is %v", name, !twin, twin)
 		}
 		cfg := floodgate.Config{Algorithm: name, Rule: floodgate.Rule{Limit: 1, Period: time.Second}}
-		if _, err := floodgate.New(hook.Twins(cfg).(floodgate.Config)); err != nil {
+		if _, err := floodgate.New(testhook.Twins(cfg).(floodgate.Config)); err != nil {
 			t.Errorf("%q through internal/hook: %v", name, err)
 		}
 		if _, err := floodgate.New(cfg); (err != nil) != twin {

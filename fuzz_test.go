@@ -5,30 +5,42 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	refimpl "github.com/floodgate-go/floodgate/internal/reference"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
+
+// limiter is what a Limiter and the reference limiter both offer.
+type limiter interface {
+	Allow(key string) bool
+	AllowN(key string, n int64) floodgate.Decision
+	Peek(key string) floodgate.Decision
+	Reset(key string)
+	EvictIdle() int
+	Len() int
+}
 
 // pairs are the algorithms that must answer alike: each lock-free
 // algorithm and its mutex twin, and the token bucket and the leaky bucket.
 var pairs = [][2]string{
-	{floodgate.TokenBucket, hook.TokenBucketMutex},
-	{floodgate.LeakyBucket, hook.LeakyBucketMutex},
-	{floodgate.TokenBucket, hook.LeakyBucketMutex},
-	{floodgate.FixedWindow, hook.FixedWindowMutex},
-	{floodgate.SlidingCounter, hook.SlidingCounterMutex},
-	{floodgate.SlidingLog, hook.SlidingLogMutex},
+	{floodgate.TokenBucket, testhook.TokenBucketMutex},
+	{floodgate.LeakyBucket, testhook.LeakyBucketMutex},
+	{floodgate.TokenBucket, testhook.LeakyBucketMutex},
+	{floodgate.FixedWindow, testhook.FixedWindowMutex},
+	{floodgate.SlidingCounter, testhook.SlidingCounterMutex},
+	{floodgate.SlidingLog, testhook.SlidingLogMutex},
 }
 
 // onXsync are the algorithms run against themselves on the reference
-// registry: the flat table (with the state inline, for the word
-// algorithms) must answer as the xsync maps of states do.
+// limiter: the flat table (with the state inline, for the word
+// algorithms) must answer as states kept out of line in the xsync maps
+// of the reference registry do.
 var onXsync = []string{floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog}
 
 // FuzzLimiterTwins runs the same operations through two Limiters of a
 // pair, over a few keys, with or without a global cap, and requires the
 // same answers from both: decisions, peeks, evictions and key counts. The
-// pairs after the twins are each algorithm on the flat table against
-// itself on the reference registry.
+// pairs after the twins are each algorithm's Limiter against the
+// reference limiter of the same algorithm.
 func FuzzLimiterTwins(f *testing.F) {
 	for i := range len(pairs) + len(onXsync) {
 		f.Add(uint8(i), uint8(3), uint16(1000), false, []byte{0, 1, 2, 3, 10, 11, 12, 40, 41, 50, 60, 0, 1, 2})
@@ -54,15 +66,17 @@ func FuzzLimiterTwins(f *testing.F) {
 			g = &floodgate.Rule{Limit: rule.Limit + 2, Period: rule.Period}
 		}
 		ca, cm := floodgate.NewManualClock(1<<50), floodgate.NewManualClock(1<<50)
-		a, err := floodgate.New(hook.Twins(floodgate.Config{Algorithm: algs[0], Rule: rule, Global: g, Clock: ca}).(floodgate.Config))
+		a, err := floodgate.New(testhook.Twins(floodgate.Config{Algorithm: algs[0], Rule: rule, Global: g, Clock: ca}).(floodgate.Config))
 		if err != nil {
 			t.Fatal(err)
 		}
-		mc := hook.Twins(floodgate.Config{Algorithm: algs[1], Rule: rule, Global: g, Clock: cm}).(floodgate.Config)
+		mc := testhook.Twins(floodgate.Config{Algorithm: algs[1], Rule: rule, Global: g, Clock: cm}).(floodgate.Config)
+		var m limiter
 		if reference {
-			mc = hook.Reference(mc).(floodgate.Config)
+			m, err = refimpl.New(mc)
+		} else {
+			m, err = floodgate.New(mc)
 		}
-		m, err := floodgate.New(mc)
 		if err != nil {
 			t.Fatal(err)
 		}

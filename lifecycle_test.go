@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"go.uber.org/goleak"
 )
 
@@ -32,7 +32,7 @@ func TestCloseIsIdempotent(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	for _, alg := range every {
 		clock := floodgate.NewManualClock(0)
-		l, err := floodgate.New(hook.Twins(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Hour},
+		l, err := floodgate.New(testhook.Twins(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Hour},
 			Clock: clock, IdleTTL: time.Minute}).(floodgate.Config))
 		if err != nil {
 			t.Fatal(err)

@@ -1,36 +1,7 @@
-// Package floodgate limits the rate of requests per client: Allow(key) on
-// every request, from any number of goroutines, in nanoseconds, without a
-// global lock and without allocating for a key it has seen.
-//
-// A Limiter keeps one state per key in a flat, sharded open-addressing
-// table. A key is identified by a 128-bit keyed hash, and the state of
-// the word algorithms (token and leaky bucket, fixed window, sliding
-// counter) lives beside that identity in the slot: finding a key and
-// deciding its request touch one cache line. The default algorithm,
-// "token_bucket", gives each key a bucket of Burst tokens (Limit when Burst
-// is 0) that refills continuously at Limit per Period; a new key starts
-// full. AllowN(key, n) is allowed if and only if the bucket holds at least
-// n tokens at that instant, and then takes exactly n; a denial takes
-// nothing. The bucket is one atomic word (a GCRA theoretical arrival time)
-// changed by a CAS loop, in exact integer arithmetic: where Period/Limit is
-// a whole number of nanoseconds, every decision equals exact rational
-// arithmetic at every nanosecond (see atomicbucket for the other cases).
-//
-// Guarantees, under any number of goroutines:
-//   - a key never passes more than Burst + Limit × elapsed / Period, not by
-//     one request, with eviction running and with callers whose clock
-//     readings reach the bucket out of order;
-//   - with Config.Global, all keys together never pass more than the global
-//     rule allows, and a key refused by the global cap gets its own grant
-//     back;
-//   - with Config.MaxKeys, Len never exceeds the bound, and a key evicted
-//     to make room comes back with no more than it left with;
-//   - for a key already present, Allow and AllowN allocate nothing, take no
-//     lock, and write nothing but the key's own state word (which shares
-//     its cache line with two other keys' words: see the README).
 package floodgate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"sync"
@@ -39,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/internal/hook"
 	"github.com/floodgate-go/floodgate/internal/tally"
 	"github.com/floodgate-go/floodgate/registry"
 	"github.com/puzpuzpuz/xsync/v4"
@@ -61,43 +31,19 @@ type Config struct {
 	// (8 bytes per key of MaxKeys), so that it comes back with no more
 	// than it left with. 0, the default, means unbounded: a client that
 	// rotates its id then grows the limiter's memory by one slot per id
-	// until IdleTTL passes (see the README's "Memory bound"). Negative is
-	// an error. Every built-in algorithm supports it; a registered one must
-	// too (see Register).
+	// until IdleTTL passes (see "Memory" in the package documentation).
+	// Negative is an error. Every built-in algorithm supports it; a
+	// registered one does not (see Register).
 	MaxKeys int
 
 	// Stats counts Allowed, Denied and DeniedByGlobal (see Stats). The
 	// other counts are kept always. Off by default: counting is an add to
 	// a counter of the core's own (no two cores write one line), a few
 	// nanoseconds on every request, which the hot path does not pay
-	// unless asked (results/ has the figure).
+	// unless asked.
 	Stats bool
 
-	// Set only through internal/hook, by tests and bench/.
-	reference bool                         // keep keys in the reference registry
-	ids       func(key string) registry.ID // identify keys by this instead of the keyed hash
-	twins     bool                         // Algorithm may name a mutex twin
-}
-
-func init() {
-	hook.Reference = func(c any) any {
-		cfg := c.(Config)
-		cfg.reference = true
-		return cfg
-	}
-	hook.Twins = func(c any) any {
-		cfg := c.(Config)
-		cfg.twins = true
-		return cfg
-	}
-	hook.IDs = func(c any, id func(string) (uint64, uint64)) any {
-		cfg := c.(Config)
-		cfg.ids = func(key string) registry.ID {
-			hi, lo := id(key)
-			return registry.ID{Hi: hi, Lo: lo}
-		}
-		return cfg
-	}
+	twins bool // Algorithm may name a mutex twin: set only through testhook.Twins
 }
 
 // kind says where a Limiter's states live.
@@ -133,20 +79,16 @@ const (
 // A Limiter is safe for concurrent use by any number of goroutines. The
 // zero value is not usable: call New.
 type Limiter struct {
-	kind     kind
-	form     form          // what the slots point at, with objects
-	clock    Clock         // nil for SystemClock, read without an interface call
-	coarse   *CoarseClock  // set when clock is a ticking CoarseClock: read without an interface call
-	flat     registry.Flat // held by value: one load fewer per request
-	hasher   *registry.Hasher
-	ids      func(string) registry.ID            // nil: hasher.ID
-	ref      *registry.Registry[State]           // the reference registry, when chosen
-	name     string                              // the algorithm's registered name
-	twins    bool                                // name may be a mutex twin's, for SetRule's lookup
-	reserves bool                                // the algorithm's states can reserve (WaitN)
-	sketch   lazySketch                          // with MaxKeys
-	count    *tally.Counts                       // with Config.Stats: Allowed, Denied, DeniedByGlobal
-	global   atomic.Pointer[atomicbucket.Bucket] // nil without Config.Global
+	traits                // the algorithm's: where states live, their form, whether they reserve
+	clock   Clock         // nil for SystemClock, read without an interface call
+	coarse  *CoarseClock  // set when clock is a ticking CoarseClock: read without an interface call
+	flat    registry.Flat // held by value: one load fewer per request
+	hasher  *registry.Hasher
+	name    string                              // the algorithm's registered name
+	factory Factory                             // its factory, for SetRule
+	sketch  lazySketch                          // with MaxKeys
+	count   *tally.Counts                       // with Config.Stats: Allowed, Denied, DeniedByGlobal
+	global  atomic.Pointer[atomicbucket.Bucket] // nil without Config.Global
 
 	evicted, evictedAtBound, evictedFresh *xsync.Counter
 
@@ -178,23 +120,14 @@ type Limiter struct {
 // (see Rule); an unknown algorithm; an invalid Global rule; a negative
 // IdleTTL or MaxKeys; MaxKeys with an algorithm that cannot be bounded.
 func New(cfg Config) (*Limiter, error) {
-	name := cfg.Algorithm
-	if name == "" {
-		name = TokenBucket
-	}
-	if err := cfg.Rule.Validate(); err != nil {
-		return nil, fmt.Errorf("floodgate: %w", err)
-	}
+	name := cmp.Or(cfg.Algorithm, TokenBucket)
 	factory, err := lookup(name, cfg.twins)
 	if err != nil {
 		return nil, err
 	}
-	alg, err := factory(cfg.Rule)
+	alg, err := build(name, factory, cfg.Rule)
 	if err != nil {
-		return nil, fmt.Errorf("floodgate: algorithm %q cannot hold rule %+v: %w", name, cfg.Rule, err)
-	}
-	if alg == nil {
-		return nil, fmt.Errorf("floodgate: algorithm %q returned no Algorithm", name)
+		return nil, err
 	}
 	if cfg.IdleTTL < 0 {
 		return nil, fmt.Errorf("floodgate: IdleTTL must be 0 (no sweeper) or positive, got %v", cfg.IdleTTL)
@@ -202,19 +135,12 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.MaxKeys < 0 {
 		return nil, fmt.Errorf("floodgate: MaxKeys must be 0 (unbounded) or positive, got %d", cfg.MaxKeys)
 	}
-	if _, ok := alg.(spentAlgorithm); cfg.MaxKeys > 0 && !ok && !inline(alg) {
-		return nil, fmt.Errorf("floodgate: algorithm %q cannot be bounded by MaxKeys: it cannot make a state that remembers an evicted one", name)
+	if _, ok := alg.(builtin); cfg.MaxKeys > 0 && !ok {
+		return nil, fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; set MaxKeys to 0 and bound the keys with IdleTTL", name)
 	}
-	if cfg.MaxKeys > 0 && cfg.reference {
-		return nil, fmt.Errorf("floodgate: the reference registry has no MaxKeys")
-	}
-	l := &Limiter{name: name, twins: cfg.twins, hasher: registry.NewHasher(), ids: cfg.ids,
+	l := &Limiter{traits: traitsOf(alg), name: name, factory: factory, hasher: registry.NewHasher(),
 		evicted: xsync.NewCounter(), evictedAtBound: xsync.NewCounter(), evictedFresh: xsync.NewCounter()}
 	l.rules.Store(newRuleSet(cfg.Rule, alg))
-	switch alg.(type) {
-	case lockFreeBucket, mutexBucket, leakyMeter:
-		l.reserves = true // their states reserve: WaitN
-	}
 	l.evictedAt.Store(math.MinInt64)
 	if _, system := cfg.Clock.(systemClock); cfg.Clock != nil && !system {
 		l.clock = cfg.Clock
@@ -235,7 +161,7 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.global.Store(atomicbucket.New(p, l.now()))
 	}
-	l.build(cfg)
+	l.newTable(cfg.MaxKeys)
 	if cfg.IdleTTL > 0 {
 		l.stop = make(chan struct{})
 		l.swept = make(chan struct{})
@@ -248,32 +174,11 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// inline reports whether alg's state lives in the flat table's word, where
-// MaxKeys evicts and remembers it without a state object.
-func inline(alg Algorithm) bool {
-	switch alg.(type) {
-	case lockFreeBucket, lockFreeWindows:
-		return true
-	}
-	return false
-}
-
-// build makes the registry: the flat table, with the state inline for the
-// word algorithms, or the reference registry.
-func (l *Limiter) build(cfg Config) {
-	if cfg.reference {
-		l.ref = registry.New[State](0)
-		return
-	}
+// newTable makes the flat table, with the state inline for the word
+// algorithms, bounded by maxKeys if it is above 0.
+func (l *Limiter) newTable(maxKeys int) {
 	rs := l.rules.Load()
-	switch rs.alg.(type) {
-	case lockFreeBucket:
-		l.kind = bucketWords
-	case lockFreeWindows:
-		l.kind = windowWords
-	}
-	l.form = formOf(rs.alg)
-	fc := registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.kind == objects, Aux: unsafe.Pointer(rs)}
+	fc := registry.FlatConfig{MaxKeys: maxKeys, Pointers: l.kind == objects, Aux: unsafe.Pointer(rs)}
 	switch l.kind {
 	case objects:
 		fc.Hooks = registry.Hooks{Spent: l.objectSpent, Evict: l.evictObject}
@@ -282,50 +187,28 @@ func (l *Limiter) build(cfg Config) {
 		fc.Hooks = registry.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.rebaseWord}
 	}
 	l.flat = registry.NewFlat(fc)
-	if cfg.MaxKeys > 0 {
-		l.sketch.maxKeys = cfg.MaxKeys
-	}
-}
-
-// id is the key's identity: one call into the Hasher, unless a test hook
-// names identities itself.
-func (l *Limiter) id(key string) registry.ID {
-	if l.ids == nil {
-		return l.hasher.ID(key)
-	}
-	return l.ids(key)
+	l.sketch.maxKeys = maxKeys
 }
 
 // Allow reports whether one request for key may pass now, and if so
 // consumes it. It is AllowN(key, 1).Allowed, without the cost of computing
 // the rest of the Decision.
-//
-// Its path is written down where each engine begins: words.go for the
-// token and leaky bucket, the fixed window and the sliding counter, whose
-// state is a word in the table (onWord), and objects.go for the rest
-// (takeObject).
 func (l *Limiter) Allow(key string) bool {
+	id := l.hasher.ID(key)
+	// The clock is read after the hash: the monotonic clock's ordered read
+	// waits for every earlier load, so reading it first would hold the
+	// key's bytes back until the previous request's CAS had completed (4
+	// to 15% at a million keys).
+	now := l.now()
 	var allowed bool
 	if l.kind == objects {
-		now := l.now()
 		var s State
-		allowed, s = l.takeObject(key, now)
+		allowed, s = l.takeObject(id, now)
 		if allowed && l.refusedByGlobal(now) { // counted there
 			l.returnObject(s, now, 1)
 			return false
 		}
 	} else {
-		var id registry.ID
-		if l.ids == nil { // l.id, inlined by hand: the request's hottest call
-			id = l.hasher.ID(key)
-		} else {
-			id = l.ids(key)
-		}
-		// The clock is read after the hash: the monotonic clock's ordered
-		// read waits for every earlier load, so reading it first would
-		// hold the key's bytes back until the previous request's CAS had
-		// completed (results/: 4-15% at 1M keys).
-		now := l.now()
 		var t *registry.Table
 		var i int
 		allowed, t, i = l.onWord(id, now, opTake, 1, nil)
@@ -364,13 +247,12 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 func (l *Limiter) allowAt(key string, now int64, n int64, out *grant) Decision {
 	var a answer // read field by field below: see answer
 	var s State
-	var id registry.ID
 	var t *registry.Table
 	i := -1
+	id := l.hasher.ID(key)
 	if l.kind == objects {
-		_, s, id = l.onObject(key, now, opAllow, n, &a)
+		_, s = l.onObject(id, now, opAllow, n, &a)
 	} else {
-		id = l.id(key)
 		_, t, i = l.onWord(id, now, opAllow, n, &a)
 	}
 	var asked *atomicbucket.Bucket
@@ -379,7 +261,6 @@ func (l *Limiter) allowAt(key string, now int64, n int64, out *grant) Decision {
 		if !gd.Allowed {
 			l.refundKey(&grant{s: s, id: id, t: t, i: i, now: now, n: n})
 			return fromCore(gd) // counted by allowGlobal
-
 		}
 		asked = g
 		a.d.Remaining = min(a.d.Remaining, gd.Remaining)
@@ -394,20 +275,20 @@ func (l *Limiter) allowAt(key string, now int64, n int64, out *grant) Decision {
 // Peek returns what the key's own state would answer to AllowN(key, 1) now,
 // ignoring the global cap. It consumes nothing and creates no key.
 func (l *Limiter) Peek(key string) Decision {
-	now := l.now()
+	id, now := l.hasher.ID(key), l.now()
 	if l.kind == objects {
-		return l.peekObject(key, now)
+		return l.peekObject(id, now)
 	}
-	return l.peekWord(l.id(key), now)
+	return l.peekWord(id, now)
 }
 
 // Reset makes key start fresh, as if never seen.
 func (l *Limiter) Reset(key string) {
 	if l.kind == objects {
-		l.resetObject(key)
+		l.resetObject(l.hasher.ID(key))
 		return
 	}
-	l.resetWord(l.id(key))
+	l.resetWord(l.hasher.ID(key))
 }
 
 // EvictIdle removes every key whose state answers as a fresh one would now,
@@ -420,12 +301,7 @@ func (l *Limiter) EvictIdle() int {
 
 // Len returns the number of keys held now. With MaxKeys it never exceeds
 // MaxKeys.
-func (l *Limiter) Len() int {
-	if l.ref != nil {
-		return l.ref.Len()
-	}
-	return l.flat.Len()
-}
+func (l *Limiter) Len() int { return l.flat.Len() }
 
 // Stats returns the counts kept since New (see Stats). It can be called at
 // any time, from any goroutine, without stopping requests.

@@ -1,11 +1,13 @@
 package floodgate
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/word"
+	"github.com/floodgate-go/floodgate/registry"
 	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
@@ -36,7 +38,7 @@ func TestSweeper(t *testing.T) {
 	if n := <-done; n != 1 || l.Len() != 1 {
 		t.Fatalf("swept %d, Len %d; want quiet evicted, busy kept", n, l.Len())
 	}
-	if _, i := l.flat.Find(l.id("busy")); i < 0 {
+	if _, i := l.flat.Find(l.hasher.ID("busy")); i < 0 {
 		t.Fatal("the busy key was evicted")
 	}
 	if err := l.Close(); err != nil {
@@ -65,22 +67,23 @@ func TestSweeperStarts(t *testing.T) {
 	}
 }
 
-// TestEvictionRaceUnit replays the race by hand on the reference
-// registry: a request loads a state, the state is evicted and the key is
+// TestEvictionRaceUnit replays the race by hand on the states held as
+// objects: a request loads a state, the state is evicted and the key is
 // created again; the request that held the orphan must not consume from it
 // but move on to the live state.
 func TestEvictionRaceUnit(t *testing.T) {
-	for _, alg := range []string{TokenBucket, hook.TokenBucketMutex} {
+	for _, alg := range []string{testhook.TokenBucketMutex, testhook.FixedWindowMutex, SlidingLog} {
 		clock := NewManualClock(0)
-		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, reference: true, twins: true})
+		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, twins: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		l.Allow("k")
-		clock.Advance(time.Hour)
-		orphan, _ := l.ref.Load("k") // a request loaded this ...
+		clock.Advance(2 * time.Hour)
+		id := l.hasher.ID("k")
+		orphan := l.state(id, clock.Now()) // a request loaded this ...
 		if l.EvictIdle() != 1 {
-			t.Fatal("k is idle after an hour")
+			t.Fatal("k is idle after two hours")
 		}
 		l.AllowN("k", 2) // ... a new state for k is created and emptied ...
 		// ... and the old request now reaches the orphan.
@@ -91,10 +94,70 @@ func TestEvictionRaceUnit(t *testing.T) {
 			t.Fatalf("%s: k passed 3 in one period across an eviction", alg)
 		}
 		// The limiter's own path: a retired state is replaced by the live one.
-		s := l.ref.Replace("k", orphan, orphan.Successor(clock.Now()))
+		s := l.successor(id, orphan, clock.Now())
 		if d, _ := s.AllowN(clock.Now(), 1); d.Allowed {
-			t.Fatalf("%s: Replace installed a fresh state over the live one", alg)
+			t.Fatalf("%s: the successor of the orphan is a fresh state, not the live one", alg)
 		}
+	}
+}
+
+// TestForcedCollision gives 100 keys one identity, as if the keyed hash
+// collided for all of them: they then share one slot and one allowance,
+// on either engine. A collision can make a limiter stricter, never let
+// more through.
+func TestForcedCollision(t *testing.T) {
+	for _, alg := range []string{TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog, testhook.TokenBucketMutex} {
+		clock := NewManualClock(0)
+		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 4, Period: time.Hour}, Clock: clock, twins: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := registry.ID{Hi: 0x1234567 | 1, Lo: 42}
+		passed := 0
+		for range 100 { // 100 clients whose keys all hash to id
+			var ok bool
+			if l.kind == objects {
+				ok, _ = l.takeObject(id, clock.Now())
+			} else {
+				ok, _, _ = l.onWord(id, clock.Now(), opTake, 1, nil)
+			}
+			if ok {
+				passed++
+			}
+		}
+		if passed != 4 || l.Len() != 1 {
+			t.Errorf("%s: 100 colliding keys passed %d (Len %d), want one allowance of 4 in one slot", alg, passed, l.Len())
+		}
+	}
+}
+
+// TestSketchCollision: two keys share their sketch cells but not their
+// identity (found by searching keys with the limiter's own hasher). The
+// first spends its allowance and is evicted at the bound; the second,
+// new, then starts from what the first left: stricter, never looser.
+func TestSketchCollision(t *testing.T) {
+	clock := NewManualClock(0)
+	l, err := New(Config{Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := l.hasher.ID("a0")
+	mask := uint64(len(newSketch(1).cells) - 1)
+	cells := func(id registry.ID) [2]uint64 { return [2]uint64{id.Lo & mask, id.Hi >> 32 & mask} }
+	innocent := ""
+	for i := 0; innocent == ""; i++ { // about 2^20 tries for a 1,024-cell sketch
+		k := "v" + strconv.Itoa(i)
+		if id := l.hasher.ID(k); id != victim && cells(id) == cells(victim) {
+			innocent = k
+		}
+	}
+	l.AllowN("a0", 2) // spends its whole allowance
+	l.Allow("x")      // takes the one place: a0 is evicted
+	if _, i := l.flat.Find(victim); i >= 0 || l.Stats().EvictedAtBound != 1 {
+		t.Fatal("a0 was not evicted at the bound")
+	}
+	if d := l.Peek(innocent); d.Allowed && d.Remaining == 1 {
+		t.Fatalf("an innocent key whose cells collide with a spent one starts fresh: %+v", d)
 	}
 }
 
@@ -111,7 +174,7 @@ func TestEvictionRaceInline(t *testing.T) {
 		}
 		l.Allow("k")
 		clock.Advance(2 * time.Hour)
-		id := l.id("k")
+		id := l.hasher.ID("k")
 		orphanTable, orphan := l.flat.Find(id) // a request found this slot ...
 		if l.EvictIdle() != 1 {
 			t.Fatalf("%s: k is idle after two hours", alg)
@@ -147,9 +210,9 @@ func TestObjectForms(t *testing.T) {
 		want form
 	}{
 		{SlidingLog, served},
-		{hook.SlidingLogMutex, mutexLogForm},
-		{hook.TokenBucketMutex, boxed},
-		{hook.LeakyBucketMutex, boxed},
+		{testhook.SlidingLogMutex, mutexLogForm},
+		{testhook.TokenBucketMutex, boxed},
+		{testhook.LeakyBucketMutex, boxed},
 	} {
 		clock := NewManualClock(0)
 		l, err := New(Config{Algorithm: c.alg, Rule: Rule{Limit: 2, Period: time.Hour}, Clock: clock, twins: true})
@@ -159,7 +222,7 @@ func TestObjectForms(t *testing.T) {
 		if l.form != c.want {
 			t.Fatalf("%s: form %d, want %d", c.alg, l.form, c.want)
 		}
-		s := l.state("k", l.id("k"), clock.Now())
+		s := l.state(l.hasher.ID("k"), clock.Now())
 		if got := l.stateAt(l.pointerTo(s)); got != s {
 			t.Fatalf("%s: a slot's pointer names %p, not the state %p", c.alg, got, s)
 		}

@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	refimpl "github.com/floodgate-go/floodgate/internal/reference"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // newLimiter builds cfg's Limiter, whose Algorithm may name a mutex twin
 // (internal/hook's names).
 func newLimiter(t testing.TB, cfg floodgate.Config) *floodgate.Limiter {
 	t.Helper()
-	l, err := floodgate.New(hook.Twins(cfg).(floodgate.Config))
+	l, err := floodgate.New(testhook.Twins(cfg).(floodgate.Config))
 	if err != nil {
 		t.Fatalf("New(%+v): %v", cfg, err)
 	}
@@ -26,7 +27,7 @@ func newLimiter(t testing.TB, cfg floodgate.Config) *floodgate.Limiter {
 
 // both runs a test against the lock-free token bucket and its mutex twin.
 func both(t *testing.T, f func(t *testing.T, algorithm string)) {
-	for _, a := range []string{floodgate.TokenBucket, hook.TokenBucketMutex} {
+	for _, a := range []string{floodgate.TokenBucket, testhook.TokenBucketMutex} {
 		t.Run(a, func(t *testing.T) { f(t, a) })
 	}
 }
@@ -46,7 +47,7 @@ func TestNewRejects(t *testing.T) {
 		{"overflowing rule", floodgate.Config{Rule: floodgate.Rule{Limit: 1, Period: 1000 * 24 * time.Hour, Burst: 1 << 40}}, "too long to represent"},
 		{"rate above 1/ns", floodgate.Config{Rule: floodgate.Rule{Limit: 2_000_000_000, Period: time.Second}}, "above one token per nanosecond"},
 		{"unknown algorithm", floodgate.Config{Algorithm: "leaky_bukket", Rule: ok}, `unknown algorithm "leaky_bukket"`},
-		{"a mutex twin", floodgate.Config{Algorithm: hook.TokenBucketMutex, Rule: ok}, `"token_bucket_mutex" is the mutex twin of "token_bucket"`},
+		{"a mutex twin", floodgate.Config{Algorithm: testhook.TokenBucketMutex, Rule: ok}, `"token_bucket_mutex" is the mutex twin of "token_bucket"`},
 		{"invalid global", floodgate.Config{Rule: ok, Global: &floodgate.Rule{Limit: 0, Period: time.Second}}, "Global: Rule.Limit"},
 		{"overflowing global", floodgate.Config{Rule: ok, Global: &floodgate.Rule{Limit: 1, Period: time.Duration(math.MaxInt64), Burst: 4}}, "Global rule"},
 		{"negative ttl", floodgate.Config{Rule: ok, IdleTTL: -time.Second}, "IdleTTL"},
@@ -373,31 +374,34 @@ func TestEveryAlgorithmContract(t *testing.T) {
 		for _, reg := range registries {
 			t.Run(alg+"/"+reg.name, func(t *testing.T) {
 				clock := floodgate.NewManualClock(10 * int64(time.Second))
-				l := newLimiter(t, reg.config(floodgate.Config{
+				l, err := reg.make(floodgate.Config{
 					Algorithm: alg,
 					Rule:      floodgate.Rule{Limit: 5, Period: time.Second},
 					Global:    &floodgate.Rule{Limit: 7, Period: time.Hour},
 					Clock:     clock,
-				}))
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
 				contract(t, l, clock)
 			})
 		}
 	}
 }
 
-// registries are the two a Limiter can be built on: the flat table and
-// the reference registry.
+// registries are the Limiter, on its flat table, and the reference
+// limiter, on the reference registry: the contract holds on both.
 var registries = []struct {
-	name   string
-	config func(floodgate.Config) floodgate.Config
+	name string
+	make func(floodgate.Config) (limiter, error)
 }{
-	{"flat", func(c floodgate.Config) floodgate.Config { return c }},
-	{"xsync", func(c floodgate.Config) floodgate.Config { return hook.Reference(c).(floodgate.Config) }},
+	{"flat", func(c floodgate.Config) (limiter, error) { return floodgate.New(testhook.Twins(c).(floodgate.Config)) }},
+	{"xsync", func(c floodgate.Config) (limiter, error) { return refimpl.New(c) }},
 }
 
 // contract is what every algorithm keeps through the facade, on l (rule
 // 5 per second, global cap 7 per hour) driven by clock.
-func contract(t *testing.T, l *floodgate.Limiter, clock *floodgate.ManualClock) {
+func contract(t *testing.T, l limiter, clock *floodgate.ManualClock) {
 	t.Helper()
 	fresh := l.Peek("k")
 	if d := l.AllowN("k", 1); d != fresh {

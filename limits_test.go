@@ -1,7 +1,7 @@
 package floodgate
 
 import (
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,7 +135,7 @@ func TestLimitsRefundGlobal(t *testing.T) {
 // be dropped under concurrency (it is then charged for refused requests,
 // never the reverse).
 func TestLimitsConcurrent(t *testing.T) {
-	for _, alg := range []string{TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog, hook.TokenBucketMutex} {
+	for _, alg := range []string{TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog, testhook.TokenBucketMutex} {
 		t.Run(alg, func(t *testing.T) {
 			clock := NewManualClock(0)
 			loose := mustLimiter(t, Config{Algorithm: alg, Rule: Rule{Limit: 100, Period: time.Hour}, Clock: clock})

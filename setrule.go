@@ -2,14 +2,12 @@ package floodgate
 
 import (
 	"fmt"
-	"math"
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
 	"github.com/floodgate-go/floodgate/atomicwindow"
 	"github.com/floodgate-go/floodgate/internal/word"
 	"github.com/floodgate-go/floodgate/registry"
-	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
 // ruleSet is one rule in force, in every form a request needs. A Limiter
@@ -34,11 +32,8 @@ type ruleSet struct {
 
 func newRuleSet(r Rule, alg Algorithm) *ruleSet {
 	rs := &ruleSet{capacity: r.Capacity(), rule: r, alg: alg}
-	switch a := alg.(type) {
-	case lockFreeBucket:
-		rs.bucket = atomicbucket.Params(a)
-	case lockFreeWindows:
-		rs.window = atomicwindow.Params(a)
+	if w, ok := alg.(wordAlgorithm); ok {
+		w.params(rs)
 	}
 	return rs
 }
@@ -89,27 +84,15 @@ func rulesOf(t *registry.Table) *ruleSet { return (*ruleSet)(t.Aux) }
 // key that held nothing at T. A key evicted as idle comes back full.
 //
 // A registered algorithm cannot change its rule: SetRule returns an error
-// for it, and for a Limiter on the reference registry (a test hook).
+// for it (see Register).
 func (l *Limiter) SetRule(r Rule) error {
-	if err := r.Validate(); err != nil {
-		return fmt.Errorf("floodgate: %w", err)
-	}
-	factory, err := lookup(l.name, l.twins)
+	alg, err := build(l.name, l.factory, r)
 	if err != nil {
 		return err
 	}
-	alg, err := factory(r)
-	if err != nil {
-		return fmt.Errorf("floodgate: algorithm %q cannot hold rule %+v: %w", l.name, r, err)
-	}
-	if alg == nil {
-		return fmt.Errorf("floodgate: algorithm %q returned no Algorithm", l.name)
-	}
-	if !convertible(alg) {
-		return fmt.Errorf("floodgate: algorithm %q cannot change its rule: SetRule converts only the built-in algorithms' states; make a new Limiter instead", l.name)
-	}
-	if l.ref != nil {
-		return fmt.Errorf("floodgate: the reference registry has no SetRule")
+	b, ok := alg.(builtin)
+	if !ok {
+		return fmt.Errorf("floodgate: algorithm %q cannot change its rule: it is registered, and SetRule converts only the built-in algorithms' states; make a new Limiter for the new rule", l.name)
 	}
 
 	l.setMu.Lock()
@@ -120,7 +103,7 @@ func (l *Limiter) SetRule(r Rule) error {
 	}
 	rs := newRuleSet(r, alg)
 	rs.changed, rs.at = true, at
-	rs.fullAt = fullAt(alg, at)
+	rs.fullAt = b.fullAt(at)
 	// Published first, for Peek and WaitN of keys not held and for the
 	// reference of capacity; keys are created under their table's rule,
 	// which changes only below.
@@ -147,13 +130,14 @@ func (l *Limiter) SetRule(r Rule) error {
 			return rulesOf(old).window.ConvertValue(w, old.Origin, at, &rs.window)
 		}
 	default:
+		a := alg.(objectAlgorithm) // every builtin of the object engine is one
 		ptrs = func(_ *registry.Table, _ int, p unsafe.Pointer) unsafe.Pointer {
 			if p == nil {
 				return nil
 			}
 			s := l.stateAt(p)
 			for {
-				if c := convertState(s, at, alg); c != nil {
+				if c := a.convert(s, at); c != nil {
 					return l.pointerTo(c)
 				}
 				s = s.Successor(at) // retired by itself (a rebase): convert what it carries
@@ -162,71 +146,6 @@ func (l *Limiter) SetRule(r Rule) error {
 	}
 	l.flat.Convert(origin, unsafe.Pointer(rs), words, ptrs)
 	l.sketch.raise(at, rs.fullAt)
-	return nil
-}
-
-// convertible reports whether SetRule can convert alg's states.
-func convertible(alg Algorithm) bool {
-	switch alg.(type) {
-	case lockFreeBucket, mutexBucket, leakyMeter, lockFreeWindows, mutexWindows, lockFreeLogs, mutexLogs:
-		return true
-	}
-	return false
-}
-
-// fullAt is the instant from which a key that holds nothing at at answers
-// as new under alg's rule.
-func fullAt(alg Algorithm, at int64) int64 {
-	switch a := alg.(type) {
-	case lockFreeBucket:
-		return (*atomicbucket.Params)(&a).FullAt(at)
-	case mutexBucket:
-		return (*atomicbucket.Params)(&a).FullAt(at)
-	case leakyMeter:
-		return (*atomicbucket.Params)(&a).FullAt(at)
-	case lockFreeWindows:
-		return (*atomicwindow.Params)(&a).FullAt(at)
-	case mutexWindows:
-		return (*atomicwindow.Params)(&a).FullAt(at)
-	case lockFreeLogs:
-		return (*shardedlog.Params)(&a).FullAt(at)
-	case mutexLogs:
-		return (*shardedlog.Params)(&a).FullAt(at)
-	}
-	return math.MaxInt64
-}
-
-// convertState retires the state s of a key, in one atomic step with its
-// grants, and returns the state of alg's rule that holds what s held at
-// at, converted (see SetRule); nil if s had retired already, when its
-// successor holds what it carries. The retired state names the new one as
-// its Successor, so a request that loaded s before the change moves on to
-// the converted state, never to a fresh one of the old rule.
-func convertState(s State, at int64, alg Algorithm) State {
-	switch s := s.(type) {
-	case *mutexState:
-		if c := s.b().ConvertTo(at, atomicbucket.Params(alg.(mutexBucket))); c != nil {
-			return (*mutexState)(c)
-		}
-	case *leakyState:
-		if c := s.m().ConvertTo(at, atomicbucket.Params(alg.(leakyMeter))); c != nil {
-			return (*leakyState)(c)
-		}
-	case *mutexWindowState:
-		if c := s.w().ConvertTo(at, atomicwindow.Params(alg.(mutexWindows))); c != nil {
-			return (*mutexWindowState)(c)
-		}
-	case *logState:
-		if c := s.l().ConvertTo(at, shardedlog.Params(alg.(lockFreeLogs))); c != nil {
-			return (*logState)(c)
-		}
-	case *mutexLogState:
-		if c := s.l().ConvertTo(at, shardedlog.Params(alg.(mutexLogs))); c != nil {
-			return (*mutexLogState)(c)
-		}
-	default:
-		panic(fmt.Sprintf("floodgate: SetRule cannot convert a %T", s)) // convertible let it through
-	}
 	return nil
 }
 

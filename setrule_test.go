@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 )
 
@@ -24,9 +24,9 @@ import (
 // bucketAlgs and windowAlgs are every algorithm SetRule converts, with
 // its mutex twin.
 var (
-	bucketAlgs = []string{floodgate.TokenBucket, hook.TokenBucketMutex, floodgate.LeakyBucket, hook.LeakyBucketMutex}
-	windowAlgs = []string{floodgate.FixedWindow, hook.FixedWindowMutex, floodgate.SlidingCounter, hook.SlidingCounterMutex,
-		floodgate.SlidingLog, hook.SlidingLogMutex}
+	bucketAlgs = []string{floodgate.TokenBucket, testhook.TokenBucketMutex, floodgate.LeakyBucket, testhook.LeakyBucketMutex}
+	windowAlgs = []string{floodgate.FixedWindow, testhook.FixedWindowMutex, floodgate.SlidingCounter, testhook.SlidingCounterMutex,
+		floodgate.SlidingLog, testhook.SlidingLogMutex}
 )
 
 // start is the tests' first instant: not on a window boundary, so that a
@@ -403,12 +403,12 @@ func TestSetRuleModel(t *testing.T) {
 
 // setRulePairs are the lock-free algorithms with their twins.
 var setRulePairs = [][2]string{
-	{floodgate.TokenBucket, hook.TokenBucketMutex},
-	{floodgate.LeakyBucket, hook.LeakyBucketMutex},
-	{floodgate.TokenBucket, hook.LeakyBucketMutex},
-	{floodgate.FixedWindow, hook.FixedWindowMutex},
-	{floodgate.SlidingCounter, hook.SlidingCounterMutex},
-	{floodgate.SlidingLog, hook.SlidingLogMutex},
+	{floodgate.TokenBucket, testhook.TokenBucketMutex},
+	{floodgate.LeakyBucket, testhook.LeakyBucketMutex},
+	{floodgate.TokenBucket, testhook.LeakyBucketMutex},
+	{floodgate.FixedWindow, testhook.FixedWindowMutex},
+	{floodgate.SlidingCounter, testhook.SlidingCounterMutex},
+	{floodgate.SlidingLog, testhook.SlidingLogMutex},
 }
 
 // differential runs ops through a pair and requires the same Decisions,
@@ -520,7 +520,7 @@ func TestSetRuleRefusesWhatNewRefuses(t *testing.T) {
 		l.AllowN("a", 3)
 		before := l.Peek("a")
 		for _, r := range bad {
-			_, newErr := floodgate.New(hook.Twins(floodgate.Config{Algorithm: alg, Rule: r}).(floodgate.Config))
+			_, newErr := floodgate.New(testhook.Twins(floodgate.Config{Algorithm: alg, Rule: r}).(floodgate.Config))
 			err := l.SetRule(r)
 			if (newErr == nil) != (err == nil) || err != nil && err.Error() != newErr.Error() {
 				t.Errorf("%s: SetRule(%+v) = %v; New says %v", alg, r, err, newErr)

@@ -154,12 +154,12 @@ func (l *Limiter) sleep(ctx context.Context, now int64, wait time.Duration) erro
 func (l *Limiter) reserveKey(key string, now int64, limit time.Duration, r *reservation) (time.Duration, bool) {
 	a := answer{maxWait: limit}
 	var ok bool
+	r.id = l.hasher.ID(key)
 	if l.kind == objects {
 		var s State
-		ok, s, _ = l.onObject(key, now, opReserve, r.n, &a)
+		ok, s = l.onObject(r.id, now, opReserve, r.n, &a)
 		r.s, r.tat = s.(reserver), a.stat
 	} else {
-		r.id = l.id(key)
 		ok, r.t, r.i = l.onWord(r.id, now, opReserve, r.n, &a)
 		r.wtat = a.tat
 	}

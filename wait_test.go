@@ -10,28 +10,23 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
-// waitAlgorithms are the limiters that reserve: each bucket and its twin,
-// and the lock-free bucket on the reference registry.
+// waitAlgorithms are the limiters that reserve: each bucket and its twin.
 var waitAlgorithms = []struct {
 	name string
 	make func(t testing.TB, cfg Config) *Limiter
 }{
-	{TokenBucket, waitLimiter(TokenBucket, false)},
-	{hook.TokenBucketMutex, waitLimiter(hook.TokenBucketMutex, false)},
-	{LeakyBucket, waitLimiter(LeakyBucket, false)},
-	{hook.LeakyBucketMutex, waitLimiter(hook.LeakyBucketMutex, false)},
-	{TokenBucket + "/reference", waitLimiter(TokenBucket, true)},
+	{TokenBucket, waitLimiter(TokenBucket)},
+	{testhook.TokenBucketMutex, waitLimiter(testhook.TokenBucketMutex)},
+	{LeakyBucket, waitLimiter(LeakyBucket)},
+	{testhook.LeakyBucketMutex, waitLimiter(testhook.LeakyBucketMutex)},
 }
 
-func waitLimiter(alg string, reference bool) func(testing.TB, Config) *Limiter {
+func waitLimiter(alg string) func(testing.TB, Config) *Limiter {
 	return func(t testing.TB, cfg Config) *Limiter {
 		cfg.Algorithm = alg
-		if reference {
-			cfg = hook.Reference(cfg).(Config)
-		}
 		return mustLimiter(t, cfg)
 	}
 }
@@ -193,7 +188,7 @@ func TestWaitErrors(t *testing.T) {
 	if clock.Waiting() != 0 {
 		t.Fatal("a failed Wait left a wake")
 	}
-	for _, alg := range []string{FixedWindow, SlidingCounter, SlidingLog, hook.FixedWindowMutex} {
+	for _, alg := range []string{FixedWindow, SlidingCounter, SlidingLog, testhook.FixedWindowMutex} {
 		w := mustLimiter(t, Config{Algorithm: alg, Rule: Rule{Limit: 1, Period: time.Hour}, Clock: clock})
 		if err := w.Wait(context.Background(), "k"); !errors.Is(err, ErrCannotWait) {
 			t.Errorf("%s: %v", alg, err)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // outrun stands for a limiter on a machine faster than any Plenty was made
@@ -96,7 +96,7 @@ func TestPlentyOutrunsAnyMachine(t *testing.T) {
 			t.Run(alg, func(t *testing.T) {
 				r := plentyFor(alg)
 				clock := floodgate.NewManualClock(1 << 40)
-				l, err := floodgate.New(hook.Twins(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: r.Limit, Period: r.Period}, Clock: clock}).(floodgate.Config))
+				l, err := floodgate.New(testhook.Twins(floodgate.Config{Algorithm: alg, Rule: floodgate.Rule{Limit: r.Limit, Period: r.Period}, Clock: clock}).(floodgate.Config))
 				if err != nil {
 					t.Fatal(err)
 				}

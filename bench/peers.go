@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/reference"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/juju/ratelimit"
 	"github.com/sethvargo/go-limiter"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -112,11 +113,11 @@ type Impl struct {
 // Floodgate variants: every algorithm, lock-free and its mutex twin, on the
 // SystemClock; and the same on a coarse clock ("-coarse", 1ms resolution).
 var floodgateAlgorithms = []struct{ short, lockFree, mutex string }{
-	{"tb", floodgate.TokenBucket, hook.TokenBucketMutex},
-	{"lb", floodgate.LeakyBucket, hook.LeakyBucketMutex},
-	{"fw", floodgate.FixedWindow, hook.FixedWindowMutex},
-	{"sc", floodgate.SlidingCounter, hook.SlidingCounterMutex},
-	{"sl", floodgate.SlidingLog, hook.SlidingLogMutex},
+	{"tb", floodgate.TokenBucket, testhook.TokenBucketMutex},
+	{"lb", floodgate.LeakyBucket, testhook.LeakyBucketMutex},
+	{"fw", floodgate.FixedWindow, testhook.FixedWindowMutex},
+	{"sc", floodgate.SlidingCounter, testhook.SlidingCounterMutex},
+	{"sl", floodgate.SlidingLog, testhook.SlidingLogMutex},
 }
 
 // CoarseResolution is the coarse clock's tick in the "-coarse" variants.
@@ -125,6 +126,19 @@ const CoarseResolution = time.Millisecond
 // floodgateImpl is floodgate with algorithm alg, on the coarse clock or
 // not; variant, if not nil, changes the Config further.
 func floodgateImpl(name, alg string, coarse bool, variant func(floodgate.Config) floodgate.Config) Impl {
+	return builtOn(name, alg, coarse, variant, func(c floodgate.Config) (closer, error) { return floodgate.New(c) })
+}
+
+// closer is a Limiter that holds goroutines or resources until Close.
+type closer interface {
+	Limiter
+	Close() error
+}
+
+// builtOn is the implementation that make builds from the Config of
+// algorithm alg for each scenario's Options: floodgate's Limiter, or the
+// reference limiter.
+func builtOn(name, alg string, coarse bool, variant func(floodgate.Config) floodgate.Config, make func(floodgate.Config) (closer, error)) Impl {
 	return Impl{Name: name, PerKey: true, Denies: true,
 		New: func(o Options) (Limiter, func(), error) {
 			if o.Rate == Plenty {
@@ -136,7 +150,7 @@ func floodgateImpl(name, alg string, coarse bool, variant func(floodgate.Config)
 				IdleTTL:   o.IdleTTL,
 				MaxKeys:   o.MaxKeys,
 			}
-			cfg = hook.Twins(cfg).(floodgate.Config) // alg may name a mutex twin
+			cfg = testhook.Twins(cfg).(floodgate.Config) // alg may name a mutex twin
 			if variant != nil {
 				cfg = variant(cfg)
 			}
@@ -149,7 +163,7 @@ func floodgateImpl(name, alg string, coarse bool, variant func(floodgate.Config)
 				cfg.Clock = c
 				stop = c.Stop
 			}
-			l, err := floodgate.New(cfg)
+			l, err := make(cfg)
 			if err != nil {
 				stop()
 				return nil, nil, err
@@ -161,9 +175,9 @@ func floodgateImpl(name, alg string, coarse bool, variant func(floodgate.Config)
 // plentyFor is Plenty as algorithm alg can hold it.
 func plentyFor(alg string) Rate {
 	switch alg {
-	case floodgate.SlidingCounter, hook.SlidingCounterMutex:
+	case floodgate.SlidingCounter, testhook.SlidingCounterMutex:
 		return plentyCounter
-	case floodgate.SlidingLog, hook.SlidingLogMutex:
+	case floodgate.SlidingLog, testhook.SlidingLogMutex:
 		return plentyLog
 	}
 	return Plenty
@@ -191,8 +205,9 @@ func Floodgates() []Impl {
 
 // Variants returns floodgate-tb in the forms that show what one choice
 // costs or gains, each on the SystemClock and the coarse clock:
-// "-xsync" keeps keys in the reference registry (sharded xsync maps, a
-// state object per key) instead of the flat table; "-stats" counts every
+// "-xsync" is the token bucket in the reference limiter, which keeps each
+// key's bucket as an object of its own in the reference registry (sharded
+// xsync maps) instead of a word in the flat table; "-stats" counts every
 // decision (Config.Stats).
 func Variants() []Impl {
 	var out []Impl
@@ -201,16 +216,12 @@ func Variants() []Impl {
 		if coarse {
 			suffix = "-coarse"
 		}
-		xsync := floodgateImpl("floodgate-tb-xsync"+suffix, floodgate.TokenBucket, coarse, func(c floodgate.Config) floodgate.Config {
-			return hook.Reference(c).(floodgate.Config)
-		})
-		build := xsync.New
-		xsync.New = func(o Options) (Limiter, func(), error) {
-			if o.MaxKeys > 0 {
-				return nil, nil, errUnsupported // the reference registry has no bound
+		xsync := builtOn("floodgate-tb-xsync"+suffix, floodgate.TokenBucket, coarse, nil, func(c floodgate.Config) (closer, error) {
+			if c.MaxKeys > 0 {
+				return nil, errUnsupported // the reference limiter has no bound
 			}
-			return build(o)
-		}
+			return reference.New(c)
+		})
 		out = append(out, xsync,
 			floodgateImpl("floodgate-tb-stats"+suffix, floodgate.TokenBucket, coarse, func(c floodgate.Config) floodgate.Config {
 				c.Stats = true

@@ -1,7 +1,7 @@
 package shardedlog
 
 import (
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"golang.org/x/sys/cpu"
 )
 
@@ -11,11 +11,11 @@ const lockFreeLog = true
 
 // useCASP chooses LSE's CASPAL where the processor has it (cpu.ARM64.
 // HasATOMICS), and the LDAXP/STLXP loop elsewhere. Tests set it false,
-// through hook.ExclusivePair, to run the loop on a processor that has
+// through testhook.ExclusivePair, to run the loop on a processor that has
 // both.
 var useCASP = cpu.ARM64.HasATOMICS
 
-func init() { hook.ExclusivePair = func() { useCASP = false } }
+func init() { testhook.ExclusivePair = func() { useCASP = false } }
 
 // cas128 atomically replaces the 16 bytes at e, (old0, old1), with
 // (new0, new1), and reports whether it did. e must be 16-byte aligned.

@@ -124,12 +124,12 @@ func floodSize() (maxKeys, keys int) {
 func TestMaxKeysFrozenFlood(t *testing.T) {
 	forEach(t, func(t *testing.T, a algorithm) {
 		if a.reference {
-			t.Skip("the reference registry has no MaxKeys")
+			t.Skip("the reference limiter has no MaxKeys")
 		}
 		maxKeys, n := floodSize()
 		rule := floodgate.Rule{Limit: 5, Period: time.Hour}
 		clock := floodgate.NewManualClock(1 << 40)
-		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock, MaxKeys: maxKeys})
+		l := mustLimiter(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock, MaxKeys: maxKeys})
 		var mu sync.Mutex
 		admitted := map[string]int64{}
 		flood(t, l, maxKeys, n, clock.Now, func(key string, _ int64, _ floodgate.Decision) {
@@ -152,7 +152,7 @@ func TestMaxKeysFrozenFlood(t *testing.T) {
 func TestMaxKeysMovingFlood(t *testing.T) {
 	forEach(t, func(t *testing.T, a algorithm) {
 		if a.reference {
-			t.Skip("the reference registry has no MaxKeys")
+			t.Skip("the reference limiter has no MaxKeys")
 		}
 		maxKeys, n := floodSize()
 		rule := floodgate.Rule{Limit: 50, Period: 100 * time.Millisecond}
@@ -167,7 +167,7 @@ func TestMaxKeysMovingFlood(t *testing.T) {
 			}
 			return clock.Now()
 		}
-		l := mustNew(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock, MaxKeys: maxKeys})
+		l := mustLimiter(t, a, floodgate.Config{Algorithm: a.name, Rule: rule, Clock: clock, MaxKeys: maxKeys})
 		var mu sync.Mutex
 		times := map[string][]int64{}
 		flood(t, l, maxKeys, n, now, func(key string, at int64, d floodgate.Decision) {

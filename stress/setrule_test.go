@@ -23,7 +23,7 @@ import (
 func TestSetRuleFrozenClock(t *testing.T) {
 	forEach(t, func(t *testing.T, a algorithm) {
 		if a.reference {
-			t.Skip("the reference registry has no SetRule")
+			t.Skip("the reference limiter has no SetRule")
 		}
 		caps := []int64{4000, 1000, 3000, 200, 5000, 50, 2500}
 		if quick() {
@@ -44,7 +44,7 @@ func TestSetRuleFrozenClock(t *testing.T) {
 				if global {
 					cfg.Global = &floodgate.Rule{Limit: 1, Period: time.Hour, Burst: caps[0] * int64(len(keys)) / 3}
 				}
-				l := mustNew(t, a, cfg)
+				l := mustLimiter(t, a, cfg)
 				var admitted [4]atomic.Int64
 				for k, key := range keys { // every key is held from the first rule on
 					if l.Allow(key) {

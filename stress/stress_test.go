@@ -14,7 +14,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/chaos"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/reference"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 	"github.com/floodgate-go/floodgate/shardedlog"
 )
@@ -74,22 +75,22 @@ type algorithm struct {
 	name      string
 	family    family
 	lockFree  bool
-	reference bool // on the reference registry (xsync maps) instead of the flat table
+	reference bool // the reference limiter (xsync maps) instead of the Limiter
 }
 
-// algorithms is every algorithm and twin, on the flat table and again on
-// the reference registry.
+// algorithms is every algorithm and twin, in a Limiter and again in the
+// reference limiter.
 var algorithms = onBoth([]algorithm{
 	{floodgate.TokenBucket, bucket, true, false},
-	{hook.TokenBucketMutex, bucket, false, false},
+	{testhook.TokenBucketMutex, bucket, false, false},
 	{floodgate.LeakyBucket, bucket, true, false},
-	{hook.LeakyBucketMutex, bucket, false, false},
+	{testhook.LeakyBucketMutex, bucket, false, false},
 	{floodgate.FixedWindow, fixed, true, false},
-	{hook.FixedWindowMutex, fixed, false, false},
+	{testhook.FixedWindowMutex, fixed, false, false},
 	{floodgate.SlidingCounter, sliding, true, false},
-	{hook.SlidingCounterMutex, sliding, false, false},
+	{testhook.SlidingCounterMutex, sliding, false, false},
 	{floodgate.SlidingLog, logged, true, false},
-	{hook.SlidingLogMutex, logged, false, false},
+	{testhook.SlidingLogMutex, logged, false, false},
 })
 
 func onBoth(as []algorithm) []algorithm {
@@ -134,19 +135,41 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 	}
 }
 
-// mustNew builds a's limiter, on the registry a names.
-func mustNew(t *testing.T, a algorithm, cfg floodgate.Config) *floodgate.Limiter {
+// limiter is what the Limiter and the reference limiter both offer.
+type limiter interface {
+	Allow(key string) bool
+	AllowN(key string, n int64) floodgate.Decision
+	AllowAt(key string, now, n int64) floodgate.Decision
+	Peek(key string) floodgate.Decision
+	EvictIdle() int
+	Len() int
+	Close() error
+}
+
+// mustNew builds a's limiter: the Limiter, or the reference limiter.
+func mustNew(t *testing.T, a algorithm, cfg floodgate.Config) limiter {
 	t.Helper()
-	cfg = hook.Twins(cfg).(floodgate.Config)
+	var l limiter
+	var err error
 	if a.reference {
-		cfg = hook.Reference(cfg).(floodgate.Config)
+		l, err = reference.New(cfg)
+	} else {
+		l, err = floodgate.New(testhook.Twins(cfg).(floodgate.Config))
 	}
-	l, err := floodgate.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// mustLimiter builds a's Limiter, for what only the Limiter has.
+func mustLimiter(t *testing.T, a algorithm, cfg floodgate.Config) *floodgate.Limiter {
+	t.Helper()
+	if a.reference {
+		t.Fatal("the reference limiter has no MaxKeys or SetRule: skip it")
+	}
+	return mustNew(t, a, cfg).(*floodgate.Limiter)
 }
 
 // hammer runs goroutines that together make attempts calls of try, and
@@ -428,7 +451,7 @@ func TestStaleClockWithEviction(t *testing.T) {
 // startEvictor calls EvictIdle in a loop, yielding between calls, until the
 // returned function is called; that function returns how many keys were
 // evicted in all. Calling it again returns the same count.
-func startEvictor(l *floodgate.Limiter) (stop func() int64) {
+func startEvictor(l limiter) (stop func() int64) {
 	done := make(chan struct{})
 	var evicted atomic.Int64
 	var wg sync.WaitGroup

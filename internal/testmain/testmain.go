@@ -10,7 +10,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"go.uber.org/goleak"
 )
 
@@ -32,8 +32,8 @@ func Quick() bool { return os.Getenv(QuickEnv) == "1" }
 // Run runs the package's tests, fails them if goroutines are left behind
 // (beyond those opts ignore), and exits.
 func Run(m *testing.M, opts ...goleak.Option) {
-	if os.Getenv(ExclusivePairEnv) == "1" && hook.ExclusivePair != nil {
-		hook.ExclusivePair()
+	if os.Getenv(ExclusivePairEnv) == "1" && testhook.ExclusivePair != nil {
+		testhook.ExclusivePair()
 	}
 	goleak.VerifyTestMain(m, opts...)
 }

@@ -4,35 +4,47 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
-// LeakyBucket names the leaky bucket as a meter: a level that drains at
-// Limit per Period from capacity Burst (Limit when 0); a request of cost n
-// passes if and only if level + n ≤ capacity, and then the level rises by
-// n. Its decisions are the token bucket's for the same rule and sequence —
-// both are GCRA — so its lock-free form is the same atomic bucket. Its
-// mutex twin is the meter in its textbook form (a level and the time it
-// was last raised) behind a mutex, written independently; the tests hold
-// the lock-free bucket against it.
-const LeakyBucket = "leaky_bucket"
+// The token bucket and the leaky bucket (see TokenBucket and LeakyBucket),
+// with their mutex twins. Both lock-free forms are the same atomic word in
+// the flat table: GCRA decides both.
 
 func init() {
 	mustRegister(TokenBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
-	registerTwin(hook.TokenBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return mutexBucket(p) }))
+	registerTwin(testhook.TokenBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return mutexBucket(p) }))
 	mustRegister(LeakyBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
-	registerTwin(hook.LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
+	registerTwin(testhook.LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
 }
 
-// lockFreeBucket is the token_bucket algorithm: one atomicbucket.Bucket per key.
+// bucketFactory is the Factory of an algorithm whose states are buckets
+// on atomicbucket.Params: the rule is checked once, here.
+func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
+	return func(r Rule) (Algorithm, error) {
+		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
+		if err != nil {
+			return nil, err
+		}
+		return make(p), nil
+	}
+}
+
+// lockFreeBucket is the token_bucket and leaky_bucket algorithm: an
+// atomicbucket word per key, inline in the flat table.
 type lockFreeBucket atomicbucket.Params
 
+func (a lockFreeBucket) traits() traits        { return traits{kind: bucketWords, reserves: true} }
+func (a lockFreeBucket) fullAt(at int64) int64 { return (*atomicbucket.Params)(&a).FullAt(at) }
+func (a lockFreeBucket) params(rs *ruleSet)    { rs.bucket = atomicbucket.Params(a) }
 func (a lockFreeBucket) NewState(now int64) State {
 	return (*bucketState)(atomicbucket.New(atomicbucket.Params(a), now))
 }
 
-// bucketState is an atomicbucket.Bucket seen as a State. The conversions
-// are free: Decision and atomicbucket.Decision share one layout.
+// bucketState is an atomicbucket.Bucket seen as a State: the lock-free
+// bucket out of line, as the reference limiter of the tests holds it (the
+// Limiter holds the bucket's word inline). The conversions are free:
+// Decision and atomicbucket.Decision share one layout.
 type bucketState atomicbucket.Bucket
 
 func (s *bucketState) b() *atomicbucket.Bucket { return (*atomicbucket.Bucket)(s) }
@@ -57,8 +69,22 @@ func (s *bucketState) Successor(now int64) State { return (*bucketState)(s.b().S
 // mutexBucket is the token bucket's mutex twin.
 type mutexBucket atomicbucket.Params
 
+func (a mutexBucket) traits() traits        { return traits{kind: objects, form: boxed, reserves: true} }
+func (a mutexBucket) fullAt(at int64) int64 { return (*atomicbucket.Params)(&a).FullAt(at) }
+
 func (a mutexBucket) NewState(now int64) State {
 	return (*mutexState)(atomicbucket.NewMutex(atomicbucket.Params(a), now))
+}
+
+func (a mutexBucket) newSpent(now, spent int64) State {
+	return (*mutexState)(atomicbucket.NewMutexSpent(atomicbucket.Params(a), now, spent))
+}
+
+func (a mutexBucket) convert(s State, at int64) State {
+	if c := s.(*mutexState).b().ConvertTo(at, atomicbucket.Params(a)); c != nil {
+		return (*mutexState)(c)
+	}
+	return nil
 }
 
 type mutexState atomicbucket.MutexBucket
@@ -81,12 +107,34 @@ func (s *mutexState) Refund(_, n int64) bool    { return s.b().Refund(n) }
 func (s *mutexState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
 func (s *mutexState) Retire()                   { s.b().Retire() }
 func (s *mutexState) Successor(now int64) State { return (*mutexState)(s.b().Successor(now)) }
+func (s *mutexState) Evict(now int64) int64     { return s.b().Evict(now) }
 
-// leakyMeter is the leaky bucket's mutex twin.
+func (s *mutexState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
+	return s.b().ReserveN(now, n, maxWait)
+}
+func (s *mutexState) CancelReservation(tat, n int64) bool { return s.b().CancelReservation(tat, n) }
+
+// leakyMeter is the leaky bucket's mutex twin: the meter in its textbook
+// form (a level and the time it was last raised), written apart from the
+// token bucket, which the tests hold the lock-free word to as well.
 type leakyMeter atomicbucket.Params
+
+func (a leakyMeter) traits() traits        { return traits{kind: objects, form: boxed, reserves: true} }
+func (a leakyMeter) fullAt(at int64) int64 { return (*atomicbucket.Params)(&a).FullAt(at) }
 
 func (a leakyMeter) NewState(now int64) State {
 	return (*leakyState)(atomicbucket.NewLeakyMutex(atomicbucket.Params(a), now))
+}
+
+func (a leakyMeter) newSpent(now, spent int64) State {
+	return (*leakyState)(atomicbucket.NewLeakyMutexSpent(atomicbucket.Params(a), now, spent))
+}
+
+func (a leakyMeter) convert(s State, at int64) State {
+	if c := s.(*leakyState).m().ConvertTo(at, atomicbucket.Params(a)); c != nil {
+		return (*leakyState)(c)
+	}
+	return nil
 }
 
 type leakyState atomicbucket.LeakyMutex
@@ -109,31 +157,8 @@ func (s *leakyState) Refund(_, n int64) bool    { return s.m().Refund(n) }
 func (s *leakyState) RetireIdle(now int64) bool { return s.m().RetireIdle(now) }
 func (s *leakyState) Retire()                   { s.m().Retire() }
 func (s *leakyState) Successor(now int64) State { return (*leakyState)(s.m().Successor(now)) }
+func (s *leakyState) Evict(now int64) int64     { return s.m().Evict(now) }
 
-// The methods below let MaxKeys evict a key held out of line without
-// giving it a fresh allowance when it returns (see spentAlgorithm).
-
-func (a mutexBucket) newSpent(now, spent int64) State {
-	return (*mutexState)(atomicbucket.NewMutexSpent(atomicbucket.Params(a), now, spent))
-}
-
-func (a leakyMeter) newSpent(now, spent int64) State {
-	return (*leakyState)(atomicbucket.NewLeakyMutexSpent(atomicbucket.Params(a), now, spent))
-}
-
-func (s *mutexState) Evict(now int64) int64 { return s.b().Evict(now) }
-func (s *leakyState) Evict(now int64) int64 { return s.m().Evict(now) }
-
-// The bucket states reserve (see Limiter.WaitN): their twins alike, so
-// that the differential tests cover waiting too.
-func (s *bucketState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
-	return s.b().ReserveN(now, n, maxWait)
-}
-func (s *bucketState) CancelReservation(tat, n int64) bool { return s.b().CancelReservation(tat, n) }
-func (s *mutexState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
-	return s.b().ReserveN(now, n, maxWait)
-}
-func (s *mutexState) CancelReservation(tat, n int64) bool { return s.b().CancelReservation(tat, n) }
 func (s *leakyState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
 	return s.m().ReserveN(now, n, maxWait)
 }

@@ -10,8 +10,7 @@ import (
 
 // The object engine: the sliding log, the mutex twins and registered
 // algorithms keep a State object per key, out of line, behind a pointer
-// beside the key's slot in the flat table (or in the reference registry,
-// when a test or bench/ asks for it). Every loop over the objects'
+// beside the key's slot in the flat table. Every loop over the objects'
 // protocol is in this file.
 //
 // The protocol. A request loads its key's State (creating it on first
@@ -22,19 +21,20 @@ import (
 // respect to every grant (see State), so a grant lands on exactly one
 // state. Allow's path, for a key already held: hash the key, find the
 // slot (state), load the pointer (see form), and call the State's Take
-// through its interface (takeObject).
+// through its interface (takeObject). Each function here takes the key's
+// identity, which its caller has computed once.
 
 // form says what a Limiter's slots point at. A State is an interface, two
 // words, and a slot holds one pointer, so a State in general lives in a
 // box: a request follows the slot to the box, and the box to the state.
-// The sliding log and its twin (which serves "sliding_log" where there is
-// no 16-byte CAS) are pointed at directly instead: every State such a
-// Limiter makes, successors and SetRule's conversions included, is of its
-// algorithm's one type, so the slot's pointer is the state's own, and a
-// request reaches the state's line with one dependent load fewer (a cache
-// miss, on a key that has left the cache; results/2026-12-03-direct-states).
-// The mutex twins of the word algorithms are references for the tests and
-// bench/, and keep their boxes.
+// An algorithm whose Limiter makes states of one type only (successors and
+// SetRule's conversions included) can be pointed at directly instead: the
+// slot's pointer is the state's own, and a request reaches the state's
+// line with one dependent load fewer (a cache miss, on a key that has
+// left the cache). The sliding log and its twin are (see their traits).
+// The direct forms are named here, in stateAt and pointerTo, rather than
+// answered through an interface, because stateAt runs on every request,
+// and a switch on a byte costs less than an indirect call.
 type form uint8
 
 const (
@@ -42,17 +42,6 @@ const (
 	logForm                  // a *logState
 	mutexLogForm             // a *mutexLogState
 )
-
-// formOf is the form of alg's states.
-func formOf(alg Algorithm) form {
-	switch alg.(type) {
-	case lockFreeLogs:
-		return logForm
-	case mutexLogs:
-		return mutexLogForm
-	}
-	return boxed
-}
 
 // box holds a State of the boxed form in the flat table.
 type box struct{ s State }
@@ -86,26 +75,24 @@ func (l *Limiter) pointerTo(s State) unsafe.Pointer {
 // verdict only. It is onObject's loop for opTake, written out on its own
 // because it is the engine's hottest path: in the general loop, the
 // spills of its other requests' arguments cost the mutex twins 6% of
-// their Allow (results/house/).
-func (l *Limiter) takeObject(key string, now int64) (allowed bool, s State) {
-	id := l.objectID(key)
-	s = l.state(key, id, now)
+// their Allow.
+func (l *Limiter) takeObject(id registry.ID, now int64) (allowed bool, s State) {
+	s = l.state(id, now)
 	allowed, live := s.Take(now, 1)
 	for !live {
-		s = l.successor(key, id, s, now)
+		s = l.successor(id, s, now)
 		allowed, live = s.Take(now, 1)
 	}
 	return allowed, s
 }
 
 // onObject applies the request op (opAllow or opReserve), for n units,
-// to key's state at now, following the line of successors past retired
-// states. It returns the verdict, with the rest of the answer in a, as
-// onWord does, the state that answered, for a refund or a cancellation,
-// and the key's identity in the flat table.
-func (l *Limiter) onObject(key string, now int64, op op, n int64, a *answer) (ok bool, s State, id registry.ID) {
-	id = l.objectID(key)
-	s = l.state(key, id, now)
+// to key id's state at now, following the line of successors past
+// retired states. It returns the verdict, with the rest of the answer in
+// a, as onWord does, and the state that answered, for a refund or a
+// cancellation.
+func (l *Limiter) onObject(id registry.ID, now int64, op op, n int64, a *answer) (ok bool, s State) {
+	s = l.state(id, now)
 	for {
 		var live bool
 		if op == opAllow {
@@ -115,9 +102,9 @@ func (l *Limiter) onObject(key string, now int64, op op, n int64, a *answer) (ok
 			a.wait, a.stat, ok, live = s.(reserver).ReserveN(now, n, a.maxWait)
 		}
 		if live {
-			return ok, s, id
+			return ok, s
 		}
-		s = l.successor(key, id, s, now)
+		s = l.successor(id, s, now)
 	}
 }
 
@@ -130,23 +117,8 @@ func (l *Limiter) returnObject(s State, now, n int64) {
 	}
 }
 
-// objectID is the key's identity in the flat table; the reference
-// registry hashes the key itself.
-func (l *Limiter) objectID(key string) registry.ID {
-	if l.ref != nil {
-		return registry.ID{}
-	}
-	return l.id(key)
-}
-
-// state returns key's state, creating it on first use.
-func (l *Limiter) state(key string, id registry.ID, now int64) State {
-	if l.ref != nil {
-		if s, ok := l.ref.Load(key); ok {
-			return s
-		}
-		return l.ref.LoadOrCreate(key, func() State { return l.newState(now) })
-	}
+// state returns key id's state, creating it on first use.
+func (l *Limiter) state(id registry.ID, now int64) State {
 	for {
 		t, i := l.flat.Find(id)
 		if i < 0 {
@@ -167,19 +139,16 @@ func (l *Limiter) state(key string, id registry.ID, now int64) State {
 func (l *Limiter) newObject(rs *ruleSet, id registry.ID, now int64) State {
 	at := max(now, l.evictedAt.Load())
 	if spent := rs.spentSince(l.sketch.spent(id)); spent > at {
-		return rs.alg.(spentAlgorithm).newSpent(at, spent)
+		return rs.alg.(objectAlgorithm).newSpent(at, spent) // New let MaxKeys through
 	}
 	return rs.alg.NewState(at)
 }
 
-// successor moves key on from a retired state to the one that replaces it.
-// In the flat table a key that is no longer held is created anew (the
-// sketch and the latest eviction's instant make it no looser than what
-// was evicted); one still held by the retired state gets its successor.
-func (l *Limiter) successor(key string, id registry.ID, s State, now int64) State {
-	if l.ref != nil {
-		return l.ref.Replace(key, s, s.Successor(now))
-	}
+// successor moves key id on from a retired state to the one that
+// replaces it. A key that is no longer held is created anew (the sketch
+// and the latest eviction's instant make it no looser than what was
+// evicted); one still held by the retired state gets its successor.
+func (l *Limiter) successor(id registry.ID, s State, now int64) State {
 	p := l.flat.Replace(id, func(cur unsafe.Pointer) unsafe.Pointer {
 		if l.stateAt(cur) == s {
 			return l.pointerTo(s.Successor(now))
@@ -187,36 +156,21 @@ func (l *Limiter) successor(key string, id registry.ID, s State, now int64) Stat
 		return cur
 	})
 	if p == nil {
-		return l.state(key, id, now)
+		return l.state(id, now)
 	}
 	return l.stateAt(p)
 }
 
-// newState makes the state of a key not held now: full at now, unless an
-// eviction since then may have removed it, in which case full only from the
-// eviction's instant on.
-func (l *Limiter) newState(now int64) State {
-	return l.rules.Load().alg.NewState(max(now, l.evictedAt.Load()))
-}
-
-// peekObject is Peek for key: its state if it is held, or the state it
+// peekObject is Peek for key id: its state if it is held, or the state it
 // would be made with now. It creates nothing.
-func (l *Limiter) peekObject(key string, now int64) Decision {
+func (l *Limiter) peekObject(id registry.ID, now int64) Decision {
 	var s State
-	if l.ref != nil {
-		var ok bool
-		if s, ok = l.ref.Load(key); !ok {
-			s = l.newState(now)
-		}
-	} else {
-		id := l.id(key)
-		t, i := l.flat.Find(id)
-		if i >= 0 {
-			s = l.stateAt(t.Ptr(i))
-		}
-		if s == nil {
-			s = l.newObject(rulesOf(t), id, now)
-		}
+	t, i := l.flat.Find(id)
+	if i >= 0 {
+		s = l.stateAt(t.Ptr(i))
+	}
+	if s == nil {
+		s = l.newObject(rulesOf(t), id, now)
 	}
 	d, live := s.Peek(now)
 	for !live {
@@ -226,22 +180,15 @@ func (l *Limiter) peekObject(key string, now int64) Decision {
 	return d
 }
 
-// resetObject removes key, retiring its state, so that a request holding
-// the state moves on to a fresh one.
-func (l *Limiter) resetObject(key string) {
-	if l.ref != nil {
-		l.ref.Remove(key, State.Retire)
-		return
-	}
-	l.flat.Remove(l.id(key), func(t *registry.Table, i int) { l.stateAt(t.Ptr(i)).Retire() })
+// resetObject removes key id, retiring its state, so that a request
+// holding the state moves on to a fresh one.
+func (l *Limiter) resetObject(id registry.ID) {
+	l.flat.Remove(id, func(t *registry.Table, i int) { l.stateAt(t.Ptr(i)).Retire() })
 }
 
 // evictIdleObjects removes every state that answers at now as a new one
 // would, and returns how many it removed.
 func (l *Limiter) evictIdleObjects(now int64) int {
-	if l.ref != nil {
-		return l.ref.DeleteIf(func(_ string, s State) bool { return s.RetireIdle(now) })
-	}
 	return l.flat.DeleteIf(func(t *registry.Table, i int) bool { return l.stateAt(t.Ptr(i)).RetireIdle(now) })
 }
 
@@ -269,12 +216,6 @@ func (l *Limiter) evictObject(t *registry.Table, i int, now int64) {
 	if at != math.MinInt64 {
 		l.sketch.record(t.ID(i), at)
 	}
-}
-
-// spentAlgorithm is an Algorithm whose states can be evicted at MaxKeys:
-// it makes a state that is new only from a given instant on.
-type spentAlgorithm interface {
-	newSpent(now, spent int64) State
 }
 
 // spentState is a State that can be evicted at MaxKeys: Evict retires it

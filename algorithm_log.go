@@ -1,20 +1,18 @@
 package floodgate
 
 import (
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
-// SlidingLog names the exact sliding window log: a request of cost n is
-// allowed if and only if the cost admitted in (now − Period, now] plus n is
-// at most Limit. Lock-free on amd64 (CMPXCHG16B) and arm64 (CASPAL, or
-// LDAXP/STLXP without LSE); on other architectures it is served by its
-// mutex twin. Burst must be 0 or Limit; Limit is at most 4,194,302.
-const SlidingLog = "sliding_log"
+// The sliding log (see SlidingLog) and its mutex twin, which serves
+// "sliding_log" on architectures without a 16-byte CAS. Both are objects,
+// pointed at directly from their slots (see form): every state a log's
+// Limiter makes is of the one type.
 
 func init() {
 	mustRegister(SlidingLog, logFactory(!shardedlog.LockFree()))
-	registerTwin(hook.SlidingLogMutex, logFactory(true))
+	registerTwin(testhook.SlidingLogMutex, logFactory(true))
 }
 
 func logFactory(mutex bool) Factory {
@@ -33,10 +31,25 @@ func logFactory(mutex bool) Factory {
 	}
 }
 
+// lockFreeLogs is the sliding_log algorithm: a shardedlog.Log per key.
 type lockFreeLogs shardedlog.Params
+
+func (a lockFreeLogs) traits() traits        { return traits{kind: objects, form: logForm} }
+func (a lockFreeLogs) fullAt(at int64) int64 { return (*shardedlog.Params)(&a).FullAt(at) }
 
 func (a lockFreeLogs) NewState(now int64) State {
 	return (*logState)(shardedlog.New(shardedlog.Params(a), now))
+}
+
+func (a lockFreeLogs) newSpent(now, spent int64) State {
+	return (*logState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent))
+}
+
+func (a lockFreeLogs) convert(s State, at int64) State {
+	if c := s.(*logState).l().ConvertTo(at, shardedlog.Params(a)); c != nil {
+		return (*logState)(c)
+	}
+	return nil
 }
 
 type logState shardedlog.Log
@@ -58,12 +71,28 @@ func (s *logState) Peek(now int64) (Decision, bool) {
 func (s *logState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
 func (s *logState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
 func (s *logState) Retire()                   { s.l().Retire() }
+func (s *logState) Evict(now int64) int64     { return s.l().Evict(now) }
 func (s *logState) Successor(now int64) State { return (*logState)(s.l().Successor(now)) }
 
+// mutexLogs is the sliding log's mutex twin.
 type mutexLogs shardedlog.Params
+
+func (a mutexLogs) traits() traits        { return traits{kind: objects, form: mutexLogForm} }
+func (a mutexLogs) fullAt(at int64) int64 { return (*shardedlog.Params)(&a).FullAt(at) }
 
 func (a mutexLogs) NewState(now int64) State {
 	return (*mutexLogState)(shardedlog.NewMutex(shardedlog.Params(a), now))
+}
+
+func (a mutexLogs) newSpent(now, spent int64) State {
+	return (*mutexLogState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent))
+}
+
+func (a mutexLogs) convert(s State, at int64) State {
+	if c := s.(*mutexLogState).l().ConvertTo(at, shardedlog.Params(a)); c != nil {
+		return (*mutexLogState)(c)
+	}
+	return nil
 }
 
 type mutexLogState shardedlog.MutexLog
@@ -85,18 +114,5 @@ func (s *mutexLogState) Peek(now int64) (Decision, bool) {
 func (s *mutexLogState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
 func (s *mutexLogState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
 func (s *mutexLogState) Retire()                   { s.l().Retire() }
+func (s *mutexLogState) Evict(now int64) int64     { return s.l().Evict(now) }
 func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l().Successor(now)) }
-
-// The methods below let MaxKeys evict a key held out of line without
-// giving it a fresh allowance when it returns (see spentAlgorithm).
-
-func (a lockFreeLogs) newSpent(now, spent int64) State {
-	return (*logState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent))
-}
-
-func (a mutexLogs) newSpent(now, spent int64) State {
-	return (*mutexLogState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent))
-}
-
-func (s *logState) Evict(now int64) int64      { return s.l().Evict(now) }
-func (s *mutexLogState) Evict(now int64) int64 { return s.l().Evict(now) }

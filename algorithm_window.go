@@ -1,31 +1,19 @@
 package floodgate
 
 import (
-	"fmt"
 	"github.com/floodgate-go/floodgate/atomicwindow"
-	"github.com/floodgate-go/floodgate/internal/hook"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
-// Names of the window algorithms. Rule.Burst has no meaning for a window:
-// it must be 0 or equal to Limit.
-const (
-	FixedWindow    = "fixed_window"
-	SlidingCounter = "sliding_counter"
-)
+// The fixed window and the sliding counter (see FixedWindow and
+// SlidingCounter), with their mutex twins. Both lock-free forms are an
+// atomicwindow word in the flat table.
 
 func init() {
 	mustRegister(FixedWindow, windowFactory(atomicwindow.Fixed, false))
-	registerTwin(hook.FixedWindowMutex, windowFactory(atomicwindow.Fixed, true))
+	registerTwin(testhook.FixedWindowMutex, windowFactory(atomicwindow.Fixed, true))
 	mustRegister(SlidingCounter, windowFactory(atomicwindow.Sliding, false))
-	registerTwin(hook.SlidingCounterMutex, windowFactory(atomicwindow.Sliding, true))
-}
-
-// windowBurst rejects a Burst that a window algorithm would have to ignore.
-func windowBurst(r Rule) error {
-	if r.Burst != 0 && r.Burst != r.Limit {
-		return fmt.Errorf("a window admits Limit per Period; Burst must be 0 or Limit, got %d", r.Burst)
-	}
-	return nil
+	registerTwin(testhook.SlidingCounterMutex, windowFactory(atomicwindow.Sliding, true))
 }
 
 func windowFactory(kind atomicwindow.Kind, mutex bool) Factory {
@@ -44,12 +32,20 @@ func windowFactory(kind atomicwindow.Kind, mutex bool) Factory {
 	}
 }
 
+// lockFreeWindows is the fixed_window and sliding_counter algorithm: an
+// atomicwindow word per key, inline in the flat table.
 type lockFreeWindows atomicwindow.Params
+
+func (a lockFreeWindows) traits() traits        { return traits{kind: windowWords} }
+func (a lockFreeWindows) fullAt(at int64) int64 { return (*atomicwindow.Params)(&a).FullAt(at) }
+func (a lockFreeWindows) params(rs *ruleSet)    { rs.window = atomicwindow.Params(a) }
 
 func (a lockFreeWindows) NewState(now int64) State {
 	return (*windowState)(atomicwindow.New(atomicwindow.Params(a), now))
 }
 
+// windowState is an atomicwindow.Window seen as a State: the lock-free
+// window out of line, as the reference limiter of the tests holds it.
 type windowState atomicwindow.Window
 
 func (s *windowState) w() *atomicwindow.Window { return (*atomicwindow.Window)(s) }
@@ -71,10 +67,25 @@ func (s *windowState) RetireIdle(now int64) bool { return s.w().RetireIdle(now) 
 func (s *windowState) Retire()                   { s.w().Retire() }
 func (s *windowState) Successor(now int64) State { return (*windowState)(s.w().Successor(now)) }
 
+// mutexWindows is the windows' mutex twin.
 type mutexWindows atomicwindow.Params
+
+func (a mutexWindows) traits() traits        { return traits{kind: objects, form: boxed} }
+func (a mutexWindows) fullAt(at int64) int64 { return (*atomicwindow.Params)(&a).FullAt(at) }
 
 func (a mutexWindows) NewState(now int64) State {
 	return (*mutexWindowState)(atomicwindow.NewMutex(atomicwindow.Params(a), now))
+}
+
+func (a mutexWindows) newSpent(now, spent int64) State {
+	return (*mutexWindowState)(atomicwindow.NewMutexSpent(atomicwindow.Params(a), now, spent))
+}
+
+func (a mutexWindows) convert(s State, at int64) State {
+	if c := s.(*mutexWindowState).w().ConvertTo(at, atomicwindow.Params(a)); c != nil {
+		return (*mutexWindowState)(c)
+	}
+	return nil
 }
 
 type mutexWindowState atomicwindow.MutexWindow
@@ -96,15 +107,7 @@ func (s *mutexWindowState) Peek(now int64) (Decision, bool) {
 func (s *mutexWindowState) Refund(now, n int64) bool  { return s.w().Refund(now, n) }
 func (s *mutexWindowState) RetireIdle(now int64) bool { return s.w().RetireIdle(now) }
 func (s *mutexWindowState) Retire()                   { s.w().Retire() }
+func (s *mutexWindowState) Evict(now int64) int64     { return s.w().Evict(now) }
 func (s *mutexWindowState) Successor(now int64) State {
 	return (*mutexWindowState)(s.w().Successor(now))
 }
-
-// The methods below let MaxKeys evict a key held out of line without
-// giving it a fresh allowance when it returns (see spentAlgorithm).
-
-func (a mutexWindows) newSpent(now, spent int64) State {
-	return (*mutexWindowState)(atomicwindow.NewMutexSpent(atomicwindow.Params(a), now, spent))
-}
-
-func (s *mutexWindowState) Evict(now int64) int64 { return s.w().Evict(now) }

@@ -1,0 +1,44 @@
+// Package testhook holds every seam through which floodgate's own tests
+// and its benchmark harness build what users must not: a Limiter of an
+// algorithm's mutex twin, an algorithm outside any Limiter (for the
+// reference limiter the differential tests hold the Limiter to), a
+// middleware that counts nothing, and the sliding log on its LDAXP/STLXP
+// loop. Each package that owns a hook sets it in its init, and reads it
+// only where a value is built (New), never on a request. A Config goes in
+// and comes out as an any, since this package cannot name the types.
+//
+// Only tests and the benchmark harness import it.
+package testhook
+
+// The mutex twins' names. A twin is the plain reference implementation of
+// its algorithm, behind a mutex per key, with the same semantics: the
+// tests hold the lock-free form to it, and the benchmark harness measures
+// one against the other. It is not a product, and users cannot choose
+// one: floodgate.New accepts these names only in a Config that Twins
+// returned.
+const (
+	TokenBucketMutex    = "token_bucket_mutex"
+	LeakyBucketMutex    = "leaky_bucket_mutex"
+	FixedWindowMutex    = "fixed_window_mutex"
+	SlidingCounterMutex = "sliding_counter_mutex"
+	SlidingLogMutex     = "sliding_log_mutex"
+)
+
+// Twins returns a copy of a floodgate.Config whose Algorithm may also
+// name a mutex twin. Set by floodgate.
+var Twins func(cfg any) any
+
+// Algorithm returns the floodgate.Algorithm that floodgate.New would build
+// for a floodgate.Config (its Algorithm, a twin's name included, and its
+// Rule), or New's error for it. Set by floodgate.
+var Algorithm func(cfg any) (any, error)
+
+// Uncounted returns a copy of an httplimit.Config whose middleware keeps
+// no per-route or per-policy counts, so that the benchmark harness can
+// measure what counting costs a request. Set by httplimit.
+var Uncounted func(cfg any) any
+
+// ExclusivePair, where it is set (by shardedlog on arm64), makes the
+// sliding log's 16-byte CAS use the LDAXP/STLXP loop even where the
+// processor has LSE's CASPAL, so that tests run both forms.
+var ExclusivePair func()
