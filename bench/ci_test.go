@@ -47,7 +47,8 @@ func TestWorkflow(t *testing.T) {
 		}
 	}
 	targets := makeTargets(t)
-	want := map[string]string{"test": "make full", "arm64": "make full", "emulated": "make test-arm64", "stress": "make stress", "bench": "make bench"}
+	want := map[string]string{"test": "make check-host", "arm64": "make check-host", "emulated": "make test-cross",
+		"bench-smoke": "make bench-smoke", "stress": "make stress", "bench": "make bench"}
 	for job, cmd := range want {
 		j, ok := w.Jobs[job]
 		if !ok {

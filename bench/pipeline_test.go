@@ -1,0 +1,62 @@
+package bench
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-go/floodgate/internal/redistest"
+)
+
+// TestBenchPipeline runs the whole of `make bench` (bench/run.sh: the
+// build, the passes, benchstat and cmd/report) in its quick form, one pass
+// of one iteration of every benchmark into a temporary folder, and checks
+// that it exits 0 with every benchmark family in its raw output, no
+// failed benchmark, and every file a user reads written: a harness that
+// fails its own run is caught before it lands. It takes minutes, so it
+// runs only when FLOODGATE_BENCH_PIPELINE=1 (make bench-smoke, which make
+// check runs).
+func TestBenchPipeline(t *testing.T) {
+	if os.Getenv("FLOODGATE_BENCH_PIPELINE") != "1" {
+		t.Skip("the whole bench pipeline takes minutes: make bench-smoke runs it (FLOODGATE_BENCH_PIPELINE=1)")
+	}
+	out := t.TempDir()
+	cmd := exec.Command("bash", "run.sh")
+	cmd.Env = append(os.Environ(), "COUNT=1", "BENCHTIME=1x", "RESULTS="+out, "MAKECMD=make bench-smoke")
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make bench's pipeline failed: %v\n%s", err, tail(log.String(), 60))
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "bench-raw.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("--- FAIL")) {
+		t.Errorf("a benchmark failed:\n%s", tail(string(raw), 40))
+	}
+	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware"}
+	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
+		families = append(families, "Redis")
+	}
+	for _, f := range families {
+		if !regexp.MustCompile(`(?m)^Benchmark` + f + `/\S+\s+\d+`).Match(raw) {
+			t.Errorf("no figure of Benchmark%s in the raw output", f)
+		}
+	}
+	for _, name := range []string{"bench-benchstat.txt", "summary.md", "throughput-hotkey.svg", "throughput-1M.svg", "bytes-per-key.svg"} {
+		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s was not written: %v", name, err)
+		}
+	}
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

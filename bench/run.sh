@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The pipeline of `make bench`, from the repository root: build the harness
+# in bench/ once, run it COUNT times, one pass after another, so that every
+# implementation's samples interleave in time (on a shared, noisy machine
+# that is what keeps their ratios fair), keep the raw output with the
+# machine's description under RESULTS, write benchstat's comparison with
+# the implementations as columns, and print the summary (ratios, latency,
+# bytes per key, throughput) that bench/cmd/report makes, with its SVG
+# charts, from the raw output.
+#
+# A pass with a failing benchmark (only a limiter that admits past its
+# rule fails one; denials are reported, not failed) does not stop the run:
+# every pass runs, RESULTS is written, and the script then exits 1 and
+# says so. Any other step that fails stops it with that step's status.
+#
+# Settings, from the environment (the Makefile passes its own):
+#   GO, BENCHSTAT (a go run argument), COUNT, BENCHTIME, GOROUTINES,
+#   BENCHES (a -test.bench pattern), RESULTS (a folder), and MAKECMD, the
+#   command line recorded at the head of the raw output.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+: "${GO:=go}" "${COUNT:=6}" "${BENCHTIME:=100ms}" "${GOROUTINES:=1,4,64}" "${RESULTS:=results}"
+: "${BENCHSTAT:=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}"
+: "${BENCHES:=^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis)\$}"
+: "${MAKECMD:=bench/run.sh}"
+
+mkdir -p "$RESULTS"
+results=$(cd "$RESULTS" && pwd)
+raw=$results/bench-raw.txt
+args=(-test.run '^$' -test.bench "$BENCHES" -test.benchmem -test.count 1 -test.benchtime "$BENCHTIME" -goroutines "$GOROUTINES")
+
+(cd bench && "$GO" test -c -o bench.test .)
+
+dirty=""
+if git status --porcelain -- . ":!$RESULTS" 2>/dev/null | grep -q .; then
+	dirty=" (with uncommitted changes)"
+fi
+{
+	echo "# command: $MAKECMD COUNT=$COUNT BENCHTIME=$BENCHTIME GOROUTINES=$GOROUTINES ($COUNT passes of: cd bench && ./bench.test ${args[*]})"
+	echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "# commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty"
+	echo "# machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//;s/ *$//'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
+	echo "# go: $("$GO" version)"
+} > "$raw"
+
+failed=0
+for i in $(seq "$COUNT"); do
+	echo "pass $i of $COUNT" >&2
+	(cd bench && ./bench.test "${args[@]}") >> "$raw" || failed=$((failed + 1))
+done
+"$GO" run "$BENCHSTAT" -col /impl "$raw" > "$results/bench-benchstat.txt"
+(cd bench && "$GO" run ./cmd/report -in "$raw" -out "$results")
+if [ "$failed" -gt 0 ]; then
+	echo "make bench: $failed of $COUNT passes had a failing benchmark (--- FAIL in $raw); $RESULTS was written all the same" >&2
+	exit 1
+fi
