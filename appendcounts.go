@@ -5,9 +5,12 @@ import "github.com/floodgate-go/floodgate/counts"
 // AppendCounts appends the Limiter's counts to dst (see package counts):
 // the requests by result (allowed, denied and denied_global; only with
 // Config.Stats, whose counts they are), the keys held and their bound
-// (with MaxKeys), and the evictions by reason (idle, bound, fresh). Denied
-// there excludes the refusals by the global cap, which denied_global
-// counts, so that the results add up to the decisions made. Every count
+// (with MaxKeys), and the evictions by reason (idle, bound, fresh). Each
+// series counts one kind of event, so that the results add up to the
+// decisions made: denied excludes the refusals by the global cap, which
+// denied_global counts, and bound excludes the evictions of keys that
+// were new already, which fresh counts. Stats has a table of how its
+// fields map to these series. Every count
 // only grows, but for one case: a Limiter in a Limits whose grant a later
 // Limiter refused moves that decision from allowed to denied. Route and
 // Policy are "": a middleware that holds Limiters sets them.

@@ -50,7 +50,10 @@ func NewLimits(ls ...*Limiter) (*Limits, error) {
 	return &Limits{ls: append([]*Limiter(nil), ls...)}, nil
 }
 
-// Len returns the number of Limiters.
+// Len returns the number of Limiters: not keys, which Limiter.Len counts.
+//
+// Deprecated: a Limits holds the Limiters given to NewLimits, in that
+// order; size Decide's each by their number.
 func (m *Limits) Len() int { return len(m.ls) }
 
 // Allow reports whether one request for key passes every Limiter now, and
@@ -62,21 +65,28 @@ func (m *Limits) Allow(key string) bool { return m.AllowN(key, 1).Allowed }
 // of the Limiter with the fewest requests remaining (the longest
 // ResetAfter among equals); on refusal, the refusing Limiter's, and
 // nothing is consumed.
-func (m *Limits) AllowN(key string, n int64) Decision { return m.AllowEach(key, n, nil) }
+func (m *Limits) AllowN(key string, n int64) Decision {
+	d, _ := m.Decide(key, n, nil)
+	return d
+}
 
-// AllowEach is AllowN that also reports the k-th Limiter's own answer in
-// each[k], for every k below len(each) (nil reports none; pass Len()
-// entries for all): what it decided, or, for a refused request, what it
-// would answer to one request now (its Peek, after any refund), so that
-// every policy can be reported.
+// AllowEach is Decide without the index of the refusing Limiter.
+//
+// Deprecated: use Decide, which answers the same and also names the
+// Limiter that refused.
 func (m *Limits) AllowEach(key string, n int64, each []Decision) Decision {
 	d, _ := m.Decide(key, n, each)
 	return d
 }
 
-// Decide is AllowEach that also returns the index of the Limiter that
-// refused the request, or -1 if every one admitted it: a middleware
-// counts a refusal under the policy that made it.
+// Decide is AllowN that also reports each Limiter's own answer, and which
+// one refused. each[k], for every k below len(each) (nil reports none;
+// pass as many entries as Limiters for all), receives the k-th Limiter's
+// answer: what it decided, or, for a refused request, what it would
+// answer to one request now (its Peek, after any refund), so that every
+// policy can be reported. The index is that of the Limiter that refused
+// the request, or -1 if every one admitted it: a middleware counts a
+// refusal under the policy that made it.
 func (m *Limits) Decide(key string, n int64, each []Decision) (Decision, int) {
 	if len(each) > len(m.ls) {
 		each = each[:len(m.ls)]

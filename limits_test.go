@@ -67,15 +67,15 @@ func TestLimitsAllOrNothing(t *testing.T) {
 }
 
 // TestLimitsDecisions: an admission reports the rule with the fewest
-// requests left; a refusal reports the refusing rule, and AllowEach gives
+// requests left; a refusal reports the refusing rule, and Decide gives
 // every rule's own answer.
 func TestLimitsDecisions(t *testing.T) {
 	clock := NewManualClock(0)
 	perSecond := mustLimiter(t, Config{Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock})
 	perHour := mustLimiter(t, Config{Rule: Rule{Limit: 3, Period: time.Hour}, Clock: clock})
 	m := mustLimits(t, perSecond, perHour)
-	each := make([]Decision, m.Len())
-	d := m.AllowEach("k", 1, each)
+	each := make([]Decision, 2)
+	d, _ := m.Decide("k", 1, each)
 	if !d.Allowed || d.Limit != 3 || d.Remaining != 2 {
 		t.Fatalf("first request: %+v, want the hourly rule's (limit 3, remaining 2)", d)
 	}
@@ -84,7 +84,7 @@ func TestLimitsDecisions(t *testing.T) {
 	}
 	m.Allow("k")
 	m.Allow("k")
-	d = m.AllowEach("k", 1, each)
+	d, _ = m.Decide("k", 1, each)
 	if d.Allowed || d.Limit != 3 || d.RetryAfter != 20*time.Minute {
 		t.Fatalf("fourth request: %+v, want the hourly rule's refusal, retry in 20m", d)
 	}
@@ -96,14 +96,18 @@ func TestLimitsDecisions(t *testing.T) {
 	}
 	// A short slice gets the first answers; a long one is not written past Len.
 	short := make([]Decision, 1)
-	m.AllowEach("k", 1, short)
+	m.Decide("k", 1, short)
 	if short[0].Limit != 10 {
 		t.Fatalf("short[0] = %+v", short[0])
 	}
 	long := make([]Decision, 3)
-	m.AllowEach("k", 1, long)
+	m.Decide("k", 1, long)
 	if long[2] != (Decision{}) {
 		t.Fatalf("long[2] written: %+v", long[2])
+	}
+	// The deprecated forms answer as Decide does.
+	if d, _ := m.Decide("k", 1, nil); m.AllowEach("k", 1, nil) != d || m.Len() != 2 {
+		t.Fatal("AllowEach or Len differs from Decide and NewLimits")
 	}
 }
 
@@ -193,7 +197,7 @@ func TestLimitsAllocatesNothing(t *testing.T) {
 		mustLimiter(t, Config{Rule: Rule{Limit: 1 << 40, Period: time.Hour}, Clock: clock}))
 	m.Allow("k")
 	each := make([]Decision, 2)
-	if a := testing.AllocsPerRun(1000, func() { m.AllowEach("k", 1, each) }); a != 0 {
+	if a := testing.AllocsPerRun(1000, func() { m.Decide("k", 1, each) }); a != 0 {
 		t.Fatalf("%v allocations per admitted request", a)
 	}
 	refusing := mustLimits(t,

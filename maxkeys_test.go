@@ -217,7 +217,8 @@ func TestMaxKeysHeapBound(t *testing.T) {
 
 // TestAppendCounts checks the Samples a Limiter reports against a known
 // sequence: the results add up to the decisions, denied excluding the
-// global cap's refusals, and no Sample carries a key.
+// global cap's refusals, no Sample carries a key, and Stats' fields are
+// the sums of series that its documentation's table gives.
 func TestAppendCounts(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
 	l := newLimiter(t, floodgate.Config{
@@ -254,6 +255,36 @@ func TestAppendCounts(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s = %d, want %d", k, got[k], v)
 		}
+	}
+	// Stats' fields are the series' sums that its table gives.
+	l.Allow("d") // a new key: c, never granted, was a new key's state (fresh)
+	clock.Advance(2 * time.Hour)
+	l.EvictIdle()
+	got = map[string]int64{}
+	for _, s := range l.AppendCounts(nil) {
+		got[s.Metric.Info().Prometheus+"/"+s.Label] = s.Value
+	}
+	st := l.Stats()
+	for _, c := range []struct {
+		field string
+		stat  int64
+		sum   int64
+	}{
+		{"Allowed", st.Allowed, got["floodgate_requests_total/allowed"]},
+		{"Denied", st.Denied, got["floodgate_requests_total/denied"] + got["floodgate_requests_total/denied_global"]},
+		{"DeniedByGlobal", st.DeniedByGlobal, got["floodgate_requests_total/denied_global"]},
+		{"Keys", int64(st.Keys), got["floodgate_keys/"]},
+		{"MaxKeys", int64(st.MaxKeys), got["floodgate_keys_max/"]},
+		{"Evicted", st.Evicted, got["floodgate_evictions_total/idle"]},
+		{"EvictedAtBound", st.EvictedAtBound, got["floodgate_evictions_total/bound"] + got["floodgate_evictions_total/fresh"]},
+		{"EvictedFresh", st.EvictedFresh, got["floodgate_evictions_total/fresh"]},
+	} {
+		if c.stat != c.sum {
+			t.Errorf("Stats.%s = %d, the series' sum %d", c.field, c.stat, c.sum)
+		}
+	}
+	if st.EvictedFresh == 0 || st.Evicted == 0 {
+		t.Errorf("the sequence was meant to evict a fresh key and an idle one: %+v", st)
 	}
 	off := newLimiter(t, floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Second}, Clock: clock})
 	for _, s := range off.AppendCounts(nil) {

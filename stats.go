@@ -4,6 +4,20 @@ import "github.com/floodgate-go/floodgate/internal/tally"
 
 // Stats counts what a Limiter has done since New. Every field can be read
 // at any time, without stopping requests.
+//
+// AppendCounts reports the same events as metrics, split so that each
+// series counts events of one kind only and the results add up to the
+// decisions made: Stats' totals are sums of series.
+//
+//	Stats field      series of AppendCounts (by their Prometheus names)
+//	Allowed          floodgate_requests_total{result="allowed"}
+//	Denied           floodgate_requests_total{result="denied"} + {result="denied_global"}
+//	DeniedByGlobal   floodgate_requests_total{result="denied_global"}
+//	Keys             floodgate_keys
+//	MaxKeys          floodgate_keys_max (only with MaxKeys)
+//	Evicted          floodgate_evictions_total{reason="idle"}
+//	EvictedAtBound   floodgate_evictions_total{reason="bound"} + {reason="fresh"}
+//	EvictedFresh     floodgate_evictions_total{reason="fresh"}
 type Stats struct {
 	// Allowed, Denied and DeniedByGlobal count decisions (AllowN, AllowAt
 	// and Allow; Peek is not a decision). Denied includes DeniedByGlobal,
