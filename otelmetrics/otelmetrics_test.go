@@ -435,7 +435,9 @@ func TestConcurrentCollections(t *testing.T) {
 	e.Add("core", core)
 	stop := make(chan struct{})
 	var writer sync.WaitGroup
-	writer.Go(func() {
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -450,12 +452,14 @@ func TestConcurrentCollections(t *testing.T) {
 				}))
 			}
 		}
-	})
+	}()
 	var readers sync.WaitGroup
 	errs := make([]error, 4)
 	for g := range errs {
 		reader := []*sdkmetric.ManualReader{r1, r2}[g%2]
-		readers.Go(func() {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
 			for range 100 {
 				var rm metricdata.ResourceMetrics
 				if err := reader.Collect(context.Background(), &rm); err != nil {
@@ -488,7 +492,7 @@ func TestConcurrentCollections(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	readers.Wait()
 	close(stop)

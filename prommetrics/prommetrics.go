@@ -144,7 +144,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	bp, _ := c.bufs.Get().(*[]counts.Sample)
 	if bp == nil {
-		bp = new([]counts.Sample(nil))
+		bp = new([]counts.Sample)
 	}
 	for _, s := range *c.sources.Load() {
 		*bp = collect(ch, s, (*bp)[:0])

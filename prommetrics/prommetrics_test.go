@@ -427,7 +427,9 @@ func TestConcurrentScrapes(t *testing.T) {
 	reg.MustRegister(c)
 	stop := make(chan struct{})
 	var writer sync.WaitGroup
-	writer.Go(func() {
+	writer.Add(1)
+	go func() {
+		defer writer.Done()
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -440,11 +442,13 @@ func TestConcurrentScrapes(t *testing.T) {
 				c.Add(name, everyMetric{})
 			}
 		}
-	})
+	}()
 	var scrapers sync.WaitGroup
 	var errs [4]error
 	for g := range errs {
-		scrapers.Go(func() {
+		scrapers.Add(1)
+		go func() {
+			defer scrapers.Done()
 			for range 200 {
 				fams, err := reg.Gather()
 				if err != nil {
@@ -466,7 +470,7 @@ func TestConcurrentScrapes(t *testing.T) {
 					return
 				}
 			}
-		})
+		}()
 	}
 	scrapers.Wait()
 	close(stop)
