@@ -11,7 +11,7 @@ import (
 // CoarseClock is a Clock that trades resolution for speed: one goroutine
 // reads the monotonic clock every resolution and stores the reading, and
 // Now is a single atomic load. On a machine where reading the clock costs
-// tens of nanoseconds (see results/), that is most of what a hot-key Allow
+// tens of nanoseconds, that is most of what a hot-key Allow
 // spends. Readings are on SystemClock's scale, so the two can be mixed, and
 // never go backwards.
 //

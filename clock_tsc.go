@@ -12,7 +12,7 @@ import (
 
 // TSCClock is an opt-in Clock on the processor's time stamp counter, for
 // machines where reading the monotonic clock costs as much as a request
-// (tens of nanoseconds on some virtual machines: see results/). Now is one
+// (tens of nanoseconds on some virtual machines). Now is one
 // plain RDTSC, a multiply and one load of a line that changes every 10ms;
 // unlike the monotonic clock's ordered read it does not wait for the
 // request's earlier cache misses.

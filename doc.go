@@ -2,30 +2,185 @@
 // every request, from any number of goroutines, in nanoseconds, without a
 // global lock and without allocating for a key it has seen.
 //
-// A Limiter keeps one state per key in a flat, sharded open-addressing
-// table. A key is identified by a 128-bit keyed hash, and the state of
-// the word algorithms (token and leaky bucket, fixed window, sliding
-// counter) lives beside that identity in the slot: finding a key and
-// deciding its request touch one cache line. The default algorithm,
-// "token_bucket", gives each key a bucket of Burst tokens (Limit when Burst
-// is 0) that refills continuously at Limit per Period; a new key starts
-// full. AllowN(key, n) is allowed if and only if the bucket holds at least
-// n tokens at that instant, and then takes exactly n; a denial takes
-// nothing. The bucket is one atomic word (a GCRA theoretical arrival time)
-// changed by a CAS loop, in exact integer arithmetic: where Period/Limit is
-// a whole number of nanoseconds, every decision equals exact rational
-// arithmetic at every nanosecond (see atomicbucket for the other cases).
+//	limiter, err := floodgate.New(floodgate.Config{
+//		Rule:    floodgate.Rule{Limit: 100, Period: time.Second, Burst: 20}, // per client
+//		MaxKeys: 1_000_000,                                                // bounds memory against rotating ids
+//	})
+//	if err != nil {
+//		log.Fatal(err) // a bad rule is an error, never silently clamped
+//	}
+//	defer limiter.Close()
+//	if !limiter.Allow(clientID) {
+//		http.Error(w, "rate limit exceeded", http.StatusTooManyRequests)
+//	}
 //
-// Guarantees, under any number of goroutines:
-//   - a key never passes more than Burst + Limit × elapsed / Period, not by
-//     one request, with eviction running and with callers whose clock
-//     readings reach the bucket out of order;
-//   - with Config.Global, all keys together never pass more than the global
-//     rule allows, and a key refused by the global cap gets its own grant
-//     back;
-//   - with Config.MaxKeys, Len never exceeds the bound, and a key evicted
-//     to make room comes back with no more than it left with;
-//   - for a key already present, Allow and AllowN allocate nothing, take no
+// Sibling packages put a Limiter in front of a server (httplimit, and the
+// grpclimit module), keep the same rules on Redis for many replicas (the
+// redislimit module), and export the counts (the prommetrics and
+// otelmetrics modules).
+//
+// # Guarantees
+//
+// Under any number of goroutines, with GOMAXPROCS above the core count:
+//
+//   - No over-admission. A key never passes more than its rule allows,
+//     not by one request: with the token bucket, Burst + Limit × elapsed /
+//     Period; with a frozen clock, exactly Burst. This holds with eviction
+//     running, with callers whose clock readings reach the state out of
+//     order, and across SetRule.
+//   - A denial consumes nothing, and writes nothing: a flood of denials on
+//     one key does not bounce its cache line between cores.
+//   - With Config.Global, all keys together never pass more than the
+//     global rule, and a key the cap refuses gets its own grant back.
+//   - With Config.MaxKeys, Len never exceeds the bound, and a key evicted
+//     to make room comes back with no more than it left with.
+//   - For a key already held, Allow and AllowN allocate nothing, take no
 //     lock, and write nothing but the key's own state word (which shares
 //     its cache line with two other keys' words).
+//   - Bad input is an error, never clamped: New refuses a Limit or Period
+//     that is not positive, a negative Burst, a rule an algorithm cannot
+//     hold exactly, an unknown algorithm, a negative IdleTTL or MaxKeys. A
+//     cost below 1 or above the capacity is a denial with RetryAfter ==
+//     Never, never a panic.
+//
+// Every lock-free algorithm has a plain mutex twin with the same
+// semantics, written apart, to which the tests hold it decision by
+// decision (differential tests, fuzz targets, and a stress suite with 64
+// goroutines on GOMAXPROCS ≥ 8 that counts every admission).
+//
+// # The token bucket, exactly
+//
+// Config.Algorithm defaults to TokenBucket. Each key has a bucket of
+// capacity B = Burst (Limit when Burst is 0), full at first, that refills
+// continuously at Limit per Period. AllowN(key, n) is allowed if and only
+// if the bucket holds at least n tokens at that instant, and then exactly
+// n are taken. Remaining is the whole number of tokens left after the
+// decision, RetryAfter the ceiling of the wait until n tokens exist (0
+// when allowed), ResetAfter the wait until the bucket is full.
+//
+// The state is one int64, the GCRA theoretical arrival time (TAT),
+// changed by a CAS loop; the tokens at t are (tau − (TAT − t)) / interval,
+// capped at B. The arithmetic is integer and exact. Where Period/Limit is
+// a whole number of nanoseconds, every decision equals exact rational
+// arithmetic at every nanosecond. More generally the interval is held
+// exactly in ticks of 1/d ns when Period/Limit in lowest terms has a
+// denominator d ≤ 8192 (3 per second, 7 per minute); otherwise it is
+// rounded up to the next 1/8192 ns, so that a token may refill at most
+// 1/8192 ns late, never early. A clock that moves backwards (a ManualClock
+// set earlier, or goroutines whose readings arrive out of order) finds
+// fewer tokens, never more.
+//
+// Supported rules: Limit ≥ 1, Period > 0, Burst ≥ 0, at most one token a
+// nanosecond (Limit ≤ Period in nanoseconds), and a burst window B ×
+// Period / Limit of at most 2^60 ticks (16 years when the interval is
+// whole nanoseconds). Every rule from 1 to 1,000,000 requests per 1 ms to
+// 30 days is inside. A reading may lie any distance ahead of a state's
+// time origin (the origin moves, exactly, when needed) and up to 2^61
+// ticks behind it (73 years for whole-nanosecond intervals); a reading
+// further back is denied with Never.
+//
+// # Algorithms
+//
+// Config.Algorithm names one; Algorithms lists them. Each keeps the token
+// bucket's contract: a denial consumes nothing; Peek, Reset, EvictIdle,
+// MaxKeys, SetRule, the global cap with refund and weighted costs all
+// work; integer arithmetic only.
+//
+//   - TokenBucket and LeakyBucket decide alike (both are GCRA): one atomic
+//     word per key, inline in the table. Only these two can Wait.
+//   - FixedWindow: windows [kT, (k+1)T) on the clock's scale; allowed if
+//     and only if the window's admitted cost plus n is at most Limit. Up
+//     to 2 × Limit pass across a boundary, by design.
+//   - SlidingCounter: prev × (T − e) / T + curr ≤ Limit, where e is the
+//     time into the current window, exact in 128-bit integers. One atomic
+//     word per key.
+//   - SlidingLog: exact; no interval of length Period ever holds more than
+//     Limit. One 16-byte entry per admitted request (its time, index and
+//     cumulative cost), published by one 16-byte CAS, in a ring that grows
+//     and shrinks with the live entries. A request whose reading was
+//     overtaken is charged at the newest entry's time. Lock-free on amd64
+//     and arm64, served by its mutex twin elsewhere.
+//
+// For the windows and the log, Burst must be 0 or Limit; Limit is at most
+// 8,388,606 (SlidingCounter), 4,194,302 (SlidingLog) or 2^47 − 2
+// (FixedWindow). A reading from a window older than the key's state is
+// denied: that window's count is no longer held.
+//
+// Register adds an algorithm of your own; see it for what a registered
+// algorithm can and cannot do.
+//
+// # Keys and memory
+//
+// A Limiter keeps its keys in a flat open-addressing table of its own,
+// sharded by the key's hash, each shard behind a cache-line-padded
+// header. A key is identified by a 128-bit keyed hash with random keys of
+// the limiter's own; the table keeps 95 of those bits and never the key's
+// bytes, about 36 bytes a key at a million keys. A bucket of the table is
+// one 64-byte cache line holding three keys' identities and their state
+// words, so finding a key and deciding its request touch one line.
+// Readers take no lock and write nothing; adding or removing a key takes
+// its shard's lock. A collision of the kept bits makes two keys share one
+// allowance, stricter for both, never looser: with a million keys held
+// the chance of any collision is about 10^-17.
+//
+// Keys are held until EvictIdle, Config.IdleTTL or Config.MaxKeys removes
+// them. Without MaxKeys (0, the default), a client that rotates its id
+// (random API keys, spoofed addresses, a fresh IPv6 /128 per request)
+// adds a key per id until IdleTTL removes it; the default stays 0
+// because a bound is a memory budget only its user can size. Set it to a
+// few times the clients you expect at once: 1M keys cost about 36 MB of
+// table and 8 MB of sketch. With MaxKeys:
+//
+//   - Len never exceeds it, at any instant.
+//   - A new key at the bound takes the place of one held: the shard
+//     samples eight keys and evicts the one that would be fresh soonest,
+//     an idle one at once. Nothing scans the table.
+//   - A returning client gets no fresh allowance. What an evicted key held
+//     is remembered as the instant from which it would have answered as a
+//     new key, in a fixed-size max-sketch (two cells a key, 8 bytes per key
+//     of the bound); a key created again starts from the most restrictive
+//     state that instant allows.
+//   - An innocent client whose cells collide with busier evicted keys
+//     starts stricter, never looser, and only until the remembered
+//     instants pass (at most one burst window, or one or two periods).
+//
+// Eviction never orphans a grant: retiring a state is a CAS on the same
+// word as every grant, a request that meets a retired state moves on to
+// its successor, and a key created again after an eviction is full from
+// the eviction's instant on, not before.
+//
+// # Waiting, several limits, changing rules
+//
+// Wait and WaitN reserve and then block until the request may pass, in
+// the order reserved, as golang.org/x/time/rate's do; only the token and
+// leaky buckets reserve (ErrCannotWait otherwise). NewLimits decides a
+// request against several Limiters, all or nothing ("10 a second and
+// 1,000 an hour"). SetRule changes every key's rule while the Limiter
+// serves, with no key gaining allowance from the change.
+//
+// # Clocks
+//
+// Every decision reads the Limiter's clock once. SystemClock, the default,
+// is Go's monotonic clock: on x86-64 Linux an ordered RDTSC, which on some
+// virtual machines costs more than the rest of an Allow. NewCoarseClock
+// makes a clock whose Now is one atomic load, in steps of its resolution
+// (tokens and windows arrive up to one resolution late); NewTSCClock reads
+// a plain RDTSC re-anchored to the monotonic clock. ManualClock moves only
+// when told to, for tests.
+//
+// # Counts
+//
+// Stats and AppendCounts report what a Limiter has done: decisions by
+// result (with Config.Stats, a per-core add of a few nanoseconds a
+// request), keys held and their bound, evictions by reason. The metrics
+// modules export AppendCounts; Stats has the table that maps one to the
+// other.
+//
+// # Platforms
+//
+// Every algorithm is lock-free on every platform but the sliding log,
+// which needs a 16-byte CAS: CMPXCHG16B on amd64, and on arm64 LSE's
+// CASPAL or an LDAXP/STLXP loop on cores without LSE. Elsewhere (386, and
+// other architectures) SlidingLog is served by its mutex twin. Go 1.24 or
+// newer.
 package floodgate
