@@ -1,6 +1,10 @@
 package httplimit
 
-import "github.com/floodgate-go/floodgate/internal/clientip"
+import (
+	"net/http"
+
+	"github.com/floodgate-go/floodgate/internal/clientip"
+)
 
 // ProxyHeader names the header that trusted proxies write the client's
 // address into. Only one is read: a client behind a proxy that sets one of
@@ -25,3 +29,13 @@ const InvalidRemote = clientip.InvalidRemote
 // longer than this (all its lines together) is not believed, and the
 // request is keyed by its peer.
 const MaxProxyHeader = clientip.MaxHeader
+
+// Client returns the key under which the middleware counts r: its client
+// address as Config's proxy rules find it, or Config.Key's answer.
+func (l *Limiter) Client(r *http.Request) string {
+	c := l.clients.Address(r.RemoteAddr, r.Header[l.header])
+	if l.key != nil {
+		return l.key(r, c)
+	}
+	return c
+}

@@ -29,11 +29,7 @@ package httplimit
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
 	"net/http"
-	"net/url"
-	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,23 +178,6 @@ type table struct {
 // into a value slice, it replaces it, so every answer shares it.
 type route = policy.Route
 
-// The header names, in the canonical form http.Header keys take, so that
-// an answer sets them without canonicalising them again.
-var (
-	hdrPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
-	hdrRateLimit  = http.CanonicalHeaderKey("RateLimit")
-	hdrRetryAfter = http.CanonicalHeaderKey("Retry-After")
-	hdrLimit      = http.CanonicalHeaderKey("X-RateLimit-Limit")
-	hdrRemaining  = http.CanonicalHeaderKey("X-RateLimit-Remaining")
-	hdrReset      = http.CanonicalHeaderKey("X-RateLimit-Reset")
-)
-
-// routeIndex is the handler that marks a pattern as the i-th route's in the
-// Limiter's own ServeMux, which only matches and never serves.
-type routeIndex int
-
-func (routeIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
-
 // New validates cfg and returns the middleware. Every error names what is
 // wrong: a bad pattern, or two that conflict; a route or tier without
 // policies, or with more than 8; a bad policy or tier name; a bad rule; a
@@ -305,18 +284,6 @@ func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *t
 
 // DefaultRoute is the route label of Config.Default's counts.
 const DefaultRoute = "default"
-
-// handle registers pattern in mux, turning ServeMux's panic on a bad or
-// conflicting pattern into an error.
-func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%v", r)
-		}
-	}()
-	mux.Handle(pattern, h)
-	return nil
-}
 
 func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers map[string][]Policy) (*route, error) {
 	var ts map[string][]policy.Spec
@@ -429,112 +396,6 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // HandlerFunc is Handler for a function.
 func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Handler(next) }
 
-// match returns the route that limits r, the default one, or nil; and,
-// rarely, a second route that limits it too.
-//
-// A request is limited under the route of its cleaned path, as the router
-// behind the middleware will serve it, not as it was sent: "//", "/./",
-// "/x/../" and a missing trailing slash ("/api" for a Route "/api/", which
-// ServeMux would redirect) all count under the route the clean path
-// matches, where http.ServeMux alone would answer a redirect and the
-// request would pass unlimited to a router that serves it anyway. A path
-// with escapes that change its segments ("/api%2Fx", whose decoded path
-// is "/api/x") has two clean forms: routers that match the decoded path
-// (chi, gorilla/mux) and ServeMux, which matches the escaped one segment
-// by segment, may route it apart. When the two forms match different
-// routes (or one a route and the other none, which Default then limits),
-// the request is charged under both, so that whichever the router
-// serves, its limit was applied.
-func (l *table) match(r *http.Request) (rt, also *route) {
-	if len(l.routes) == 0 {
-		return l.deflt, nil
-	}
-	escaped := r.URL.EscapedPath()
-	if r.URL.RawPath == "" && cleanPath(escaped) == escaped {
-		return l.lookup(r), nil // the common case: one clean form, no copy
-	}
-	decoded := l.lookupPath(r, cleanPath(r.URL.Path), "")
-	raw := cleanPath(escaped)
-	if r.URL.RawPath == "" {
-		return decoded, nil
-	}
-	unescaped, err := url.PathUnescape(raw)
-	if err != nil {
-		return decoded, nil // EscapedPath is always valid; unreachable
-	}
-	if other := l.lookupPath(r, unescaped, raw); other != decoded {
-		if decoded == nil {
-			return other, nil
-		}
-		return decoded, other
-	}
-	return decoded, nil
-}
-
-// lookupPath is lookup for r with its path replaced by path (and its
-// escaped form raw, if it has one of its own).
-func (l *table) lookupPath(r *http.Request, path, raw string) *route {
-	u := *r.URL
-	u.Path, u.RawPath = path, raw
-	r2 := *r
-	r2.URL = &u
-	return l.lookup(&r2)
-}
-
-// lookup returns the route the Limiter's ServeMux finds for r, which must
-// have a clean path. The one redirect it can answer then is to the same
-// path with a trailing slash, for a subtree pattern ("/api" to "/api/"):
-// the request counts under that pattern's route.
-func (l *table) lookup(r *http.Request) *route {
-	h, pattern := l.mux.Handler(r)
-	if i, ok := h.(routeIndex); ok {
-		return l.routes[i]
-	}
-	if strings.HasSuffix(pattern, "/") && pattern != r.URL.Path {
-		if h, _ := l.mux.Handler(withPath(r, pattern)); h != nil {
-			if i, ok := h.(routeIndex); ok {
-				return l.routes[i]
-			}
-		}
-	}
-	return l.deflt
-}
-
-// withPath is r with the decoded path p.
-func withPath(r *http.Request, p string) *http.Request {
-	u := *r.URL
-	u.Path, u.RawPath = p, ""
-	r2 := *r
-	r2.URL = &u
-	return &r2
-}
-
-// cleanPath is http.ServeMux's canonical form of a path: rooted, with no
-// "." or ".." element and no empty one, and with a trailing slash kept.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
-}
-
-// Client returns the key under which the middleware counts r: its client
-// address as Config's proxy rules find it, or Config.Key's answer.
-func (l *Limiter) Client(r *http.Request) string {
-	c := l.clients.Address(r.RemoteAddr, r.Header[l.header])
-	if l.key != nil {
-		return l.key(r, c)
-	}
-	return c
-}
-
 // check asks rt's policies about r, and also's if it is not nil, and
 // sets the answer's headers, for the policies they show. With two routes,
 // both must admit; a refusal by also leaves what rt granted spent
@@ -593,77 +454,4 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 		h[hdrRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)}
 	}
 	return d, serve
-}
-
-// restrictive is the most restrictive of the shown policies' answers: the
-// fewest remaining, the longest ResetAfter among equals.
-func restrictive(each []floodgate.Decision, shown []int) floodgate.Decision {
-	var best floodgate.Decision
-	for k, i := range shown {
-		d := each[i]
-		if k == 0 || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
-			best = d
-		}
-	}
-	return best
-}
-
-// maxSF is the largest Integer of RFC 9651's Structured Fields: 15 digits.
-// Every number in the RateLimit headers is clamped to it.
-const maxSF = 999_999_999_999_999
-
-// quota is a rule's RateLimit-Policy quota and window in seconds: the
-// most a client can hold (so that RateLimit's r never exceeds q) and the
-// time in which that much refills. For a Burst above Limit that is the
-// burst, over Burst × Period / Limit; otherwise Limit over Period. Both
-// are clamped to maxSF.
-func quota(r floodgate.Rule) (q, w int64) {
-	if r.Burst <= r.Limit {
-		return min(r.Limit, maxSF), min(ceilSeconds(r.Period), maxSF)
-	}
-	// Burst × Period / Limit, rounded up: New checked that the burst
-	// window fits, so the quotient fits too.
-	hi, lo := bits.Mul64(uint64(r.Burst), uint64(r.Period))
-	ns, rem := bits.Div64(hi, lo, uint64(r.Limit))
-	if rem > 0 {
-		ns++
-	}
-	return min(r.Burst, maxSF), min(ceilSeconds(time.Duration(min(ns, math.MaxInt64))), maxSF)
-}
-
-// rateLimit is the RateLimit header: one item per shown policy, what it
-// has left and the whole seconds until it is full again, rounded up, each
-// clamped to maxSF.
-func rateLimit(names []string, each []floodgate.Decision, shown []int) string {
-	var buf [256]byte
-	b := buf[:0]
-	for k, i := range shown {
-		d := each[i]
-		if k > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '"')
-		b = append(b, names[i]...)
-		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, min(max(0, d.Remaining), maxSF), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, min(ceilSeconds(d.ResetAfter), maxSF), 10)
-	}
-	return string(b)
-}
-
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	if d > math.MaxInt64-time.Second {
-		return int64(math.MaxInt64 / time.Second)
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// denyTooMany is the default Deny: 429 and a body that says only that.
-func denyTooMany(w http.ResponseWriter, _ *http.Request, _ floodgate.Decision) {
-	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 }
