@@ -1,13 +1,16 @@
 package httplimit
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/policy"
 )
 
 // The header names, in the canonical form http.Header keys take, so that
@@ -20,6 +23,42 @@ var (
 	hdrRemaining  = http.CanonicalHeaderKey("X-RateLimit-Remaining")
 	hdrReset      = http.CanonicalHeaderKey("X-RateLimit-Reset")
 )
+
+// policyHeader is the RateLimit-Policy value of s: one item per shown
+// policy, its name with its quota and window (see quota). It is made once
+// per Set, when its Route is built.
+func policyHeader(s *policy.Set) string {
+	var header strings.Builder
+	for k, i := range s.Shown {
+		if k > 0 {
+			header.WriteString(", ")
+		}
+		q, w := quota(s.Specs[i].Rule)
+		fmt.Fprintf(&header, "%q;q=%d;w=%d", s.Names[i], q, w)
+	}
+	return header.String()
+}
+
+// setLegacy sets X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset from dh, the most restrictive shown answer: the reset
+// is the Unix time, in whole seconds rounded up, at which that policy is
+// full again.
+func setLegacy(h http.Header, dh floodgate.Decision) {
+	reset := time.Now().Add(dh.ResetAfter)
+	sec := reset.Unix()
+	if reset.Nanosecond() > 0 {
+		sec++
+	}
+	h[hdrLimit] = []string{strconv.FormatInt(dh.Limit, 10)}
+	h[hdrRemaining] = []string{strconv.FormatInt(dh.Remaining, 10)}
+	h[hdrReset] = []string{strconv.FormatInt(sec, 10)}
+}
+
+// setRetryAfter sets Retry-After to the wait of a refusal in whole
+// seconds, rounded up, and at least 1.
+func setRetryAfter(h http.Header, wait time.Duration) {
+	h[hdrRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(wait)), 10)}
+}
 
 // restrictive is the most restrictive of the shown policies' answers: the
 // fewest remaining, the longest ResetAfter among equals.

@@ -30,8 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,15 +296,7 @@ func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers ma
 		return nil, fmt.Errorf("%v (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
 	}
 	for _, s := range rt.Sets() {
-		var header strings.Builder
-		for k, i := range s.Shown {
-			if k > 0 {
-				header.WriteString(", ")
-			}
-			q, w := quota(s.Specs[i].Rule)
-			fmt.Fprintf(&header, "%q;q=%d;w=%d", s.Names[i], q, w)
-		}
-		s.Header = []string{header.String()}
+		s.Header = []string{policyHeader(s)}
 	}
 	return rt, nil
 }
@@ -441,17 +431,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 		dh = d // a refusal is always an enforced policy's, which the headers show
 	}
 	if l.legacy && shown {
-		reset := time.Now().Add(dh.ResetAfter)
-		sec := reset.Unix()
-		if reset.Nanosecond() > 0 {
-			sec++
-		}
-		h[hdrLimit] = []string{strconv.FormatInt(dh.Limit, 10)}
-		h[hdrRemaining] = []string{strconv.FormatInt(dh.Remaining, 10)}
-		h[hdrReset] = []string{strconv.FormatInt(sec, 10)}
+		setLegacy(h, dh)
 	}
 	if !serve && d.RetryAfter != floodgate.Never {
-		h[hdrRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)}
+		setRetryAfter(h, d.RetryAfter)
 	}
 	return d, serve
 }
