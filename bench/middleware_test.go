@@ -45,7 +45,7 @@ var middlewares = []struct {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
-		return l.Middleware
+		return l.Handler
 	}},
 	// floodgate's httplimit with its per-route counts switched off (an
 	// internal switch users cannot reach): floodgate less this is what
@@ -59,7 +59,7 @@ var middlewares = []struct {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
-		return l.Middleware
+		return l.Handler
 	}},
 	{"httprate", func(*testing.B) func(http.Handler) http.Handler {
 		// As httprate's documentation keys by the peer: its address, /64 for IPv6.

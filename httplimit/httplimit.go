@@ -351,8 +351,11 @@ func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
 	return dst
 }
 
-// Middleware is Handler as the func(http.Handler) http.Handler that
-// routers take.
+// Middleware is Handler under another name: it has Handler's very
+// signature, the func(http.Handler) http.Handler that routers take.
+//
+// Deprecated: use Handler, which routers take as it is:
+// router.Use(lim.Handler).
 func (l *Limiter) Middleware(next http.Handler) http.Handler { return l.Handler(next) }
 
 // Handler wraps next: a request that its route's policies admit goes on
@@ -383,7 +386,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// HandlerFunc is Handler for a function.
+// HandlerFunc is Handler for a function: an http.HandlerFunc is an
+// http.Handler already.
+//
+// Deprecated: use Handler, converting the function:
+// lim.Handler(http.HandlerFunc(f)).
 func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Handler(next) }
 
 // check asks rt's policies about r, and also's if it is not nil, and
