@@ -9,7 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	fghttp "github.com/floodgate-go/floodgate/httplimit"
-	"github.com/floodgate-go/floodgate/internal/policy"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/go-chi/httprate"
 	"github.com/sethvargo/go-limiter/httplimit"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -51,10 +51,8 @@ var middlewares = []struct {
 	// internal switch users cannot reach): floodgate less this is what
 	// counting costs a request.
 	{"floodgate-uncounted", func(b *testing.B) func(http.Handler) http.Handler {
-		policy.Uncounted = true
-		b.Cleanup(func() { policy.Uncounted = false })
-		l, err := fghttp.New(fghttp.Config{Default: []fghttp.Policy{{Name: "default",
-			Rule: floodgate.Rule{Limit: 1 << 40, Period: time.Hour}}}})
+		l, err := fghttp.New(testhook.Uncounted(fghttp.Config{Default: []fghttp.Policy{{Name: "default",
+			Rule: floodgate.Rule{Limit: 1 << 40, Period: time.Hour}}}}).(fghttp.Config))
 		if err != nil {
 			b.Fatal(err)
 		}

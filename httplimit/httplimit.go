@@ -38,6 +38,7 @@ import (
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/clientip"
 	"github.com/floodgate-go/floodgate/internal/policy"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // Policy is one named limit of a Route.
@@ -142,6 +143,11 @@ type Config struct {
 	// client can make it true: decide it from the connection (a trusted
 	// address, mTLS), not from what the client sends.
 	Exempt func(r *http.Request) bool
+
+	// uncounted makes the middleware keep no per-route or per-policy
+	// counts. Only testhook.Uncounted sets it, for the benchmark harness
+	// to measure what counting costs a request.
+	uncounted bool
 }
 
 // Limiter is the middleware. It is safe for concurrent use.
@@ -157,6 +163,9 @@ type Limiter struct {
 	shadow  bool // Config.Shadow
 	show    bool // Config.ShadowHeaders
 	common  policy.Common
+	// uncounted is Config.uncounted, which every Builder of the
+	// middleware's routes carries.
+	uncounted bool
 
 	mu     sync.Mutex // serialises SetRoutes and Close
 	closed bool
@@ -182,7 +191,7 @@ type route = policy.Route
 // bad CIDR; an IPv6Prefix out of range.
 func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, deny: cfg.Deny, tier: cfg.Tier, exempt: cfg.Exempt,
-		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders,
+		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders, uncounted: cfg.uncounted,
 		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
 	if l.deny == nil {
 		l.deny = denyTooMany
@@ -201,7 +210,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("httplimit: %v", err)
 	}
-	b := policy.NewBuilder(l.common, validName, l.show, nil)
+	b := l.builder(nil)
 	t, err := l.build(b, cfg.Routes, cfg.Default)
 	if err != nil {
 		return nil, err
@@ -234,7 +243,7 @@ func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 	if l.closed {
 		return errors.New("httplimit: SetRoutes after Close")
 	}
-	b := policy.NewBuilder(l.common, validName, l.show, l.table.Load().all)
+	b := l.builder(l.table.Load().all)
 	t, err := l.build(b, routes, deflt)
 	if err != nil {
 		return err
@@ -249,6 +258,23 @@ func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 		fl.Close()
 	}
 	return nil
+}
+
+// builder returns a Builder of the middleware's routes, replacing old.
+func (l *Limiter) builder(old []*route) *policy.Builder {
+	b := policy.NewBuilder(l.common, validName, l.show, old)
+	b.Uncounted = l.uncounted
+	return b
+}
+
+// init gives the benchmark harness its way to a middleware that counts
+// nothing (see internal/testhook).
+func init() {
+	testhook.Uncounted = func(c any) any {
+		cfg := c.(Config)
+		cfg.uncounted = true
+		return cfg
+	}
 }
 
 // build makes the table of routes and deflt; on an error it has closed

@@ -58,6 +58,8 @@ type Set struct {
 	shadow   []bool
 	entries  []*Entry
 	route    *Route
+	// uncounted makes Decide skip its counts (Builder.Uncounted).
+	uncounted bool
 }
 
 // Entry is one policy's Limiter and counts. It outlives the Set that made
@@ -99,13 +101,13 @@ func (s *Set) Decide(key string, n int64, each []floodgate.Decision) (d floodgat
 	d, j := s.limits.Decide(key, n, each)
 	switch {
 	case j < 0:
-		count(s.route.count, routeAllowed)
+		s.count(s.route.count, routeAllowed)
 		return d, true
 	case !s.shadow[j]:
-		count(s.entries[j].count, entryDenied)
+		s.count(s.entries[j].count, entryDenied)
 		return d, false
 	case s.enforced == nil: // every policy is a shadow
-		count(s.entries[j].count, entryShadow)
+		s.count(s.entries[j].count, entryShadow)
 		return d, true
 	}
 	var buf [8]floodgate.Decision
@@ -117,21 +119,16 @@ func (s *Set) Decide(key string, n int64, each []floodgate.Decision) (d floodgat
 		}
 	}
 	if e >= 0 {
-		count(s.entries[s.enfIdx[e]].count, entryDenied)
+		s.count(s.entries[s.enfIdx[e]].count, entryDenied)
 		return d2, false
 	}
-	count(s.entries[j].count, entryShadow)
+	s.count(s.entries[j].count, entryShadow)
 	return d2, true
 }
 
-// Uncounted, set only by the benchmark harness before it builds a
-// middleware (never while one serves), makes Decide skip its counts, so
-// that bench/ can measure what counting costs a request.
-var Uncounted bool
-
-// count adds one to counter i of c, unless Uncounted.
-func count(c *tally.Counts, i int) {
-	if !Uncounted {
+// count adds one to counter i of c, unless s is uncounted.
+func (s *Set) count(c *tally.Counts, i int) {
+	if !s.uncounted {
 		c.Inc(i)
 	}
 }
@@ -150,6 +147,12 @@ type Builder struct {
 	Valid func(string) bool
 	// ShowShadow makes the headers describe shadow policies too.
 	ShowShadow bool
+	// Uncounted makes every Set the Builder makes skip its counts in
+	// Decide, so that the benchmark harness can measure what counting
+	// costs a request. Only a middleware built through
+	// testhook.Uncounted sets it; each Set carries it, so one
+	// middleware's switch leaves every other's counts alone.
+	Uncounted bool
 
 	old      map[string]*Entry
 	oldCount map[string]*tally.Counts
@@ -222,7 +225,7 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("no policies")
 	}
-	s := &Set{route: r}
+	s := &Set{route: r, uncounted: b.Uncounted}
 	seen := make(map[string]bool, len(specs))
 	ls := make([]*floodgate.Limiter, 0, len(specs))
 	var enforced []*floodgate.Limiter
