@@ -86,7 +86,10 @@ type Config struct {
 	// means a bound that keeps each policy within 64 MiB (1,048,576
 	// clients for the buckets and the windows; for the sliding log, 64 MiB
 	// over 512 bytes and 16 per request of its Limit, at least 1,024), and
-	// negative means no bound, on purpose.
+	// negative means no bound, on purpose. A policy whose Algorithm is
+	// registered rather than built in cannot be bounded: New refuses it
+	// unless MaxKeys is negative, and IdleTTL alone then bounds its
+	// clients.
 	MaxKeys int
 	// IdleTTL is how long a client's state must have been a new client's
 	// before it is forgotten in the background, which changes no decision;
@@ -150,10 +153,10 @@ func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, tier: cfg.Tier, exempt: cfg.Exempt, perMessage: cfg.PerMessage, shadow: cfg.Shadow,
 		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
-		return nil, fmt.Errorf("grpclimit: %v", err)
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
-		return nil, fmt.Errorf("grpclimit: %v", err)
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	b := policy.NewBuilder(l.common, validName, false, nil)
 	t, err := l.build(b, cfg.Methods, cfg.Tiers, cfg.Default)
@@ -162,7 +165,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 	}
 	if _, err := b.Commit(); err != nil { // nothing kept: no SetRule to make
 		b.Abort()
-		return nil, fmt.Errorf("grpclimit: %v", err)
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	l.table.Store(t)
 	return l, nil
@@ -197,7 +200,7 @@ func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[s
 	retired, err := b.Commit()
 	if err != nil {
 		b.Abort()
-		return fmt.Errorf("grpclimit: %v", err)
+		return fmt.Errorf("grpclimit: %w", err)
 	}
 	l.table.Store(t)
 	for _, fl := range retired {
@@ -242,14 +245,14 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 		}
 		rt, err := b.Route(name, l.specs(methods[name]), byName[name])
 		if err != nil {
-			return nil, fmt.Errorf("grpclimit: method %q: %v", name, err)
+			return nil, fmt.Errorf("grpclimit: method %q: %w", name, err)
 		}
 		t.methods[name] = rt
 		t.all = append(t.all, rt)
 	}
 	if deflt != nil {
 		if t.deflt, err = b.Route(DefaultRoute, l.specs(deflt), byName[""]); err != nil {
-			return nil, fmt.Errorf("grpclimit: default: %v", err)
+			return nil, fmt.Errorf("grpclimit: default: %w", err)
 		}
 		t.all = append(t.all, t.deflt)
 	}

@@ -116,7 +116,10 @@ type Config struct {
 	// the windows, and for the sliding log 64 MiB over 512 bytes and 16
 	// per request of its Limit (at least 1,024). A client that rotates its
 	// address through a /32 of IPv6 /64s, or its API key, then costs a
-	// bounded amount. Negative means no bound, on purpose.
+	// bounded amount. Negative means no bound, on purpose. A policy whose
+	// Algorithm is registered rather than built in cannot be bounded (it
+	// cannot remember what an evicted client held): New refuses it unless
+	// MaxKeys is negative, and IdleTTL alone then bounds its clients.
 	MaxKeys int
 	// IdleTTL is how long a client's state must have been a new client's
 	// (a full bucket, an empty window) before it is forgotten in the
@@ -197,7 +200,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 		l.deny = denyTooMany
 	}
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
-		return nil, fmt.Errorf("httplimit: %v", err)
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	switch cfg.ProxyHeader {
 	case XForwardedFor:
@@ -208,7 +211,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 		return nil, fmt.Errorf("httplimit: unknown ProxyHeader %d", cfg.ProxyHeader)
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
-		return nil, fmt.Errorf("httplimit: %v", err)
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	b := l.builder(nil)
 	t, err := l.build(b, cfg.Routes, cfg.Default)
@@ -217,7 +220,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 	}
 	if _, err := b.Commit(); err != nil { // nothing kept: no SetRule to make
 		b.Abort()
-		return nil, fmt.Errorf("httplimit: %v", err)
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	l.table.Store(t)
 	return l, nil
@@ -251,7 +254,7 @@ func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 	retired, err := b.Commit()
 	if err != nil {
 		b.Abort()
-		return fmt.Errorf("httplimit: %v", err)
+		return fmt.Errorf("httplimit: %w", err)
 	}
 	l.table.Store(t)
 	for _, fl := range retired {
@@ -289,17 +292,17 @@ func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *t
 	for i, rc := range routes {
 		rt, err := l.newRoute(b, rc.Pattern, rc.Policies, rc.Tiers)
 		if err != nil {
-			return nil, fmt.Errorf("httplimit: route %q: %v", rc.Pattern, err)
+			return nil, fmt.Errorf("httplimit: route %q: %w", rc.Pattern, err)
 		}
 		if err := handle(t.mux, rc.Pattern, routeIndex(i)); err != nil {
-			return nil, fmt.Errorf("httplimit: route %q: %v", rc.Pattern, err)
+			return nil, fmt.Errorf("httplimit: route %q: %w", rc.Pattern, err)
 		}
 		t.routes = append(t.routes, rt)
 	}
 	t.all = append(t.all, t.routes...)
 	if deflt != nil {
 		if t.deflt, err = l.newRoute(b, DefaultRoute, deflt, nil); err != nil {
-			return nil, fmt.Errorf("httplimit: default: %v", err)
+			return nil, fmt.Errorf("httplimit: default: %w", err)
 		}
 		t.all = append(t.all, t.deflt)
 	}
@@ -318,8 +321,11 @@ func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers ma
 		}
 	}
 	rt, err := b.Route(name, l.specs(ps), ts)
+	if errors.Is(err, policy.ErrName) {
+		return nil, fmt.Errorf("%w (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%v (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
+		return nil, err
 	}
 	for _, s := range rt.Sets() {
 		s.Header = []string{policyHeader(s)}

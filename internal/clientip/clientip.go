@@ -212,7 +212,7 @@ func ParseTrusted(cidrs []string) ([]netip.Prefix, error) {
 	for _, s := range cidrs {
 		p, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
-			return nil, fmt.Errorf("trusted proxy %q: %v", s, err)
+			return nil, fmt.Errorf("trusted proxy %q: %w", s, err)
 		}
 		if p.Addr().Is4In6() {
 			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))

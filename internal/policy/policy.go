@@ -87,7 +87,25 @@ func Build1(s Spec, c Common) (*floodgate.Limiter, error) {
 	l, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule,
 		Clock: c.Clock, MaxKeys: maxKeys, IdleTTL: ttl})
 	if err != nil {
-		return nil, fmt.Errorf("policy %q: %v", s.Name, err)
+		if maxKeys > 0 && unboundable(s, c) {
+			return nil, fmt.Errorf("policy %q: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; "+
+				"set the middleware's Config.MaxKeys to -1 (no bound: its 0 means the default bound) and bound the keys with IdleTTL", s.Name, s.Algorithm)
+		}
+		return nil, fmt.Errorf("policy %q: %w", s.Name, err)
 	}
 	return l, nil
+}
+
+// unboundable reports whether the policy's Limiter, refused with a bound
+// on its keys, would be made without one: its algorithm is registered,
+// and floodgate refuses to bound what it cannot evict exactly. The
+// core's error then names its own knob, MaxKeys 0, which in a middleware
+// means the default bound: Build1 names the middleware's instead.
+func unboundable(s Spec, c Common) bool {
+	probe, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule, Clock: c.Clock})
+	if err != nil {
+		return false
+	}
+	probe.Close()
+	return true
 }

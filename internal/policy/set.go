@@ -185,6 +185,10 @@ func NewBuilder(c Common, valid func(string) bool, showShadow bool, old []*Route
 
 func entryKey(route, tier, name string) string { return route + "\x00" + tier + "\x00" + name }
 
+// ErrName is wrapped by the error of a policy or tier name that
+// Builder.Valid refuses, so that a middleware can say what a name may be.
+var ErrName = errors.New("not a valid name")
+
 // Route makes the named route with its own policies and each tier's. It
 // is an error to give no policy or more than 8 to the route or a tier, a
 // name that Valid refuses (a policy's or a tier's) or that comes twice, a
@@ -207,11 +211,11 @@ func (b *Builder) Route(name string, base []Spec, tiers map[string][]Spec) (*Rou
 	sort.Strings(names)
 	for _, t := range names {
 		if !b.Valid(t) {
-			return nil, fmt.Errorf("tier name %q is not valid", t)
+			return nil, fmt.Errorf("tier name %q: %w", t, ErrName)
 		}
 		s, err := b.set(r, t, tiers[t])
 		if err != nil {
-			return nil, fmt.Errorf("tier %q: %v", t, err)
+			return nil, fmt.Errorf("tier %q: %w", t, err)
 		}
 		if r.tiers == nil {
 			r.tiers = map[string]*Set{}
@@ -231,7 +235,7 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	var enforced []*floodgate.Limiter
 	for i, sp := range specs {
 		if !b.Valid(sp.Name) {
-			return nil, fmt.Errorf("policy name %q is not valid", sp.Name)
+			return nil, fmt.Errorf("policy name %q: %w", sp.Name, ErrName)
 		}
 		if seen[sp.Name] {
 			return nil, fmt.Errorf("policy name %q used twice", sp.Name)
@@ -288,7 +292,7 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 				probe.Close()
 			}
 			if err != nil {
-				return nil, fmt.Errorf("policy %q: %v", sp.Name, err)
+				return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
 			}
 			b.rules = append(b.rules, pendingRule{e, sp.Rule})
 		}
@@ -332,7 +336,7 @@ func (b *Builder) Abort() {
 func (b *Builder) Commit() ([]*floodgate.Limiter, error) {
 	for _, p := range b.rules {
 		if err := p.e.L.SetRule(p.rule); err != nil {
-			return nil, fmt.Errorf("policy %q: %v", p.e.Spec.Name, err)
+			return nil, fmt.Errorf("policy %q: %w", p.e.Spec.Name, err)
 		}
 	}
 	var retired []*floodgate.Limiter
