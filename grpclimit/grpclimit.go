@@ -1,20 +1,3 @@
-// Package grpclimit is gRPC server interceptors over floodgate: limits per
-// method, keyed by the client's address as far as it can be trusted, and a
-// refusal that tells the client when to retry.
-//
-// A refused call fails with codes.ResourceExhausted and a status that
-// carries a google.rpc.RetryInfo detail with the exact wait, which
-// clients that honour it (gRPC's retry policies, Google's client
-// libraries) back off by; the message says only "rate limit exceeded".
-// The full method name chooses the rule, and each method (or service) has
-// limiters of its own, so one client's calls to one method never spend
-// another's allowance. A stream is charged when it opens, and with
-// Config.PerMessage for every message it receives as well, once the
-// message has arrived (the stream's end costs nothing); a refused message
-// reaches the handler as the error of its RecvMsg, not as a message.
-//
-// grpclimit is a module of its own, so that floodgate's core does not take
-// on gRPC's dependencies.
 package grpclimit
 
 import (
@@ -183,9 +166,9 @@ func New(cfg Config) (_ *Limiter, err error) {
 // allowance from the change (each holds at most min(what it held, the new
 // capacity), refilling at the new rate), and a new Shadow switch takes
 // effect at once. Its Algorithm cannot change (its state could not be
-// kept): give the policy a new name to start it afresh. An entry that keeps its name keeps its counts. The
-// policies that no new entry keeps are closed. After Close, SetMethods
-// returns an error.
+// kept): give the policy a new name to start it afresh. An entry that
+// keeps its name keeps its counts. The policies that no new entry keeps
+// are closed. After Close, SetMethods returns an error.
 func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[string][]Policy, deflt []Policy) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -25,9 +25,11 @@ const (
 // allowance, and no client can choose another.
 const InvalidRemote = clientip.InvalidRemote
 
-// MaxProxyHeader bounds how much of the proxy header is read: a header
-// longer than this (all its lines together) is not believed, and the
-// request is keyed by its peer.
+// MaxProxyHeader bounds how much of the proxy header is read: its last
+// MaxProxyHeader bytes (all its lines together), from the right, where
+// the trusted proxies append, and never an element the bound cuts
+// through. What lies further left is not read at all, so a client that
+// pads the header it sends changes nothing.
 const MaxProxyHeader = clientip.MaxHeader
 
 // Client returns the key under which the middleware counts r: its client

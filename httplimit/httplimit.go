@@ -1,29 +1,3 @@
-// Package httplimit is net/http middleware over floodgate: limits per
-// endpoint, keyed by the client's address as far as it can be trusted, with
-// the IETF RateLimit headers on every answer and Retry-After on a 429.
-//
-// Each Route matches requests as http.ServeMux matches its patterns (Go
-// 1.22 syntax: "GET /users/{id}", "/static/", "api.example.com/"), and
-// holds its own limiters, so one client's traffic to one endpoint never
-// spends its allowance on another. A Route may carry several Policies
-// (10 a second and 1,000 an hour): a request passes only if all admit it,
-// and a refusal consumes nothing (see floodgate.Limits).
-//
-// A request counts under the Route of its clean path, as the router
-// behind the middleware will serve it ("//", "/./", "/x/../" and a
-// subtree's path without its trailing slash included), and a path whose
-// escapes change its segments is charged under the Routes of both its
-// decoded and its escaped form (see Limiter.Handler).
-//
-// The client is the connection's peer address, without the port, and an
-// IPv6 client is grouped by its /64 (see Config.IPv6Prefix). The proxy
-// header is believed only from peers in Config.TrustedProxies, and then
-// only its right-most address that is not itself a trusted proxy: a client
-// that writes its own X-Forwarded-For cannot choose its key.
-//
-// The zero-value Config bounds memory: each policy forgets clients whose
-// state has been a new client's for a minute, and holds at most about
-// 64 MiB of them (see Config.MaxKeys).
 package httplimit
 
 import (
@@ -237,9 +211,9 @@ func New(cfg Config) (_ *Limiter, err error) {
 // allowance from the change (each holds at most min(what it held, the new
 // capacity), refilling at the new rate), and a new Shadow switch takes
 // effect at once. Its Algorithm cannot change (its state could not be
-// kept): give the policy a new name to start it afresh. A route that keeps its pattern keeps its counts.
-// The policies that no new route keeps are closed. After Close, SetRoutes
-// returns an error.
+// kept): give the policy a new name to start it afresh. A route that
+// keeps its pattern keeps its counts. The policies that no new route
+// keeps are closed. After Close, SetRoutes returns an error.
 func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -392,9 +366,10 @@ func (l *Limiter) Middleware(next http.Handler) http.Handler { return l.Handler(
 
 // Handler wraps next: a request that its route's policies admit goes on
 // to next, with the RateLimit headers set; a refused one gets them, a
-// Retry-After, and Config.Deny's answer instead. The route is found as
-// match describes: by the request's clean path, and by both forms of a
-// path whose escapes change its segments.
+// Retry-After, and Config.Deny's answer instead. The route is found by
+// the request's clean path, and a path whose escapes change its segments
+// is charged under the routes of both its forms (see the package
+// documentation).
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt, also := l.table.Load().match(r)
