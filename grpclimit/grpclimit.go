@@ -27,9 +27,14 @@ import (
 // Policy is one named limit: a request passes only if every policy of its
 // method admits it (see floodgate.Limits).
 type Policy struct {
-	Name      string
-	Rule      floodgate.Rule
-	Algorithm string // "" is the token bucket
+	// Name names the policy in the counts: not empty, and unique within
+	// its entry.
+	Name string
+	// Rule is the limit per client.
+	Rule floodgate.Rule
+	// Algorithm is the floodgate algorithm that enforces Rule: "" is the
+	// token bucket. A registered algorithm needs Config.MaxKeys -1.
+	Algorithm string
 	// Shadow makes the policy a dry run: calls are decided and charged as
 	// usual, and one that it alone would refuse proceeds and is counted
 	// as shadow_denied (see AppendCounts) instead.

@@ -20,9 +20,10 @@ type Policy struct {
 	// Name names the policy in the RateLimit-Policy and RateLimit headers:
 	// 1 to 64 of the characters A-Z a-z 0-9 . _ -, unique within a Route.
 	Name string
-	// Rule is the limit per client; Algorithm is the floodgate algorithm
-	// ("" is the token bucket).
-	Rule      floodgate.Rule
+	// Rule is the limit per client.
+	Rule floodgate.Rule
+	// Algorithm is the floodgate algorithm that enforces Rule: "" is the
+	// token bucket. A registered algorithm needs Config.MaxKeys -1.
 	Algorithm string
 	// Shadow makes the policy a dry run: requests are decided and charged
 	// as usual, and one that it alone would refuse is served and counted

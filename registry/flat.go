@@ -53,9 +53,9 @@ const (
 // loads anyway.
 type Table struct {
 	b      []bucket
-	n      uint64 // len(b)
-	Origin int64
-	Aux    unsafe.Pointer
+	n      uint64                // len(b)
+	Origin int64                 // what inline words are relative to
+	Aux    unsafe.Pointer        // the user's: what the words mean
 	ptrs   []unsafe.Pointer      // parallel to the slots, for states held out of line
 	next   atomic.Pointer[Table] // set before the first slot is marked Moved
 }
@@ -199,10 +199,12 @@ type FlatConfig struct {
 	MaxKeys int
 	// Pointers makes room for a state out of line in every slot.
 	Pointers bool
-	// Origin is the first table's origin, and Aux its Aux.
+	// Origin is the first table's origin (see Table).
 	Origin int64
-	Aux    unsafe.Pointer
-	Hooks  Hooks
+	// Aux is the first table's Aux (see Table).
+	Aux unsafe.Pointer
+	// Hooks is what the table asks of the states it holds.
+	Hooks Hooks
 }
 
 // NewFlat returns an empty table. A Flat may be copied (it holds its shards

@@ -13,7 +13,10 @@ import (
 // limiter stricter for both, never let either pass more than the rule.
 // With a random seed per limiter, the chance that any two of 10^9 keys
 // held at once collide is about (10^9)² / 2^96 ≈ 1.3 × 10^-11.
-type ID struct{ Hi, Lo uint64 }
+type ID struct {
+	// Hi and Lo are the hash's two halves; Hi is always odd.
+	Hi, Lo uint64
+}
 
 // Hasher makes IDs with random keys of its own. A key of at most 16 bytes
 // (an address, most ids) is read as two words that hold every byte of it,

@@ -50,8 +50,8 @@ type Log struct {
 	// bytes, which the allocator's 64-byte class aligns to a line, so that
 	// a request reads one line of the Log, and no claim on a neighbouring
 	// key's Log writes into it. (As 96 bytes, with the guess on a line of
-	// its own, half the Logs shared a line with a neighbour's guess; see
-	// results/2026-12-01-sliding-log-rebuilt/README.md.)
+	// its own, half the Logs shared a line with a neighbour's guess, as the
+	// sliding-log-rebuilt run of 2026-12-01 measured.)
 	head atomic.Uint64
 	ring ringRef
 	p    Params

@@ -152,9 +152,10 @@ func (r *logRing) entries() []entry {
 // each move writes a line that every other core then misses on: on a hot
 // key from both cores, where most claims find the guess stale, moving it
 // every 16 claims costs about 3% less than every 8, and moving it on every
-// claim that lost no CAS costs more than the scans it saves
-// (results/2026-12-01-sliding-log-rebuilt/README.md). A claim scans forward from the guess,
-// so one a few entries behind costs reads of slots, not correctness.
+// claim that lost no CAS costs more than the scans it saves (measured in
+// the sliding-log-rebuilt run of 2026-12-01). A claim scans forward from
+// the guess, so one a few entries behind costs reads of slots, not
+// correctness.
 // ringHintEvery is the same for the ring's own hint, which look and the
 // claims whose guess is stale start from.
 const (

@@ -1,5 +1,3 @@
-// Package policy makes the floodgate.Limits that a middleware's named
-// policies stand for: the part httplimit and grpclimit share.
 package policy
 
 import (
@@ -13,10 +11,15 @@ import (
 // bucket), and whether it is a shadow, which counts what it would refuse
 // and refuses nothing.
 type Spec struct {
-	Name      string
-	Rule      floodgate.Rule
+	// Name is the policy's name, unique within its Set.
+	Name string
+	// Rule is the limit per key.
+	Rule floodgate.Rule
+	// Algorithm is the floodgate algorithm; "" is the token bucket.
 	Algorithm string
-	Shadow    bool
+	// Shadow makes the policy count what it would refuse, and refuse
+	// nothing.
+	Shadow bool
 }
 
 // Common is what every Limiter of one middleware shares, as the
@@ -24,8 +27,13 @@ type Spec struct {
 // policy and a negative one no bound; IdleTTL 0 means DefaultIdleTTL and a
 // negative one no sweeper.
 type Common struct {
-	Clock   floodgate.Clock
+	// Clock is every Limiter's clock; nil is the SystemClock.
+	Clock floodgate.Clock
+	// MaxKeys bounds each Limiter's keys: 0 is DefaultMaxKeys, negative
+	// none.
 	MaxKeys int
+	// IdleTTL is each Limiter's sweep of idle keys: 0 is DefaultIdleTTL,
+	// negative none.
 	IdleTTL time.Duration
 }
 

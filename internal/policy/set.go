@@ -65,7 +65,9 @@ type Set struct {
 // Entry is one policy's Limiter and counts. It outlives the Set that made
 // it when a replacement keeps its route, tier and name.
 type Entry struct {
-	Spec  Spec
+	// Spec is the policy as the latest Builder gave it.
+	Spec Spec
+	// L is the policy's Limiter, which holds its clients' state.
 	L     *floodgate.Limiter
 	label string        // the policy label: the name, or "tier/name"
 	count *tally.Counts // entryDenied, entryShadow
@@ -142,6 +144,7 @@ func (s *Set) Shows() bool { return len(s.Shown) > 0 }
 // rule by SetRule, under which no client gains allowance; a route with
 // the same name keeps its counts.
 type Builder struct {
+	// Common is what every Limiter the Builder makes shares.
 	Common Common
 	// Valid says whether a policy or tier name is allowed.
 	Valid func(string) bool
