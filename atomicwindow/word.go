@@ -13,7 +13,7 @@ import (
 // registry), relative to an origin window index that the table holds for
 // all of them. They apply the same transitions as Window and MutexWindow;
 // where those retire and name a successor, an inline word reports a
-// word.Status (see atomicbucket's word.go).
+// word.Status, as atomicbucket's inline words do.
 
 // Origin returns the window index of now: the origin of a table that
 // holds window words.

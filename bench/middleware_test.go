@@ -9,7 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	fghttp "github.com/floodgate-go/floodgate/httplimit"
-	"github.com/floodgate-go/floodgate/internal/policy"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/go-chi/httprate"
 	"github.com/sethvargo/go-limiter/httplimit"
 	"github.com/sethvargo/go-limiter/memorystore"
@@ -45,21 +45,19 @@ var middlewares = []struct {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
-		return l.Middleware
+		return l.Handler
 	}},
 	// floodgate's httplimit with its per-route counts switched off (an
 	// internal switch users cannot reach): floodgate less this is what
 	// counting costs a request.
 	{"floodgate-uncounted", func(b *testing.B) func(http.Handler) http.Handler {
-		policy.Uncounted = true
-		b.Cleanup(func() { policy.Uncounted = false })
-		l, err := fghttp.New(fghttp.Config{Default: []fghttp.Policy{{Name: "default",
-			Rule: floodgate.Rule{Limit: 1 << 40, Period: time.Hour}}}})
+		l, err := fghttp.New(testhook.Uncounted(fghttp.Config{Default: []fghttp.Policy{{Name: "default",
+			Rule: floodgate.Rule{Limit: 1 << 40, Period: time.Hour}}}}).(fghttp.Config))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
-		return l.Middleware
+		return l.Handler
 	}},
 	{"httprate", func(*testing.B) func(http.Handler) http.Handler {
 		// As httprate's documentation keys by the peer: its address, /64 for IPv6.

@@ -1,17 +1,3 @@
-// Package counts is the one shape in which floodgate's limiters and
-// middlewares report what they have counted: a list of Samples, each a
-// Metric with its labels and value. The metrics modules (prommetrics for
-// Prometheus, otelmetrics for OpenTelemetry) read any Source and export
-// what it appends, under the names and labels each Metric's Info gives,
-// so that the core and the middlewares never depend on a metrics library.
-//
-// A Sample never carries a client's key: its labels are the names of a
-// route (or gRPC method), a policy, and a result, reason or error kind,
-// all of them fixed by the configuration, so that a client cannot add a
-// series.
-//
-// floodgate.Limiter, httplimit.Limiter, grpclimit.Limiter and
-// redislimit.Limiter are Sources.
 package counts
 
 // A Source appends its counts to dst and returns the result. It may be
@@ -26,6 +12,7 @@ type Source interface {
 
 // Sample is one series' value now.
 type Sample struct {
+	// Metric is what the Sample measures.
 	Metric Metric
 	// Route is the route's pattern (httplimit), the method or service
 	// (grpclimit), "default" for a middleware's Default policies, or ""
@@ -37,6 +24,7 @@ type Sample struct {
 	// Result, an eviction reason or an error kind; "" for a Metric without
 	// one.
 	Label string
+	// Value is the count, or the gauge's value, now.
 	Value int64
 }
 
@@ -123,10 +111,12 @@ type Info struct {
 	// Prometheus is the metric's name there, with its _total suffix for a
 	// counter; OpenTelemetry is the instrument's name there.
 	Prometheus, OpenTelemetry string
-	Kind                      Kind
+	// Kind says whether the Metric is a counter or a gauge.
+	Kind Kind
 	// Unit is the OpenTelemetry unit (UCUM, with an annotation for a
 	// count: "{request}").
 	Unit string
+	// Help is the metric's description in both.
 	Help string
 	// Scoped says the Metric has the route and policy labels.
 	Scoped bool

@@ -1,20 +1,3 @@
-// Package grpclimit is gRPC server interceptors over floodgate: limits per
-// method, keyed by the client's address as far as it can be trusted, and a
-// refusal that tells the client when to retry.
-//
-// A refused call fails with codes.ResourceExhausted and a status that
-// carries a google.rpc.RetryInfo detail with the exact wait, which
-// clients that honour it (gRPC's retry policies, Google's client
-// libraries) back off by; the message says only "rate limit exceeded".
-// The full method name chooses the rule, and each method (or service) has
-// limiters of its own, so one client's calls to one method never spend
-// another's allowance. A stream is charged when it opens, and with
-// Config.PerMessage for every message it receives as well, once the
-// message has arrived (the stream's end costs nothing); a refused message
-// reaches the handler as the error of its RecvMsg, not as a message.
-//
-// grpclimit is a module of its own, so that floodgate's core does not take
-// on gRPC's dependencies.
 package grpclimit
 
 import (
@@ -44,9 +27,14 @@ import (
 // Policy is one named limit: a request passes only if every policy of its
 // method admits it (see floodgate.Limits).
 type Policy struct {
-	Name      string
-	Rule      floodgate.Rule
-	Algorithm string // "" is the token bucket
+	// Name names the policy in the counts: not empty, and unique within
+	// its entry.
+	Name string
+	// Rule is the limit per client.
+	Rule floodgate.Rule
+	// Algorithm is the floodgate algorithm that enforces Rule: "" is the
+	// token bucket. A registered algorithm needs Config.MaxKeys -1.
+	Algorithm string
 	// Shadow makes the policy a dry run: calls are decided and charged as
 	// usual, and one that it alone would refuse proceeds and is counted
 	// as shadow_denied (see AppendCounts) instead.
@@ -86,7 +74,10 @@ type Config struct {
 	// means a bound that keeps each policy within 64 MiB (1,048,576
 	// clients for the buckets and the windows; for the sliding log, 64 MiB
 	// over 512 bytes and 16 per request of its Limit, at least 1,024), and
-	// negative means no bound, on purpose.
+	// negative means no bound, on purpose. A policy whose Algorithm is
+	// registered rather than built in cannot be bounded: New refuses it
+	// unless MaxKeys is negative, and IdleTTL alone then bounds its
+	// clients.
 	MaxKeys int
 	// IdleTTL is how long a client's state must have been a new client's
 	// before it is forgotten in the background, which changes no decision;
@@ -150,10 +141,10 @@ func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, tier: cfg.Tier, exempt: cfg.Exempt, perMessage: cfg.PerMessage, shadow: cfg.Shadow,
 		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
-		return nil, fmt.Errorf("grpclimit: %v", err)
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
-		return nil, fmt.Errorf("grpclimit: %v", err)
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	b := policy.NewBuilder(l.common, validName, false, nil)
 	t, err := l.build(b, cfg.Methods, cfg.Tiers, cfg.Default)
@@ -162,7 +153,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 	}
 	if _, err := b.Commit(); err != nil { // nothing kept: no SetRule to make
 		b.Abort()
-		return nil, fmt.Errorf("grpclimit: %v", err)
+		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	l.table.Store(t)
 	return l, nil
@@ -180,9 +171,9 @@ func New(cfg Config) (_ *Limiter, err error) {
 // allowance from the change (each holds at most min(what it held, the new
 // capacity), refilling at the new rate), and a new Shadow switch takes
 // effect at once. Its Algorithm cannot change (its state could not be
-// kept): give the policy a new name to start it afresh. An entry that keeps its name keeps its counts. The
-// policies that no new entry keeps are closed. After Close, SetMethods
-// returns an error.
+// kept): give the policy a new name to start it afresh. An entry that
+// keeps its name keeps its counts. The policies that no new entry keeps
+// are closed. After Close, SetMethods returns an error.
 func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[string][]Policy, deflt []Policy) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -197,7 +188,7 @@ func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[s
 	retired, err := b.Commit()
 	if err != nil {
 		b.Abort()
-		return fmt.Errorf("grpclimit: %v", err)
+		return fmt.Errorf("grpclimit: %w", err)
 	}
 	l.table.Store(t)
 	for _, fl := range retired {
@@ -242,14 +233,14 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 		}
 		rt, err := b.Route(name, l.specs(methods[name]), byName[name])
 		if err != nil {
-			return nil, fmt.Errorf("grpclimit: method %q: %v", name, err)
+			return nil, fmt.Errorf("grpclimit: method %q: %w", name, err)
 		}
 		t.methods[name] = rt
 		t.all = append(t.all, rt)
 	}
 	if deflt != nil {
 		if t.deflt, err = b.Route(DefaultRoute, l.specs(deflt), byName[""]); err != nil {
-			return nil, fmt.Errorf("grpclimit: default: %v", err)
+			return nil, fmt.Errorf("grpclimit: default: %w", err)
 		}
 		t.all = append(t.all, t.deflt)
 	}

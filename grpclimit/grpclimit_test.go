@@ -6,12 +6,14 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/policy"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -415,5 +417,50 @@ func TestNewErrors(t *testing.T) {
 			l.Close()
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// registered is a built-in algorithm behind a type of its own: to
+// floodgate, a registered algorithm, which MaxKeys cannot bound.
+type registered struct{ floodgate.Algorithm }
+
+func init() {
+	err := floodgate.Register("grpclimit_test_registered", func(r floodgate.Rule) (floodgate.Algorithm, error) {
+		a, err := testhook.Algorithm(floodgate.Config{Rule: r})
+		if err != nil {
+			return nil, err
+		}
+		return registered{a.(floodgate.Algorithm)}, nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// TestRegisteredAlgorithm: a zero-value Config bounds every policy's
+// clients, which a registered algorithm cannot take: New fails, saying to
+// set MaxKeys to -1 (the interceptors' "no bound"), not to 0 (their
+// default bound); with -1 the policy limits.
+func TestRegisteredAlgorithm(t *testing.T) {
+	cfg := Config{Methods: map[string][]Policy{unary: {{Name: "p", Algorithm: "grpclimit_test_registered",
+		Rule: floodgate.Rule{Limit: 1, Period: time.Hour}}}}}
+	_, err := New(cfg)
+	if err == nil {
+		t.Fatal("New bounded a registered algorithm")
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "grpclimit: method ") || !strings.Contains(msg, "MaxKeys to -1") || strings.Contains(msg, "MaxKeys to 0") {
+		t.Fatalf("error %q does not say to set the interceptors' MaxKeys to -1", msg)
+	}
+	cfg.MaxKeys = -1
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Check(context.Background(), unary); err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	if err := l.Check(context.Background(), unary); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second call: %v, want ResourceExhausted", err)
 	}
 }

@@ -1,6 +1,10 @@
 package httplimit
 
-import "github.com/floodgate-go/floodgate/internal/clientip"
+import (
+	"net/http"
+
+	"github.com/floodgate-go/floodgate/internal/clientip"
+)
 
 // ProxyHeader names the header that trusted proxies write the client's
 // address into. Only one is read: a client behind a proxy that sets one of
@@ -21,7 +25,19 @@ const (
 // allowance, and no client can choose another.
 const InvalidRemote = clientip.InvalidRemote
 
-// MaxProxyHeader bounds how much of the proxy header is read: a header
-// longer than this (all its lines together) is not believed, and the
-// request is keyed by its peer.
+// MaxProxyHeader bounds how much of the proxy header is read: its last
+// MaxProxyHeader bytes (all its lines together), from the right, where
+// the trusted proxies append, and never an element the bound cuts
+// through. What lies further left is not read at all, so a client that
+// pads the header it sends changes nothing.
 const MaxProxyHeader = clientip.MaxHeader
+
+// Client returns the key under which the middleware counts r: its client
+// address as Config's proxy rules find it, or Config.Key's answer.
+func (l *Limiter) Client(r *http.Request) string {
+	c := l.clients.Address(r.RemoteAddr, r.Header[l.header])
+	if l.key != nil {
+		return l.key(r, c)
+	}
+	return c
+}

@@ -1,41 +1,9 @@
-// Package httplimit is net/http middleware over floodgate: limits per
-// endpoint, keyed by the client's address as far as it can be trusted, with
-// the IETF RateLimit headers on every answer and Retry-After on a 429.
-//
-// Each Route matches requests as http.ServeMux matches its patterns (Go
-// 1.22 syntax: "GET /users/{id}", "/static/", "api.example.com/"), and
-// holds its own limiters, so one client's traffic to one endpoint never
-// spends its allowance on another. A Route may carry several Policies
-// (10 a second and 1,000 an hour): a request passes only if all admit it,
-// and a refusal consumes nothing (see floodgate.Limits).
-//
-// A request counts under the Route of its clean path, as the router
-// behind the middleware will serve it ("//", "/./", "/x/../" and a
-// subtree's path without its trailing slash included), and a path whose
-// escapes change its segments is charged under the Routes of both its
-// decoded and its escaped form (see Limiter.Handler).
-//
-// The client is the connection's peer address, without the port, and an
-// IPv6 client is grouped by its /64 (see Config.IPv6Prefix). The proxy
-// header is believed only from peers in Config.TrustedProxies, and then
-// only its right-most address that is not itself a trusted proxy: a client
-// that writes its own X-Forwarded-For cannot choose its key.
-//
-// The zero-value Config bounds memory: each policy forgets clients whose
-// state has been a new client's for a minute, and holds at most about
-// 64 MiB of them (see Config.MaxKeys).
 package httplimit
 
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
 	"net/http"
-	"net/url"
-	"path"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/clientip"
 	"github.com/floodgate-go/floodgate/internal/policy"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // Policy is one named limit of a Route.
@@ -51,9 +20,10 @@ type Policy struct {
 	// Name names the policy in the RateLimit-Policy and RateLimit headers:
 	// 1 to 64 of the characters A-Z a-z 0-9 . _ -, unique within a Route.
 	Name string
-	// Rule is the limit per client; Algorithm is the floodgate algorithm
-	// ("" is the token bucket).
-	Rule      floodgate.Rule
+	// Rule is the limit per client.
+	Rule floodgate.Rule
+	// Algorithm is the floodgate algorithm that enforces Rule: "" is the
+	// token bucket. A registered algorithm needs Config.MaxKeys -1.
 	Algorithm string
 	// Shadow makes the policy a dry run: requests are decided and charged
 	// as usual, and one that it alone would refuse is served and counted
@@ -121,7 +91,10 @@ type Config struct {
 	// the windows, and for the sliding log 64 MiB over 512 bytes and 16
 	// per request of its Limit (at least 1,024). A client that rotates its
 	// address through a /32 of IPv6 /64s, or its API key, then costs a
-	// bounded amount. Negative means no bound, on purpose.
+	// bounded amount. Negative means no bound, on purpose. A policy whose
+	// Algorithm is registered rather than built in cannot be bounded (it
+	// cannot remember what an evicted client held): New refuses it unless
+	// MaxKeys is negative, and IdleTTL alone then bounds its clients.
 	MaxKeys int
 	// IdleTTL is how long a client's state must have been a new client's
 	// (a full bucket, an empty window) before it is forgotten in the
@@ -148,6 +121,11 @@ type Config struct {
 	// client can make it true: decide it from the connection (a trusted
 	// address, mTLS), not from what the client sends.
 	Exempt func(r *http.Request) bool
+
+	// uncounted makes the middleware keep no per-route or per-policy
+	// counts. Only testhook.Uncounted sets it, for the benchmark harness
+	// to measure what counting costs a request.
+	uncounted bool
 }
 
 // Limiter is the middleware. It is safe for concurrent use.
@@ -163,6 +141,9 @@ type Limiter struct {
 	shadow  bool // Config.Shadow
 	show    bool // Config.ShadowHeaders
 	common  policy.Common
+	// uncounted is Config.uncounted, which every Builder of the
+	// middleware's routes carries.
+	uncounted bool
 
 	mu     sync.Mutex // serialises SetRoutes and Close
 	closed bool
@@ -182,36 +163,19 @@ type table struct {
 // into a value slice, it replaces it, so every answer shares it.
 type route = policy.Route
 
-// The header names, in the canonical form http.Header keys take, so that
-// an answer sets them without canonicalising them again.
-var (
-	hdrPolicy     = http.CanonicalHeaderKey("RateLimit-Policy")
-	hdrRateLimit  = http.CanonicalHeaderKey("RateLimit")
-	hdrRetryAfter = http.CanonicalHeaderKey("Retry-After")
-	hdrLimit      = http.CanonicalHeaderKey("X-RateLimit-Limit")
-	hdrRemaining  = http.CanonicalHeaderKey("X-RateLimit-Remaining")
-	hdrReset      = http.CanonicalHeaderKey("X-RateLimit-Reset")
-)
-
-// routeIndex is the handler that marks a pattern as the i-th route's in the
-// Limiter's own ServeMux, which only matches and never serves.
-type routeIndex int
-
-func (routeIndex) ServeHTTP(http.ResponseWriter, *http.Request) {}
-
 // New validates cfg and returns the middleware. Every error names what is
 // wrong: a bad pattern, or two that conflict; a route or tier without
 // policies, or with more than 8; a bad policy or tier name; a bad rule; a
 // bad CIDR; an IPv6Prefix out of range.
 func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, deny: cfg.Deny, tier: cfg.Tier, exempt: cfg.Exempt,
-		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders,
+		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders, uncounted: cfg.uncounted,
 		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
 	if l.deny == nil {
 		l.deny = denyTooMany
 	}
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
-		return nil, fmt.Errorf("httplimit: %v", err)
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	switch cfg.ProxyHeader {
 	case XForwardedFor:
@@ -222,16 +186,16 @@ func New(cfg Config) (_ *Limiter, err error) {
 		return nil, fmt.Errorf("httplimit: unknown ProxyHeader %d", cfg.ProxyHeader)
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
-		return nil, fmt.Errorf("httplimit: %v", err)
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	b := policy.NewBuilder(l.common, validName, l.show, nil)
+	b := l.builder(nil)
 	t, err := l.build(b, cfg.Routes, cfg.Default)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := b.Commit(); err != nil { // nothing kept: no SetRule to make
 		b.Abort()
-		return nil, fmt.Errorf("httplimit: %v", err)
+		return nil, fmt.Errorf("httplimit: %w", err)
 	}
 	l.table.Store(t)
 	return l, nil
@@ -248,16 +212,16 @@ func New(cfg Config) (_ *Limiter, err error) {
 // allowance from the change (each holds at most min(what it held, the new
 // capacity), refilling at the new rate), and a new Shadow switch takes
 // effect at once. Its Algorithm cannot change (its state could not be
-// kept): give the policy a new name to start it afresh. A route that keeps its pattern keeps its counts.
-// The policies that no new route keeps are closed. After Close, SetRoutes
-// returns an error.
+// kept): give the policy a new name to start it afresh. A route that
+// keeps its pattern keeps its counts. The policies that no new route
+// keeps are closed. After Close, SetRoutes returns an error.
 func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return errors.New("httplimit: SetRoutes after Close")
 	}
-	b := policy.NewBuilder(l.common, validName, l.show, l.table.Load().all)
+	b := l.builder(l.table.Load().all)
 	t, err := l.build(b, routes, deflt)
 	if err != nil {
 		return err
@@ -265,13 +229,30 @@ func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 	retired, err := b.Commit()
 	if err != nil {
 		b.Abort()
-		return fmt.Errorf("httplimit: %v", err)
+		return fmt.Errorf("httplimit: %w", err)
 	}
 	l.table.Store(t)
 	for _, fl := range retired {
 		fl.Close()
 	}
 	return nil
+}
+
+// builder returns a Builder of the middleware's routes, replacing old.
+func (l *Limiter) builder(old []*route) *policy.Builder {
+	b := policy.NewBuilder(l.common, validName, l.show, old)
+	b.Uncounted = l.uncounted
+	return b
+}
+
+// init gives the benchmark harness its way to a middleware that counts
+// nothing (see internal/testhook).
+func init() {
+	testhook.Uncounted = func(c any) any {
+		cfg := c.(Config)
+		cfg.uncounted = true
+		return cfg
+	}
 }
 
 // build makes the table of routes and deflt; on an error it has closed
@@ -286,17 +267,17 @@ func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *t
 	for i, rc := range routes {
 		rt, err := l.newRoute(b, rc.Pattern, rc.Policies, rc.Tiers)
 		if err != nil {
-			return nil, fmt.Errorf("httplimit: route %q: %v", rc.Pattern, err)
+			return nil, fmt.Errorf("httplimit: route %q: %w", rc.Pattern, err)
 		}
 		if err := handle(t.mux, rc.Pattern, routeIndex(i)); err != nil {
-			return nil, fmt.Errorf("httplimit: route %q: %v", rc.Pattern, err)
+			return nil, fmt.Errorf("httplimit: route %q: %w", rc.Pattern, err)
 		}
 		t.routes = append(t.routes, rt)
 	}
 	t.all = append(t.all, t.routes...)
 	if deflt != nil {
 		if t.deflt, err = l.newRoute(b, DefaultRoute, deflt, nil); err != nil {
-			return nil, fmt.Errorf("httplimit: default: %v", err)
+			return nil, fmt.Errorf("httplimit: default: %w", err)
 		}
 		t.all = append(t.all, t.deflt)
 	}
@@ -305,18 +286,6 @@ func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *t
 
 // DefaultRoute is the route label of Config.Default's counts.
 const DefaultRoute = "default"
-
-// handle registers pattern in mux, turning ServeMux's panic on a bad or
-// conflicting pattern into an error.
-func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%v", r)
-		}
-	}()
-	mux.Handle(pattern, h)
-	return nil
-}
 
 func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers map[string][]Policy) (*route, error) {
 	var ts map[string][]policy.Spec
@@ -327,19 +296,14 @@ func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers ma
 		}
 	}
 	rt, err := b.Route(name, l.specs(ps), ts)
+	if errors.Is(err, policy.ErrName) {
+		return nil, fmt.Errorf("%w (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("%v (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
+		return nil, err
 	}
 	for _, s := range rt.Sets() {
-		var header strings.Builder
-		for k, i := range s.Shown {
-			if k > 0 {
-				header.WriteString(", ")
-			}
-			q, w := quota(s.Specs[i].Rule)
-			fmt.Fprintf(&header, "%q;q=%d;w=%d", s.Names[i], q, w)
-		}
-		s.Header = []string{header.String()}
+		s.Header = []string{policyHeader(s)}
 	}
 	return rt, nil
 }
@@ -394,15 +358,19 @@ func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
 	return dst
 }
 
-// Middleware is Handler as the func(http.Handler) http.Handler that
-// routers take.
+// Middleware is Handler under another name: it has Handler's very
+// signature, the func(http.Handler) http.Handler that routers take.
+//
+// Deprecated: use Handler, which routers take as it is:
+// router.Use(lim.Handler).
 func (l *Limiter) Middleware(next http.Handler) http.Handler { return l.Handler(next) }
 
 // Handler wraps next: a request that its route's policies admit goes on
 // to next, with the RateLimit headers set; a refused one gets them, a
-// Retry-After, and Config.Deny's answer instead. The route is found as
-// match describes: by the request's clean path, and by both forms of a
-// path whose escapes change its segments.
+// Retry-After, and Config.Deny's answer instead. The route is found by
+// the request's clean path, and a path whose escapes change its segments
+// is charged under the routes of both its forms (see the package
+// documentation).
 func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rt, also := l.table.Load().match(r)
@@ -426,114 +394,12 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// HandlerFunc is Handler for a function.
-func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Handler(next) }
-
-// match returns the route that limits r, the default one, or nil; and,
-// rarely, a second route that limits it too.
+// HandlerFunc is Handler for a function: an http.HandlerFunc is an
+// http.Handler already.
 //
-// A request is limited under the route of its cleaned path, as the router
-// behind the middleware will serve it, not as it was sent: "//", "/./",
-// "/x/../" and a missing trailing slash ("/api" for a Route "/api/", which
-// ServeMux would redirect) all count under the route the clean path
-// matches, where http.ServeMux alone would answer a redirect and the
-// request would pass unlimited to a router that serves it anyway. A path
-// with escapes that change its segments ("/api%2Fx", whose decoded path
-// is "/api/x") has two clean forms: routers that match the decoded path
-// (chi, gorilla/mux) and ServeMux, which matches the escaped one segment
-// by segment, may route it apart. When the two forms match different
-// routes (or one a route and the other none, which Default then limits),
-// the request is charged under both, so that whichever the router
-// serves, its limit was applied.
-func (l *table) match(r *http.Request) (rt, also *route) {
-	if len(l.routes) == 0 {
-		return l.deflt, nil
-	}
-	escaped := r.URL.EscapedPath()
-	if r.URL.RawPath == "" && cleanPath(escaped) == escaped {
-		return l.lookup(r), nil // the common case: one clean form, no copy
-	}
-	decoded := l.lookupPath(r, cleanPath(r.URL.Path), "")
-	raw := cleanPath(escaped)
-	if r.URL.RawPath == "" {
-		return decoded, nil
-	}
-	unescaped, err := url.PathUnescape(raw)
-	if err != nil {
-		return decoded, nil // EscapedPath is always valid; unreachable
-	}
-	if other := l.lookupPath(r, unescaped, raw); other != decoded {
-		if decoded == nil {
-			return other, nil
-		}
-		return decoded, other
-	}
-	return decoded, nil
-}
-
-// lookupPath is lookup for r with its path replaced by path (and its
-// escaped form raw, if it has one of its own).
-func (l *table) lookupPath(r *http.Request, path, raw string) *route {
-	u := *r.URL
-	u.Path, u.RawPath = path, raw
-	r2 := *r
-	r2.URL = &u
-	return l.lookup(&r2)
-}
-
-// lookup returns the route the Limiter's ServeMux finds for r, which must
-// have a clean path. The one redirect it can answer then is to the same
-// path with a trailing slash, for a subtree pattern ("/api" to "/api/"):
-// the request counts under that pattern's route.
-func (l *table) lookup(r *http.Request) *route {
-	h, pattern := l.mux.Handler(r)
-	if i, ok := h.(routeIndex); ok {
-		return l.routes[i]
-	}
-	if strings.HasSuffix(pattern, "/") && pattern != r.URL.Path {
-		if h, _ := l.mux.Handler(withPath(r, pattern)); h != nil {
-			if i, ok := h.(routeIndex); ok {
-				return l.routes[i]
-			}
-		}
-	}
-	return l.deflt
-}
-
-// withPath is r with the decoded path p.
-func withPath(r *http.Request, p string) *http.Request {
-	u := *r.URL
-	u.Path, u.RawPath = p, ""
-	r2 := *r
-	r2.URL = &u
-	return &r2
-}
-
-// cleanPath is http.ServeMux's canonical form of a path: rooted, with no
-// "." or ".." element and no empty one, and with a trailing slash kept.
-func cleanPath(p string) string {
-	if p == "" {
-		return "/"
-	}
-	if p[0] != '/' {
-		p = "/" + p
-	}
-	np := path.Clean(p)
-	if p[len(p)-1] == '/' && np != "/" {
-		np += "/"
-	}
-	return np
-}
-
-// Client returns the key under which the middleware counts r: its client
-// address as Config's proxy rules find it, or Config.Key's answer.
-func (l *Limiter) Client(r *http.Request) string {
-	c := l.clients.Address(r.RemoteAddr, r.Header[l.header])
-	if l.key != nil {
-		return l.key(r, c)
-	}
-	return c
-}
+// Deprecated: use Handler, converting the function:
+// lim.Handler(http.HandlerFunc(f)).
+func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Handler(next) }
 
 // check asks rt's policies about r, and also's if it is not nil, and
 // sets the answer's headers, for the policies they show. With two routes,
@@ -580,90 +446,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 		dh = d // a refusal is always an enforced policy's, which the headers show
 	}
 	if l.legacy && shown {
-		reset := time.Now().Add(dh.ResetAfter)
-		sec := reset.Unix()
-		if reset.Nanosecond() > 0 {
-			sec++
-		}
-		h[hdrLimit] = []string{strconv.FormatInt(dh.Limit, 10)}
-		h[hdrRemaining] = []string{strconv.FormatInt(dh.Remaining, 10)}
-		h[hdrReset] = []string{strconv.FormatInt(sec, 10)}
+		setLegacy(h, dh)
 	}
 	if !serve && d.RetryAfter != floodgate.Never {
-		h[hdrRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter)), 10)}
+		setRetryAfter(h, d.RetryAfter)
 	}
 	return d, serve
-}
-
-// restrictive is the most restrictive of the shown policies' answers: the
-// fewest remaining, the longest ResetAfter among equals.
-func restrictive(each []floodgate.Decision, shown []int) floodgate.Decision {
-	var best floodgate.Decision
-	for k, i := range shown {
-		d := each[i]
-		if k == 0 || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
-			best = d
-		}
-	}
-	return best
-}
-
-// maxSF is the largest Integer of RFC 9651's Structured Fields: 15 digits.
-// Every number in the RateLimit headers is clamped to it.
-const maxSF = 999_999_999_999_999
-
-// quota is a rule's RateLimit-Policy quota and window in seconds: the
-// most a client can hold (so that RateLimit's r never exceeds q) and the
-// time in which that much refills. For a Burst above Limit that is the
-// burst, over Burst × Period / Limit; otherwise Limit over Period. Both
-// are clamped to maxSF.
-func quota(r floodgate.Rule) (q, w int64) {
-	if r.Burst <= r.Limit {
-		return min(r.Limit, maxSF), min(ceilSeconds(r.Period), maxSF)
-	}
-	// Burst × Period / Limit, rounded up: New checked that the burst
-	// window fits, so the quotient fits too.
-	hi, lo := bits.Mul64(uint64(r.Burst), uint64(r.Period))
-	ns, rem := bits.Div64(hi, lo, uint64(r.Limit))
-	if rem > 0 {
-		ns++
-	}
-	return min(r.Burst, maxSF), min(ceilSeconds(time.Duration(min(ns, math.MaxInt64))), maxSF)
-}
-
-// rateLimit is the RateLimit header: one item per shown policy, what it
-// has left and the whole seconds until it is full again, rounded up, each
-// clamped to maxSF.
-func rateLimit(names []string, each []floodgate.Decision, shown []int) string {
-	var buf [256]byte
-	b := buf[:0]
-	for k, i := range shown {
-		d := each[i]
-		if k > 0 {
-			b = append(b, ", "...)
-		}
-		b = append(b, '"')
-		b = append(b, names[i]...)
-		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, min(max(0, d.Remaining), maxSF), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, min(ceilSeconds(d.ResetAfter), maxSF), 10)
-	}
-	return string(b)
-}
-
-// ceilSeconds is d in whole seconds, rounded up.
-func ceilSeconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	if d > math.MaxInt64-time.Second {
-		return int64(math.MaxInt64 / time.Second)
-	}
-	return int64((d + time.Second - 1) / time.Second)
-}
-
-// denyTooMany is the default Deny: 429 and a body that says only that.
-func denyTooMany(w http.ResponseWriter, _ *http.Request, _ floodgate.Decision) {
-	http.Error(w, http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // serve runs the middleware over a handler that answers "ok" on a real
@@ -405,6 +406,74 @@ func TestPolicyQuota(t *testing.T) {
 	} {
 		if q, w := quota(tc.rule); q != tc.q || w != tc.w {
 			t.Errorf("%+v: q=%d w=%d, want q=%d w=%d", tc.rule, q, w, tc.q, tc.w)
+		}
+	}
+}
+
+// TestDeprecatedEntryPoints: Middleware and HandlerFunc, kept for the
+// code that calls them, limit as Handler does.
+func TestDeprecatedEntryPoints(t *testing.T) {
+	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
+	for name, wrap := range map[string]func(*Limiter) http.Handler{
+		"Middleware":  func(l *Limiter) http.Handler { return l.Middleware(http.HandlerFunc(ok)) },
+		"HandlerFunc": func(l *Limiter) http.Handler { return l.HandlerFunc(ok) },
+	} {
+		l, err := New(Config{Default: perHour("d", 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := wrap(l)
+		for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+			w := httptest.NewRecorder()
+			req := httptest.NewRequest("GET", "/x", nil)
+			h.ServeHTTP(w, req)
+			if w.Code != want {
+				t.Errorf("%s: request %d: %d, want %d", name, i, w.Code, want)
+			}
+			if w.Header().Get("RateLimit") == "" {
+				t.Errorf("%s: request %d: no RateLimit header", name, i)
+			}
+		}
+		l.Close()
+	}
+}
+
+// registered is a built-in algorithm behind a type of its own: to
+// floodgate, a registered algorithm, which MaxKeys cannot bound.
+type registered struct{ floodgate.Algorithm }
+
+func init() {
+	err := floodgate.Register("httplimit_test_registered", func(r floodgate.Rule) (floodgate.Algorithm, error) {
+		a, err := testhook.Algorithm(floodgate.Config{Rule: r})
+		if err != nil {
+			return nil, err
+		}
+		return registered{a.(floodgate.Algorithm)}, nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// TestRegisteredAlgorithm: a zero-value Config bounds every policy's
+// clients, which a registered algorithm cannot take: New fails, saying to
+// set MaxKeys to -1 (the middleware's "no bound"), not to 0 (its default
+// bound); with -1 the policy limits.
+func TestRegisteredAlgorithm(t *testing.T) {
+	cfg := Config{Default: []Policy{{Name: "d", Algorithm: "httplimit_test_registered",
+		Rule: floodgate.Rule{Limit: 1, Period: time.Hour}}}}
+	_, err := New(cfg)
+	if err == nil {
+		t.Fatal("New bounded a registered algorithm")
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "httplimit: default: ") || !strings.Contains(msg, "MaxKeys to -1") || strings.Contains(msg, "MaxKeys to 0") {
+		t.Fatalf("error %q does not say to set the middleware's MaxKeys to -1", msg)
+	}
+	cfg.MaxKeys = -1
+	_, url := serve(t, cfg)
+	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
+		if a := do(t, "GET", url+"/x"); a.status != want {
+			t.Fatalf("request %d: %d, want %d", i, a.status, want)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // requests is the middleware's request counts, by route, policy and
@@ -323,5 +324,54 @@ func TestTwoRoutesCountedAndShadowed(t *testing.T) {
 	wantCounts(t, requests(l), map[string]int64{
 		"/api/||allowed": 1, "/api/|api|shadow_denied": 2,
 		"/||allowed": 2, "/|rest|denied": 1,
+	})
+}
+
+// TestUncounted: a middleware built through testhook.Uncounted decides as
+// any other and counts nothing, in every case Decide counts (allowed,
+// shadow_denied, denied) and after SetRoutes, while one built beside it in
+// the same process counts each request: the switch is the middleware's,
+// not the process's.
+func TestUncounted(t *testing.T) {
+	routes := []Route{{Pattern: "/r", Policies: []Policy{
+		{Name: "s", Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, Shadow: true},
+		{Name: "e", Rule: floodgate.Rule{Limit: 2, Period: time.Hour}},
+	}}}
+	cfg := Config{Routes: routes}
+	uncounted, err := New(testhook.Uncounted(cfg).(Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uncounted.Close()
+	counted, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer counted.Close()
+	ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	hu, hc := uncounted.Handler(ok), counted.Handler(ok)
+	// Allowed; refused by the shadow alone (served); refused by e.
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		for name, h := range map[string]http.Handler{"uncounted": hu, "counted": hc} {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/r", nil))
+			if w.Code != want {
+				t.Fatalf("%s: request %d: %d, want %d", name, i, w.Code, want)
+			}
+		}
+	}
+	for _, l := range []*Limiter{uncounted, counted} {
+		if err := l.SetRoutes(routes, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, h := range []http.Handler{hu, hc} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/r", nil)) // denied by e
+	}
+	wantCounts(t, requests(uncounted), map[string]int64{})
+	wantCounts(t, requests(counted), map[string]int64{
+		"/r||allowed":        1,
+		"/r|s|shadow_denied": 1,
+		"/r|e|denied":        2,
 	})
 }

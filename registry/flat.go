@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"hash/maphash"
 	"math"
 	"math/bits"
 	"runtime"
@@ -12,68 +11,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/word"
 	"golang.org/x/sys/cpu"
 )
-
-// ID is a key's identity in a Flat table: a 128-bit keyed hash of the
-// key, of which the table keeps 95 bits (Hi but its lowest bit, which is
-// always 1, and the low 32 bits of Lo); the rest only chose where the key
-// lives. The key itself is not stored. Two keys whose kept bits are equal
-// share one state, so they share one allowance: a collision can make a
-// limiter stricter for both, never let either pass more than the rule.
-// With a random seed per limiter, the chance that any two of 10^9 keys
-// held at once collide is about (10^9)² / 2^96 ≈ 1.3 × 10^-11.
-type ID struct{ Hi, Lo uint64 }
-
-// Hasher makes IDs with random keys of its own. A key of at most 16 bytes
-// (an address, most ids) is read as two words that hold every byte of it,
-// and each half of the ID is one 128-bit multiply of those words with two
-// random keys, folded: keys of one length differ in the words, and the
-// length goes into the mix. A longer key takes two passes of hash/maphash
-// (AES-based where the CPU has AES) with two seeds. Either way, nothing
-// but the random keys tells where a key lands, and the key is not stored.
-type Hasher struct {
-	a, b           maphash.Seed
-	k1, k2, k3, k4 uint64
-}
-
-// NewHasher returns a Hasher with fresh random keys.
-func NewHasher() *Hasher {
-	a, b := maphash.MakeSeed(), maphash.MakeSeed()
-	return &Hasher{a: a, b: b,
-		k1: maphash.String(a, "k1"), k2: maphash.String(a, "k2"),
-		k3: maphash.String(b, "k3"), k4: maphash.String(b, "k4")}
-}
-
-// ID returns key's identity. Hi is always odd, so that 0 and tombHi never
-// stand for a key.
-func (h *Hasher) ID(key string) ID {
-	n := len(key)
-	var a, b uint64
-	switch {
-	case n > 16:
-		return ID{Hi: maphash.String(h.a, key) | 1, Lo: maphash.String(h.b, key)}
-	case n >= 8:
-		a, b = le64(key), le64(key[n-8:])
-	case n >= 4:
-		a, b = le32(key), le32(key[n-4:])
-	case n > 0:
-		a = uint64(key[0])<<16 | uint64(key[n>>1])<<8 | uint64(key[n-1])
-	}
-	b ^= uint64(n)
-	h1, l1 := bits.Mul64(a^h.k1, b^h.k2)
-	h2, l2 := bits.Mul64(a^h.k3, b^h.k4)
-	return ID{Hi: (h1 ^ l1) | 1, Lo: h2 ^ l2}
-}
-
-func le64(s string) uint64 {
-	_ = s[7]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
-func le32(s string) uint64 {
-	_ = s[3]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24
-}
 
 // Marks in a slot's hi: an empty slot ends a probe; a tombstone is a key
 // removed, which a probe passes over. Slots are never reused within one
@@ -116,9 +53,9 @@ const (
 // loads anyway.
 type Table struct {
 	b      []bucket
-	n      uint64 // len(b)
-	Origin int64
-	Aux    unsafe.Pointer
+	n      uint64                // len(b)
+	Origin int64                 // what inline words are relative to
+	Aux    unsafe.Pointer        // the user's: what the words mean
 	ptrs   []unsafe.Pointer      // parallel to the slots, for states held out of line
 	next   atomic.Pointer[Table] // set before the first slot is marked Moved
 }
@@ -262,10 +199,12 @@ type FlatConfig struct {
 	MaxKeys int
 	// Pointers makes room for a state out of line in every slot.
 	Pointers bool
-	// Origin is the first table's origin, and Aux its Aux.
+	// Origin is the first table's origin (see Table).
 	Origin int64
-	Aux    unsafe.Pointer
-	Hooks  Hooks
+	// Aux is the first table's Aux (see Table).
+	Aux unsafe.Pointer
+	// Hooks is what the table asks of the states it holds.
+	Hooks Hooks
 }
 
 // NewFlat returns an empty table. A Flat may be copied (it holds its shards

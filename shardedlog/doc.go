@@ -15,8 +15,13 @@
 // difference of two cumulative counts. The 16-byte CAS is CMPXCHG16B on
 // amd64, and CASPAL (LSE) or an LDAXP/STLXP loop on arm64; elsewhere
 // (LockFree reports false) the root package serves the log with MutexLog.
-// Measured memory: see results/ (bytes per key at 1M keys, each holding
-// one entry, from make bench).
+//
+// Memory follows the live entries: a ring starts at two entries, grows
+// with the window and shrinks back when the window empties, and never
+// needs more than twice N+2 entries of 16 bytes (see Log). A floodgate
+// Limiter of the sliding log was measured at about 294 bytes per key at a
+// million keys, each holding one entry, against 36 for the token bucket,
+// whose state is one word inline in the table.
 //
 // Most users want the root package, floodgate, which registers the log as
 // "sliding_log".

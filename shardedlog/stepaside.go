@@ -21,9 +21,9 @@ import (
 // park and leave one vCPU to run alone. Stepping aside does the same for
 // the rare call that keeps losing, without a lock: the winner runs alone
 // for a while, and nobody ever waits for the one that stepped aside, so
-// the log stays lock-free. (results/2026-12-03-sliding-log-amd/README.md
-// has the figures: backoff that spins, and turn-taking, were measured and
-// do not help; only taking the thread off the CPU does.)
+// the log stays lock-free. (The sliding-log-amd run of 2026-12-03
+// measured it: backoff that spins, and turn-taking, do not help; only
+// taking the thread off the CPU does.)
 //
 // stepAside blocks the thread, not just the goroutine, because a Go
 // timer's sleep of microseconds lasts a millisecond on an idle Linux

@@ -45,7 +45,7 @@ var routers = []struct {
 	}},
 	{"chi", func(lim *httplimit.Limiter, ok http.Handler) http.Handler {
 		r := chi.NewRouter()
-		r.Use(lim.Middleware)
+		r.Use(lim.Handler)
 		r.Handle("/api/*", ok)
 		r.Handle("/api", ok)
 		r.Method("POST", "/login", ok)
@@ -65,7 +65,7 @@ var routers = []struct {
 }
 
 func gorillaRouter(r *mux.Router, lim *httplimit.Limiter, ok http.Handler) http.Handler {
-	r.Use(lim.Middleware)
+	r.Use(lim.Handler)
 	r.PathPrefix("/api").Handler(ok)
 	r.Handle("/login", ok).Methods("POST")
 	r.Handle("/items", ok).Methods("GET", "HEAD")

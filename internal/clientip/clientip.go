@@ -1,6 +1,3 @@
-// Package clientip finds the client of a request from the address of the
-// connection's peer and, behind trusted proxies, the proxy header: the
-// logic httplimit and grpclimit share.
 package clientip
 
 import (
@@ -22,9 +19,12 @@ const MaxHeader = 8 << 10
 // believed; Forwarded says the header is RFC 7239's Forwarded rather than
 // X-Forwarded-For; V6Bits is the prefix length IPv6 clients are grouped by.
 type Finder struct {
-	Trusted   []netip.Prefix
+	// Trusted are the proxies whose header is believed.
+	Trusted []netip.Prefix
+	// Forwarded says the header is RFC 7239's Forwarded.
 	Forwarded bool
-	V6Bits    int
+	// V6Bits is the prefix length IPv6 clients are grouped by.
+	V6Bits int
 }
 
 // Address returns the client address of a request from remote (its
@@ -212,7 +212,7 @@ func ParseTrusted(cidrs []string) ([]netip.Prefix, error) {
 	for _, s := range cidrs {
 		p, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
-			return nil, fmt.Errorf("trusted proxy %q: %v", s, err)
+			return nil, fmt.Errorf("trusted proxy %q: %w", s, err)
 		}
 		if p.Addr().Is4In6() {
 			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))

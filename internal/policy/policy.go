@@ -1,5 +1,3 @@
-// Package policy makes the floodgate.Limits that a middleware's named
-// policies stand for: the part httplimit and grpclimit share.
 package policy
 
 import (
@@ -13,10 +11,15 @@ import (
 // bucket), and whether it is a shadow, which counts what it would refuse
 // and refuses nothing.
 type Spec struct {
-	Name      string
-	Rule      floodgate.Rule
+	// Name is the policy's name, unique within its Set.
+	Name string
+	// Rule is the limit per key.
+	Rule floodgate.Rule
+	// Algorithm is the floodgate algorithm; "" is the token bucket.
 	Algorithm string
-	Shadow    bool
+	// Shadow makes the policy count what it would refuse, and refuse
+	// nothing.
+	Shadow bool
 }
 
 // Common is what every Limiter of one middleware shares, as the
@@ -24,8 +27,13 @@ type Spec struct {
 // policy and a negative one no bound; IdleTTL 0 means DefaultIdleTTL and a
 // negative one no sweeper.
 type Common struct {
-	Clock   floodgate.Clock
+	// Clock is every Limiter's clock; nil is the SystemClock.
+	Clock floodgate.Clock
+	// MaxKeys bounds each Limiter's keys: 0 is DefaultMaxKeys, negative
+	// none.
 	MaxKeys int
+	// IdleTTL is each Limiter's sweep of idle keys: 0 is DefaultIdleTTL,
+	// negative none.
 	IdleTTL time.Duration
 }
 
@@ -87,7 +95,25 @@ func Build1(s Spec, c Common) (*floodgate.Limiter, error) {
 	l, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule,
 		Clock: c.Clock, MaxKeys: maxKeys, IdleTTL: ttl})
 	if err != nil {
-		return nil, fmt.Errorf("policy %q: %v", s.Name, err)
+		if maxKeys > 0 && unboundable(s, c) {
+			return nil, fmt.Errorf("policy %q: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; "+
+				"set the middleware's Config.MaxKeys to -1 (no bound: its 0 means the default bound) and bound the keys with IdleTTL", s.Name, s.Algorithm)
+		}
+		return nil, fmt.Errorf("policy %q: %w", s.Name, err)
 	}
 	return l, nil
+}
+
+// unboundable reports whether the policy's Limiter, refused with a bound
+// on its keys, would be made without one: its algorithm is registered,
+// and floodgate refuses to bound what it cannot evict exactly. The
+// core's error then names its own knob, MaxKeys 0, which in a middleware
+// means the default bound: Build1 names the middleware's instead.
+func unboundable(s Spec, c Common) bool {
+	probe, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule, Clock: c.Clock})
+	if err != nil {
+		return false
+	}
+	probe.Close()
+	return true
 }

@@ -58,12 +58,16 @@ type Set struct {
 	shadow   []bool
 	entries  []*Entry
 	route    *Route
+	// uncounted makes Decide skip its counts (Builder.Uncounted).
+	uncounted bool
 }
 
 // Entry is one policy's Limiter and counts. It outlives the Set that made
 // it when a replacement keeps its route, tier and name.
 type Entry struct {
-	Spec  Spec
+	// Spec is the policy as the latest Builder gave it.
+	Spec Spec
+	// L is the policy's Limiter, which holds its clients' state.
 	L     *floodgate.Limiter
 	label string        // the policy label: the name, or "tier/name"
 	count *tally.Counts // entryDenied, entryShadow
@@ -99,13 +103,13 @@ func (s *Set) Decide(key string, n int64, each []floodgate.Decision) (d floodgat
 	d, j := s.limits.Decide(key, n, each)
 	switch {
 	case j < 0:
-		count(s.route.count, routeAllowed)
+		s.count(s.route.count, routeAllowed)
 		return d, true
 	case !s.shadow[j]:
-		count(s.entries[j].count, entryDenied)
+		s.count(s.entries[j].count, entryDenied)
 		return d, false
 	case s.enforced == nil: // every policy is a shadow
-		count(s.entries[j].count, entryShadow)
+		s.count(s.entries[j].count, entryShadow)
 		return d, true
 	}
 	var buf [8]floodgate.Decision
@@ -117,21 +121,16 @@ func (s *Set) Decide(key string, n int64, each []floodgate.Decision) (d floodgat
 		}
 	}
 	if e >= 0 {
-		count(s.entries[s.enfIdx[e]].count, entryDenied)
+		s.count(s.entries[s.enfIdx[e]].count, entryDenied)
 		return d2, false
 	}
-	count(s.entries[j].count, entryShadow)
+	s.count(s.entries[j].count, entryShadow)
 	return d2, true
 }
 
-// Uncounted, set only by the benchmark harness before it builds a
-// middleware (never while one serves), makes Decide skip its counts, so
-// that bench/ can measure what counting costs a request.
-var Uncounted bool
-
-// count adds one to counter i of c, unless Uncounted.
-func count(c *tally.Counts, i int) {
-	if !Uncounted {
+// count adds one to counter i of c, unless s is uncounted.
+func (s *Set) count(c *tally.Counts, i int) {
+	if !s.uncounted {
 		c.Inc(i)
 	}
 }
@@ -145,11 +144,18 @@ func (s *Set) Shows() bool { return len(s.Shown) > 0 }
 // rule by SetRule, under which no client gains allowance; a route with
 // the same name keeps its counts.
 type Builder struct {
+	// Common is what every Limiter the Builder makes shares.
 	Common Common
 	// Valid says whether a policy or tier name is allowed.
 	Valid func(string) bool
 	// ShowShadow makes the headers describe shadow policies too.
 	ShowShadow bool
+	// Uncounted makes every Set the Builder makes skip its counts in
+	// Decide, so that the benchmark harness can measure what counting
+	// costs a request. Only a middleware built through
+	// testhook.Uncounted sets it; each Set carries it, so one
+	// middleware's switch leaves every other's counts alone.
+	Uncounted bool
 
 	old      map[string]*Entry
 	oldCount map[string]*tally.Counts
@@ -182,6 +188,10 @@ func NewBuilder(c Common, valid func(string) bool, showShadow bool, old []*Route
 
 func entryKey(route, tier, name string) string { return route + "\x00" + tier + "\x00" + name }
 
+// ErrName is wrapped by the error of a policy or tier name that
+// Builder.Valid refuses, so that a middleware can say what a name may be.
+var ErrName = errors.New("not a valid name")
+
 // Route makes the named route with its own policies and each tier's. It
 // is an error to give no policy or more than 8 to the route or a tier, a
 // name that Valid refuses (a policy's or a tier's) or that comes twice, a
@@ -204,11 +214,11 @@ func (b *Builder) Route(name string, base []Spec, tiers map[string][]Spec) (*Rou
 	sort.Strings(names)
 	for _, t := range names {
 		if !b.Valid(t) {
-			return nil, fmt.Errorf("tier name %q is not valid", t)
+			return nil, fmt.Errorf("tier name %q: %w", t, ErrName)
 		}
 		s, err := b.set(r, t, tiers[t])
 		if err != nil {
-			return nil, fmt.Errorf("tier %q: %v", t, err)
+			return nil, fmt.Errorf("tier %q: %w", t, err)
 		}
 		if r.tiers == nil {
 			r.tiers = map[string]*Set{}
@@ -222,13 +232,13 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("no policies")
 	}
-	s := &Set{route: r}
+	s := &Set{route: r, uncounted: b.Uncounted}
 	seen := make(map[string]bool, len(specs))
 	ls := make([]*floodgate.Limiter, 0, len(specs))
 	var enforced []*floodgate.Limiter
 	for i, sp := range specs {
 		if !b.Valid(sp.Name) {
-			return nil, fmt.Errorf("policy name %q is not valid", sp.Name)
+			return nil, fmt.Errorf("policy name %q: %w", sp.Name, ErrName)
 		}
 		if seen[sp.Name] {
 			return nil, fmt.Errorf("policy name %q used twice", sp.Name)
@@ -285,7 +295,7 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 				probe.Close()
 			}
 			if err != nil {
-				return nil, fmt.Errorf("policy %q: %v", sp.Name, err)
+				return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
 			}
 			b.rules = append(b.rules, pendingRule{e, sp.Rule})
 		}
@@ -329,7 +339,7 @@ func (b *Builder) Abort() {
 func (b *Builder) Commit() ([]*floodgate.Limiter, error) {
 	for _, p := range b.rules {
 		if err := p.e.L.SetRule(p.rule); err != nil {
-			return nil, fmt.Errorf("policy %q: %v", p.e.Spec.Name, err)
+			return nil, fmt.Errorf("policy %q: %w", p.e.Spec.Name, err)
 		}
 	}
 	var retired []*floodgate.Limiter

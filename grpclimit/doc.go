@@ -1,0 +1,117 @@
+// Package grpclimit is gRPC server interceptors over floodgate: limits per
+// method, keyed by the client's address as far as it can be trusted, and a
+// refusal that tells the client when to retry. It is a module of its own
+// (github.com/floodgate-go/floodgate/grpclimit), so that floodgate's core
+// never takes on gRPC's dependencies.
+//
+//	lim, err := grpclimit.New(grpclimit.Config{
+//		Methods: map[string][]grpclimit.Policy{
+//			"/shop.Orders/Create": {{Name: "create", Rule: floodgate.Rule{Limit: 10, Period: time.Minute}}},
+//			"/shop.Catalog/":      {{Name: "catalog", Rule: floodgate.Rule{Limit: 100, Period: time.Second}}}, // a whole service
+//		},
+//		TrustedProxies: []string{"10.0.0.0/8"}, // believe their "x-forwarded-for" metadata
+//		PerMessage:     true,                   // charge every message a stream receives, not only its opening
+//	})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer lim.Close()
+//	srv := grpc.NewServer(grpc.UnaryInterceptor(lim.UnaryServerInterceptor()),
+//		grpc.StreamInterceptor(lim.StreamServerInterceptor()))
+//
+// # Methods
+//
+// The full method name chooses the rule: the method's own entry in
+// Config.Methods ("/package.Service/Method"), then its service's
+// ("/package.Service/"), then Config.Default; with no Default, the calls
+// that nothing matches go through unlimited. Each entry has limiters of
+// its own, so one client's calls to one method never spend another's
+// allowance, and a service's entry is one allowance for all the methods
+// of the service that have no entry of their own. An entry carries 1 to 8
+// Policies: a call proceeds only if all admit it, and a refusal consumes
+// nothing (see floodgate.Limits).
+//
+// # Refusals and streams
+//
+// A refused call fails with codes.ResourceExhausted, the message "rate
+// limit exceeded", and a google.rpc.RetryInfo detail holding the exact
+// wait, which clients that honour it (gRPC's retry policies, Google's
+// client libraries) back off by. A stream is charged when it opens, and
+// with Config.PerMessage for every message it receives as well, once the
+// message has arrived: the stream's end costs nothing, and a refused
+// message reaches the handler as the error of its RecvMsg (the message
+// reset), never as a message. Limiter.Check decides a call outside an
+// interceptor.
+//
+// # Client identity
+//
+// The client is the peer's address, without the port, with httplimit's
+// rules: an IPv6 client is grouped by its /64 (Config.IPv6Prefix), an
+// address in the NAT64 prefix 64:ff9b::/96 is keyed as the IPv4 client it
+// carries, and the "x-forwarded-for" metadata is believed only from peers
+// in Config.TrustedProxies, whose client is then its right-most address
+// that is not itself trusted. A peer whose address is not an IP address
+// (a Unix socket, bufconn) is keyed "invalid-remote-addr": all such peers
+// share one allowance. Config.Key keys by something else (an
+// authenticated user's id), given the call's context, its method and the
+// address found.
+//
+// # Memory
+//
+// The zero-value Config bounds memory, as httplimit's does: each policy
+// forgets a client whose state has been a new client's for a minute
+// (Config.IdleTTL; forgetting it changes no decision), and holds at most
+// 1,048,576 clients, fewer for the sliding log, about 64 MiB
+// (Config.MaxKeys). A negative value turns either bound off. A policy of a
+// registered algorithm cannot be bounded: it needs MaxKeys -1.
+//
+// # Shadow mode
+//
+// Config.Shadow makes every policy a shadow, and Policy.Shadow one of
+// them: a dry run before a limit is enforced. A shadow policy's calls are
+// decided and charged as usual, and one that it would refuse proceeds and
+// is counted as shadow_denied under it: under Config.Shadow the shadow
+// denials are what enforcement would have refused, call for call. With
+// both kinds on one entry, a call that only a shadow refuses is charged
+// to the enforced policies alone, and still refused if one of them
+// refuses.
+//
+// # Tiers and exemptions
+//
+// Config.Tier returns a call's tier from its context, its method and the
+// key it is counted under, and Config.Tiers[tier][name] are the policies
+// of the Methods entry name for the calls in that tier (Tiers[tier][""]
+// are the Default's), with their own clients' state. A tier that has no
+// entry for the call's match gets the entry's own policies, so an
+// unexpected tier name creates no state and no series. Config.Exempt lets
+// a call through unlimited and uncharged (health checks, internal
+// callers), counted as exempt.
+//
+// A tier or an exemption decided from metadata the client writes is a
+// bypass: a client that can name its tier chooses its own limit. Decide
+// them from what the server has verified: a token it issued, mTLS, a
+// trusted address.
+//
+// # Changing methods while serving
+//
+// Limiter.SetMethods replaces Methods, Tiers and Default, validated as New
+// validates them; on an error nothing changes, and a call is decided by
+// the old limits or the new, never a mix. A policy that keeps its entry's
+// name, its tier, its name and its Algorithm keeps its clients' state and
+// takes a new Rule by floodgate's SetRule, under which no client gains
+// allowance. An entry that keeps its name keeps its counts, and the
+// policies that no new entry keeps are closed. A stream already open with
+// Config.PerMessage goes on being charged by the policies it opened
+// under.
+//
+// # Counts
+//
+// Limiter.AppendCounts reports what the interceptors decided, in the
+// shape of package counts, which the prommetrics and otelmetrics modules
+// export: the calls, and with Config.PerMessage the stream messages, each
+// once, allowed or exempt under its entry (the Methods entry's name, or
+// DefaultRoute), denied or shadow_denied under the policy that refused
+// it; and each policy's clients held, their bound and its evictions. No
+// label is ever a client's key. Counting is always on, at a per-P add of
+// a few nanoseconds a call.
+package grpclimit
