@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -65,11 +66,10 @@ const (
 // more than DefaultMemory: set MaxKeys for it.
 func DefaultMaxKeys(s Spec) int {
 	per := inlineKeyBytes
-	switch s.Algorithm {
-	case "", floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter:
-	case floodgate.SlidingLog:
+	switch {
+	case s.Algorithm == floodgate.SlidingLog:
 		per = objectKeyBytes + logEntryBytes*int(min(s.Rule.Limit, DefaultMemory))
-	default:
+	case !builtin(s.Algorithm):
 		per = objectKeyBytes
 	}
 	return max(1024, DefaultMemory/per)
@@ -92,28 +92,27 @@ func Build1(s Spec, c Common) (*floodgate.Limiter, error) {
 	case ttl < 0:
 		ttl = 0 // no sweeper, on purpose
 	}
+	if maxKeys > 0 && !builtin(s.Algorithm) && slices.Contains(floodgate.Algorithms(), s.Algorithm) {
+		// floodgate refuses to bound what it cannot evict exactly, and its
+		// error names its own knob, MaxKeys 0, which here means the
+		// default bound: name the middleware's instead.
+		return nil, fmt.Errorf("policy %q: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; "+
+			"set the middleware's Config.MaxKeys to -1 (no bound: its 0 means the default bound) and bound the keys with IdleTTL", s.Name, s.Algorithm)
+	}
 	l, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule,
 		Clock: c.Clock, MaxKeys: maxKeys, IdleTTL: ttl})
 	if err != nil {
-		if maxKeys > 0 && unboundable(s, c) {
-			return nil, fmt.Errorf("policy %q: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; "+
-				"set the middleware's Config.MaxKeys to -1 (no bound: its 0 means the default bound) and bound the keys with IdleTTL", s.Name, s.Algorithm)
-		}
 		return nil, fmt.Errorf("policy %q: %w", s.Name, err)
 	}
 	return l, nil
 }
 
-// unboundable reports whether the policy's Limiter, refused with a bound
-// on its keys, would be made without one: its algorithm is registered,
-// and floodgate refuses to bound what it cannot evict exactly. The
-// core's error then names its own knob, MaxKeys 0, which in a middleware
-// means the default bound: Build1 names the middleware's instead.
-func unboundable(s Spec, c Common) bool {
-	probe, err := floodgate.New(floodgate.Config{Algorithm: s.Algorithm, Rule: s.Rule, Clock: c.Clock})
-	if err != nil {
-		return false
+// builtin reports whether name is one of floodgate's own algorithms ("" is
+// the token bucket): the ones MaxKeys can bound.
+func builtin(name string) bool {
+	switch name {
+	case "", floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog:
+		return true
 	}
-	probe.Close()
-	return true
+	return false
 }
