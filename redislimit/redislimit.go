@@ -35,7 +35,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -533,59 +532,6 @@ func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (re
 	return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
 }
 
-// failed counts a round trip that failed with err, by its kind, and
-// returns the kind.
-func (l *Limiter) failed(err error) errKind {
-	l.errs.Add(1)
-	switch {
-	case keyError(err):
-		l.keyErrs.Add(1)
-		return keyErr
-	case isTimeout(err):
-		l.timeouts.Add(1)
-		return timeoutErr
-	}
-	l.otherErrs.Add(1)
-	return otherErr
-}
-
-// callerEnded returns the caller's context's error if the call failed
-// because that context ended first: it was cancelled, or its deadline,
-// earlier than the limiter's own budget (which ends at budget), has
-// passed. A deadline is read from the clock rather than from ctx.Err,
-// because the client's read deadline and the context's timer fire apart,
-// and the read may fail a moment before the context says it is done.
-func callerEnded(ctx context.Context, budget time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && dl.Before(budget) && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
-// serverStates are the error replies that say the server, not one key,
-// cannot serve now: they count against the breaker. Every other error
-// reply concerns the key the script ran on.
-var serverStates = []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "TRYAGAIN",
-	"OOM", "NOREPLICAS", "MISCONF", "NOPERM", "NOAUTH", "WRONGPASS", "NOSCRIPT", "UNBLOCKED", "CROSSSLOT"}
-
-// keyError reports whether err is Redis's error reply about one key's
-// data: the server answered, and it is up.
-func keyError(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	for _, p := range serverStates {
-		if redis.HasErrorPrefix(err, p) {
-			return false
-		}
-	}
-	return true
-}
-
 // abandon answers a call whose caller's context ended before Redis did,
 // under every FailureMode, with a denial, and counts nothing against the
 // breaker. The FailureMode answers for Redis when Redis cannot decide; a
@@ -596,104 +542,6 @@ func keyError(err error) bool {
 func (l *Limiter) abandon() floodgate.Decision {
 	l.abandoned.Add(1)
 	return floodgate.Decision{Limit: l.rs().capacity}
-}
-
-// isTimeout reports whether err is a call running out of time.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// run is one call on Redis: EVALSHA, and EVAL when Redis has lost the
-// script, within the budget.
-func (l *Limiter) run(ctx context.Context, key string, c call, now int64) (reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.budget)
-	defer cancel()
-	cmd, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
-		return l.client.Process(ctx, noRetry{cmd})
-	}, l.args(key, c, now))
-	if err != nil {
-		return reply{}, err
-	}
-	return l.reply(cmd, c.rs)
-}
-
-// eval sends args (EVALSHA) by process, and again as EVAL with the whole
-// script if Redis has lost it (NOSCRIPT: it ran nothing).
-func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.Cmder) error, args []any) (*redis.Cmd, error) {
-	cmd := redis.NewCmd(ctx, args...)
-	err := process(ctx, cmd)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		l.loads.Add(1)
-		s := l.script
-		if args[1] != s.sha {
-			s = s.at
-		}
-		args[0], args[1] = "eval", s.src
-		cmd = redis.NewCmd(ctx, args...)
-		err = process(ctx, cmd)
-	}
-	return cmd, err
-}
-
-// args are the EVALSHA arguments of call c on key, under its rule c.rs:
-// n, the step, the capacity, margin and dry; the windows' kind; want, give
-// and gk; the log's hold; the test form's now; and the rule's history.
-func (l *Limiter) args(key string, c call, now int64) []any {
-	s, rs := l.script, c.rs
-	if now >= 0 {
-		s = s.at
-	}
-	if rs.pruneAt != 0 {
-		if t := l.redisNow(); t >= rs.pruneAt {
-			l.prune(rs, t) // the next calls carry less; this one, what it has
-		}
-	}
-	args := make([]any, 0, 14+len(rs.hist))
-	args = append(args, "evalsha", s.sha, 1, l.Key(key), c.n, rs.boxed[0], rs.boxed[1], rs.boxed[2], b2i(c.dry))
-	if l.kind == 1 || l.kind == 2 {
-		args = append(args, rs.boxed[3])
-	}
-	args = append(args, c.want, c.give, c.gk)
-	if l.kind == kindLog {
-		args = append(args, rs.boxed[3])
-	}
-	if now >= 0 {
-		args = append(args, now)
-	}
-	return append(args, rs.hist...)
-}
-
-// reply reads the script's answer: {allowed, remaining, retry_after,
-// reset_after, extra, horizon, k}, the waits in µs, -1 for a wait too long
-// to represent.
-func (l *Limiter) reply(cmd *redis.Cmd, rs *rules) (reply, error) {
-	v, err := cmd.Int64Slice()
-	if err != nil {
-		return reply{}, err
-	}
-	if len(v) != 7 {
-		return reply{}, fmt.Errorf("redislimit: the script answered %d values, not 7", len(v))
-	}
-	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: rs.capacity, Remaining: v[1],
-		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], redis: true, rs: rs}, nil
-}
-
-func fromMicros(us int64) time.Duration {
-	if us < 0 || us > int64(floodgate.Never/time.Microsecond) {
-		return floodgate.Never
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // fallback is the FailureMode's answer.
@@ -711,12 +559,3 @@ func (l *Limiter) fallback(key string, n int64, dry bool) floodgate.Decision {
 	}
 	return l.local.AllowN(key, n)
 }
-
-// noRetry marks a command that go-redis must not send twice: a script that
-// timed out or lost its connection may have charged the request already.
-// (MOVED and ASK redirections, which Redis sends instead of running the
-// command, are still followed.)
-type noRetry struct{ redis.Cmder }
-
-// NoRetry tells go-redis not to retry the command.
-func (noRetry) NoRetry() bool { return true }
