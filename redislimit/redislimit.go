@@ -171,9 +171,9 @@ type Stats struct {
 type Limiter struct {
 	client   redis.UniversalClient
 	script   *script
-	name     string // the algorithm
-	keyHead  string // "<prefix>:<algorithm>:"
-	kind     int64  // 0 for the buckets; 1 fixed_window, 2 sliding_counter, kindLog
+	name     string     // the algorithm
+	keyHead  string     // "<prefix>:<algorithm>:"
+	kind     scriptKind // the scripts' ARGV[argKind]
 	cur      atomic.Pointer[rules]
 	timeout  time.Duration
 	mode     FailureMode
@@ -183,8 +183,12 @@ type Limiter struct {
 	onError  func(error)
 	margin   int64         // ms added to each key's TTL
 	lease    *leases       // nil unless lease mode is on
-	testNow  bool          // tests: the scripts' test form, on the Clock
 	requests *tally.Counts // AllowN's decisions, by result
+
+	// redisClock is nil in production, where the scripts read Redis's
+	// clock (TIME). A test sets it to have them take its now instead: the
+	// one place the choice is made (see scriptNow).
+	redisClock floodgate.Clock
 
 	setMu        sync.Mutex   // SetRule's, one at a time
 	localFollows bool         // the FailLocal limiter follows SetRule (Config.Local was nil)
@@ -302,9 +306,6 @@ const (
 	maxLogLimit       = 1 << 31 // the log script's bound on Limit
 )
 
-// kindLog is the log's kind; the windows' are 1 and 2.
-const kindLog = 3
-
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // micros converts a step of ns nanoseconds to whole microseconds, rounding
@@ -372,7 +373,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Deci
 		l.requests.Inc(int(res))
 		return d, err
 	}
-	r, err := l.decide(ctx, key, call{n: int64(n), rs: rs}, l.scriptNow())
+	r, err := l.decide(ctx, key, call{n: int64(n), rs: rs})
 	l.requests.Inc(int(r.res))
 	return r.d, err
 }
@@ -381,7 +382,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Deci
 // In lease mode it asks Redis, and counts this replica's unspent lease as
 // remaining too.
 func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
-	r, err := l.decide(ctx, key, call{n: 1, dry: true}, l.scriptNow())
+	r, err := l.decide(ctx, key, call{n: 1, dry: true})
 	if l.lease == nil || err != nil {
 		return r.d, err
 	}
@@ -478,8 +479,7 @@ type reply struct {
 	rs                *rules
 }
 
-// decide runs the script for key, or falls back. now ≥ 0 is the test
-// form's clock; -1 means Redis's.
+// decide runs the script for key, or falls back.
 //
 // What counts against the breaker is Redis's own failure only: an error
 // that says the server cannot serve (a broken connection, a refused dial,
@@ -491,7 +491,7 @@ type reply struct {
 // something else wrote there) is that key's: it is answered by the
 // FailureMode and counted in Errors and KeyErrors, but it opens the
 // breaker for no one.
-func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (reply, error) {
+func (l *Limiter) decide(ctx context.Context, key string, c call) (reply, error) {
 	if c.rs == nil {
 		c.rs = l.rs()
 	}
@@ -507,7 +507,7 @@ func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (re
 		c.budget = l.timeout
 	}
 	budget := time.Now().Add(c.budget)
-	r, err := l.run(ctx, key, c, now)
+	r, err := l.run(ctx, key, c)
 	if err == nil {
 		l.breaker.succeed(probe)
 		r.res = decided(r.d.Allowed)
