@@ -226,7 +226,7 @@ func TestLogMemory(t *testing.T) {
 	}
 }
 
-// logModel is log.lua's specification in plain Go, lease arguments and
+// logModel is the log script's specification in plain Go, lease arguments and
 // all: the entries in time order, and the latest instant charged.
 type logModel struct {
 	T, N, hold int64
@@ -310,7 +310,7 @@ func (m *logModel) call(c call, now int64, exists bool) [7]int64 {
 	return [7]int64{0, max(0, m.N-w), retry, max(0, last+m.T-now), 0, m.hold, ch + m.hold}
 }
 
-// TestLogScriptMatchesModel drives log.lua with random requests, peeks,
+// TestLogScriptMatchesModel drives the log's script with random requests, peeks,
 // leases and returns (to the stamps it leased at, and to others), with
 // Redis's clock stepping back at times, and holds every reply, the key's
 // decoded entries and its TTL to the specification: logModel.

@@ -1,32 +1,3 @@
-// Package redislimit keeps floodgate's rules in Redis, so that every
-// replica of a service shares one limit per client.
-//
-// A Limiter decides each request in one round trip: one Lua script, run
-// atomically by Redis, reads the client's state, decides, and writes the new
-// state only when it admits. Time is Redis's own clock (TIME, read inside
-// the script), so the application servers' clocks may disagree. The state
-// is integers in microseconds, and every step is exact integer arithmetic:
-//
-//   - "token_bucket" and "leaky_bucket" are GCRA, as in floodgate: one
-//     integer per key, the theoretical arrival time;
-//   - "fixed_window" and "sliding_counter" are floodgate's window
-//     definitions with 1 µs for 1 ns: the window and two counts per key;
-//   - "sliding_log" is floodgate's exact log, with 1 µs for 1 ns: one
-//     12-byte entry per instant that holds admitted cost (a weighted cost
-//     is one entry), in a ring in one string per key, of which a call
-//     reads and writes only the few entries it needs.
-//
-// Each key lives under "<Prefix>:<algorithm>:<hash of the client id>" with
-// a TTL that ends a second after the key would be fresh again, so Redis's
-// memory follows the active clients: MEMORY USAGE reports 152 bytes for a
-// bucket's key and for a window's; a log's key takes 168 bytes with one
-// entry and 1,384 with 100, about 12 bytes an entry. Each key's state
-// records the rule it was written under and when, so that SetRule can
-// change the rule with no key gaining from it (see SetRule).
-//
-// When Redis fails or exceeds Config.Timeout, the Limiter decides by its
-// FailureMode, and after a few consecutive failures a circuit breaker stops
-// calling Redis until a periodic probe finds it back.
 package redislimit
 
 import (
@@ -111,9 +82,11 @@ type Config struct {
 	LocalMaxKeys int
 
 	// BreakAfter is how many consecutive failures open the circuit
-	// breaker; 0 means 3. ProbeEvery is how long it then stays open
-	// before one call probes Redis again; 0 means 1s.
+	// breaker; 0 means 3.
 	BreakAfter int
+	// ProbeEvery is how long the breaker then stays open before one call
+	// probes Redis again; 0 means 1s. On a Redis Cluster it also spaces
+	// the reloads of the slot map that failures ask for (Stats.Reloads).
 	ProbeEvery time.Duration
 	// Clock times the breaker and the FailLocal limiter; nil means
 	// floodgate.SystemClock(). Decisions on Redis use Redis's clock.
