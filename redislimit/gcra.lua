@@ -94,13 +94,14 @@
 --           triples (see history.lua)
 local BUCKET, FIXED_WINDOW, SLIDING_COUNTER, SLIDING_LOG = 0, 1, 2, 3
 local TIME = -1
+local num, A = tonumber, ARGV -- as locals: a global costs a lookup each time
 local n, dry, want, give, gk, now, kind, interval, capacity, margin, param =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]),
-  tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+  num(A[1]), num(A[2]), num(A[3]), num(A[4]), num(A[5]), num(A[6]), num(A[7]), num(A[8]), num(A[9]), num(A[10]), num(A[11])
 local on = 12
 -- The checks of every kind, in one expression, for speed: nil (not a
 -- number), NaN (every comparison is false), a fraction or an infinity
--- (x % 1 is not 0), or out of range. Each script adds its kind's.
+-- (x % 1 is not 0), or out of range. Each script adds its kind's, then
+-- reads Redis's clock if now is TIME.
 local argsOK = n and n >= 0 and n % 1 == 0
   and (dry == 0 or dry == 1)
   and want and want >= 0 and want <= 2^50 and want % 1 == 0
@@ -112,30 +113,25 @@ local argsOK = n and n >= 0 and n % 1 == 0
   and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
   and param and param % 1 == 0
   and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))
--- badArgs is the reply to arguments the script cannot take.
-local function badArgs()
-  local a = {}
-  for i = 1, on - 1 do a[i] = tostring(ARGV[i]) end
-  return redis.error_reply('floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): ' ..
-    table.concat(a, ', '))
-end
--- clock is the call's instant, µs: now, or Redis's clock if it is TIME.
-local function clock()
-  if now ~= TIME then return now end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
+-- BAD begins the reply to arguments the script cannot take, which lists
+-- them after it.
+local BAD = 'floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): '
 
--- This kind's checks, with argsOK; then the clock.
+-- This kind's checks, with argsOK's; then the clock.
 if not (argsOK and kind == BUCKET
     and interval >= 1 and capacity >= 1 and capacity * interval <= 2^50
     and n <= capacity and give <= capacity
     and gk >= -2^52 and gk <= 2^52
     and param == 0) then
-  return badArgs()
+  local a = {}
+  for i = 1, on - 1 do a[i] = tostring(A[i]) end
+  return redis.error_reply(BAD .. table.concat(a, ', '))
 end
 local gtop = gk
-now = clock()
+if now == TIME then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
 
 -- floor of a quotient of integers below 2^53 is exact in doubles: the
 -- rounded quotient cannot reach the next integer.

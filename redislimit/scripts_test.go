@@ -87,7 +87,7 @@ func TestScriptNow(t *testing.T) {
 func TestScriptsShareOneLayout(t *testing.T) {
 	block := func(src string) string {
 		i := strings.Index(src, "-- ARGV: one layout for the three scripts")
-		j := strings.Index(src, "\n-- clock is the call's instant")
+		j := strings.Index(src, "\n-- This kind's checks")
 		if i < 0 || j < i {
 			t.Fatal("a script has no ARGV block")
 		}
@@ -109,7 +109,7 @@ func TestScriptsShareOneLayout(t *testing.T) {
 		if consts[i] != i+1 {
 			t.Errorf("%s is ARGV[%d] in the scripts, ARGV[%d] in Go", name, i+1, consts[i])
 		}
-		if !strings.Contains(shared, fmt.Sprintf("tonumber(ARGV[%d])", i+1)) || !strings.Contains(shared, fmt.Sprintf("-- ARGV[%d] ", i+1)) {
+		if !strings.Contains(shared, fmt.Sprintf("num(A[%d])", i+1)) || !strings.Contains(shared, fmt.Sprintf("-- ARGV[%d] ", i+1)) {
 			t.Errorf("ARGV[%d] (%s) is not read and documented", i+1, name)
 		}
 	}
