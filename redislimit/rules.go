@@ -18,7 +18,7 @@ type rules struct {
 	rule     floodgate.Rule
 	interval int64 // µs per token (buckets) or per window (windows, log)
 	capacity int64
-	hold     int64 // the log: µs for which a lease is stamped ahead
+	hold     int64 // the log: µs for which a lease is stamped ahead; 0 for the other kinds
 	step     int64 // lease mode, the buckets: ns per unit; 0 otherwise
 	target   int64 // lease mode: ns a batch is sized to last
 	// argv is the rule's part of the scripts' arguments, indexed as ARGV
@@ -98,7 +98,10 @@ func parseRule(name string, r floodgate.Rule) (s *script, kind scriptKind, inter
 // newRules is rule r, of step interval µs, as l's calls need it, with
 // history h.
 func (l *Limiter) newRules(r floodgate.Rule, interval int64, h []change, gen int64) *rules {
-	rs := &rules{rule: r, interval: interval, capacity: r.Capacity(), hold: interval, history: h, gen: gen}
+	rs := &rules{rule: r, interval: interval, capacity: r.Capacity(), history: h, gen: gen}
+	if l.kind == kindLog {
+		rs.hold = interval // how far ahead a lease is stamped; without leases, only in range
+	}
 	if ls := l.lease; ls != nil {
 		rs.target = ls.ttl / 2
 		switch l.kind {
@@ -130,17 +133,13 @@ func (l *Limiter) newRules(r floodgate.Rule, interval int64, h []change, gen int
 // box boxes rs's arguments to the scripts; tests call it again after
 // changing the margin or the hold.
 func (l *Limiter) box(rs *rules) {
-	param := int64(0)
-	if l.kind == kindLog {
-		param = rs.hold
-	}
 	rs.argv = [argHistory]any{}
 	rs.argv[argNow] = int64(nowTIME)
 	rs.argv[argKind] = int64(l.kind)
 	rs.argv[argInterval] = rs.interval
 	rs.argv[argCapacity] = rs.capacity
 	rs.argv[argMargin] = l.margin
-	rs.argv[argParam] = param
+	rs.argv[argParam] = rs.hold
 }
 
 // rs is the rule in force.
