@@ -45,15 +45,6 @@ func (l *Limiter) failResult() result {
 	return resFailLocal
 }
 
-// errKind is the kind of a failed round trip (see Limiter.failed).
-type errKind uint8
-
-const (
-	otherErr errKind = iota
-	timeoutErr
-	keyErr
-)
-
 // AppendCounts appends the Limiter's counts to dst (see package counts),
 // with Route and Policy "", which makes the Limiter a counts.Source.
 //

@@ -103,3 +103,23 @@ func ExampleLease() {
 	s := lim.Stats()
 	fmt.Printf("%d round trips, %d units leased\n", s.Calls, s.Leased)
 }
+
+// Raising a running limit: from the call on, every key holds at most what
+// it held and refills at the new rate; while other replicas still run the
+// old rule, no key's allowance exceeds the larger of the two.
+func ExampleLimiter_SetRule() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	lim, err := redislimit.New(rdb, redislimit.Config{
+		Algorithm: floodgate.SlidingLog,
+		Rule:      floodgate.Rule{Limit: 100, Period: time.Minute},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := lim.SetRule(floodgate.Rule{Limit: 200, Period: time.Minute}); err != nil {
+		log.Fatal(err) // a rule New would refuse: nothing changed
+	}
+	d, _ := lim.Allow(context.Background(), "client-42")
+	fmt.Println(d.Limit)
+}

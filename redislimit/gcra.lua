@@ -47,26 +47,21 @@
 -- returned units of lease mode: they were reckoned under the old rule).
 -- A key converted by a call is written converted, even by a denial.
 --
--- KEYS[1]  the client's key
--- ARGV[1]  n, the cost: 1 <= n <= capacity (0 with give >= 1 or want
---          >= 1: a return, or a lease, alone)
--- ARGV[2]  interval, microseconds per token: >= 1
--- ARGV[3]  capacity, the burst: >= 1, capacity * interval <= 2^50
--- ARGV[4]  margin, milliseconds added to every key's TTL: >= 0
--- ARGV[5]  dry: 1 answers as a cost-1 request would and writes nothing
--- ARGV[6]  want: lease mode's extra units, >= 0. When the request is
---          allowed (and not dry), it also takes extra = min(want,
---          floor(r / 8)) units from the TAT, r being what remains after
---          the request: the TAT moves by extra steps more, exactly as
---          extra more requests would move it. The last 8 units go one at
---          a time.
--- ARGV[7]  give: unspent leased units returned, >= 0, applied first, as
---          credits
--- ARGV[8]  gtop: the end of the returned units' slots, the TAT that the
---          call which leased them left (its reply's now + horizon)
--- ARGV[9]  on: the first of the history's triples, if any (see "Rule
---          changes"). A return or a lease alone (n = 0) on a key written
---          under another rule does nothing.
+-- The arguments (the layout below, shared by the three scripts), as this
+-- script reads them:
+--
+--   - kind is BUCKET; interval, microseconds per token, >= 1; capacity,
+--     the burst, >= 1, with capacity * interval <= 2^50; param is 0.
+--   - want: when the request is allowed (and not dry), it also takes
+--     extra = min(want, floor(r / 8)) units from the TAT, r being what
+--     remains after the request: the TAT moves by extra steps more,
+--     exactly as extra more requests would move it. The last 8 units go
+--     one at a time.
+--   - give is applied first, as credits; gk is the end of the returned
+--     units' slots, the TAT that the call which leased them left (its
+--     reply's now + horizon), -2^52 <= gk <= 2^52.
+--   - the history: see "Rule changes". A return or a lease alone (n = 0)
+--     on a key written under another rule does nothing.
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
 -- now}: the waits in microseconds; extra the units leased; horizon the
@@ -74,31 +69,69 @@
 -- while the debt it created is unpaid; now, Redis's clock. remaining
 -- excludes the leased units and includes the credits.
 
-local n, interval, capacity, margin, dry, want, give, gtop =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-  tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
--- One expression, for speed: nil (not a number), NaN (every comparison is
--- false), a fraction or an infinity (x % 1 is not 0), or out of range.
-if not (interval and interval >= 1 and interval % 1 == 0
-    and capacity and capacity >= 1 and capacity % 1 == 0 and capacity * interval <= 2^50
-    and n and n >= 0 and n <= capacity and n % 1 == 0
-    and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
-    and (dry == 0 or dry == 1)
-    and want and want >= 0 and want <= 2^50 and want % 1 == 0
-    and give and give >= 0 and give <= capacity and give % 1 == 0
-    and gtop and gtop >= -2^52 and gtop <= 2^52 and gtop % 1 == 0
-    and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))) then
-  return redis.error_reply('floodgate: bad arguments (n, interval, capacity, margin, dry, want, give, gtop): ' ..
-    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]),
-      tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8])}, ', '))
-end
+-- ARGV: one layout for the three scripts (gcra.lua, window.lua, log.lua),
+-- this block the same in each. Each script says above what its kind makes
+-- of the fields, and checks them all before it reads or writes the key: a
+-- bad one is an error reply that lists them.
+--
+-- KEYS[1]   the client's key
+-- ARGV[1]   n, the cost: 1 <= n <= capacity; or 0, with dry = 0 and
+--           give >= 1 or want >= 1: a return, or a lease, alone
+-- ARGV[2]   dry: 1 answers as the request would and writes nothing
+-- ARGV[3]   want: lease mode's extra units, 0 <= want <= 2^50
+-- ARGV[4]   give: unspent leased units returned, 0 <= give <= capacity
+-- ARGV[5]   gk: where the returned units were charged, as the kind says
+-- ARGV[6]   now: the call's instant, µs of Redis's clock, 0 <= now <=
+--           2^52; or TIME (-1), which has the script read Redis's own
+--           clock (the TIME command). Production always sends TIME; tests
+--           send the reading of a manual clock.
+-- ARGV[7]   kind: BUCKET, FIXED_WINDOW, SLIDING_COUNTER or SLIDING_LOG
+-- ARGV[8]   interval: µs per token (BUCKET), or the window, T (the others)
+-- ARGV[9]   capacity: the burst (BUCKET), or the limit per window, N
+-- ARGV[10]  margin: milliseconds added to every key's TTL, 0..2^40
+-- ARGV[11]  param: SLIDING_LOG's hold; 0 for the other kinds
+-- ARGV[12]  on: the rule's history, if any, in (interval, capacity, end)
+--           triples (see history.lua)
+local BUCKET, FIXED_WINDOW, SLIDING_COUNTER, SLIDING_LOG = 0, 1, 2, 3
+local TIME = -1
+local num, A = tonumber, ARGV -- as locals: a global costs a lookup each time
+local n, dry, want, give, gk, now, kind, interval, capacity, margin, param =
+  num(A[1]), num(A[2]), num(A[3]), num(A[4]), num(A[5]), num(A[6]), num(A[7]), num(A[8]), num(A[9]), num(A[10]), num(A[11])
+local on = 12
+-- The checks of every kind, in one expression, for speed: nil (not a
+-- number), NaN (every comparison is false), a fraction or an infinity
+-- (x % 1 is not 0), or out of range. Each script adds its kind's, then
+-- reads Redis's clock if now is TIME.
+local argsOK = n and n >= 0 and n % 1 == 0
+  and (dry == 0 or dry == 1)
+  and want and want >= 0 and want <= 2^50 and want % 1 == 0
+  and give and give >= 0 and give % 1 == 0
+  and gk and gk % 1 == 0
+  and now and (now == TIME or (now >= 0 and now <= 2^52 and now % 1 == 0))
+  and interval and interval % 1 == 0
+  and capacity and capacity % 1 == 0
+  and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
+  and param and param % 1 == 0
+  and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))
+-- BAD begins the reply to arguments the script cannot take, which lists
+-- them after it.
+local BAD = 'floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): '
 
-local now, on
-do -- clock
+-- This kind's checks, with argsOK's; then the clock.
+if not (argsOK and kind == BUCKET
+    and interval >= 1 and capacity >= 1 and capacity * interval <= 2^50
+    and n <= capacity and give <= capacity
+    and gk >= -2^52 and gk <= 2^52
+    and param == 0) then
+  local a = {}
+  for i = 1, on - 1 do a[i] = tostring(A[i]) end
+  return redis.error_reply(BAD .. table.concat(a, ', '))
+end
+local gtop = gk
+if now == TIME then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  on = 9
-end -- clock
+end
 
 -- floor of a quotient of integers below 2^53 is exact in doubles: the
 -- rounded quotient cannot reach the next integer.

@@ -300,7 +300,7 @@ func (l *Limiter) renewAhead(keys []string) {
 		if want <= 0 {
 			continue
 		}
-		cmd := redis.NewCmd(ctx, l.args(key, call{want: want, rs: rs}, l.scriptNow())...)
+		cmd := redis.NewCmd(ctx, l.args(key, call{want: want, rs: rs})...)
 		_ = pipe.Process(ctx, noRetry{cmd})
 		asks = append(asks, ask{key, st, cmd})
 	}
@@ -351,15 +351,12 @@ func (l *Limiter) renewAhead(keys []string) {
 }
 
 // newGrant is the batch of reply r, to a call sent at now (clock ns). Its
-// time counts from the sending: Redis ran the call later, so the lease
-// ends no later than Redis's count does. (The test form's Redis reads the
-// clock in whole µs.)
+// time counts from the sending, in the whole µs that Redis's clock counts:
+// Redis ran the call later, so the lease ends no later than Redis's count
+// does.
 func (l *Limiter) newGrant(r reply, now int64) *grant {
 	ls := l.lease
-	sent := now
-	if l.testNow {
-		sent = now / 1000 * 1000
-	}
+	sent := now / 1000 * 1000
 	g := &grant{at: now, taken: r.extra, remaining: r.d.Remaining, k: r.k, gen: r.rs.gen, limit: r.rs.capacity, step: r.rs.step,
 		until: now + min(ls.ttl, math.MaxInt64-now), resetAt: now + int64(r.d.ResetAfter)}
 	if g.step > 0 {
@@ -478,10 +475,6 @@ func (ls *leases) appendBack(back []giveBack, key string, g *grant, now int64) [
 // if any of them could not be: those are lost, which under-admits.
 func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 	ls := l.lease
-	now := int64(-1)
-	if l.testNow {
-		now = l.clock.Now() / 1000
-	}
 	// Units leased under a rule changed since lapse: the keys they were
 	// charged to are converted, or will be, and take no return.
 	rs := l.rs()
@@ -501,7 +494,7 @@ func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 		pipe := l.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(part))
 		for i, b := range part {
-			cmds[i] = redis.NewCmd(ctx, l.args(b.key, call{give: b.units, gk: b.k, rs: rs}, now)...)
+			cmds[i] = redis.NewCmd(ctx, l.args(b.key, call{give: b.units, gk: b.k, rs: rs})...)
 			_ = pipe.Process(ctx, noRetry{cmds[i]})
 		}
 		l.calls.Add(1)
@@ -593,7 +586,7 @@ func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgat
 			if !ls.closed.Load() {
 				ls.size.Add(-1)
 			}
-			r, err := l.decide(ctx, key, call{n: n}, l.scriptNow())
+			r, err := l.decide(ctx, key, call{n: n})
 			return r.d, r.res, err
 		}
 		var loaded bool
@@ -748,7 +741,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	// lost (on a key shared by many clients, a way to drain their
 	// allowance). A caller that gave up meanwhile is still abandoned.
 	ls.refills.Add(1)
-	r, err := l.decide(context.WithoutCancel(ctx), key, call{n: n - held, want: want, give: give, gk: gk, budget: budget, rs: rs}, l.scriptNow())
+	r, err := l.decide(context.WithoutCancel(ctx), key, call{n: n - held, want: want, give: give, gk: gk, budget: budget, rs: rs})
 	if cerr := ctx.Err(); cerr != nil && err == nil {
 		defer func() { d, res, err = l.abandon(), resAbandoned, cerr }()
 	}
@@ -842,11 +835,3 @@ func (ls *leases) want(rs *rules, st *leaseState, old *grant, spent, now int64) 
 
 // maxWant is the most a script takes in one call's want (its range).
 const maxWant = 1 << 50
-
-// scriptNow is the test form's clock, or -1 for Redis's own.
-func (l *Limiter) scriptNow() int64 {
-	if l.testNow {
-		return l.clock.Now() / 1000
-	}
-	return -1
-}

@@ -20,8 +20,8 @@ import (
 // Redis's own clock would read it, in nanoseconds.
 const epoch = int64(1_700_000_000) * int64(time.Second)
 
-// replica returns a lease-mode Limiter that runs the scripts' test form on
-// clock (Redis's now is clock's, in µs), as one replica of a service.
+// replica returns a lease-mode Limiter on clock, whose now (in µs) the
+// scripts take for Redis's clock, as one replica of a service.
 func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate.ManualClock) *Limiter {
 	t.Helper()
 	cfg.Clock = clock
@@ -29,7 +29,7 @@ func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate
 		cfg.Timeout = 10 * time.Second
 	}
 	l := mustNew(t, c, cfg)
-	l.testNow = true
+	l.redisClock = clock
 	l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
 	l.box(l.rs())
 	if l.lease != nil {

@@ -37,34 +37,29 @@
 -- T after it was spent, and every window check counts such records (their
 -- stamp is > t - T): exact.
 --
--- KEYS[1]  the client's key
--- ARGV[1]  n, the cost: 1 <= n <= N (0 with dry = 0 and give >= 1 or
---          want >= 1: a return, or a lease, alone)
--- ARGV[2]  T, the window in microseconds: 1 <= T <= 2^50
--- ARGV[3]  N, the limit per window: 1 <= N <= 2^31
--- ARGV[4]  margin, milliseconds added to every key's TTL: >= 0
--- ARGV[5]  dry: 1 answers as the request would and writes nothing
--- ARGV[6]  want: lease mode's extra units, >= 0. When the request is
---          allowed (and not dry), it also charges extra = min(want,
---          floor(r / 8)) units, r being what remains after the request,
---          as one record stamped c + hold. The last 8 units go one at a
---          time.
--- ARGV[7]  give: unspent leased units returned, >= 0, applied first: the
---          record stamped exactly gk, if the key holds one, loses up to
---          give units (and goes when it holds none). Nothing else changes;
---          the key keeps its TTL.
--- ARGV[8]  gk, the stamp of the returned units' record (a reply's k)
--- ARGV[9]  hold, microseconds: 1 <= hold <= T
--- ARGV[10] on: the rule's history, if any, as in gcra.lua ("Rule
---          changes"), of (T, N, end) triples; newest stands for the
---          instant the key was written at. A key written under another
---          rule converts: at an instant x, what it holds is N minus the
---          cost in the window where a request at x is charged (records
---          stamped ahead included); it becomes one record of the cost
---          that leaves it min(that, the next N), stamped at x or at its
---          latest record, if later, so that no unit leaves the window
---          sooner than it would have. A return or a lease alone on such a
---          key does nothing; any other call writes it converted.
+-- The arguments (the layout below, shared by the three scripts), as this
+-- script reads them:
+--
+--   - kind is SLIDING_LOG; interval is T, the window in microseconds,
+--     1 <= T <= 2^50; capacity is N, the limit per window, 1 <= N <= 2^31;
+--     param is hold, microseconds, 1 <= hold <= T.
+--   - want: when the request is allowed (and not dry), it also charges
+--     extra = min(want, floor(r / 8)) units, r being what remains after
+--     the request, as one record stamped c + hold. The last 8 units go
+--     one at a time.
+--   - give is applied first: the record stamped exactly gk (a reply's k,
+--     0 <= gk < 2^53), if the key holds one, loses up to give units (and
+--     goes when it holds none). Nothing else changes; the key keeps its
+--     TTL.
+--   - the history, as in gcra.lua ("Rule changes"), of (T, N, end)
+--     triples; newest stands for the instant the key was written at. A
+--     key written under another rule converts: at an instant x, what it
+--     holds is N minus the cost in the window where a request at x is
+--     charged (records stamped ahead included); it becomes one record of
+--     the cost that leaves it min(that, the next N), stamped at x or at
+--     its latest record, if later, so that no unit leaves the window
+--     sooner than it would have. A return or a lease alone on such a key
+--     does nothing; any other call writes it converted.
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
 -- k}: the waits in microseconds (-1 for one too long to represent);
@@ -72,32 +67,70 @@
 -- may be spent; k = c + hold, their record's stamp. remaining excludes
 -- the leased units.
 
-local n, T, N, margin, dry, want, give, gk, hold =
-  tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]),
-  tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
--- One expression, for speed: nil (not a number), NaN (every comparison is
--- false), a fraction or an infinity (x % 1 is not 0), or out of range.
-if not (T and T >= 1 and T <= 2^50 and T % 1 == 0
-    and N and N >= 1 and N <= 2^31 and N % 1 == 0
-    and n and n >= 0 and n <= N and n % 1 == 0
-    and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
-    and (dry == 0 or dry == 1)
-    and want and want >= 0 and want <= 2^50 and want % 1 == 0
-    and give and give >= 0 and give <= N and give % 1 == 0
-    and gk and gk >= 0 and gk < 2^53 and gk % 1 == 0
-    and hold and hold >= 1 and hold <= T and hold % 1 == 0
-    and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))) then
-  return redis.error_reply('floodgate: bad arguments (n, T, N, margin, dry, want, give, gk, hold): ' ..
-    table.concat({tostring(ARGV[1]), tostring(ARGV[2]), tostring(ARGV[3]), tostring(ARGV[4]), tostring(ARGV[5]),
-      tostring(ARGV[6]), tostring(ARGV[7]), tostring(ARGV[8]), tostring(ARGV[9])}, ', '))
-end
+-- ARGV: one layout for the three scripts (gcra.lua, window.lua, log.lua),
+-- this block the same in each. Each script says above what its kind makes
+-- of the fields, and checks them all before it reads or writes the key: a
+-- bad one is an error reply that lists them.
+--
+-- KEYS[1]   the client's key
+-- ARGV[1]   n, the cost: 1 <= n <= capacity; or 0, with dry = 0 and
+--           give >= 1 or want >= 1: a return, or a lease, alone
+-- ARGV[2]   dry: 1 answers as the request would and writes nothing
+-- ARGV[3]   want: lease mode's extra units, 0 <= want <= 2^50
+-- ARGV[4]   give: unspent leased units returned, 0 <= give <= capacity
+-- ARGV[5]   gk: where the returned units were charged, as the kind says
+-- ARGV[6]   now: the call's instant, µs of Redis's clock, 0 <= now <=
+--           2^52; or TIME (-1), which has the script read Redis's own
+--           clock (the TIME command). Production always sends TIME; tests
+--           send the reading of a manual clock.
+-- ARGV[7]   kind: BUCKET, FIXED_WINDOW, SLIDING_COUNTER or SLIDING_LOG
+-- ARGV[8]   interval: µs per token (BUCKET), or the window, T (the others)
+-- ARGV[9]   capacity: the burst (BUCKET), or the limit per window, N
+-- ARGV[10]  margin: milliseconds added to every key's TTL, 0..2^40
+-- ARGV[11]  param: SLIDING_LOG's hold; 0 for the other kinds
+-- ARGV[12]  on: the rule's history, if any, in (interval, capacity, end)
+--           triples (see history.lua)
+local BUCKET, FIXED_WINDOW, SLIDING_COUNTER, SLIDING_LOG = 0, 1, 2, 3
+local TIME = -1
+local num, A = tonumber, ARGV -- as locals: a global costs a lookup each time
+local n, dry, want, give, gk, now, kind, interval, capacity, margin, param =
+  num(A[1]), num(A[2]), num(A[3]), num(A[4]), num(A[5]), num(A[6]), num(A[7]), num(A[8]), num(A[9]), num(A[10]), num(A[11])
+local on = 12
+-- The checks of every kind, in one expression, for speed: nil (not a
+-- number), NaN (every comparison is false), a fraction or an infinity
+-- (x % 1 is not 0), or out of range. Each script adds its kind's, then
+-- reads Redis's clock if now is TIME.
+local argsOK = n and n >= 0 and n % 1 == 0
+  and (dry == 0 or dry == 1)
+  and want and want >= 0 and want <= 2^50 and want % 1 == 0
+  and give and give >= 0 and give % 1 == 0
+  and gk and gk % 1 == 0
+  and now and (now == TIME or (now >= 0 and now <= 2^52 and now % 1 == 0))
+  and interval and interval % 1 == 0
+  and capacity and capacity % 1 == 0
+  and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
+  and param and param % 1 == 0
+  and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))
+-- BAD begins the reply to arguments the script cannot take, which lists
+-- them after it.
+local BAD = 'floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): '
 
-local now, on
-do -- clock
+-- This kind's checks, with argsOK's; then the clock.
+local T, N, hold = interval, capacity, param
+if not (argsOK and kind == SLIDING_LOG
+    and T >= 1 and T <= 2^50
+    and N >= 1 and N <= 2^31
+    and n <= N and give <= N
+    and gk >= 0 and gk < 2^53
+    and hold >= 1 and hold <= T) then
+  local a = {}
+  for i = 1, on - 1 do a[i] = tostring(A[i]) end
+  return redis.error_reply(BAD .. table.concat(a, ', '))
+end
+if now == TIME then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  on = 10
-end -- clock
+end
 
 local HDR, REC, HFMT, FMT, M = 32, 12, '<i8I4I4I4i8I4', '<i8I4', 2^32
 -- Every instant stays below 2^53, where Lua's doubles are exact integers:

@@ -59,14 +59,14 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 			var got, want floodgate.Decision
 			var r reply
 			if rng.IntN(8) == 0 {
-				r, err = l.decide(ctx, "k", call{n: 1, dry: true}, now)
+				r, err = decideAt(ctx, l, "k", call{n: 1, dry: true}, now)
 				want = ref.Peek("k")
 			} else {
 				n := int64(1)
 				if rng.IntN(4) == 0 {
 					n = 1 + rng.Int64N(rule.Limit)
 				}
-				r, err = l.decide(ctx, "k", call{n: n}, now)
+				r, err = decideAt(ctx, l, "k", call{n: n}, now)
 				want = ref.AllowN("k", n)
 			}
 			if err != nil || !r.redis {
@@ -104,7 +104,7 @@ func TestLogLease(t *testing.T) {
 	key := l.Key("k")
 	do := func(cl call, now int64) reply {
 		t.Helper()
-		r, err := l.decide(ctx, "k", cl, now)
+		r, err := decideAt(ctx, l, "k", cl, now)
 		if err != nil || !r.redis {
 			t.Fatalf("%+v at %d: %v, %+v", cl, now, err, l.Stats())
 		}
@@ -210,7 +210,7 @@ func TestLogMemory(t *testing.T) {
 	for i, want := range map[int64]int64{1: 168, 100: 1384} {
 		key := fmt.Sprint("mem", i)
 		for j := int64(0); j < i; j++ {
-			if r, err := l.decide(ctx, key, call{n: 1}, t0+j); err != nil || !r.d.Allowed {
+			if r, err := decideAt(ctx, l, key, call{n: 1}, t0+j); err != nil || !r.d.Allowed {
 				t.Fatalf("%+v, %v", r, err)
 			}
 		}
@@ -226,7 +226,7 @@ func TestLogMemory(t *testing.T) {
 	}
 }
 
-// logModel is log.lua's specification in plain Go, lease arguments and
+// logModel is the log script's specification in plain Go, lease arguments and
 // all: the entries in time order, and the latest instant charged.
 type logModel struct {
 	T, N, hold int64
@@ -310,7 +310,7 @@ func (m *logModel) call(c call, now int64, exists bool) [7]int64 {
 	return [7]int64{0, max(0, m.N-w), retry, max(0, last+m.T-now), 0, m.hold, ch + m.hold}
 }
 
-// TestLogScriptMatchesModel drives log.lua with random requests, peeks,
+// TestLogScriptMatchesModel drives the log's script with random requests, peeks,
 // leases and returns (to the stamps it leased at, and to others), with
 // Redis's clock stepping back at times, and holds every reply, the key's
 // decoded entries and its TTL to the specification: logModel.
@@ -367,7 +367,7 @@ func TestLogScriptMatchesModel(t *testing.T) {
 			}
 			ttl0, _ := c.PTTL(ctx, key).Result()
 			want := m.call(cl, now, exists == 1)
-			r, err := l.decide(ctx, "k", cl, now)
+			r, err := decideAt(ctx, l, "k", cl, now)
 			if err != nil || !r.redis {
 				t.Fatalf("the script failed: %v, %+v", err, l.Stats())
 			}
@@ -452,12 +452,12 @@ func TestLogLeaseAloneNearTheLimit(t *testing.T) {
 	l.box(l.rs())
 	const t0 = int64(1_700_000_000_000_000)
 	for i := int64(0); i < 5; i++ {
-		if r, err := l.decide(ctx, "k", call{n: 1}, t0+i); err != nil || !r.d.Allowed {
+		if r, err := decideAt(ctx, l, "k", call{n: 1}, t0+i); err != nil || !r.d.Allowed {
 			t.Fatalf("request %d: %+v, %v", i, r, err)
 		}
 	}
 	before, _ := c.Get(ctx, l.Key("k")).Result()
-	r, err := l.decide(ctx, "k", call{want: 40}, t0+10)
+	r, err := decideAt(ctx, l, "k", call{want: 40}, t0+10)
 	if err != nil || !r.redis || r.extra != 0 || r.d.Remaining != 5 {
 		t.Fatalf("a lease alone with 5 left: %+v, %v", r, err)
 	}

@@ -1,32 +1,3 @@
-// Package redislimit keeps floodgate's rules in Redis, so that every
-// replica of a service shares one limit per client.
-//
-// A Limiter decides each request in one round trip: one Lua script, run
-// atomically by Redis, reads the client's state, decides, and writes the new
-// state only when it admits. Time is Redis's own clock (TIME, read inside
-// the script), so the application servers' clocks may disagree. The state
-// is integers in microseconds, and every step is exact integer arithmetic:
-//
-//   - "token_bucket" and "leaky_bucket" are GCRA, as in floodgate: one
-//     integer per key, the theoretical arrival time;
-//   - "fixed_window" and "sliding_counter" are floodgate's window
-//     definitions with 1 µs for 1 ns: the window and two counts per key;
-//   - "sliding_log" is floodgate's exact log, with 1 µs for 1 ns: one
-//     12-byte entry per instant that holds admitted cost (a weighted cost
-//     is one entry), in a ring in one string per key, of which a call
-//     reads and writes only the few entries it needs.
-//
-// Each key lives under "<Prefix>:<algorithm>:<hash of the client id>" with
-// a TTL that ends a second after the key would be fresh again, so Redis's
-// memory follows the active clients: MEMORY USAGE reports 152 bytes for a
-// bucket's key and for a window's; a log's key takes 168 bytes with one
-// entry and 1,384 with 100, about 12 bytes an entry. Each key's state
-// records the rule it was written under and when, so that SetRule can
-// change the rule with no key gaining from it (see SetRule).
-//
-// When Redis fails or exceeds Config.Timeout, the Limiter decides by its
-// FailureMode, and after a few consecutive failures a circuit breaker stops
-// calling Redis until a periodic probe finds it back.
 package redislimit
 
 import (
@@ -35,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,9 +82,11 @@ type Config struct {
 	LocalMaxKeys int
 
 	// BreakAfter is how many consecutive failures open the circuit
-	// breaker; 0 means 3. ProbeEvery is how long it then stays open
-	// before one call probes Redis again; 0 means 1s.
+	// breaker; 0 means 3.
 	BreakAfter int
+	// ProbeEvery is how long the breaker then stays open before one call
+	// probes Redis again; 0 means 1s. On a Redis Cluster it also spaces
+	// the reloads of the slot map that failures ask for (Stats.Reloads).
 	ProbeEvery time.Duration
 	// Clock times the breaker and the FailLocal limiter; nil means
 	// floodgate.SystemClock(). Decisions on Redis use Redis's clock.
@@ -172,9 +144,9 @@ type Stats struct {
 type Limiter struct {
 	client   redis.UniversalClient
 	script   *script
-	name     string // the algorithm
-	keyHead  string // "<prefix>:<algorithm>:"
-	kind     int64  // 0 for the buckets; 1 fixed_window, 2 sliding_counter, kindLog
+	name     string     // the algorithm
+	keyHead  string     // "<prefix>:<algorithm>:"
+	kind     scriptKind // the scripts' ARGV[argKind]
 	cur      atomic.Pointer[rules]
 	timeout  time.Duration
 	mode     FailureMode
@@ -184,8 +156,12 @@ type Limiter struct {
 	onError  func(error)
 	margin   int64         // ms added to each key's TTL
 	lease    *leases       // nil unless lease mode is on
-	testNow  bool          // tests: the scripts' test form, on the Clock
 	requests *tally.Counts // AllowN's decisions, by result
+
+	// redisClock is nil in production, where the scripts read Redis's
+	// clock (TIME). A test sets it to have them take its now instead: the
+	// one place the choice is made (see scriptNow).
+	redisClock floodgate.Clock
 
 	setMu        sync.Mutex   // SetRule's, one at a time
 	localFollows bool         // the FailLocal limiter follows SetRule (Config.Local was nil)
@@ -303,9 +279,6 @@ const (
 	maxLogLimit       = 1 << 31 // the log script's bound on Limit
 )
 
-// kindLog is the log's kind; the windows' are 1 and 2.
-const kindLog = 3
-
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // micros converts a step of ns nanoseconds to whole microseconds, rounding
@@ -373,7 +346,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Deci
 		l.requests.Inc(int(res))
 		return d, err
 	}
-	r, err := l.decide(ctx, key, call{n: int64(n), rs: rs}, l.scriptNow())
+	r, err := l.decide(ctx, key, call{n: int64(n), rs: rs})
 	l.requests.Inc(int(r.res))
 	return r.d, err
 }
@@ -382,7 +355,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Deci
 // In lease mode it asks Redis, and counts this replica's unspent lease as
 // remaining too.
 func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
-	r, err := l.decide(ctx, key, call{n: 1, dry: true}, l.scriptNow())
+	r, err := l.decide(ctx, key, call{n: 1, dry: true})
 	if l.lease == nil || err != nil {
 		return r.d, err
 	}
@@ -479,8 +452,7 @@ type reply struct {
 	rs                *rules
 }
 
-// decide runs the script for key, or falls back. now ≥ 0 is the test
-// form's clock; -1 means Redis's.
+// decide runs the script for key, or falls back.
 //
 // What counts against the breaker is Redis's own failure only: an error
 // that says the server cannot serve (a broken connection, a refused dial,
@@ -492,7 +464,7 @@ type reply struct {
 // something else wrote there) is that key's: it is answered by the
 // FailureMode and counted in Errors and KeyErrors, but it opens the
 // breaker for no one.
-func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (reply, error) {
+func (l *Limiter) decide(ctx context.Context, key string, c call) (reply, error) {
 	if c.rs == nil {
 		c.rs = l.rs()
 	}
@@ -508,7 +480,7 @@ func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (re
 		c.budget = l.timeout
 	}
 	budget := time.Now().Add(c.budget)
-	r, err := l.run(ctx, key, c, now)
+	r, err := l.run(ctx, key, c)
 	if err == nil {
 		l.breaker.succeed(probe)
 		r.res = decided(r.d.Allowed)
@@ -533,59 +505,6 @@ func (l *Limiter) decide(ctx context.Context, key string, c call, now int64) (re
 	return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
 }
 
-// failed counts a round trip that failed with err, by its kind, and
-// returns the kind.
-func (l *Limiter) failed(err error) errKind {
-	l.errs.Add(1)
-	switch {
-	case keyError(err):
-		l.keyErrs.Add(1)
-		return keyErr
-	case isTimeout(err):
-		l.timeouts.Add(1)
-		return timeoutErr
-	}
-	l.otherErrs.Add(1)
-	return otherErr
-}
-
-// callerEnded returns the caller's context's error if the call failed
-// because that context ended first: it was cancelled, or its deadline,
-// earlier than the limiter's own budget (which ends at budget), has
-// passed. A deadline is read from the clock rather than from ctx.Err,
-// because the client's read deadline and the context's timer fire apart,
-// and the read may fail a moment before the context says it is done.
-func callerEnded(ctx context.Context, budget time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && dl.Before(budget) && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
-// serverStates are the error replies that say the server, not one key,
-// cannot serve now: they count against the breaker. Every other error
-// reply concerns the key the script ran on.
-var serverStates = []string{"LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "READONLY", "TRYAGAIN",
-	"OOM", "NOREPLICAS", "MISCONF", "NOPERM", "NOAUTH", "WRONGPASS", "NOSCRIPT", "UNBLOCKED", "CROSSSLOT"}
-
-// keyError reports whether err is Redis's error reply about one key's
-// data: the server answered, and it is up.
-func keyError(err error) bool {
-	var re redis.Error
-	if !errors.As(err, &re) {
-		return false
-	}
-	for _, p := range serverStates {
-		if redis.HasErrorPrefix(err, p) {
-			return false
-		}
-	}
-	return true
-}
-
 // abandon answers a call whose caller's context ended before Redis did,
 // under every FailureMode, with a denial, and counts nothing against the
 // breaker. The FailureMode answers for Redis when Redis cannot decide; a
@@ -596,104 +515,6 @@ func keyError(err error) bool {
 func (l *Limiter) abandon() floodgate.Decision {
 	l.abandoned.Add(1)
 	return floodgate.Decision{Limit: l.rs().capacity}
-}
-
-// isTimeout reports whether err is a call running out of time.
-func isTimeout(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// run is one call on Redis: EVALSHA, and EVAL when Redis has lost the
-// script, within the budget.
-func (l *Limiter) run(ctx context.Context, key string, c call, now int64) (reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.budget)
-	defer cancel()
-	cmd, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
-		return l.client.Process(ctx, noRetry{cmd})
-	}, l.args(key, c, now))
-	if err != nil {
-		return reply{}, err
-	}
-	return l.reply(cmd, c.rs)
-}
-
-// eval sends args (EVALSHA) by process, and again as EVAL with the whole
-// script if Redis has lost it (NOSCRIPT: it ran nothing).
-func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.Cmder) error, args []any) (*redis.Cmd, error) {
-	cmd := redis.NewCmd(ctx, args...)
-	err := process(ctx, cmd)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		l.loads.Add(1)
-		s := l.script
-		if args[1] != s.sha {
-			s = s.at
-		}
-		args[0], args[1] = "eval", s.src
-		cmd = redis.NewCmd(ctx, args...)
-		err = process(ctx, cmd)
-	}
-	return cmd, err
-}
-
-// args are the EVALSHA arguments of call c on key, under its rule c.rs:
-// n, the step, the capacity, margin and dry; the windows' kind; want, give
-// and gk; the log's hold; the test form's now; and the rule's history.
-func (l *Limiter) args(key string, c call, now int64) []any {
-	s, rs := l.script, c.rs
-	if now >= 0 {
-		s = s.at
-	}
-	if rs.pruneAt != 0 {
-		if t := l.redisNow(); t >= rs.pruneAt {
-			l.prune(rs, t) // the next calls carry less; this one, what it has
-		}
-	}
-	args := make([]any, 0, 14+len(rs.hist))
-	args = append(args, "evalsha", s.sha, 1, l.Key(key), c.n, rs.boxed[0], rs.boxed[1], rs.boxed[2], b2i(c.dry))
-	if l.kind == 1 || l.kind == 2 {
-		args = append(args, rs.boxed[3])
-	}
-	args = append(args, c.want, c.give, c.gk)
-	if l.kind == kindLog {
-		args = append(args, rs.boxed[3])
-	}
-	if now >= 0 {
-		args = append(args, now)
-	}
-	return append(args, rs.hist...)
-}
-
-// reply reads the script's answer: {allowed, remaining, retry_after,
-// reset_after, extra, horizon, k}, the waits in µs, -1 for a wait too long
-// to represent.
-func (l *Limiter) reply(cmd *redis.Cmd, rs *rules) (reply, error) {
-	v, err := cmd.Int64Slice()
-	if err != nil {
-		return reply{}, err
-	}
-	if len(v) != 7 {
-		return reply{}, fmt.Errorf("redislimit: the script answered %d values, not 7", len(v))
-	}
-	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: rs.capacity, Remaining: v[1],
-		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], redis: true, rs: rs}, nil
-}
-
-func fromMicros(us int64) time.Duration {
-	if us < 0 || us > int64(floodgate.Never/time.Microsecond) {
-		return floodgate.Never
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-func b2i(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // fallback is the FailureMode's answer.
@@ -711,12 +532,3 @@ func (l *Limiter) fallback(key string, n int64, dry bool) floodgate.Decision {
 	}
 	return l.local.AllowN(key, n)
 }
-
-// noRetry marks a command that go-redis must not send twice: a script that
-// timed out or lost its connection may have charged the request already.
-// (MOVED and ASK redirections, which Redis sends instead of running the
-// command, are still followed.)
-type noRetry struct{ redis.Cmder }
-
-// NoRetry tells go-redis not to retry the command.
-func (noRetry) NoRetry() bool { return true }

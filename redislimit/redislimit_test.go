@@ -33,6 +33,18 @@ func mustNew(t testing.TB, c redis.UniversalClient, cfg Config) *Limiter {
 
 var redisAlgorithms = []string{floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog}
 
+// decideAt is l's call c for key with Redis's clock, as the scripts see
+// it, at now µs: l's redisClock, set to now.
+func decideAt(ctx context.Context, l *Limiter, key string, c call, now int64) (reply, error) {
+	rc, ok := l.redisClock.(*floodgate.ManualClock)
+	if !ok {
+		rc = floodgate.NewManualClock(0)
+		l.redisClock = rc
+	}
+	rc.Set(now * 1000)
+	return l.decide(ctx, key, c)
+}
+
 // effective is the in-process rule that decides as the script does, with
 // one nanosecond of floodgate's clock standing for one microsecond of
 // Redis's: the step the Limiter holds in whole microseconds becomes the
@@ -70,8 +82,8 @@ func randomRule(rng *rand.Rand, alg string) floodgate.Rule {
 
 // TestScriptMatchesInProcess is the differential test: for every algorithm,
 // random rules and random sequences of requests and peeks on a few keys,
-// at instants of a manual clock, the script (in its test form, which takes
-// now as an argument) and the in-process limiter must give identical
+// at instants of a manual clock, the script (sent that clock's now as its
+// now argument) and the in-process limiter must give identical
 // Decisions. The quick form tries 20 rules per algorithm instead of 60.
 func TestScriptMatchesInProcess(t *testing.T) {
 	trials := 60
@@ -116,7 +128,7 @@ func TestScriptMatchesInProcess(t *testing.T) {
 					var got, want floodgate.Decision
 					if rng.IntN(6) == 0 {
 						var r reply
-						r, err = l.decide(ctx, key, call{n: 1, dry: true}, now)
+						r, err = decideAt(ctx, l, key, call{n: 1, dry: true}, now)
 						got = r.d
 						want = ref.Peek(key)
 					} else {
@@ -125,7 +137,7 @@ func TestScriptMatchesInProcess(t *testing.T) {
 							n = 1
 						}
 						var r reply
-						r, err = l.decide(ctx, key, call{n: n}, now)
+						r, err = decideAt(ctx, l, key, call{n: n}, now)
 						got = r.d
 						want = ref.AllowN(key, n)
 					}
@@ -165,20 +177,23 @@ func TestScriptValidatesItsArguments(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
 	ctx := context.Background()
+	// n dry want give gk now kind interval capacity margin param, now
+	// TIME (-1).
 	good := map[*script][]any{
-		gcraScript:   {1, 1000, 10, 1000, 0, 0, 0, 0},       // n interval capacity margin dry want give gtop
-		windowScript: {1, 1000, 10, 1000, 0, 2, 0, 0, 0},    // n T N margin dry kind want give gk
-		logScript:    {1, 1000, 10, 1000, 0, 0, 0, 0, 1000}, // n T N margin dry want give gk hold
+		gcraScript:   {1, 0, 0, 0, 0, -1, 0, 1000, 10, 1000, 0},
+		windowScript: {1, 0, 0, 0, 0, -1, 2, 1000, 10, 1000, 0},
+		logScript:    {1, 0, 0, 0, 0, -1, 3, 1000, 10, 1000, 1000},
 	}
-	// mayBeZero are the arguments that 0 is good for: margin, dry, want,
-	// give; and gtop or gk. mayBeNegative: the buckets' gtop and the
-	// windows' gk (a log's stamp, and its hold, may not be).
+	// mayBeZero are the arguments that 0 is good for: dry, want, give,
+	// gk, now and margin; the buckets' kind; and the param of the kinds
+	// that have none. mayBeNegative: the buckets' and the windows' gk (a
+	// log's stamp may not be), and now (-1 is TIME).
 	mayBeZero := map[*script]map[int]bool{
-		gcraScript:   {3: true, 4: true, 5: true, 6: true, 7: true},
-		windowScript: {3: true, 4: true, 6: true, 7: true, 8: true},
-		logScript:    {3: true, 4: true, 5: true, 6: true, 7: true},
+		gcraScript:   {1: true, 2: true, 3: true, 4: true, 5: true, 6: true, 9: true, 10: true},
+		windowScript: {1: true, 2: true, 3: true, 4: true, 5: true, 9: true, 10: true},
+		logScript:    {1: true, 2: true, 3: true, 4: true, 5: true, 9: true},
 	}
-	mayBeNegative := map[*script]int{gcraScript: 7, windowScript: 8, logScript: -1}
+	mayBeNegative := map[*script]map[int]bool{gcraScript: {4: true, 5: true}, windowScript: {4: true, 5: true}, logScript: {5: true}}
 	bad := []any{"nan", "NaN", "inf", "-inf", "1.5", "0", "-1", "", "x", "1e300", "9007199254740993"}
 	for s, args := range good {
 		if _, err := c.Eval(ctx, s.src, []string{"ok" + s.sha}, args...).Result(); err != nil {
@@ -186,7 +201,7 @@ func TestScriptValidatesItsArguments(t *testing.T) {
 		}
 		for i := range args {
 			for _, b := range bad {
-				if b == "0" && mayBeZero[s][i] || b == "-1" && i == mayBeNegative[s] {
+				if b == "0" && mayBeZero[s][i] || b == "-1" && mayBeNegative[s][i] {
 					continue
 				}
 				a := append([]any(nil), args...)

@@ -18,10 +18,12 @@ type rules struct {
 	rule     floodgate.Rule
 	interval int64 // µs per token (buckets) or per window (windows, log)
 	capacity int64
-	hold     int64  // the log: µs for which a lease is stamped ahead
-	step     int64  // lease mode, the buckets: ns per unit; 0 otherwise
-	target   int64  // lease mode: ns a batch is sized to last
-	boxed    [4]any // interval, capacity, margin, kind (the log: hold): boxed once, not per call
+	hold     int64 // the log: µs for which a lease is stamped ahead; 0 for the other kinds
+	step     int64 // lease mode, the buckets: ns per unit; 0 otherwise
+	target   int64 // lease mode: ns a batch is sized to last
+	// argv is the rule's part of the scripts' arguments, indexed as ARGV
+	// (argKind on, and argNow's nowTIME), boxed once, not per call.
+	argv [argHistory]any
 	// history is what the rule changed from, oldest first, and hist its
 	// arguments to the scripts, boxed; pruneAt (µs of Redis's clock, as
 	// Limiter.redisNow reads it) is when its oldest change may go, 0
@@ -48,7 +50,7 @@ const maxHistory = 16
 
 // parseRule validates r for algorithm name as New does, and returns the
 // script and kind that decide it, with its step in µs.
-func parseRule(name string, r floodgate.Rule) (s *script, kind, interval int64, err error) {
+func parseRule(name string, r floodgate.Rule) (s *script, kind scriptKind, interval int64, err error) {
 	if _, err := floodgate.New(floodgate.Config{Algorithm: name, Rule: r}); err != nil {
 		return nil, 0, 0, fmt.Errorf("redislimit: %w", err)
 	}
@@ -62,15 +64,15 @@ func parseRule(name string, r floodgate.Rule) (s *script, kind, interval int64, 
 		if capacity > maxTau/interval {
 			return nil, 0, 0, fmt.Errorf("redislimit: a burst of %d at %dµs per token is beyond the script's range (2^50 µs)", capacity, interval)
 		}
-		return gcraScript, 0, interval, nil
+		return gcraScript, kindBucket, interval, nil
 	case floodgate.FixedWindow, floodgate.SlidingCounter:
 		period, err := micros(int64(r.Period), "Period")
 		if err != nil {
 			return nil, 0, 0, err
 		}
-		kind := int64(1)
+		kind := kindFixedWindow
 		if name == floodgate.SlidingCounter {
-			kind = 2
+			kind = kindSlidingCounter
 			if r.Limit > maxSlidingProduct/period {
 				return nil, 0, 0, fmt.Errorf("redislimit: sliding_counter needs Limit × Period ≤ 2^52 µs to stay exact; %d × %dµs is beyond it", r.Limit, period)
 			}
@@ -96,11 +98,14 @@ func parseRule(name string, r floodgate.Rule) (s *script, kind, interval int64, 
 // newRules is rule r, of step interval µs, as l's calls need it, with
 // history h.
 func (l *Limiter) newRules(r floodgate.Rule, interval int64, h []change, gen int64) *rules {
-	rs := &rules{rule: r, interval: interval, capacity: r.Capacity(), hold: interval, history: h, gen: gen}
+	rs := &rules{rule: r, interval: interval, capacity: r.Capacity(), history: h, gen: gen}
+	if l.kind == kindLog {
+		rs.hold = interval // how far ahead a lease is stamped; without leases, only in range
+	}
 	if ls := l.lease; ls != nil {
 		rs.target = ls.ttl / 2
 		switch l.kind {
-		case 0:
+		case kindBucket:
 			rs.step = interval * 1000
 		case kindLog:
 			// A batch is one entry stamped hold ahead, and spendable for
@@ -125,14 +130,16 @@ func (l *Limiter) newRules(r floodgate.Rule, interval int64, h []change, gen int
 	return rs
 }
 
-// box boxes rs's constant arguments; tests call it again after changing
-// the margin or the hold.
+// box boxes rs's arguments to the scripts; tests call it again after
+// changing the margin or the hold.
 func (l *Limiter) box(rs *rules) {
-	last := l.kind
-	if l.kind == kindLog {
-		last = rs.hold
-	}
-	rs.boxed = [4]any{rs.interval, rs.capacity, l.margin, last}
+	rs.argv = [argHistory]any{}
+	rs.argv[argNow] = int64(nowTIME)
+	rs.argv[argKind] = int64(l.kind)
+	rs.argv[argInterval] = rs.interval
+	rs.argv[argCapacity] = rs.capacity
+	rs.argv[argMargin] = l.margin
+	rs.argv[argParam] = rs.hold
 }
 
 // rs is the rule in force.
@@ -237,7 +244,7 @@ func (l *Limiter) SetRule(r floodgate.Rule) error {
 // TTL's longest, plus a second for the rounding and the clocks.
 func (l *Limiter) ttlMax(rs *rules) int64 {
 	life := 2 * rs.interval // the sliding counter: two windows; the log: a window after a stamp at most a window ahead
-	if l.kind == 0 {
+	if l.kind == kindBucket {
 		life = rs.interval * rs.capacity
 	}
 	return life + (l.margin+1000)*1000
@@ -245,9 +252,10 @@ func (l *Limiter) ttlMax(rs *rules) int64 {
 
 // changeInstant is the instant of a change, on Redis's clock: TIME,
 // within Timeout; else this machine's clock and the last offset seen.
+// (With a test's clock, that clock's now.)
 func (l *Limiter) changeInstant() int64 {
-	if l.testNow {
-		return l.clock.Now() / 1000
+	if now := l.scriptNow(); now != nowTIME {
+		return now
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
@@ -264,10 +272,11 @@ func (l *Limiter) changeInstant() int64 {
 	return l.redisNow()
 }
 
-// redisNow is Redis's clock now as this machine sees it, µs.
+// redisNow is Redis's clock now as this machine sees it, µs. (With a
+// test's clock, that clock's now.)
 func (l *Limiter) redisNow() int64 {
-	if l.testNow {
-		return l.clock.Now() / 1000
+	if now := l.scriptNow(); now != nowTIME {
+		return now
 	}
 	return time.Now().UnixMicro() + l.offset.Load()
 }

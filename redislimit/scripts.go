@@ -1,11 +1,16 @@
 package redislimit
 
 import (
+	"context"
 	"crypto/sha1"
 	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/redis/go-redis/v9"
 )
 
 //go:embed gcra.lua
@@ -24,29 +29,24 @@ var logSource string
 //go:embed history.lua
 var historySource string
 
-// script is a Lua script and its SHA-1, the name EVALSHA knows it by. at is
-// its test form, which reads now from its last argument instead of Redis's
-// clock.
+// script is a Lua script and its SHA-1, the name EVALSHA knows it by.
 type script struct {
 	src, sha string
-	at       *script
 }
 
 var (
-	gcraScript   = newScript(gcraSource, 9)
-	windowScript = newScript(windowSource, 10)
-	logScript    = newScript(logSource, 10)
+	gcraScript   = newScript(gcraSource)
+	windowScript = newScript(windowSource)
+	logScript    = newScript(logSource)
 )
 
-func newScript(src string, nowArg int) *script {
+// newScript is the script of source src, with the history in its place.
+func newScript(src string) *script {
 	if strings.Count(src, "--[[history]]") != 1 {
 		panic("redislimit: a script has no place for the history")
 	}
 	src = strings.Replace(src, "--[[history]]", historySource, 1)
-	s := &script{src: src, sha: sha1hex(src)}
-	s.at = &script{src: testForm(src, nowArg)}
-	s.at.sha = sha1hex(s.at.src)
-	return s
+	return &script{src: src, sha: sha1hex(src)}
 }
 
 func sha1hex(s string) string {
@@ -54,15 +54,137 @@ func sha1hex(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// testForm replaces a script's reading of Redis's clock, the block between
-// "do -- clock" and "end -- clock", with ARGV[nowArg], checked as every
-// argument is; the history then begins after it. Only tests run it: the differential tests drive the script
-// and the in-process algorithm through the same instants.
-func testForm(src string, nowArg int) string {
-	i := strings.Index(src, "do -- clock")
-	j := strings.Index(src, "end -- clock")
-	if i < 0 || j < i {
-		panic("redislimit: a script has no clock block")
+// The scripts' arguments: KEYS[1] is the client's key, and ARGV has one
+// layout in the three scripts, each field at the index named here (the
+// scripts' own comments say what each kind makes of them). A call's own
+// fields come first; the rule's, the same for every call under it, after;
+// then the rule's history, in triples.
+const (
+	argN        = 1 + iota // the cost; 0 for a return or a lease alone
+	argDry                 // 1 for a peek, which writes nothing
+	argWant                // lease mode: the units wanted beyond n
+	argGive                // lease mode: the unspent units returned
+	argGK                  // lease mode: where the returned units were charged
+	argNow                 // the call's instant, µs of Redis's clock, or nowTIME
+	argKind                // the algorithm: a scriptKind
+	argInterval            // µs per token (the buckets), or the window
+	argCapacity            // the burst (the buckets), or the limit per window
+	argMargin              // ms added to every key's TTL
+	argParam               // the log's hold, µs; 0 for the other kinds
+	argHistory             // the first of the history's triples, if any
+)
+
+// nowTIME is the now argument that has a script read Redis's own clock,
+// with the TIME command. It is the only one production sends.
+const nowTIME = -1
+
+// scriptKind is the algorithm a script decides by, its ARGV[argKind]. The
+// scripts name the same values BUCKET, FIXED_WINDOW, SLIDING_COUNTER and
+// SLIDING_LOG.
+type scriptKind int64
+
+const (
+	kindBucket         scriptKind = iota // token_bucket and leaky_bucket: GCRA
+	kindFixedWindow                      // fixed_window
+	kindSlidingCounter                   // sliding_counter
+	kindLog                              // sliding_log
+)
+
+// scriptNow is the now argument of a call made at this moment: nowTIME in
+// production, where the scripts read Redis's clock; with a test's
+// redisClock, its reading in µs, which the scripts then take for Redis's
+// clock. Everything that needs Redis's now as the scripts see it asks here.
+func (l *Limiter) scriptNow() int64 {
+	if l.redisClock == nil {
+		return nowTIME
 	}
-	return src[:i] + fmt.Sprintf("now = tonumber(ARGV[%d])\nif not (now and now >= 0 and now <= 2^52 and now %% 1 == 0) then return redis.error_reply('floodgate: bad now') end\non = %d", nowArg, nowArg+1) + src[j+len("end -- clock"):]
+	return l.redisClock.Now() / 1000
 }
+
+// run is one call on Redis: EVALSHA, and EVAL when Redis has lost the
+// script, within the budget.
+func (l *Limiter) run(ctx context.Context, key string, c call) (reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.budget)
+	defer cancel()
+	cmd, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
+		return l.client.Process(ctx, noRetry{cmd})
+	}, l.args(key, c))
+	if err != nil {
+		return reply{}, err
+	}
+	return l.reply(cmd, c.rs)
+}
+
+// eval sends args (EVALSHA) by process, and again as EVAL with the whole
+// script if Redis has lost it (NOSCRIPT: it ran nothing).
+func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.Cmder) error, args []any) (*redis.Cmd, error) {
+	cmd := redis.NewCmd(ctx, args...)
+	err := process(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		l.loads.Add(1)
+		args[0], args[1] = "eval", l.script.src
+		cmd = redis.NewCmd(ctx, args...)
+		err = process(ctx, cmd)
+	}
+	return cmd, err
+}
+
+// args are the EVALSHA arguments of call c on key, under its rule c.rs:
+// ARGV in the scripts' layout (see argN), from the call's own fields and
+// the rule's, which rs.argv holds boxed, and the rule's history.
+func (l *Limiter) args(key string, c call) []any {
+	rs := c.rs
+	if rs.pruneAt != 0 {
+		if t := l.redisNow(); t >= rs.pruneAt {
+			l.prune(rs, t) // the next calls carry less; this one, what it has
+		}
+	}
+	args := make([]any, 3+argHistory, 3+argHistory+len(rs.hist))
+	args[0], args[1], args[2] = "evalsha", l.script.sha, 1
+	argv := args[3:] // argv[i] is ARGV[i]; argv[0], KEYS[1]
+	copy(argv, rs.argv[:])
+	argv[0] = l.Key(key)
+	argv[argN], argv[argDry], argv[argWant], argv[argGive], argv[argGK] = c.n, b2i(c.dry), c.want, c.give, c.gk
+	if now := l.scriptNow(); now != nowTIME {
+		argv[argNow] = now // a test's clock; rs.argv holds nowTIME, boxed
+	}
+	return append(args, rs.hist...)
+}
+
+// reply reads the script's answer: {allowed, remaining, retry_after,
+// reset_after, extra, horizon, k}, the waits in µs, -1 for a wait too long
+// to represent.
+func (l *Limiter) reply(cmd *redis.Cmd, rs *rules) (reply, error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	if len(v) != 7 {
+		return reply{}, fmt.Errorf("redislimit: the script answered %d values, not 7", len(v))
+	}
+	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: rs.capacity, Remaining: v[1],
+		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], redis: true, rs: rs}, nil
+}
+
+func fromMicros(us int64) time.Duration {
+	if us < 0 || us > int64(floodgate.Never/time.Microsecond) {
+		return floodgate.Never
+	}
+	return time.Duration(us) * time.Microsecond
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// noRetry marks a command that go-redis must not send twice: a script that
+// timed out or lost its connection may have charged the request already.
+// (MOVED and ASK redirections, which Redis sends instead of running the
+// command, are still followed.)
+type noRetry struct{ redis.Cmder }
+
+// NoRetry tells go-redis not to retry the command.
+func (noRetry) NoRetry() bool { return true }

@@ -35,7 +35,7 @@ func allow(at int64, key string, n int, allowed bool) step {
 	return step{at: at, key: key, n: n, allowed: allowed}
 }
 
-// runSteps plays steps on a test-form Limiter whose clock starts at t0 µs.
+// runSteps plays steps on a replica whose clock starts at t0 µs.
 func runSteps(t *testing.T, l *Limiter, clock *floodgate.ManualClock, t0 int64, steps []step) {
 	t.Helper()
 	ctx := context.Background()

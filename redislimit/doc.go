@@ -1,0 +1,82 @@
+// Package redislimit keeps floodgate's rules in Redis, so that every
+// replica of a service shares one limit per client.
+//
+// # Decisions
+//
+// A Limiter decides each request in one round trip: one Lua script, run
+// atomically by Redis, reads the client's state, decides, and writes the
+// new state only when it admits (a denial or a Peek writes nothing, unless
+// the rule changed since the key was written). A script is sent by its
+// SHA (EVALSHA), and whole only when Redis has lost it: on a new server,
+// and after a restart, a failover or SCRIPT FLUSH (Stats.Loads).
+//
+// Time is Redis's own clock, which the script reads (TIME), so the
+// application servers' clocks may disagree. The state is integers in
+// microseconds, and every step is exact integer arithmetic:
+//
+//   - "token_bucket" and "leaky_bucket" are GCRA, as in floodgate: one
+//     integer per key, the theoretical arrival time;
+//   - "fixed_window" and "sliding_counter" are floodgate's window
+//     definitions with 1 µs for 1 ns: the window and two counts per key;
+//   - "sliding_log" is floodgate's exact log, with 1 µs for 1 ns: one
+//     12-byte entry per instant that holds admitted cost (a weighted cost
+//     is one entry), in a ring in one string per key, of which a call
+//     reads and writes only the few entries it needs.
+//
+// So a rule's step (Period/Limit for the buckets, Period for the windows
+// and the log) is held in whole microseconds: exactly when it is one,
+// else rounded up, so that a client never passes more than the rule. New
+// refuses a step below 1 µs, and one that the rounding would slow by more
+// than 0.1% (see Config.Rule).
+//
+// # Keys, TTLs and memory
+//
+// A client's state is one key, "<Prefix>:<algorithm>:" and a hash of the
+// client's id (see Limiter.Key), with a TTL that ends a second after the
+// key would be fresh again, so Redis's memory follows the active clients:
+// MEMORY USAGE reports 152 bytes for a bucket's key and for a window's; a
+// log's key takes 168 bytes with one entry and 1,384 with 100, about 12
+// bytes an entry. Every call touches that one key, so a Limiter runs alike
+// on one Redis, on a Redis Cluster, whose slots its keys spread over, and
+// on a Ring. Each key's state also records the rule it was written under,
+// and when, so that SetRule can change the rule with no key gaining from
+// it.
+//
+// # When Redis fails
+//
+// Each call has Config.Timeout for Redis (100 ms by default), and is never
+// retried by go-redis: a script that timed out may already have charged
+// its request. When Redis fails or runs out of Timeout, the Limiter
+// decides by its FailureMode: FailLocal, the default, with an in-process
+// limiter on Config.Local (each replica then applies that rule on its
+// own), FailOpen or FailClosed. After Config.BreakAfter consecutive
+// failures a circuit breaker stops calling Redis until a probe, one call
+// every Config.ProbeEvery, finds it back; on a Redis Cluster, a failure
+// also has the client reload its slot map, at most once per ProbeEvery.
+// An error reply about one key's data (WRONGTYPE on a key something else
+// wrote) is answered by the FailureMode but opens the breaker for no one;
+// a call whose caller's context ended first is denied, and counts against
+// no breaker (see Limiter.AllowN). Stats and Limiter.AppendCounts count
+// each of these.
+//
+// # Lease mode
+//
+// With Config.Lease.Max set, each replica takes a busy key's allowance
+// from Redis in batches, in the round trip of the request that needed one,
+// and spends them in process with no round trip, while one background
+// goroutine takes the next batches ahead. Every unit admitted was taken
+// from Redis first, so the replicas together never pass the rule; a unit
+// stays spendable for Lease.TTL at most, and never past the instant Redis
+// would have given it back; unspent units go back to Redis after a TTL,
+// and at Close. See Lease.
+//
+// # Changing the rule
+//
+// SetRule changes the rule of a running Limiter. No key gains from the
+// change: each holds at most what it held, and at most the new capacity,
+// and refills at the new rate; the script converts a key at its first
+// call after the change, exactly as if at the change. While replicas run
+// different rules, as in a rollout, a key's allowance never exceeds the
+// largest of their capacities, and once every replica runs the new rule
+// every key holds at most what the new rule allows. See Limiter.SetRule.
+package redislimit

@@ -1,0 +1,143 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestScriptNow: the scripts production runs, sent nowTIME, decide on
+// Redis's own clock; sent a test's now, on that; and a malformed now is an
+// error reply that names it, with nothing written.
+func TestScriptNow(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	redisTime := func() int64 {
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixMicro()
+	}
+	const testNow = int64(1_700_000_000_000_000) // 2023: far from Redis's clock
+	for _, alg := range redisAlgorithms {
+		// The reply's k is the script's now, as each kind reports it: the
+		// buckets' now, the windows' index of its window (T = 1 ms), the
+		// log's stamp of a lease, a hold (T) after it on a new key.
+		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 1, Period: time.Millisecond}, Prefix: "now"})
+		span := func(now int64) (lo, hi int64) {
+			switch l.kind {
+			case kindFixedWindow, kindSlidingCounter:
+				return now / l.rs().interval, now / l.rs().interval
+			case kindLog:
+				return now + l.rs().hold, now + l.rs().hold
+			}
+			return now, now
+		}
+		if l.redisClock != nil || l.scriptNow() != nowTIME {
+			t.Fatalf("%s: a Limiter from New sends now %d, not TIME", alg, l.scriptNow())
+		}
+		before := redisTime()
+		r, err := l.decide(ctx, "time", call{n: 1})
+		after := redisTime()
+		if err != nil || !r.redis || !r.d.Allowed {
+			t.Fatalf("%s: %+v, %v, %+v", alg, r, err, l.Stats())
+		}
+		lo, _ := span(before)
+		_, hi := span(after)
+		if r.k < lo || r.k > hi {
+			t.Fatalf("%s: sent TIME, the script's now gave k = %d, outside [%d, %d] of Redis's clock", alg, r.k, lo, hi)
+		}
+
+		r, err = decideAt(ctx, l, "manual", call{n: 1}, testNow)
+		if want, _ := span(testNow); err != nil || !r.redis || r.k != want {
+			t.Fatalf("%s: sent now %d: k = %d, want %d (%v)", alg, testNow, r.k, want, err)
+		}
+
+		// A malformed now, through the production path (EVALSHA, EVAL on
+		// NOSCRIPT): an error reply that lists it, and no key.
+		l.redisClock = nil
+		for _, bad := range []any{"nan", "inf", "-2", "1.5", "", "x", "TIME", "1e300", strconv.FormatInt(1<<52+1, 10)} {
+			args := l.args("bad-now", call{n: 1, rs: l.rs()})
+			args[3+argNow] = bad
+			_, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error { return c.Process(ctx, cmd) }, args)
+			if err == nil || !strings.Contains(err.Error(), "floodgate: bad arguments") || !strings.Contains(err.Error(), fmt.Sprintf(", %v, ", bad)) {
+				t.Errorf("%s: now %q: got %v, want a floodgate error that lists it", alg, bad, err)
+			}
+		}
+		if n, err := c.Exists(ctx, l.Key("bad-now")).Result(); err != nil || n != 0 {
+			t.Fatalf("%s: a refused now wrote the key: %d, %v", alg, n, err)
+		}
+	}
+}
+
+// TestScriptsShareOneLayout: the three scripts carry one ARGV block, word
+// for word, and it reads the fields in the order of argN..argParam, names
+// the kinds and TIME with scriptKind's and nowTIME's values, and starts
+// the history at argHistory.
+func TestScriptsShareOneLayout(t *testing.T) {
+	block := func(src string) string {
+		i := strings.Index(src, "-- ARGV: one layout for the three scripts")
+		j := strings.Index(src, "\n-- This kind's checks")
+		if i < 0 || j < i {
+			t.Fatal("a script has no ARGV block")
+		}
+		return src[i:j]
+	}
+	shared := block(gcraSource)
+	for name, src := range map[string]string{"window": windowSource, "log": logSource} {
+		if b := block(src); b != shared {
+			t.Errorf("%s.lua's ARGV block differs from gcra.lua's:\n%s\n----\n%s", name, b, shared)
+		}
+	}
+	fields := regexp.MustCompile(`(?m)^local n, dry, want, give, gk, now, kind, interval, capacity, margin, param =$`)
+	if !fields.MatchString(shared) {
+		t.Fatal("the block does not read the fields as named")
+	}
+	names := []string{"n", "dry", "want", "give", "gk", "now", "kind", "interval", "capacity", "margin", "param"}
+	consts := []int{argN, argDry, argWant, argGive, argGK, argNow, argKind, argInterval, argCapacity, argMargin, argParam}
+	for i, name := range names {
+		if consts[i] != i+1 {
+			t.Errorf("%s is ARGV[%d] in the scripts, ARGV[%d] in Go", name, i+1, consts[i])
+		}
+		if !strings.Contains(shared, fmt.Sprintf("num(A[%d])", i+1)) || !strings.Contains(shared, fmt.Sprintf("-- ARGV[%d] ", i+1)) {
+			t.Errorf("ARGV[%d] (%s) is not read and documented", i+1, name)
+		}
+	}
+	for _, want := range []string{
+		fmt.Sprintf("local BUCKET, FIXED_WINDOW, SLIDING_COUNTER, SLIDING_LOG = %d, %d, %d, %d\n", kindBucket, kindFixedWindow, kindSlidingCounter, kindLog),
+		fmt.Sprintf("local TIME = %d\n", nowTIME),
+		fmt.Sprintf("local on = %d\n", argHistory),
+	} {
+		if !strings.Contains(shared, want) {
+			t.Errorf("the block lacks %q", want)
+		}
+	}
+}
+
+// TestArgsAllocations: a call's arguments cost what they did before now
+// was one of them: the slice, the key, and its boxing (the log's and the
+// windows' gk, a large number, one more); the rule's are boxed once, and
+// production's now is too.
+func TestArgsAllocations(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer c.Close()
+	for _, alg := range redisAlgorithms {
+		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}})
+		if a := testing.AllocsPerRun(100, func() { _ = l.args("client-42", call{n: 1, rs: l.rs()}) }); a > 4 {
+			t.Errorf("%s: a request's arguments take %v allocations; want at most 4", alg, a)
+		}
+		if a := testing.AllocsPerRun(100, func() { _ = l.args("client-42", call{give: 3, gk: 1_700_000_000_000_000, rs: l.rs()}) }); a > 5 {
+			t.Errorf("%s: a return's arguments take %v allocations; want at most 5", alg, a)
+		}
+	}
+}
