@@ -523,17 +523,10 @@ func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 	return nil
 }
 
-// Close returns every unspent lease to Redis, within Timeout, and stops
-// what lease mode started. After Close the Limiter still decides, each
-// request by a round trip. Close is idempotent, and a Limiter without
-// leases has it too (it does nothing). The error says how many units could
-// not be returned: they are lost, so the clients under-admit by as many
-// until Redis would have given them back anyway.
-func (l *Limiter) Close() error {
+// closeLeases returns every unspent lease to Redis, within Timeout, and
+// stops the sweeper, once: Close's work in lease mode.
+func (l *Limiter) closeLeases() error {
 	ls := l.lease
-	if ls == nil {
-		return nil
-	}
 	ls.once.Do(func() {
 		ls.closed.Store(true)
 		close(ls.stop)

@@ -412,6 +412,19 @@ func (l *Limiter) Key(key string) string {
 	return l.keyHead + string(b[:])
 }
 
+// Close returns every unspent lease to Redis, within Timeout, and stops
+// what lease mode started. After Close the Limiter still decides, each
+// request by a round trip. Close is idempotent, and a Limiter without
+// leases has it too (it does nothing). The error says how many units could
+// not be returned: they are lost, so the clients under-admit by as many
+// until Redis would have given them back anyway.
+func (l *Limiter) Close() error {
+	if l.lease == nil {
+		return nil
+	}
+	return l.closeLeases()
+}
+
 // Stats returns the counts so far.
 func (l *Limiter) Stats() Stats {
 	s := Stats{
