@@ -401,15 +401,6 @@ func TestSetRuleModel(t *testing.T) {
 	}
 }
 
-// setRulePairs are the lock-free algorithms with their twins.
-var setRulePairs = [][2]string{
-	{floodgate.TokenBucket, testhook.TokenBucketMutex},
-	{floodgate.LeakyBucket, testhook.LeakyBucketMutex},
-	{floodgate.TokenBucket, testhook.LeakyBucketMutex},
-	{floodgate.FixedWindow, testhook.FixedWindowMutex},
-	{floodgate.SlidingCounter, testhook.SlidingCounterMutex},
-	{floodgate.SlidingLog, testhook.SlidingLogMutex},
-}
 
 // differential runs ops through a pair and requires the same Decisions,
 // Peeks and errors from both. Each op byte picks: a change of rule, a
@@ -472,7 +463,7 @@ func TestSetRuleTwins(t *testing.T) {
 	if testing.Short() || testmain.Quick() {
 		rounds = 10
 	}
-	for _, pair := range setRulePairs {
+	for _, pair := range pairs {
 		t.Run(pair[0]+"-"+pair[1], func(t *testing.T) {
 			for seed := range rounds {
 				rng := rand.New(rand.NewPCG(uint64(seed), 11))
@@ -489,13 +480,13 @@ func TestSetRuleTwins(t *testing.T) {
 // FuzzSetRuleTwins is TestSetRuleTwins for the fuzzer: go test -fuzz
 // FuzzSetRuleTwins. Its seeds run in every go test.
 func FuzzSetRuleTwins(f *testing.F) {
-	for i := range setRulePairs {
+	for i := range pairs {
 		f.Add(uint8(i), []byte{200, 201, 0, 4, 8, 100, 120, 140, 28, 29, 200, 201, 202, 240, 250, 5, 200})
 		f.Add(uint8(i), []byte{100, 100, 100, 100, 16, 200, 200, 200, 200, 9, 200, 96, 240, 200, 60, 200})
 		f.Add(uint8(i), []byte{220, 221, 222, 223, 12, 20, 21, 22, 80, 81, 82, 230, 231, 1, 232, 233})
 	}
 	f.Fuzz(func(t *testing.T, pair uint8, ops []byte) {
-		differential(t, setRulePairs[int(pair)%len(setRulePairs)], ops)
+		differential(t, pairs[int(pair)%len(pairs)], ops)
 	})
 }
 

@@ -37,7 +37,7 @@
 -- T after it was spent, and every window check counts such records (their
 -- stamp is > t - T): exact.
 --
--- The arguments (the layout below, shared by the three scripts), as this
+-- The arguments (the layout in args.lua, shared by the three scripts), as this
 -- script reads them:
 --
 --   - kind is SLIDING_LOG; interval is T, the window in microseconds,
@@ -67,54 +67,7 @@
 -- may be spent; k = c + hold, their record's stamp. remaining excludes
 -- the leased units.
 
--- ARGV: one layout for the three scripts (gcra.lua, window.lua, log.lua),
--- this block the same in each. Each script says above what its kind makes
--- of the fields, and checks them all before it reads or writes the key: a
--- bad one is an error reply that lists them.
---
--- KEYS[1]   the client's key
--- ARGV[1]   n, the cost: 1 <= n <= capacity; or 0, with dry = 0 and
---           give >= 1 or want >= 1: a return, or a lease, alone
--- ARGV[2]   dry: 1 answers as the request would and writes nothing
--- ARGV[3]   want: lease mode's extra units, 0 <= want <= 2^50
--- ARGV[4]   give: unspent leased units returned, 0 <= give <= capacity
--- ARGV[5]   gk: where the returned units were charged, as the kind says
--- ARGV[6]   now: the call's instant, µs of Redis's clock, 0 <= now <=
---           2^52; or TIME (-1), which has the script read Redis's own
---           clock (the TIME command). Production always sends TIME; tests
---           send the reading of a manual clock.
--- ARGV[7]   kind: BUCKET, FIXED_WINDOW, SLIDING_COUNTER or SLIDING_LOG
--- ARGV[8]   interval: µs per token (BUCKET), or the window, T (the others)
--- ARGV[9]   capacity: the burst (BUCKET), or the limit per window, N
--- ARGV[10]  margin: milliseconds added to every key's TTL, 0..2^40
--- ARGV[11]  param: SLIDING_LOG's hold; 0 for the other kinds
--- ARGV[12]  on: the rule's history, if any, in (interval, capacity, end)
---           triples (see history.lua)
-local BUCKET, FIXED_WINDOW, SLIDING_COUNTER, SLIDING_LOG = 0, 1, 2, 3
-local TIME = -1
-local num, A = tonumber, ARGV -- as locals: a global costs a lookup each time
-local n, dry, want, give, gk, now, kind, interval, capacity, margin, param =
-  num(A[1]), num(A[2]), num(A[3]), num(A[4]), num(A[5]), num(A[6]), num(A[7]), num(A[8]), num(A[9]), num(A[10]), num(A[11])
-local on = 12
--- The checks of every kind, in one expression, for speed: nil (not a
--- number), NaN (every comparison is false), a fraction or an infinity
--- (x % 1 is not 0), or out of range. Each script adds its kind's, then
--- reads Redis's clock if now is TIME.
-local argsOK = n and n >= 0 and n % 1 == 0
-  and (dry == 0 or dry == 1)
-  and want and want >= 0 and want <= 2^50 and want % 1 == 0
-  and give and give >= 0 and give % 1 == 0
-  and gk and gk % 1 == 0
-  and now and (now == TIME or (now >= 0 and now <= 2^52 and now % 1 == 0))
-  and interval and interval % 1 == 0
-  and capacity and capacity % 1 == 0
-  and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
-  and param and param % 1 == 0
-  and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))
--- BAD begins the reply to arguments the script cannot take, which lists
--- them after it.
-local BAD = 'floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): '
-
+--[[args]]
 -- This kind's checks, with argsOK's; then the clock.
 local T, N, hold = interval, capacity, param
 if not (argsOK and kind == SLIDING_LOG

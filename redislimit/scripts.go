@@ -22,6 +22,13 @@ var windowSource string
 //go:embed log.lua
 var logSource string
 
+// argsSource reads and checks the arguments, in the one layout every
+// script shares (see argN): newScript puts it where a script says
+// "--[[args]]".
+//
+//go:embed args.lua
+var argsSource string
+
 // historySource is the rule's history and the conversion of a key written
 // under another rule, the same in every script: newScript puts it where a
 // script says "--[[history]]", after its own convertAt and emptyAt.
@@ -40,12 +47,15 @@ var (
 	logScript    = newScript(logSource)
 )
 
-// newScript is the script of source src, with the history in its place.
+// newScript is the script of source src, with the shared arguments and
+// history in their places.
 func newScript(src string) *script {
-	if strings.Count(src, "--[[history]]") != 1 {
-		panic("redislimit: a script has no place for the history")
+	for _, part := range []struct{ mark, src string }{{"--[[args]]", argsSource}, {"--[[history]]", historySource}} {
+		if strings.Count(src, part.mark) != 1 {
+			panic("redislimit: a script has no single place for " + part.mark)
+		}
+		src = strings.Replace(src, part.mark, part.src, 1)
 	}
-	src = strings.Replace(src, "--[[history]]", historySource, 1)
 	return &script{src: src, sha: sha1hex(src)}
 }
 
