@@ -401,7 +401,6 @@ func TestSetRuleModel(t *testing.T) {
 	}
 }
 
-
 // differential runs ops through a pair and requires the same Decisions,
 // Peeks and errors from both. Each op byte picks: a change of rule, a
 // step of the clock (backwards too: the clock may be read out of order),
