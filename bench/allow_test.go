@@ -392,24 +392,24 @@ func BenchmarkLatency(b *testing.B) {
 }
 
 // benchLatency records the duration of every call from GOMAXPROCS
-// goroutines (in a ring of the latest samples per goroutine) with hrtime's
-// time stamp counter, and reports its percentiles. Each sample includes
-// one counter read, the same for every implementation.
+// goroutines (in a ring of the latest samples per goroutine) with the
+// samples' clock (see stamp), and reports its percentiles. Each sample
+// includes one clock read, the same for every implementation.
 func benchLatency(b *testing.B, l Limiter, ks []string, seq []uint32) {
 	const ring = 1 << 16
 	var (
 		mu      sync.Mutex
-		samples []hrtime.Count
+		samples []stamp
 	)
-	hrtime.Count(1).ApproxDuration() // calibrate outside the timed run
+	calibrateStamps()
 	mask := len(seq) - 1
 	g := runtime.GOMAXPROCS(0)
 	var denied atomic.Int64
 	// The rings are made and written before the timed run: a page's first
 	// write faults, and 128 faults per ring would otherwise sit in p99.9.
-	rings := make(chan []hrtime.Count, g)
+	rings := make(chan []stamp, g)
 	for range g {
-		r := make([]hrtime.Count, ring)
+		r := make([]stamp, ring)
 		for i := range r {
 			r[i] = 1
 		}
@@ -421,9 +421,9 @@ func benchLatency(b *testing.B, l Limiter, ks []string, seq []uint32) {
 		for !stop.Load() {
 			for range 64 {
 				k := ks[seq[i&mask]]
-				start := hrtime.TSC()
+				start := stampNow()
 				ok := l.Allow(k)
-				mine[n&(ring-1)] = hrtime.TSCSince(start)
+				mine[n&(ring-1)] = start.since()
 				if !ok {
 					denied.Add(1)
 				}
@@ -439,7 +439,7 @@ func benchLatency(b *testing.B, l Limiter, ks []string, seq []uint32) {
 	checkDenied(b, denied.Load(), calls)
 	durations := make([]time.Duration, len(samples))
 	for i, c := range samples {
-		durations[i] = c.ApproxDuration()
+		durations[i] = c.duration()
 	}
 	h := hrtime.NewDurationHistogram(durations, &hrtime.HistogramOptions{BinCount: 1})
 	b.ReportMetric(h.P50, "p50-ns")

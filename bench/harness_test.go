@@ -143,3 +143,19 @@ func TestParseEvalsha(t *testing.T) {
 		}
 	}
 }
+
+// TestStamps: the samples' clock counts time on every platform (on
+// arm64, where hrtime reads no counter, converting a count used to divide
+// by zero), and an interval converts to a positive duration.
+func TestStamps(t *testing.T) {
+	calibrateStamps()
+	start := stampNow()
+	deadline := time.Now().Add(time.Second)
+	for start.since() <= 0 && time.Now().Before(deadline) {
+	}
+	d := start.since().duration()
+	if d <= 0 || d > time.Minute {
+		t.Fatalf("an interval of the samples' clock converted to %v (TSC: %v)", d, tscStamps)
+	}
+	t.Logf("TSC stamps: %v", tscStamps)
+}

@@ -197,10 +197,10 @@ func checkLoop(check func(context.Context, string) (bool, error), calls func() i
 			if calls != nil && record != nil {
 				before = calls()
 			}
-			start := hrtime.TSC()
+			start := stampNow()
 			ok, err := check(ctx, k)
 			if record != nil {
-				d := hrtime.TSCSince(start).ApproxDuration()
+				d := start.since().duration()
 				all = append(all, d)
 				if calls != nil && calls() == before {
 					local = append(local, d)
@@ -235,7 +235,7 @@ func benchRedis(b *testing.B, g int, check func(context.Context, string) (bool, 
 		all, local []time.Duration
 		failed     atomic.Value
 	)
-	hrtime.Count(1).ApproxDuration()
+	calibrateStamps()
 	start := time.Now()
 	checks := timed(b, g, checkLoop(check, calls, keys, &failed, func(a, l []time.Duration) {
 		mu.Lock()
