@@ -2,8 +2,6 @@ package redislimit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -146,6 +144,7 @@ type Limiter struct {
 	script   *script
 	name     string     // the algorithm
 	keyHead  string     // "<prefix>:<algorithm>:"
+	tagged   bool       // a Store's: the client's hash is a Cluster hash tag, in braces
 	kind     scriptKind // the scripts' ARGV[argKind]
 	cur      atomic.Pointer[rules]
 	timeout  time.Duration
@@ -404,12 +403,13 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // Key returns the Redis key that holds key's state:
-// "<Prefix>:<algorithm>:" and 32 hex digits of key's SHA-256.
+// "<Prefix>:<algorithm>:" and 32 hex digits of key's SHA-256 (in braces,
+// for a Store's policy: see Store).
 func (l *Limiter) Key(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	var b [32]byte
-	hex.Encode(b[:], sum[:16])
-	return l.keyHead + string(b[:])
+	if l.tagged {
+		return l.keyHead + "{" + keyHash(key) + "}"
+	}
+	return l.keyHead + keyHash(key)
 }
 
 // Close returns every unspent lease to Redis, within Timeout, and stops

@@ -1,0 +1,113 @@
+-- floodgate's decision by several policies together, all or nothing, in
+-- one script: the Store's Decide for a route with more than one policy.
+-- The Limiter puts each kind's script before this part as a function of
+-- (KEYS, ARGV): gcra, window and log, which read their own arguments (the
+-- layout of args.lua) and return their own reply, exactly as they do
+-- alone.
+--
+-- KEYS[i]  policy i's key for the client; Redis Cluster needs them all
+--          in one hash slot, which the Store's keys are (one hash tag,
+--          the client's).
+-- ARGV[1]  now: µs of Redis's clock, or TIME (-1); every policy decides
+--          at this one instant (their own now arguments are ignored).
+-- ARGV[2]  a string of one character per policy: '1' for a shadow, '0'
+--          for an enforced policy.
+-- ARGV[3]  then, for each policy in turn, c, the number of its arguments
+--          (at least 11), and its c arguments: the request's cost, not
+--          dry, no lease.
+--
+-- A policy that refuses writes nothing (a dry run writes nothing), so:
+--
+--   - without shadows, every policy but the last runs dry; if they all
+--     admit, the last decides for real, and if it admits too, the others
+--     charge for real, at the same instant, on the same state, with the
+--     same answer as their dry run;
+--   - with shadows, every policy runs dry; if an enforced one refuses,
+--     nothing is charged; else the enforced ones charge, and the shadows
+--     too unless one of them refused.
+--
+-- Returns {refused, then each policy's 7 values}: refused is the index,
+-- from 0, of the first enforced policy that refused (nothing was
+-- charged), else of the first shadow that refused (only the enforced
+-- were charged), else -1 (every policy was). A policy that charged
+-- nothing answers with its dry run. An error reply of a policy's script
+-- is the reply.
+
+local P, now, flags = #KEYS, tonumber(ARGV[1]), ARGV[2]
+if not (P >= 1 and P <= 8 and now and (now == -1 or (now >= 0 and now <= 2^52 and now % 1 == 0))
+    and type(flags) == 'string' and #flags == P and not flags:find('[^01]')) then
+  return redis.error_reply('floodgate: bad multi arguments: ' .. P .. ' keys, now ' .. tostring(ARGV[1]) .. ', flags ' .. tostring(flags))
+end
+if now == -1 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local kinds = {[0] = gcra, [1] = window, [2] = window, [3] = log}
+local argvs, pos = {}, 3
+for i = 1, P do
+  local c = tonumber(ARGV[pos])
+  if not (c and c >= 11 and c % 1 == 0 and pos + c <= #ARGV) then
+    return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' has ' .. tostring(ARGV[pos]) .. ' arguments')
+  end
+  local a = {}
+  for j = 1, c do a[j] = ARGV[pos + j] end
+  a[6] = now
+  if not kinds[tonumber(a[7])] or tonumber(a[2]) ~= 0 or tonumber(a[3]) ~= 0 or tonumber(a[4]) ~= 0 then
+    return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' is no plain request')
+  end
+  argvs[i] = a
+  pos = pos + c + 1
+end
+if pos ~= #ARGV + 1 then
+  return redis.error_reply('floodgate: bad multi arguments: ' .. (#ARGV - pos + 1) .. ' left over')
+end
+
+local out = {-1}
+-- run decides policy i, for real or dry, and keeps its answer in out.
+local function run(i, dry)
+  local a = argvs[i]
+  a[2] = dry and 1 or 0
+  local r = kinds[tonumber(a[7])]({KEYS[i]}, a)
+  if type(r) == 'table' and r.err then return nil, r end
+  for j = 1, 7 do out[1 + (i - 1) * 7 + j] = r[j] end
+  return r[1] == 1
+end
+
+local shadows = flags:find('1') ~= nil
+local last = P -- without shadows, the one that decides for real first
+if shadows then last = P + 1 end
+local enforced, shadow -- the first refusals of each
+for i = 1, P do
+  if i ~= last then
+    local ok, e = run(i, true)
+    if e then return e end
+    if not ok then
+      if flags:sub(i, i) == '1' then shadow = shadow or i else enforced = enforced or i end
+    end
+  end
+end
+if enforced then
+  if last <= P then
+    local _, e = run(last, true)
+    if e then return e end
+  end
+  out[1] = enforced - 1
+  return out
+end
+if not shadows then
+  local ok, e = run(last, false)
+  if e then return e end
+  if not ok then
+    out[1] = last - 1
+    return out
+  end
+end
+for i = 1, P do
+  if i ~= last and not (shadow and flags:sub(i, i) == '1') then
+    local ok, e = run(i, false)
+    if e then return e end
+    if not ok then return redis.error_reply('floodgate: policy ' .. i .. ' refused what its dry run admitted') end
+  end
+end
+if shadow then out[1] = shadow - 1 end
+return out

@@ -1,0 +1,576 @@
+package redislimit
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/tally"
+	"github.com/redis/go-redis/v9"
+)
+
+// Store keeps a middleware's policies on Redis: it is the floodgate.Store
+// that httplimit and grpclimit take in their Config, so that every
+// replica of a service shares one limit per client and policy.
+//
+// Each policy is a Limiter of its own, made with the Store's Config and
+// the policy's algorithm and rule, so every setting of Config means for
+// each policy what it means for a Limiter: Timeout, FailureMode (FailLocal
+// with the policy's own rule), the breaker, Lease. A policy's keys are
+// "<Prefix>:<policy>:<algorithm>:{<client>}", where <policy> is 16 hex
+// digits of a hash of the name the middleware gives it (its route, tier
+// and name), and <client> the 32 of the client's hash: the braces put
+// every policy's key of one client in one Redis Cluster slot.
+//
+// A request is decided by all of its route's policies in one round trip:
+// with one policy, by that policy's script; with several, by one script
+// over the client's keys that runs each policy's own script dry, then
+// charges them all only if they all admit, at one instant of Redis's
+// clock. A refusal charges nothing, at no moment (Redis runs a script
+// whole, and no other replica sees its keys in between), and costs Redis
+// one run of each policy's script; an admission of P policies costs 2P-1
+// runs, every one but the last dry-run first, in the same round trip. In
+// lease mode a request whose every policy holds a lease for the client is
+// decided in process, with no round trip, and charged all or nothing
+// there (a unit one policy took for a refused request goes back to its
+// lease); any other is decided by that one script, and the policies that
+// could not serve it ask for a lease ahead, so that the client's next
+// requests find one.
+type Store struct {
+	client  redis.UniversalClient
+	cfg     Config
+	prefix  string
+	multi   *script
+	results *tally.Counts // the multi-policy decisions, by result
+
+	mu      sync.Mutex
+	live    map[string]*storePolicy // the live policies, by name
+	retired Stats           // what closed policies counted
+	done    [numResults]int64
+}
+
+// NewStore returns a Store on client, whose policies share cfg. Algorithm,
+// Rule and Local must be unset: each policy brings its own algorithm and
+// rule (and FailLocal applies that rule in process). Every other field is
+// validated as New validates it.
+func NewStore(client redis.UniversalClient, cfg Config) (*Store, error) {
+	switch {
+	case cfg.Algorithm != "":
+		return nil, fmt.Errorf("redislimit: NewStore: Algorithm is %q, and each policy brings its own: leave it empty", cfg.Algorithm)
+	case cfg.Rule != floodgate.Rule{}:
+		return nil, fmt.Errorf("redislimit: NewStore: Rule is %+v, and each policy brings its own: leave it zero", cfg.Rule)
+	case cfg.Local != nil:
+		return nil, errors.New("redislimit: NewStore: Local is set; FailLocal applies each policy's own rule in process: leave it nil")
+	}
+	probe := cfg
+	probe.Rule = floodgate.Rule{Limit: 1, Period: time.Second}
+	l, err := New(client, probe)
+	if err != nil {
+		return nil, err
+	}
+	l.Close()
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = "floodgate"
+	}
+	return &Store{client: client, cfg: cfg, prefix: prefix, multi: multiScript,
+		results: tally.New(int(numResults)), live: map[string]*storePolicy{}}, nil
+}
+
+// Policy returns a new policy named name, algorithm applied to rule per
+// client (a floodgate.StorePolicy: a Limiter). It is an error to give the
+// name of a live policy of the Store, or what New refuses.
+func (s *Store) Policy(name, algorithm string, rule floodgate.Rule) (floodgate.StorePolicy, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live[name] != nil {
+		return nil, fmt.Errorf("redislimit: a live policy of the Store is named %q already", name)
+	}
+	cfg := s.cfg
+	cfg.Algorithm, cfg.Rule = algorithm, rule
+	sum := sha256.Sum256([]byte(name))
+	cfg.Prefix = s.prefix + ":" + hex.EncodeToString(sum[:8])
+	l, err := New(s.client, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.tagged = true
+	p := &storePolicy{Limiter: l, store: s, name: name}
+	s.live[name] = p
+	return p, nil
+}
+
+// storePolicy is a Limiter that a Store made.
+type storePolicy struct {
+	*Limiter
+	store *Store
+	name  string
+	once  sync.Once
+}
+
+// AppendCounts appends the policy's own counts: in lease mode, the units
+// it leased, returned and let lapse (its requests and round trips are the
+// Store's, see Store.AppendCounts).
+func (p *storePolicy) AppendCounts(dst []counts.Sample) []counts.Sample {
+	if ls := p.lease; ls != nil {
+		dst = append(dst,
+			counts.Sample{Metric: counts.RedisLeased, Value: ls.leased.Load()},
+			counts.Sample{Metric: counts.RedisReturned, Value: ls.returned.Load()},
+			counts.Sample{Metric: counts.RedisLapsed, Value: ls.lapsed.Load()})
+	}
+	return dst
+}
+
+// Close returns the policy's unspent leases to Redis, within Timeout, and
+// frees its name in the Store, whose counts keep what it counted.
+func (p *storePolicy) Close() error {
+	err := p.Limiter.Close()
+	p.once.Do(func() {
+		s := p.store
+		st := p.Stats()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.live, p.name)
+		s.retired = addStats(s.retired, st)
+		for r := range s.done {
+			s.done[r] += p.requests.Value(r)
+		}
+	})
+	return err
+}
+
+// addStats is a and b, field by field.
+func addStats(a, b Stats) Stats {
+	return Stats{Calls: a.Calls + b.Calls, Errors: a.Errors + b.Errors, Timeouts: a.Timeouts + b.Timeouts,
+		Loads: a.Loads + b.Loads, Fallbacks: a.Fallbacks + b.Fallbacks, Opens: a.Opens + b.Opens,
+		KeyErrors: a.KeyErrors + b.KeyErrors, Abandoned: a.Abandoned + b.Abandoned,
+		Leased: a.Leased + b.Leased, Returned: a.Returned + b.Returned, Lapsed: a.Lapsed + b.Lapsed,
+		Refills: a.Refills + b.Refills, Renewals: a.Renewals + b.Renewals, Reloads: a.Reloads + b.Reloads}
+}
+
+// maxPolicies is the most policies one Decide takes, as floodgate.Limits.
+const maxPolicies = 8
+
+// Decide decides a request of cost n from key by ps together, as
+// floodgate.Store's Decide says, in at most one round trip (see Store).
+// ps must be policies of this Store.
+func (s *Store) Decide(ctx context.Context, key string, n int64, ps []floodgate.StorePolicy, shadow []bool, each []floodgate.Decision) (floodgate.Decision, int, error) {
+	if len(ps) == 0 || len(ps) > maxPolicies || shadow != nil && len(shadow) != len(ps) {
+		return floodgate.Decision{RetryAfter: floodgate.Never}, 0, fmt.Errorf("redislimit: Decide takes 1 to %d policies and as many shadow switches, got %d and %d", maxPolicies, len(ps), len(shadow))
+	}
+	var buf [maxPolicies]*Limiter
+	ls := buf[:len(ps)]
+	for i, p := range ps {
+		sp, ok := p.(*storePolicy)
+		if !ok || sp.store != s {
+			return floodgate.Decision{RetryAfter: floodgate.Never}, 0, fmt.Errorf("redislimit: Decide: policy %d is not one of this Store's", i)
+		}
+		ls[i] = sp.Limiter
+	}
+	if len(each) > len(ls) {
+		each = each[:len(ls)]
+	}
+	if len(ls) == 1 {
+		// One policy: its own Limiter decides, in its one round trip or
+		// from its lease.
+		d, err := ls[0].AllowN(ctx, key, clampCost(n))
+		if len(each) > 0 {
+			each[0] = d
+		}
+		if !d.Allowed {
+			return d, 0, err
+		}
+		return d, -1, err
+	}
+	var dec [maxPolicies]floodgate.Decision
+	all := dec[:len(ls)]
+	refused, res, err := s.decide(ctx, ls, key, n, shadow, all)
+	s.results.Inc(int(res))
+	copy(each, all)
+	return verdict(all, refused, shadow), refused, err
+}
+
+// clampCost is n as AllowN's int: a cost beyond int's range is above any
+// capacity too, and refused as such.
+func clampCost(n int64) int {
+	if int64(int(n)) != n {
+		return -1
+	}
+	return int(n)
+}
+
+// verdict is the Decision that Decide answers, from each policy's: the
+// refusing enforced policy's; with only shadows refusing, the most
+// restrictive of the enforced ones' (the refusing shadow's when every
+// policy is a shadow); with none refusing, the most restrictive of all.
+func verdict(all []floodgate.Decision, refused int, shadow []bool) floodgate.Decision {
+	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
+	if refused >= 0 && !isShadow(refused) {
+		return all[refused]
+	}
+	var best floodgate.Decision
+	found := false
+	for i, d := range all {
+		if refused >= 0 && isShadow(i) {
+			continue
+		}
+		if !found || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
+			best, found = d, true
+		}
+	}
+	if !found {
+		return all[refused]
+	}
+	return best
+}
+
+// decide is Decide for several policies: from their leases when each
+// holds one, else by the multi-policy script, or the FailureMode.
+func (s *Store) decide(ctx context.Context, ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
+	for i, l := range ls {
+		if rs := l.rs(); n < 1 || n > rs.capacity {
+			// No script can admit it: the policy refuses without a round
+			// trip, and the others say what they would to one request.
+			for j := range all {
+				all[j] = floodgate.Decision{Limit: ls[j].rs().capacity}
+			}
+			all[i].RetryAfter = floodgate.Never
+			return i, resDenied, nil
+		}
+	}
+	if ls[0].lease != nil {
+		if refused, ok := s.fromLeases(ls, key, n, shadow, all); ok {
+			return refused, decided(refused < 0 || shadow != nil && shadow[refused]), nil
+		}
+	}
+	l0 := ls[0] // its breaker and counts stand for the round trip's
+	if err := ctx.Err(); err != nil {
+		return s.abandon(ls, all), resAbandoned, err
+	}
+	probe, ok := l0.breaker.enter(l0.clock.Now())
+	if !ok {
+		r, res := s.fallback(ls, key, n, shadow, all)
+		return r, res, nil
+	}
+	l0.calls.Add(1)
+	budget := time.Now().Add(l0.timeout)
+	refused, err := s.run(ctx, ls, key, n, shadow, all)
+	if err == nil {
+		l0.breaker.succeed(probe)
+		if ls[0].lease != nil {
+			s.askLeases(ls, key)
+		}
+		return refused, decided(refused < 0 || shadow != nil && shadow[refused]), nil
+	}
+	if callerErr := callerEnded(ctx, budget); callerErr != nil {
+		l0.breaker.abandon(probe)
+		return s.abandon(ls, all), resAbandoned, callerErr
+	}
+	switch l0.failed(err) {
+	case keyErr:
+		l0.breaker.succeed(probe)
+	default:
+		l0.serverFailed()
+		if l0.breaker.fail(probe, l0.clock.Now()) {
+			l0.opens.Add(1)
+		}
+	}
+	if l0.onError != nil {
+		l0.onError(err)
+	}
+	r, res := s.fallback(ls, key, n, shadow, all)
+	return r, res, nil
+}
+
+// abandon answers a request whose caller gave up before Redis did: a
+// denial by the first policy, charged by none (see Limiter.AllowN).
+func (s *Store) abandon(ls []*Limiter, all []floodgate.Decision) int {
+	for i, l := range ls {
+		all[i] = floodgate.Decision{Limit: l.rs().capacity}
+	}
+	ls[0].abandoned.Add(1)
+	return 0
+}
+
+// fallback is the FailureMode's answer for several policies, all or
+// nothing as Decide's: FailOpen admits, FailClosed refuses (by the first
+// enforced policy), FailLocal decides by the policies' in-process
+// limiters together.
+func (s *Store) fallback(ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, result) {
+	l0 := ls[0]
+	l0.fallbacks.Add(1)
+	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
+	switch l0.mode {
+	case FailOpen:
+		for i, l := range ls {
+			c := l.rs().capacity
+			all[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - n}
+		}
+		return -1, resFailOpen
+	case FailClosed:
+		refused := 0
+		for i := range ls {
+			if !isShadow(i) {
+				refused = i
+				break
+			}
+		}
+		for i, l := range ls {
+			all[i] = floodgate.Decision{Limit: l.rs().capacity, RetryAfter: time.Duration(l0.breaker.every)}
+		}
+		return refused, resFailClosed
+	}
+	locals := make([]*floodgate.Limiter, len(ls))
+	for i, l := range ls {
+		locals[i] = l.local
+	}
+	return decideLocal(locals, key, n, isShadow, all), resFailLocal
+}
+
+// decideLocal decides by in-process limiters together, with Decide's
+// rules for shadows.
+func decideLocal(locals []*floodgate.Limiter, key string, n int64, isShadow func(int) bool, all []floodgate.Decision) int {
+	m, _ := floodgate.NewLimits(locals...)
+	_, j := m.Decide(key, n, all)
+	if j < 0 || !isShadow(j) {
+		return j
+	}
+	var enforced []*floodgate.Limiter
+	var idx []int
+	for i, l := range locals {
+		if !isShadow(i) {
+			enforced = append(enforced, l)
+			idx = append(idx, i)
+		}
+	}
+	if len(enforced) == 0 {
+		return j
+	}
+	more := make([]floodgate.Decision, len(enforced))
+	m2, _ := floodgate.NewLimits(enforced...)
+	_, e := m2.Decide(key, n, more)
+	for k, i := range idx {
+		all[i] = more[k]
+	}
+	if e >= 0 {
+		return idx[e]
+	}
+	return j
+}
+
+//go:embed multi.lua
+var multiSource string
+
+// multiScript is every kind's script as a function of (KEYS, ARGV), and
+// then multi.lua, which calls them.
+var multiScript = func() *script {
+	var b strings.Builder
+	for _, k := range []struct {
+		name string
+		s    *script
+	}{{"gcra", gcraScript}, {"window", windowScript}, {"log", logScript}} {
+		fmt.Fprintf(&b, "local function %s(KEYS, ARGV)\n%s\nend\n", k.name, k.s.src)
+	}
+	b.WriteString(multiSource)
+	src := b.String()
+	return &script{src: src, sha: sha1hex(src)}
+}()
+
+// run is the multi-policy round trip, within the first policy's Timeout.
+func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, error) {
+	l0 := ls[0]
+	ctx, cancel := context.WithTimeout(ctx, l0.timeout)
+	defer cancel()
+	var rss [maxPolicies]*rules
+	hash := keyHash(key)
+	args := make([]any, 3, 3+len(ls)+2+len(ls)*(1+argHistory))
+	args[0], args[1], args[2] = "evalsha", s.multi.sha, len(ls)
+	for _, l := range ls {
+		args = append(args, l.keyHead+"{"+hash+"}")
+	}
+	flags := make([]byte, len(ls))
+	for i := range ls {
+		flags[i] = '0'
+		if shadow != nil && shadow[i] {
+			flags[i] = '1'
+		}
+	}
+	args = append(args, l0.scriptNow(), string(flags))
+	for i, l := range ls {
+		rss[i] = l.rs()
+		a := l.args("", call{n: n, rs: rss[i]})[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
+		args = append(args, len(a))
+		args = append(args, a...)
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	err := l0.client.Process(ctx, noRetry{cmd})
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		l0.loads.Add(1)
+		args[0], args[1] = "eval", s.multi.src
+		cmd = redis.NewCmd(ctx, args...)
+		err = l0.client.Process(ctx, noRetry{cmd})
+	}
+	if err != nil {
+		return 0, err
+	}
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1+7*len(ls) || v[0] < -1 || v[0] >= int64(len(ls)) {
+		return 0, fmt.Errorf("redislimit: the multi-policy script answered %d values, not %d", len(v), 1+7*len(ls))
+	}
+	for i := range ls {
+		r := v[1+7*i : 8+7*i]
+		all[i] = floodgate.Decision{Allowed: r[0] == 1, Limit: rss[i].capacity, Remaining: r[1],
+			RetryAfter: fromMicros(r[2]), ResetAfter: fromMicros(r[3])}
+	}
+	return int(v[0]), nil
+}
+
+// keyHash is the 32 hex digits of key's SHA-256 that name its state in
+// Redis (see Limiter.Key).
+func keyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b [32]byte
+	hex.Encode(b[:], sum[:16])
+	return string(b[:])
+}
+
+// AppendCounts appends the Store's counts (see package counts), with
+// Route and Policy "", as a Limiter's AppendCounts does (see there), over
+// every policy it made, closed ones included: its requests by how they
+// were decided (by Redis or a lease, by the FailureMode, or abandoned),
+// its round trips, their failures by kind, and the breakers (open while
+// any policy's is).
+func (s *Store) AppendCounts(dst []counts.Sample) []counts.Sample {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var req [numResults]int64
+	for r := range req {
+		req[r] = s.done[r] + s.results.Value(r)
+	}
+	st := s.retired
+	open := int64(0)
+	for _, p := range s.live {
+		st = addStats(st, p.Stats())
+		for r := range req {
+			req[r] += p.requests.Value(r)
+		}
+		if p.breaker.openUntil.Load() != closed {
+			open = 1
+		}
+	}
+	for r, label := range resultLabels {
+		dst = append(dst, counts.Sample{Metric: counts.Requests, Label: label, Value: req[r]})
+	}
+	return append(dst,
+		counts.Sample{Metric: counts.RedisCalls, Value: st.Calls},
+		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorTimeout, Value: st.Timeouts},
+		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorKey, Value: st.KeyErrors},
+		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorOther, Value: st.Errors - st.Timeouts - st.KeyErrors},
+		counts.Sample{Metric: counts.RedisBreakerOpen, Value: open},
+		counts.Sample{Metric: counts.RedisBreakerOpens, Value: st.Opens})
+}
+
+// fromLeases decides a request from the policies' leases for key, with
+// no round trip, when each policy can answer from its own: a unit of its
+// lease, or a denial it holds for the key. It charges all or nothing, as
+// Decide does: a unit taken for a request that another policy refuses
+// goes back to the lease it came from (Redis counted it leased, and
+// still does). ok is false when some policy cannot answer without Redis;
+// then nothing is charged.
+func (s *Store) fromLeases(ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (refused int, ok bool) {
+	var taken [maxPolicies]*grant
+	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
+	giveBack := func(keep func(int) bool) {
+		for i, g := range taken[:len(ls)] {
+			if g != nil && !keep(i) {
+				g.units.Add(n)
+				taken[i] = nil
+			}
+		}
+	}
+	enforced, sh := -1, -1
+	for i, l := range ls {
+		now := l.clock.Now()
+		st, found := l.lease.states.Load(key)
+		if !found {
+			giveBack(func(int) bool { return false })
+			return 0, false
+		}
+		if g, rest, ok := l.take(key, st, n, now); ok {
+			taken[i] = g
+			all[i] = l.fromLease(g, rest, now)
+			continue
+		}
+		d, ok := l.cachedDenial(st, n, now)
+		if !ok {
+			giveBack(func(int) bool { return false })
+			return 0, false
+		}
+		all[i] = d
+		if isShadow(i) {
+			if sh < 0 {
+				sh = i
+			}
+		} else if enforced < 0 {
+			enforced = i
+		}
+	}
+	switch {
+	case enforced >= 0:
+		giveBack(func(int) bool { return false })
+		return enforced, true
+	case sh >= 0:
+		giveBack(func(i int) bool { return !isShadow(i) })
+		return sh, true
+	}
+	return -1, true
+}
+
+// askLeases has each policy take a lease for key ahead, after a request
+// that went to Redis because some policy held none: the client's next
+// requests then find one.
+func (s *Store) askLeases(ls []*Limiter, key string) {
+	for _, l := range ls {
+		lz := l.lease
+		if lz.closed.Load() {
+			continue
+		}
+		st, ok := lz.states.Load(key)
+		if !ok {
+			if lz.size.Add(1) > lz.bound {
+				lz.size.Add(-1)
+				continue
+			}
+			var loaded bool
+			if st, loaded = lz.states.LoadOrStore(key, &leaseState{}); loaded {
+				lz.size.Add(-1)
+			}
+		}
+		st.lastUsed.Store(l.clock.Now())
+		if st.next.Load() != nil {
+			continue
+		}
+		if g := st.g.Load(); g != nil && !g.asked.CompareAndSwap(false, true) {
+			continue // its renewal is asked for already
+		}
+		if lz.inline {
+			l.renewAhead([]string{key})
+			continue
+		}
+		select {
+		case lz.renew <- key:
+		default: // the sweeper is busy: the next miss asks again
+		}
+	}
+}
