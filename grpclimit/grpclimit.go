@@ -68,6 +68,18 @@ type Config struct {
 	// costs nothing, and a refused one reaches the handler as its
 	// RecvMsg's error, before the handler sees it.
 	PerMessage bool
+	// Store, if set, keeps every policy's clients' state outside this
+	// process, so that every replica of the service that shares it shares
+	// one limit per client: redislimit.NewStore makes one on Redis. nil
+	// keeps them in process, on floodgate Limiters. On a Store each call
+	// (and message, with PerMessage) is decided by all of its entry's
+	// policies together in one round trip at most (none, in a Store's
+	// lease mode, while the client's leases last), with every guarantee
+	// of the in-process interceptors; Clock, MaxKeys and IdleTTL are then
+	// the Store's business, and must be zero. A call whose context ends
+	// before the Store answers is refused, and counted by the Store, not
+	// here. The Store's own counts are its own counts.Source.
+	Store floodgate.Store
 	// Clock is every policy's clock; nil is the SystemClock.
 	Clock floodgate.Clock
 	// MaxKeys bounds the clients each policy holds, as in httplimit: 0
@@ -139,7 +151,10 @@ const DefaultRoute = "default"
 // errors.
 func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, tier: cfg.Tier, exempt: cfg.Exempt, perMessage: cfg.PerMessage, shadow: cfg.Shadow,
-		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
+		common: policy.Common{Store: cfg.Store, Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
+	if cfg.Store != nil && (cfg.Clock != nil || cfg.MaxKeys != 0 || cfg.IdleTTL != 0) {
+		return nil, errors.New("grpclimit: Clock, MaxKeys and IdleTTL are for policies in process; with a Store, set them on the Store (its clock is Redis's, its keys expire there)")
+	}
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
@@ -260,17 +275,21 @@ func validMethod(s string) bool {
 	return strings.HasPrefix(s, "/") && ok && service != "" && !strings.Contains(method, "/")
 }
 
-// Close stops every limiter made (their IdleTTL sweepers). It is
-// idempotent and returns nil. The interceptors go on limiting after Close,
-// as floodgate's Limiter does, but idle clients are no longer swept.
+// Close stops every limiter made (their IdleTTL sweepers), and on a Store
+// closes its policies, which give back what they leased ahead; the error
+// is theirs (it says what could not go back). It is idempotent. The
+// interceptors go on limiting after Close, as floodgate's Limiter does,
+// but idle clients are no longer swept, and on a Store every call is a
+// round trip.
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-	for _, fl := range policy.Limiters(l.table.Load().all) {
-		fl.Close()
+	var err error
+	for _, c := range policy.Closers(l.table.Load().all) {
+		err = errors.Join(err, c.Close())
 	}
-	return nil
+	return err
 }
 
 // AppendCounts appends the interceptors' counts (see package counts), by
@@ -347,12 +366,12 @@ func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, str
 		tier = l.tier(ctx, fullMethod, key)
 	}
 	s := rt.For(tier)
-	return s, key, decide(s, key)
+	return s, key, decide(ctx, s, key)
 }
 
 // decide charges one call or message for key, and returns its refusal.
-func decide(s *policy.Set, key string) error {
-	if d, serve := s.Decide(key, 1, nil); !serve {
+func decide(ctx context.Context, s *policy.Set, key string) error {
+	if d, serve := s.Decide(ctx, key, 1, nil); !serve {
 		return refusal(d)
 	}
 	return nil
@@ -411,7 +430,7 @@ func (s *chargedStream) RecvMsg(m any) error {
 	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
-	if err := decide(s.set, s.key); err != nil {
+	if err := decide(s.ServerStream.Context(), s.set, s.key); err != nil {
 		if pm, ok := m.(proto.Message); ok {
 			proto.Reset(pm)
 		}

@@ -82,6 +82,18 @@ type Config struct {
 	// X-RateLimit-Reset (the Unix time, in seconds, at which the most
 	// restrictive policy is full again) to every limited answer.
 	LegacyHeaders bool
+	// Store, if set, keeps every policy's clients' state outside this
+	// process, so that every replica of the service that shares it shares
+	// one limit per client: redislimit.NewStore makes one on Redis. nil
+	// keeps them in process, on floodgate Limiters. On a Store each
+	// request is decided by all of its route's policies together in one
+	// round trip at most (none, in a Store's lease mode, while the
+	// client's leases last), with every guarantee of the in-process
+	// middleware; Clock, MaxKeys and IdleTTL are then the Store's
+	// business, and must be zero. A request whose context ends before the
+	// Store answers is refused (its client is gone), and counted by the
+	// Store, not here. The Store's own counts are its own counts.Source.
+	Store floodgate.Store
 	// Clock is every policy's clock; nil is the SystemClock.
 	Clock floodgate.Clock
 	// MaxKeys bounds the clients each policy holds (floodgate's
@@ -170,7 +182,10 @@ type route = policy.Route
 func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, deny: cfg.Deny, tier: cfg.Tier, exempt: cfg.Exempt,
 		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders, uncounted: cfg.uncounted,
-		common: policy.Common{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
+		common: policy.Common{Store: cfg.Store, Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
+	if cfg.Store != nil && (cfg.Clock != nil || cfg.MaxKeys != 0 || cfg.IdleTTL != 0) {
+		return nil, errors.New("httplimit: Clock, MaxKeys and IdleTTL are for policies in process; with a Store, set them on the Store (its clock is Redis's, its keys expire there)")
+	}
 	if l.deny == nil {
 		l.deny = denyTooMany
 	}
@@ -329,18 +344,21 @@ func validName(s string) bool {
 	return true
 }
 
-// Close stops every limiter the middleware made (their IdleTTL sweepers).
-// It is idempotent and returns nil. The middleware goes on limiting after
-// Close, as floodgate's Limiter does, but idle clients are no longer
-// swept.
+// Close stops every limiter the middleware made (their IdleTTL sweepers),
+// and on a Store closes its policies, which give back what they leased
+// ahead; the error is theirs (it says what could not go back). It is
+// idempotent. The middleware goes on limiting after Close, as floodgate's
+// Limiter does, but idle clients are no longer swept, and on a Store every
+// request is a round trip.
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-	for _, fl := range policy.Limiters(l.table.Load().all) {
-		fl.Close()
+	var err error
+	for _, c := range policy.Closers(l.table.Load().all) {
+		err = errors.Join(err, c.Close())
 	}
-	return nil
+	return err
 }
 
 // AppendCounts appends the middleware's counts (see package counts), by
@@ -414,7 +432,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 	s := rt.For(tier)
 	var buf [8]floodgate.Decision
 	each := buf[:len(s.Names)]
-	d, serve := s.Decide(client, 1, each)
+	d, serve := s.Decide(r.Context(), client, 1, each)
 	h := w.Header()
 	shown, dh := s.Shows(), restrictive(each, s.Shown)
 	if shown {
@@ -424,7 +442,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 	if also != nil && serve {
 		s2 := also.For(tier)
 		more := make([]floodgate.Decision, len(s2.Names))
-		d2, serve2 := s2.Decide(client, 1, more)
+		d2, serve2 := s2.Decide(r.Context(), client, 1, more)
 		if !serve2 {
 			d, serve = d2, false
 		}

@@ -68,7 +68,7 @@ func TestZeroConfigBoundsMemory(t *testing.T) {
 		}
 	}
 	t.Logf("%d clients: %.1f MiB held, %d keys (DefaultMaxKeys %d)", clients, float64(held)/(1<<20),
-		policy.Limiters(l.table.Load().all)[0].Len(), policy.DefaultMaxKeys(policy.Spec{Rule: floodgate.Rule{Limit: 2, Period: time.Hour}}))
+		policy.Closers(l.table.Load().all)[0].(*floodgate.Limiter).Len(), policy.DefaultMaxKeys(policy.Spec{Rule: floodgate.Rule{Limit: 2, Period: time.Hour}}))
 	runtime.KeepAlive(l)
 }
 

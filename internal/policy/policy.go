@@ -28,6 +28,9 @@ type Spec struct {
 // policy and a negative one no bound; IdleTTL 0 means DefaultIdleTTL and a
 // negative one no sweeper.
 type Common struct {
+	// Store, if set, keeps every policy's state instead of a Limiter in
+	// process (Clock, MaxKeys and IdleTTL are then the Store's business).
+	Store floodgate.Store
 	// Clock is every Limiter's clock; nil is the SystemClock.
 	Clock floodgate.Clock
 	// MaxKeys bounds each Limiter's keys: 0 is DefaultMaxKeys, negative

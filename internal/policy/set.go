@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -52,9 +53,11 @@ type Set struct {
 	// RateLimit-Policy value for the Shown policies.
 	Header []string
 
-	limits   *floodgate.Limits
+	limits   *floodgate.Limits // in process
 	enforced *floodgate.Limits // the enforced policies alone, when some but not all are shadow
-	enfIdx   []int             // enforced's k-th Limiter is policy enfIdx[k]
+	store    floodgate.Store   // on a Store, instead of limits
+	sps      []floodgate.StorePolicy
+	enfIdx   []int // enforced's k-th Limiter is policy enfIdx[k]
 	shadow   []bool
 	entries  []*Entry
 	route    *Route
@@ -67,8 +70,11 @@ type Set struct {
 type Entry struct {
 	// Spec is the policy as the latest Builder gave it.
 	Spec Spec
-	// L is the policy's Limiter, which holds its clients' state.
-	L     *floodgate.Limiter
+	// L is the policy's Limiter, which holds its clients' state in
+	// process; nil on a Store.
+	L *floodgate.Limiter
+	// SP is the policy on the Store, when there is one.
+	SP    floodgate.StorePolicy
 	label string        // the policy label: the name, or "tier/name"
 	count *tally.Counts // entryDenied, entryShadow
 }
@@ -88,7 +94,8 @@ func (r *Route) For(tier string) *Set {
 func (r *Route) Exempt() { r.count.Inc(routeExempt) }
 
 // Decide decides one request for key, as its policies and their shadow
-// switches say, and counts it under its Route: allowed when every policy
+// switches say (on the Store, with ctx, all in its one round trip), and
+// counts it under its Route: allowed when every policy
 // admitted it; denied, under the refusing policy, when an enforced policy
 // refused it; shadow_denied, under the policy that refused it, when only
 // shadow policies would have. serve says whether to serve it.
@@ -97,9 +104,27 @@ func (r *Route) Exempt() { r.count.Inc(routeExempt) }
 // charge it: nothing anywhere (a refusal by Limits consumes nothing), and
 // then, if some policies are enforced, by those alone, so that it is still
 // refused if one of them refuses. each, of len(Names) or more, receives
-// each policy's answer as Limits.AllowEach gives it, the enforced ones'
-// from the charge that decided the request.
-func (s *Set) Decide(key string, n int64, each []floodgate.Decision) (d floodgate.Decision, serve bool) {
+// each policy's answer as Limits.Decide gives it, the enforced ones'
+// from the charge that decided the request. On a Store, its Decide does
+// all this with ctx, in one round trip at most; a request whose caller
+// gave up before the Store answered is refused, and counted by the Store
+// alone (as abandoned).
+func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.Decision) (d floodgate.Decision, serve bool) {
+	if s.store != nil {
+		d, j, err := s.store.Decide(ctx, key, n, s.sps, s.shadow, each)
+		switch {
+		case err != nil:
+			return d, false
+		case j < 0:
+			s.count(s.route.count, routeAllowed)
+			return d, true
+		case !s.shadow[j]:
+			s.count(s.entries[j].count, entryDenied)
+			return d, false
+		}
+		s.count(s.entries[j].count, entryShadow)
+		return d, true
+	}
 	d, j := s.limits.Decide(key, n, each)
 	switch {
 	case j < 0:
@@ -232,7 +257,7 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("no policies")
 	}
-	s := &Set{route: r, uncounted: b.Uncounted}
+	s := &Set{route: r, uncounted: b.Uncounted, store: b.Common.Store}
 	seen := make(map[string]bool, len(specs))
 	ls := make([]*floodgate.Limiter, 0, len(specs))
 	var enforced []*floodgate.Limiter
@@ -252,14 +277,26 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 		s.Specs = append(s.Specs, sp)
 		s.entries = append(s.entries, e)
 		s.shadow = append(s.shadow, sp.Shadow)
-		ls = append(ls, e.L)
+		if e.SP != nil {
+			s.sps = append(s.sps, e.SP)
+		} else {
+			ls = append(ls, e.L)
+		}
 		if !sp.Shadow {
-			enforced = append(enforced, e.L)
+			if e.L != nil {
+				enforced = append(enforced, e.L)
+			}
 			s.enfIdx = append(s.enfIdx, i)
 		}
 		if !sp.Shadow || b.ShowShadow {
 			s.Shown = append(s.Shown, i)
 		}
+	}
+	if s.store != nil {
+		if len(s.sps) > 8 {
+			return nil, fmt.Errorf("%d policies: at most 8", len(s.sps))
+		}
+		return s, nil
 	}
 	var err error
 	if s.limits, err = floodgate.NewLimits(ls...); err != nil {
@@ -300,14 +337,23 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 			b.rules = append(b.rules, pendingRule{e, sp.Rule})
 		}
 		b.kept[e] = true
-		kept := &Entry{Spec: sp, L: e.L, label: label, count: e.count}
+		kept := &Entry{Spec: sp, L: e.L, SP: e.SP, label: label, count: e.count}
 		return kept, nil
 	}
-	l, err := Build1(sp, b.Common)
-	if err != nil {
-		return nil, err
+	e := &Entry{Spec: sp, label: label, count: tally.New(entryCounts)}
+	if st := b.Common.Store; st != nil {
+		p, err := st.Policy(StoreName(route, tier, sp.Name), sp.Algorithm, sp.Rule)
+		if err != nil {
+			return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
+		}
+		e.SP = p
+	} else {
+		l, err := Build1(sp, b.Common)
+		if err != nil {
+			return nil, err
+		}
+		e.L = l
 	}
-	e := &Entry{Spec: sp, L: l, label: label, count: tally.New(entryCounts)}
 	b.fresh = append(b.fresh, e)
 	return e, nil
 }
@@ -319,10 +365,29 @@ func algorithmName(a string) string {
 	return a
 }
 
-// Abort closes the Limiters the Builder made, after an error.
+// StoreName is the name of a policy on a Store: its route, its tier ("" for
+// none) and its own name, which no two policies of a middleware share.
+func StoreName(route, tier, name string) string {
+	return route + "\x00" + tier + "\x00" + name
+}
+
+// Closer is what holds a policy's clients' state: a floodgate.Limiter, or
+// a policy on a Store.
+type Closer interface{ Close() error }
+
+// closer is e's Limiter or policy on a Store.
+func (e *Entry) closer() Closer {
+	if e.SP != nil {
+		return e.SP
+	}
+	return e.L
+}
+
+// Abort closes the Limiters and Store policies the Builder made, after an
+// error.
 func (b *Builder) Abort() {
 	for _, e := range b.fresh {
-		e.L.Close()
+		e.closer().Close()
 	}
 }
 
@@ -336,28 +401,35 @@ func (b *Builder) Abort() {
 // It returns an error only if a SetRule refuses a rule that a Limiter of
 // the same algorithm took in Route, which no built-in algorithm does; the
 // policies before it have their new rules then.
-func (b *Builder) Commit() ([]*floodgate.Limiter, error) {
+func (b *Builder) Commit() ([]Closer, error) {
 	for _, p := range b.rules {
-		if err := p.e.L.SetRule(p.rule); err != nil {
+		var err error
+		if p.e.SP != nil {
+			err = p.e.SP.SetRule(p.rule)
+		} else {
+			err = p.e.L.SetRule(p.rule)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.e.Spec.Name, err)
 		}
 	}
-	var retired []*floodgate.Limiter
+	var retired []Closer
 	for _, e := range b.old {
 		if !b.kept[e] {
-			retired = append(retired, e.L)
+			retired = append(retired, e.closer())
 		}
 	}
 	return retired, nil
 }
 
-// Limiters returns every Limiter of routes.
-func Limiters(routes []*Route) []*floodgate.Limiter {
-	var all []*floodgate.Limiter
+// Closers returns what holds the state of every policy of routes: their
+// Limiters, or their policies on a Store.
+func Closers(routes []*Route) []Closer {
+	var all []Closer
 	for _, r := range routes {
 		for _, s := range r.sets() {
 			for _, e := range s.entries {
-				all = append(all, e.L)
+				all = append(all, e.closer())
 			}
 		}
 	}
@@ -402,7 +474,11 @@ func (s *Set) appendCounts(dst []counts.Sample) []counts.Sample {
 			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.Denied, Value: e.count.Value(entryDenied)},
 			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.ShadowDenied, Value: e.count.Value(entryShadow)})
 		from := len(dst)
-		dst = e.L.AppendCounts(dst)
+		if e.SP != nil {
+			dst = e.SP.AppendCounts(dst)
+		} else {
+			dst = e.L.AppendCounts(dst)
+		}
 		for i := from; i < len(dst); i++ {
 			dst[i].Route, dst[i].Policy = route, e.label
 		}
