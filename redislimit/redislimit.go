@@ -406,10 +406,12 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // "<Prefix>:<algorithm>:" and 32 hex digits of key's SHA-256 (in braces,
 // for a Store's policy: see Store).
 func (l *Limiter) Key(key string) string {
+	var h [32]byte
+	hashInto(&h, key)
 	if l.tagged {
-		return l.keyHead + "{" + keyHash(key) + "}"
+		return l.keyHead + "{" + string(h[:]) + "}"
 	}
-	return l.keyHead + keyHash(key)
+	return l.keyHead + string(h[:])
 }
 
 // Close returns every unspent lease to Redis, within Timeout, and stops

@@ -53,7 +53,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	live    map[string]*storePolicy // the live policies, by name
-	retired Stats           // what closed policies counted
+	retired Stats                   // what closed policies counted
 	done    [numResults]int64
 }
 
@@ -439,10 +439,15 @@ func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, sha
 // keyHash is the 32 hex digits of key's SHA-256 that name its state in
 // Redis (see Limiter.Key).
 func keyHash(key string) string {
+	var h [32]byte
+	hashInto(&h, key)
+	return string(h[:])
+}
+
+// hashInto writes key's hash (see keyHash) into h.
+func hashInto(h *[32]byte, key string) {
 	sum := sha256.Sum256([]byte(key))
-	var b [32]byte
-	hex.Encode(b[:], sum[:16])
-	return string(b[:])
+	hex.Encode(h[:], sum[:16])
 }
 
 // AppendCounts appends the Store's counts (see package counts), with

@@ -1,0 +1,538 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+)
+
+// The tests of httplimit on a Store: each replica is a Store of its own
+// and a middleware on it, behind a real HTTP server on loopback, and the
+// replicas share one redis-server.
+
+// faceReplica is one replica of a service: its Store, its middleware, and
+// its HTTP server, which answers 200 "ok" to what the middleware admits.
+type faceReplica struct {
+	store *Store
+	lim   *httplimit.Limiter
+	srv   *httptest.Server
+}
+
+func newFaceReplica(t testing.TB, srv *redistest.Server, scfg Config, cfg httplimit.Config) *faceReplica {
+	t.Helper()
+	if scfg.Timeout == 0 {
+		scfg.Timeout = 10 * time.Second // a loaded machine's round trip is no failure of Redis
+	}
+	st := mustStore(t, srv, scfg)
+	cfg.Store = st
+	lim, err := httplimit.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return &faceReplica{store: st, lim: lim, srv: hs}
+}
+
+// get sends one request for path to the faceReplica, with extra headers in
+// pairs, and returns the answer, its body read.
+func (r *faceReplica) get(t testing.TB, path string, hdr ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", r.srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := r.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func hourly(limit int64) floodgate.Rule { return floodgate.Rule{Limit: limit, Period: time.Hour} }
+
+// TestFaceExactAcrossReplicasEveryAlgorithm: for every algorithm, per
+// request and in lease mode, three replicas raced by 48 goroutines over
+// real HTTP admit exactly the rule's allowance of one client, and each
+// answer carries the headers of Redis's decision.
+func TestFaceExactAcrossReplicasEveryAlgorithm(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range redisAlgorithms {
+		for _, lease := range []int64{0, 16} {
+			t.Run(fmt.Sprintf("%s/lease=%d", alg, lease), func(t *testing.T) {
+				const limit = 40
+				prefix := fmt.Sprintf("exact-%s-%d", alg, lease)
+				cfg := httplimit.Config{Default: []httplimit.Policy{{Name: "p", Algorithm: alg, Rule: hourly(limit)}}}
+				var reps []*faceReplica
+				for range 3 {
+					// FailClosed and a long Timeout: a loaded machine's slow
+					// round trip must not be decided in process, where each
+					// replica would apply the rule on its own.
+					reps = append(reps, newFaceReplica(t, srv, Config{Prefix: prefix, Lease: Lease{Max: lease},
+						FailureMode: FailClosed, Timeout: 10 * time.Second}, cfg))
+				}
+				var ok, refused atomic.Int64
+				var wg sync.WaitGroup
+				for g := range 48 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := range 3 {
+							resp := reps[(g+i)%3].get(t, "/x")
+							switch resp.StatusCode {
+							case 200:
+								ok.Add(1)
+								if !strings.HasPrefix(resp.Header.Get("RateLimit"), `"p";r=`) {
+									t.Errorf("200 without the RateLimit header: %v", resp.Header)
+								}
+							case 429:
+								refused.Add(1)
+								if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
+									t.Errorf("429 with Retry-After %q", resp.Header.Get("Retry-After"))
+								}
+							default:
+								t.Errorf("status %d", resp.StatusCode)
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				for _, r := range reps {
+					if st := storeStats(r.store); st.Fallbacks != 0 {
+						t.Fatalf("Redis failed: %+v", st)
+					}
+				}
+				if ok.Load() != limit {
+					t.Fatalf("%d admitted across three replicas, %d refused: the rule allows %d", ok.Load(), refused.Load(), limit)
+				}
+				if got := reps[0].get(t, "/x").Header.Get("RateLimit-Policy"); got != `"p";q=40;w=3600` {
+					t.Errorf("RateLimit-Policy %q", got)
+				}
+			})
+		}
+	}
+}
+
+// TestFaceAllOrNothing: a route of two policies on Redis refuses by the
+// stricter, and its refusal charges the other nothing, as another
+// faceReplica sees it: one round trip a request.
+func TestFaceAllOrNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := httplimit.Config{Routes: []httplimit.Route{{Pattern: "/api/", Policies: []httplimit.Policy{
+		{Name: "wide", Rule: hourly(10)},
+		{Name: "narrow", Algorithm: floodgate.FixedWindow, Rule: hourly(3)},
+	}}}}
+	a := newFaceReplica(t, srv, Config{Prefix: "aon"}, cfg)
+	b := newFaceReplica(t, srv, Config{Prefix: "aon"}, cfg)
+	for i := range 8 {
+		resp := []*faceReplica{a, b}[i%2].get(t, "/api/x")
+		if want := map[bool]int{true: 200, false: 429}[i < 3]; resp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+		if i == 4 {
+			// Each policy says what it would answer to one request now,
+			// as in process: wide holds 7, and would leave 6.
+			if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"wide";r=6;`) {
+				t.Errorf("a refusal's RateLimit %q: wide should still hold 7", got)
+			}
+		}
+	}
+	// The wide policy was charged 3 times, by the three admissions: a
+	// third faceReplica, on its own Store, finds 7 left (6 after this one).
+	c := newFaceReplica(t, srv, Config{Prefix: "aon"}, httplimit.Config{Routes: []httplimit.Route{{Pattern: "/api/", Policies: []httplimit.Policy{
+		{Name: "wide", Rule: hourly(10)}}}}})
+	resp := c.get(t, "/api/x")
+	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"wide";r=6;`) {
+		t.Fatalf("after 3 admissions and 5 refusals, the wide policy answers %q: a refusal charged it", got)
+	}
+	for _, r := range []*faceReplica{a, b} {
+		if st := storeStats(r.store); st.Calls != 4 {
+			t.Errorf("4 requests, %d round trips", st.Calls)
+		}
+	}
+}
+
+// TestFaceRoutesTiersExemptKeyProxy: on Redis, routes and tiers keep
+// state apart, an exemption is charged nothing, Config.Key keys the
+// request, and a trusted proxy's header names the client.
+func TestFaceRoutesTiersExemptKeyProxy(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := httplimit.Config{
+		Routes: []httplimit.Route{
+			{Pattern: "/a/", Policies: []httplimit.Policy{{Name: "a", Rule: hourly(2)}},
+				Tiers: map[string][]httplimit.Policy{"gold": {{Name: "a", Rule: hourly(4)}}}},
+			{Pattern: "/b/", Policies: []httplimit.Policy{{Name: "b", Rule: hourly(1)}}},
+		},
+		TrustedProxies: []string{"127.0.0.1/32"},
+		Tier: func(r *http.Request, _ string) string {
+			if r.Header.Get("X-Test-Tier") == "gold" {
+				return "gold"
+			}
+			return ""
+		},
+		Exempt: func(r *http.Request) bool { return r.URL.Query().Get("health") == "1" },
+		Key: func(r *http.Request, client string) string {
+			if u := r.Header.Get("X-Test-User"); u != "" {
+				return "user:" + u
+			}
+			return client
+		},
+	}
+	a := newFaceReplica(t, srv, Config{Prefix: "faces"}, cfg)
+	b := newFaceReplica(t, srv, Config{Prefix: "faces"}, cfg)
+	count := func(path string, n int, hdr ...string) (ok int) {
+		for i := range n {
+			if []*faceReplica{a, b}[i%2].get(t, path, hdr...).StatusCode == 200 {
+				ok++
+			}
+		}
+		return ok
+	}
+	if got := count("/a/x", 5, "X-Forwarded-For", "203.0.113.1"); got != 2 {
+		t.Errorf("route /a/, a client behind the proxy: %d admitted of 2", got)
+	}
+	if got := count("/a/x", 5, "X-Forwarded-For", "203.0.113.2"); got != 2 {
+		t.Errorf("route /a/, another client behind the proxy: %d admitted of 2 (its own state)", got)
+	}
+	if got := count("/b/x", 3, "X-Forwarded-For", "203.0.113.1"); got != 1 {
+		t.Errorf("route /b/: %d admitted of 1 (a route's state is its own)", got)
+	}
+	if got := count("/a/x", 6, "X-Forwarded-For", "203.0.113.1", "X-Test-Tier", "gold"); got != 4 {
+		t.Errorf("tier gold: %d admitted of 4 (a tier's state is its own)", got)
+	}
+	if got := count("/a/x?health=1", 5, "X-Forwarded-For", "203.0.113.1"); got != 5 {
+		t.Errorf("exempt: %d admitted of 5", got)
+	}
+	if got := count("/a/x", 3, "X-Test-User", "alice"); got != 2 {
+		t.Errorf("Key: user alice, %d admitted of 2", got)
+	}
+	if got := count("/a/x", 3, "X-Test-User", "bob"); got != 2 {
+		t.Errorf("Key: user bob, %d admitted of 2", got)
+	}
+	var exempt int64
+	for _, s := range a.lim.AppendCounts(nil) {
+		if s.Metric == counts.Requests && s.Label == counts.Exempt && s.Route == "/a/" {
+			exempt = s.Value
+		}
+	}
+	if exempt != 3 {
+		t.Errorf("faceReplica a counted %d exempt, want 3 of the 5", exempt)
+	}
+}
+
+// TestFaceShadow: a shadow policy on Redis refuses nothing and counts
+// what it would refuse; the enforced policy is charged, the shadow not,
+// for a request it refuses. Config.Shadow makes every policy a shadow.
+func TestFaceShadow(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := httplimit.Config{Default: []httplimit.Policy{
+		{Name: "enforced", Rule: hourly(5)},
+		{Name: "trial", Rule: hourly(2), Shadow: true},
+	}}
+	a := newFaceReplica(t, srv, Config{Prefix: "shadow"}, cfg)
+	for i := range 5 {
+		if code := a.get(t, "/").StatusCode; code != 200 {
+			t.Fatalf("request %d: %d: a shadow refused", i, code)
+		}
+	}
+	if code := a.get(t, "/").StatusCode; code != 429 {
+		t.Fatalf("the sixth request: %d, the enforced rule allows 5", code)
+	}
+	got := map[string]int64{}
+	for _, s := range a.lim.AppendCounts(nil) {
+		if s.Metric == counts.Requests {
+			got[s.Policy+"/"+s.Label] += s.Value
+		}
+	}
+	if got["/allowed"] != 2 || got["trial/shadow_denied"] != 3 || got["enforced/denied"] != 1 {
+		t.Errorf("counts %v: want 2 allowed, 3 shadow_denied by trial, 1 denied by enforced", got)
+	}
+	all := newFaceReplica(t, srv, Config{Prefix: "shadow-all"}, httplimit.Config{Shadow: true,
+		Default: []httplimit.Policy{{Name: "p", Rule: hourly(1)}}})
+	for i := range 3 {
+		if code := all.get(t, "/").StatusCode; code != 200 {
+			t.Fatalf("Config.Shadow, request %d: %d", i, code)
+		}
+	}
+}
+
+// TestFaceSetRoutesGainsNothing: SetRoutes on a Store changes a kept
+// policy's rule by SetRule: a client holds at most what it held, and at
+// most the new capacity.
+func TestFaceSetRoutesGainsNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range redisAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			policies := func(limit int64) []httplimit.Policy {
+				return []httplimit.Policy{{Name: "p", Algorithm: alg, Rule: hourly(limit)}}
+			}
+			a := newFaceReplica(t, srv, Config{Prefix: "setroutes-" + alg}, httplimit.Config{Default: policies(10)})
+			for range 4 {
+				a.get(t, "/")
+			}
+			// 6 held: a smaller rule leaves 5, a larger one 6.
+			for _, c := range []struct{ limit, want int64 }{{5, 5}, {100, 0}} {
+				if err := a.lim.SetRoutes(nil, policies(c.limit)); err != nil {
+					t.Fatal(err)
+				}
+				ok := int64(0)
+				for range 8 {
+					if a.get(t, "/").StatusCode == 200 {
+						ok++
+					}
+				}
+				if ok != c.want {
+					t.Fatalf("after SetRoutes to %d an hour: %d admitted, want %d", c.limit, ok, c.want)
+				}
+			}
+		})
+	}
+}
+
+// TestFaceFailureModes: with Redis away, each FailureMode answers as it
+// says, with headers, and the Store counts how.
+func TestFaceFailureModes(t *testing.T) {
+	for _, mode := range []FailureMode{FailOpen, FailClosed, FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv := redistest.Start(t)
+			a := newFaceReplica(t, srv, Config{Prefix: "fail", FailureMode: mode, Timeout: 200 * time.Millisecond, ProbeEvery: time.Hour},
+				httplimit.Config{Default: []httplimit.Policy{{Name: "p", Rule: hourly(3)}, {Name: "q", Rule: hourly(30)}}})
+			srv.Kill()
+			var codes []int
+			for range 5 {
+				resp := a.get(t, "/")
+				codes = append(codes, resp.StatusCode)
+				if resp.Header.Get("RateLimit") == "" {
+					t.Errorf("%v: no RateLimit header", mode)
+				}
+				if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+					t.Errorf("%v: a 429 without Retry-After", mode)
+				}
+			}
+			want := map[FailureMode]string{FailOpen: "[200 200 200 200 200]", FailClosed: "[429 429 429 429 429]", FailLocal: "[200 200 200 429 429]"}[mode]
+			if got := fmt.Sprint(codes); got != want {
+				t.Fatalf("%v with Redis away: %s, want %s", mode, got, want)
+			}
+			label := map[FailureMode]string{FailOpen: counts.FailOpen, FailClosed: counts.FailClosed, FailLocal: counts.FailLocal}[mode]
+			var n int64
+			for _, s := range a.store.AppendCounts(nil) {
+				if s.Metric == counts.Requests && s.Label == label {
+					n = s.Value
+				}
+			}
+			if n != 5 {
+				t.Errorf("the Store counted %d %s, want 5", n, label)
+			}
+		})
+	}
+}
+
+// TestFaceCloseReturnsLeases: in lease mode, what a faceReplica leased and
+// did not spend goes back to Redis at Close, so that another faceReplica then
+// finds the whole allowance but what was admitted.
+func TestFaceCloseReturnsLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, alg := range redisAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			const limit = 1000
+			cfg := httplimit.Config{Default: []httplimit.Policy{{Name: "p", Algorithm: alg, Rule: hourly(limit)}}}
+			a := newFaceReplica(t, srv, Config{Prefix: "close-" + alg, Lease: Lease{Max: 64}}, cfg)
+			for range 20 {
+				if code := a.get(t, "/").StatusCode; code != 200 {
+					t.Fatalf("status %d", code)
+				}
+			}
+			p := onlyPolicy(t, a.store)
+			if err := a.lim.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if st := p.Stats(); st.Leased == 0 {
+				t.Fatalf("nothing was leased: %+v", st)
+			}
+			d, err := p.Peek(context.Background(), "127.0.0.1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Remaining != limit-20-1 {
+				t.Fatalf("after 20 admitted and Close, Redis has %d left (after a peeked request), want %d: %+v", d.Remaining, limit-20-1, p.Stats())
+			}
+		})
+	}
+}
+
+// onlyPolicy is the one live policy of s.
+func onlyPolicy(t testing.TB, s *Store) *storePolicy {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.live) != 1 {
+		t.Fatalf("%d live policies", len(s.live))
+	}
+	for _, p := range s.live {
+		return p
+	}
+	return nil
+}
+
+// TestFaceLeaseTwoPolicies: in lease mode a route of two policies is
+// exact across replicas, and once the client's leases are in place its
+// requests make no round trip.
+func TestFaceLeaseTwoPolicies(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := httplimit.Config{Default: []httplimit.Policy{
+		{Name: "minute", Algorithm: floodgate.SlidingCounter, Rule: floodgate.Rule{Limit: 1000, Period: time.Minute}},
+		{Name: "hour", Rule: hourly(300)},
+	}}
+	scfg := Config{Prefix: "lease2", Lease: Lease{Max: 64}, FailureMode: FailClosed}
+	var reps []*faceReplica
+	for range 3 {
+		r := newFaceReplica(t, srv, scfg, cfg)
+		for _, p := range r.store.live {
+			p.lease.inline = true // renewals at once, on the request's goroutine
+		}
+		reps = append(reps, r)
+	}
+	// Steady state first: one replica, one client, well within the rule.
+	a := reps[0]
+	for range 10 {
+		a.get(t, "/")
+	}
+	before := storeStats(a.store).Calls
+	for range 20 {
+		if code := a.get(t, "/").StatusCode; code != 200 {
+			t.Fatalf("status %d", code)
+		}
+	}
+	if calls := storeStats(a.store).Calls - before; calls > 2 {
+		t.Errorf("20 requests served from leases made %d round trips", calls)
+	}
+	// Then all three race to the hourly limit: exactly 300 in all.
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 24 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				if reps[(g+i)%3].get(t, "/").StatusCode == 200 {
+					ok.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := ok.Load() + 30; got != 300 {
+		t.Fatalf("%d admitted in all, the hourly rule allows 300", got)
+	}
+}
+
+// TestFaceRotatingClients: a client that rotates its address against a
+// Redis-backed route costs Redis one key per address per policy, which
+// expires with the rule's window, and the replica's lease state stays
+// within LocalMaxKeys.
+func TestFaceRotatingClients(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	a := newFaceReplica(t, srv, Config{Prefix: "rotate", Lease: Lease{Max: 16}, LocalMaxKeys: 100},
+		httplimit.Config{TrustedProxies: []string{"127.0.0.1/32"},
+			Default: []httplimit.Policy{{Name: "p", Rule: floodgate.Rule{Limit: 10, Period: 10 * time.Second}}}})
+	for i := range 500 {
+		a.get(t, "/", "X-Forwarded-For", fmt.Sprintf("198.51.%d.%d", i/250, i%250))
+	}
+	p := onlyPolicy(t, a.store)
+	if n := p.lease.size.Load(); n > 100 {
+		t.Errorf("%d clients' lease states held, LocalMaxKeys is 100", n)
+	}
+	keys, err := c.Keys(context.Background(), "rotate:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 500 {
+		t.Errorf("%d keys in Redis for 500 clients", len(keys))
+	}
+	ttl, err := c.PTTL(context.Background(), keys[0]).Result()
+	if err != nil || ttl <= 0 || ttl > 11*time.Second+time.Second {
+		t.Errorf("a key's TTL is %v (%v): it should end about a second after the key is full again", ttl, err)
+	}
+}
+
+// TestFaceCallerDeadline: a request whose context ends before Redis
+// answers is refused, opens no breaker and charges nothing: its client
+// gains nothing by short deadlines, and the others lose nothing.
+func TestFaceCallerDeadline(t *testing.T) {
+	srv := redistest.Start(t)
+	st := mustStore(t, srv, Config{Prefix: "deadline", BreakAfter: 1})
+	lim, err := httplimit.New(httplimit.Config{Store: st, Default: []httplimit.Policy{
+		{Name: "p", Rule: hourly(5)}, {Name: "q", Rule: hourly(50)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		req := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != 429 {
+			t.Fatalf("a request whose caller gave up: %d", w.Code)
+		}
+	}
+	ok := 0
+	for range 8 {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if w.Code == 200 {
+			ok++
+		}
+	}
+	s := storeStats(st)
+	if ok != 5 || s.Opens != 0 || s.Fallbacks != 0 {
+		t.Fatalf("after 20 abandoned requests: %d of 5 admitted, %+v", ok, s)
+	}
+}
+
+// TestFaceScriptFlush: Redis losing its scripts mid-run (SCRIPT FLUSH, as
+// after a restart or a failover) costs a reload, and no decision.
+func TestFaceScriptFlush(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	a := newFaceReplica(t, srv, Config{Prefix: "flush", FailureMode: FailClosed},
+		httplimit.Config{Default: []httplimit.Policy{{Name: "p", Rule: hourly(10)}, {Name: "q", Algorithm: floodgate.SlidingLog, Rule: hourly(10)}}})
+	ok := 0
+	for i := range 14 {
+		if i%3 == 0 {
+			if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if a.get(t, "/").StatusCode == 200 {
+			ok++
+		}
+	}
+	s := storeStats(a.store)
+	if ok != 10 || s.Fallbacks != 0 || s.Loads < 5 {
+		t.Fatalf("%d admitted of 10 across script flushes: %+v", ok, s)
+	}
+}
