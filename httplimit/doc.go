@@ -135,6 +135,18 @@
 // keeps are closed. A new Algorithm under a kept name is refused, since
 // its clients' state could not be kept: a new name starts them afresh.
 //
+// # Across replicas
+//
+// By default each policy lives in process, so a service on three replicas
+// passes up to three times the rule. Config.Store keeps the policies
+// outside the process instead: redislimit.NewStore makes one on Redis,
+// and every replica that shares it shares one limit per client. Every
+// feature here works the same on a Store; a request is decided by all of its
+// route's policies together, all or nothing, in one round trip at most
+// (none in the Store's lease mode while the client's leases last), and
+// a request whose context ends first is refused and charged nowhere. What
+// the client sees while Redis is away is the Store's FailureMode.
+//
 // # Counts
 //
 // Limiter.AppendCounts reports what the middleware decided, in the shape

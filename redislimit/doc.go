@@ -70,6 +70,18 @@
 // would have given it back; unspent units go back to Redis after a TTL,
 // and at Close. See Lease.
 //
+// # A middleware's policies: Store
+//
+// NewStore makes a floodgate.Store, which httplimit and grpclimit take in
+// their Config (Store) to keep every policy on Redis: their routes, tiers,
+// shadows, keys, headers and counts work as in process, and every replica
+// shares one limit per client. Each policy is a Limiter with the Store's
+// Config and its own rule. A request is decided by all of its route's
+// policies in one round trip: one script over the client's keys, which
+// share a Redis Cluster slot (see Store), charges them all or none, so a
+// refusal is charged nowhere at no moment. In lease mode a client whose
+// every policy holds a lease is decided in process, with no round trip.
+//
 // # Changing the rule
 //
 // SetRule changes the rule of a running Limiter. No key gains from the

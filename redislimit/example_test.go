@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/redis/go-redis/v9"
 )
@@ -28,6 +29,33 @@ func ExampleNew() {
 	if !d.Allowed {
 		fmt.Printf("429, retry after %v\n", d.RetryAfter)
 	}
+}
+
+// httplimit's policies on Redis: every replica that runs this shares one
+// limit per client, and a request to /api/ is decided by both of its
+// policies in one round trip.
+func ExampleNewStore() {
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	store, err := redislimit.NewStore(rdb, redislimit.Config{
+		Timeout:     50 * time.Millisecond,
+		FailureMode: redislimit.FailLocal, // while Redis is away, each replica applies the rules alone
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	lim, err := httplimit.New(httplimit.Config{
+		Store: store,
+		Routes: []httplimit.Route{{Pattern: "/api/", Policies: []httplimit.Policy{
+			{Name: "burst", Rule: floodgate.Rule{Limit: 10, Period: time.Second}},
+			{Name: "hourly", Algorithm: floodgate.SlidingCounter, Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}},
+		}}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lim.Close() // before rdb.Close: in lease mode it gives back what was leased
+	_ = lim.Handler    // http.ListenAndServe(addr, lim.Handler(mux))
 }
 
 // A weighted request, and the answer's headers.
