@@ -22,16 +22,6 @@ func mustStore(t testing.TB, srv *redistest.Server, cfg Config) *Store {
 	return s
 }
 
-func mustPolicy(t testing.TB, s *Store, name, alg string, r floodgate.Rule) *storePolicy {
-	t.Helper()
-	p, err := s.Policy(name, alg, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	return p.(*storePolicy)
-}
-
 // modelDecide is Store.Decide's contract on in-process limiters, written
 // from its text: all or nothing by every policy; if an enforced one
 // refuses, nothing is charged; if only shadows refuse, the enforced ones
