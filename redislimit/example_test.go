@@ -55,7 +55,7 @@ func ExampleNewStore() {
 		log.Fatal(err)
 	}
 	defer lim.Close() // before rdb.Close: in lease mode it gives back what was leased
-	_ = lim.Handler    // http.ListenAndServe(addr, lim.Handler(mux))
+	_ = lim.Handler   // http.ListenAndServe(addr, lim.Handler(mux))
 }
 
 // A weighted request, and the answer's headers.
