@@ -470,6 +470,11 @@ func TestFaceRotatingClients(t *testing.T) {
 	if len(keys) != 500 {
 		t.Errorf("%d keys in Redis for 500 clients", len(keys))
 	}
+	mem, err := c.MemoryUsage(context.Background(), keys[0]).Result()
+	if err != nil || mem > 200 {
+		t.Errorf("a key takes %d bytes (%v), more than the 200 the docs state", mem, err)
+	}
+	t.Logf("a client of a token-bucket policy costs Redis %d bytes", mem)
 	ttl, err := c.PTTL(context.Background(), keys[0]).Result()
 	if err != nil || ttl <= 0 || ttl > 11*time.Second+time.Second {
 		t.Errorf("a key's TTL is %v (%v): it should end about a second after the key is full again", ttl, err)

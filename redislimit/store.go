@@ -28,7 +28,11 @@ import (
 // "<Prefix>:<policy>:<algorithm>:{<client>}", where <policy> is 16 hex
 // digits of a hash of the name the middleware gives it (its route, tier
 // and name), and <client> the 32 of the client's hash: the braces put
-// every policy's key of one client in one Redis Cluster slot.
+// every policy's key of one client in one Redis Cluster slot. A key takes
+// 168 bytes for a bucket or a window (MEMORY USAGE; a log's, 16 more than
+// a Limiter's log key), and expires as a Limiter's does: a client that
+// rotates its address costs Redis that much per address and policy, for
+// as long as the rule would remember it.
 //
 // A request is decided by all of its route's policies in one round trip:
 // with one policy, by that policy's script; with several, by one script
