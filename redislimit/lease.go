@@ -66,11 +66,26 @@ const (
 	leaseGrowth     = 4                      // a batch is at most this many times the last
 )
 
+// leaseNow is lease mode's clock, in ns ("lease ns"), which times every
+// batch, cached denial and idle key: the monotonic time since New, which
+// runs with Redis's clock, since both count real time (the tests' stand-in
+// for Redis's clock, when one is set). It is never Config.Clock: a batch
+// timed on a clock that lags Redis's (a coarse clock, a stalled one) would
+// stay spendable after Redis stopped counting its units, and the replicas
+// together would pass the rule.
+func (l *Limiter) leaseNow() int64 {
+	if l.redisClock != nil {
+		return l.redisClock.Now()
+	}
+	return int64(time.Since(l.lease.base))
+}
+
 // leases is lease mode's state: one leaseState per key, at most bound of
 // them, and one goroutine (the sweeper) that renews busy keys' batches
 // ahead, returns what keys left unspent and drops idle keys.
 type leases struct {
-	max, ttl   int64 // units; ns
+	max, ttl   int64     // units; ns
+	base       time.Time // lease ns count from here (see leaseNow)
 	states     *xsync.Map[string, *leaseState]
 	size       atomic.Int64
 	bound      int64
@@ -93,11 +108,11 @@ type leaseState struct {
 	g           atomic.Pointer[grant]
 	next        atomic.Pointer[grant]
 	flight      atomic.Pointer[flight]
-	deniedUntil atomic.Int64 // a cached denial holds until then (clock ns)
+	deniedUntil atomic.Int64 // a cached denial holds until then (lease ns)
 	deniedCost  atomic.Int64 // for costs of at least this
-	deniedRetry atomic.Int64 // its RetryAfter's end (clock ns)
-	deniedReset atomic.Int64 // its ResetAfter's end (clock ns)
-	lastUsed    atomic.Int64 // clock ns
+	deniedRetry atomic.Int64 // its RetryAfter's end (lease ns)
+	deniedReset atomic.Int64 // its ResetAfter's end (lease ns)
+	lastUsed    atomic.Int64 // lease ns
 	waiting     atomic.Int64 // the cost waiting for the refill in flight
 	dead        atomic.Bool  // dropped from the map by the sweeper
 	batch       atomic.Int64 // the last batch's size
@@ -112,15 +127,15 @@ type grant struct {
 	gen       int64        // the rule it was leased under (rules.gen)
 	limit     int64        // that rule's capacity
 	step      int64        // that rule's ns per unit, for the buckets; 0 for the others
-	top       int64        // buckets: the clock ns at which the batch's debt is paid
-	until     int64        // clock ns: the end of TTL, or of the window, or the log entry's stamp
+	top       int64        // buckets: the lease ns at which the batch's debt is paid
+	until     int64        // lease ns: the end of TTL, or of the window, or the log entry's stamp
 	k         int64        // the window the units were charged to, the log entry's stamp, or the buckets' TAT on Redis's clock
-	at        int64        // clock ns of the round trip that took it
+	at        int64        // lease ns of the round trip that took it
 	taken     int64        // units in the batch
 	remaining int64        // Redis's remaining after the grant
-	resetAt   int64        // clock ns at which Redis would hold the key fresh
+	resetAt   int64        // lease ns at which Redis would hold the key fresh
 	low       int64        // below this many units, the batch is renewed ahead
-	renewAt   int64        // clock ns from which it is renewed ahead
+	renewAt   int64        // lease ns from which it is renewed ahead
 	asked     atomic.Bool  // its renewal was asked for
 }
 
@@ -218,7 +233,7 @@ func (l *Limiter) retire(key string, g *grant, now int64) {
 
 func newLeases(cfg Lease, bound int) *leases {
 	ttl := orDefault(cfg.TTL, defaultLeaseTTL)
-	return &leases{max: cfg.Max, ttl: int64(ttl),
+	return &leases{max: cfg.Max, ttl: int64(ttl), base: time.Now(),
 		states: xsync.NewMap[string, *leaseState](), bound: int64(bound),
 		stop: make(chan struct{}), done: make(chan struct{}), renew: make(chan string, 4096), back: make(chan giveBack, 4096)}
 }
@@ -243,7 +258,7 @@ func (l *Limiter) sweeper() {
 		case <-ls.stop:
 			return
 		case <-t.C:
-			l.sweep(l.clock.Now())
+			l.sweep(l.leaseNow())
 		case <-r.C:
 			for len(ls.back) > 0 {
 				back := make([]giveBack, 0, min(len(ls.back), 512))
@@ -274,7 +289,7 @@ func (l *Limiter) renewAhead(keys []string) {
 	if ls.closed.Load() || l.breaker.openUntil.Load() != closed {
 		return
 	}
-	now := l.clock.Now()
+	now := l.leaseNow()
 	type ask struct {
 		key string
 		st  *leaseState
@@ -350,7 +365,7 @@ func (l *Limiter) renewAhead(keys []string) {
 	}
 }
 
-// newGrant is the batch of reply r, to a call sent at now (clock ns). Its
+// newGrant is the batch of reply r, to a call sent at now (lease ns). Its
 // time counts from the sending, in the whole µs that Redis's clock counts:
 // Redis ran the call later, so the lease ends no later than Redis's count
 // does.
@@ -542,7 +557,7 @@ func (l *Limiter) closeLeases() error {
 // retired batches left for the sweeper.
 func (l *Limiter) drainAll() []giveBack {
 	ls := l.lease
-	now := l.clock.Now()
+	now := l.leaseNow()
 	var back []giveBack
 	for len(ls.back) > 0 {
 		back = append(back, <-ls.back)
@@ -563,7 +578,7 @@ func (l *Limiter) drainAll() []giveBack {
 // returns the decision's result too, for AppendCounts.
 func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgate.Decision, result, error) {
 	ls := l.lease
-	now := l.clock.Now()
+	now := l.leaseNow()
 	st, ok := ls.states.Load(key)
 	if ok {
 		if g, rest, ok := l.take(key, st, n, now); ok {
@@ -670,7 +685,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 			}
 			return l.fallback(key, n, false), l.failResult(), nil
 		}
-		now := l.clock.Now()
+		now := l.leaseNow()
 		if g, rest, ok := l.take(key, st, n, now); ok {
 			return l.fromLease(g, rest, now), resAllowed, nil
 		}
@@ -686,7 +701,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 // trip, and installs the new batch.
 func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (d floodgate.Decision, res result, err error) {
 	ls := l.lease
-	now := l.clock.Now()
+	now := l.leaseNow()
 	if g, rest, ok := l.take(key, st, n, now); ok {
 		return l.fromLease(g, rest, now), resAllowed, nil // a refill that ended just now served it
 	}

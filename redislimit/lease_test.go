@@ -21,19 +21,31 @@ import (
 const epoch = int64(1_700_000_000) * int64(time.Second)
 
 // replica returns a lease-mode Limiter on clock, whose now (in µs) the
-// scripts take for Redis's clock, as one replica of a service.
+// scripts take for Redis's clock, as one replica of a service: clock is
+// both its Config.Clock and Redis's.
 func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate.ManualClock) *Limiter {
+	t.Helper()
+	return replicaOn(t, c, cfg, clock, clock)
+}
+
+// replicaOn is replica with clock as Config.Clock and redisClock as
+// Redis's clock, which the scripts and the leases read.
+func replicaOn(t testing.TB, c redis.UniversalClient, cfg Config, clock, redisClock *floodgate.ManualClock) *Limiter {
 	t.Helper()
 	cfg.Clock = clock
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	l := mustNew(t, c, cfg)
-	l.redisClock = clock
-	l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
-	l.box(l.rs())
-	if l.lease != nil {
-		l.lease.inline = true // renewals and returns at once, in order, on the manual clock
+	l, err := newLimiter(c, cfg, func(l *Limiter) {
+		l.redisClock = redisClock
+		l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
+		l.box(l.rs())
+		if l.lease != nil {
+			l.lease.inline = true // renewals and returns at once, in order, on the manual clock
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
