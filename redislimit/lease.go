@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,6 +97,21 @@ type leases struct {
 	inline     bool          // tests: renew and return on the caller's goroutine
 	once       sync.Once
 	err        error
+
+	// Close's hand-over, under mu. closing says Close has begun; flights
+	// counts lease mode's round trips in flight (refills, renewals,
+	// returns), and idle closes when the last ends once Close waits for
+	// them. late holds the units handed back after Close began, for Close
+	// to return; lateLost and lateErr, what returns in flight failed to
+	// return meanwhile. finished says Close has taken what it returns:
+	// what comes back later lapses.
+	mu                sync.Mutex
+	closing, finished bool
+	flights           int
+	idle              chan struct{}
+	late              []giveBack
+	lateLost          int64
+	lateErr           error
 
 	leased, returned, lapsed atomic.Int64
 	refills, renewals        atomic.Int64
@@ -224,10 +240,79 @@ func (l *Limiter) retire(key string, g *grant, now int64) {
 		return
 	}
 	b.key = key
+	ls.mu.Lock() // a batch's retirement, not a request: once per batch at most
+	defer ls.mu.Unlock()
+	if ls.closing {
+		ls.toClose([]giveBack{b})
+		return
+	}
 	select {
 	case ls.back <- b:
 	default:
 		ls.lapsed.Add(b.units) // the sweeper is far behind: these are lost, which under-admits
+	}
+}
+
+// enter counts a round trip of lease mode that Close must wait for, and
+// says false once Close has begun: the caller then takes nothing, and
+// hands what it would return to Close (see returnNow).
+func (ls *leases) enter() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closing {
+		return false
+	}
+	ls.flights++
+	return true
+}
+
+// exit ends a round trip that enter counted.
+func (ls *leases) exit() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.flights--
+	if ls.flights == 0 && ls.idle != nil {
+		close(ls.idle)
+		ls.idle = nil
+	}
+}
+
+// toClose hands back to Close, which has begun, units for it to return;
+// once it has taken what it returns, they lapse. ls.mu is held.
+func (ls *leases) toClose(back []giveBack) {
+	if ls.finished {
+		for _, b := range back {
+			ls.lapsed.Add(b.units)
+		}
+		return
+	}
+	ls.late = append(ls.late, back...)
+}
+
+// returnNow returns units to Redis at once, as one of lease mode's round
+// trips in flight, or hands them to Close if it has begun. What fails to
+// go back while Close waits counts in Close's error.
+func (l *Limiter) returnNow(back []giveBack) {
+	if len(back) == 0 {
+		return
+	}
+	ls := l.lease
+	if !ls.enter() {
+		ls.mu.Lock()
+		ls.toClose(back)
+		ls.mu.Unlock()
+		return
+	}
+	defer ls.exit()
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	if lost, err := l.giveBack(ctx, back); lost > 0 {
+		ls.mu.Lock()
+		if ls.closing && !ls.finished {
+			ls.lateLost += lost
+			ls.lateErr = cmp.Or(ls.lateErr, err)
+		}
+		ls.mu.Unlock()
 	}
 }
 
@@ -265,9 +350,7 @@ func (l *Limiter) sweeper() {
 				for len(back) < cap(back) {
 					back = append(back, <-ls.back)
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-				_ = l.giveBack(ctx, back)
-				cancel()
+				l.returnNow(back)
 			}
 			for len(ls.renew) > 0 {
 				keys := make([]string, 0, min(len(ls.renew), 512))
@@ -286,9 +369,10 @@ func (l *Limiter) sweeper() {
 // while the breaker is open nothing is asked.
 func (l *Limiter) renewAhead(keys []string) {
 	ls := l.lease
-	if ls.closed.Load() || l.breaker.openUntil.Load() != closed {
+	if l.breaker.openUntil.Load() != closed || !ls.enter() {
 		return
 	}
+	defer ls.exit()
 	now := l.leaseNow()
 	type ask struct {
 		key string
@@ -392,13 +476,10 @@ func (l *Limiter) newGrant(r reply, now int64) *grant {
 	return g
 }
 
-// giveBackNow returns g's units to Redis at once.
+// giveBackNow returns g's units to Redis at once, or has Close return
+// them if it has begun.
 func (l *Limiter) giveBackNow(key string, g *grant, now int64) {
-	if back := l.lease.appendBack(nil, key, g, now); len(back) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		_ = l.giveBack(ctx, back)
-	}
+	l.returnNow(l.lease.appendBack(nil, key, g, now))
 }
 
 // sweep returns the units of every lease whose TTL ran out by now, and
@@ -431,11 +512,7 @@ func (l *Limiter) sweep(now int64) {
 		}
 		return true
 	})
-	if len(back) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		_ = l.giveBack(ctx, back)
-	}
+	l.returnNow(back)
 }
 
 // giveBack is what a drained grant returns to Redis, under the rule of
@@ -486,9 +563,10 @@ func (ls *leases) appendBack(back []giveBack, key string, g *grant, now int64) [
 	return back
 }
 
-// giveBack returns units to Redis in one pipeline, and returns an error
-// if any of them could not be: those are lost, which under-admits.
-func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
+// giveBack returns units to Redis in one pipeline, and says how many
+// could not be, with the first error: those are lost, which under-admits,
+// and count as lapsed.
+func (l *Limiter) giveBack(ctx context.Context, back []giveBack) (int64, error) {
 	ls := l.lease
 	// Units leased under a rule changed since lapse: the keys they were
 	// charged to are converted, or will be, and take no return.
@@ -533,35 +611,69 @@ func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 	}
 	if firstErr != nil {
 		l.failed(firstErr)
-		return fmt.Errorf("redislimit: %d leased units could not be returned (the rule under-admits by as many until their time passes): %w", lost, firstErr)
+		ls.lapsed.Add(lost)
 	}
-	return nil
+	return lost, firstErr
 }
 
-// closeLeases returns every unspent lease to Redis, within Timeout, and
-// stops the sweeper, once: Close's work in lease mode.
+// closeLeases is Close's work in lease mode, once: it stops the sweeper
+// and new round trips of lease mode, waits for those in flight (refills,
+// renewals, returns) within Timeout, and then returns every unspent unit,
+// theirs too, within another Timeout.
 func (l *Limiter) closeLeases() error {
 	ls := l.lease
 	ls.once.Do(func() {
+		ls.mu.Lock()
+		ls.closing = true
 		ls.closed.Store(true)
+		var idle chan struct{}
+		if ls.flights > 0 {
+			idle = make(chan struct{})
+			ls.idle = idle
+		}
+		ls.mu.Unlock()
 		close(ls.stop)
 		<-ls.done
+		if idle != nil {
+			timer := time.NewTimer(l.timeout)
+			select {
+			case <-idle:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		back := l.drainAll()
+		ls.mu.Lock()
+		ls.finished = true
+		stuck := ls.flights
+		back = append(back, ls.late...)
+		ls.late = nil
+		for len(ls.back) > 0 {
+			back = append(back, <-ls.back)
+		}
+		lost, firstErr := ls.lateLost, ls.lateErr
+		ls.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 		defer cancel()
-		ls.err = l.giveBack(ctx, l.drainAll())
+		n, err := l.giveBack(ctx, back)
+		lost, firstErr = lost+n, cmp.Or(firstErr, err)
+		var errs []error
+		if lost > 0 {
+			errs = append(errs, fmt.Errorf("redislimit: %d leased units could not be returned (the rule under-admits by as many until their time passes): %w", lost, firstErr))
+		}
+		if stuck > 0 {
+			errs = append(errs, fmt.Errorf("redislimit: %d round trips of lease mode were still running after Timeout (%v); what they take lapses", stuck, l.timeout))
+		}
+		ls.err = errors.Join(errs...)
 	})
 	return ls.err
 }
 
-// drainAll empties every lease and says what goes back, with what
-// retired batches left for the sweeper.
+// drainAll empties every lease and says what goes back.
 func (l *Limiter) drainAll() []giveBack {
 	ls := l.lease
 	now := l.leaseNow()
 	var back []giveBack
-	for len(ls.back) > 0 {
-		back = append(back, <-ls.back)
-	}
 	ls.states.Range(func(key string, st *leaseState) bool {
 		for _, p := range []*atomic.Pointer[grant]{&st.g, &st.next} {
 			if g := p.Swap(nil); g != nil {
@@ -634,6 +746,7 @@ var errLeaseWait = errors.New("redislimit: the key's refill outlasted Timeout")
 // round trip that decides its request; the others wait for it, within
 // Timeout, and try the new batch.
 func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, result, error) {
+	ls := l.lease
 	var deadline time.Time
 	for {
 		if st.dead.Load() {
@@ -651,7 +764,12 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 				var res result
 				var err error
 				if budget > 0 {
+					// Close waits for the refill, and returns what it took.
+					tracked := ls.enter()
 					d, res, err = l.lead(ctx, key, st, n, budget)
+					if tracked {
+						ls.exit()
+					}
 				} else {
 					d, res = l.fallback(key, n, false), l.failResult()
 				}

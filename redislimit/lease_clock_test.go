@@ -189,3 +189,75 @@ func laggingClockRun(t *testing.T, srv *redistest.Server, clock floodgate.Clock)
 	}
 	t.Logf("%d windows seen, %d of them more than half spent; %d units leased", len(seen), full, leased)
 }
+
+// TestLeaseCloseWaitsForRefill: a refill whose round trip is still
+// running (Redis paused) when Close is called is waited for, and the batch
+// it took goes back with the rest; then the client is closed, as shutdown
+// code does right after Close. What the requests were admitted plus what
+// Redis has left is the whole allowance: nothing was lost.
+func TestLeaseCloseWaitsForRefill(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	ctx := context.Background()
+	rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
+	cfg := Config{Rule: rule, Prefix: "closeflight", Lease: Lease{Max: 100}, Timeout: time.Minute}
+	l := mustNew(t, c, cfg)
+	admitted := int64(0)
+	for i := 0; i < 30; i++ { // the batches grow
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+		admitted++
+	}
+	before := l.Stats()
+	srv.Pause()
+	type answer struct {
+		d   floodgate.Decision
+		err error
+	}
+	allowed := make(chan answer, 1)
+	go func() { // a cost beyond what a lease holds: a refill, with the next batch
+		d, err := l.AllowN(ctx, "k", 200)
+		allowed <- answer{d, err}
+	}()
+	waitFor(t, func() bool { return l.Stats().Refills > before.Refills })
+	closed := make(chan error, 1)
+	go func() {
+		err := l.Close()
+		_ = c.Close() // shutdown goes on at once
+		closed <- err
+	}()
+	// Close has begun, and counts the refill in flight: it waits for it.
+	waitFor(t, func() bool {
+		select {
+		case err := <-closed:
+			t.Fatalf("Close returned (%v) with a refill in flight", err)
+		default:
+		}
+		l.lease.mu.Lock()
+		defer l.lease.mu.Unlock()
+		return l.lease.closing && l.lease.flights > 0
+	})
+	srv.Resume()
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	a := <-allowed
+	if a.err != nil || !a.d.Allowed {
+		t.Fatalf("the refill's request: %+v, %v", a.d, a.err)
+	}
+	admitted += 200
+	s := l.Stats()
+	if s.Leased == before.Leased || s.Returned == before.Returned || s.Fallbacks != 0 {
+		t.Fatalf("before Close %+v; after %+v: the refill leased nothing, or Close returned nothing", before, s)
+	}
+	p := mustNew(t, client(t, srv), Config{Rule: rule, Prefix: cfg.Prefix})
+	d, err := p.Peek(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := d.Remaining + 1; admitted+left != rule.Limit { // Peek's Remaining is after the request it answers for
+		t.Fatalf("admitted %d, Redis has %d left: %d units lost (%+v)", admitted, left, rule.Limit-admitted-left, s)
+	}
+}

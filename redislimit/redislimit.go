@@ -427,11 +427,16 @@ func (l *Limiter) Key(key string) string {
 	return l.keyHead + string(b[:])
 }
 
-// Close returns every unspent lease to Redis, within Timeout, and stops
-// what lease mode started. After Close the Limiter still decides, each
-// request by a round trip. Close is idempotent, and a Limiter without
-// leases has it too (it does nothing). The error says how many units could
-// not be returned: they are lost, so the clients under-admit by as many
+// Close stops what lease mode started and returns every unspent lease to
+// Redis. It first waits for lease mode's round trips in flight (a refill
+// in a request's round trip, a renewal, a return), within Timeout, and
+// then returns every unit held, theirs too, within another Timeout: when
+// Close returns, lease mode sends nothing more, and the client may be
+// closed. After Close the Limiter still decides, each request by a round
+// trip. Close is idempotent, and a Limiter without leases has it too (it
+// does nothing). The error says how many units could not be returned, and
+// whether round trips were still running after Timeout: those units are
+// lost (they count in Stats.Lapsed), so the clients under-admit by as many
 // until Redis would have given them back anyway.
 func (l *Limiter) Close() error {
 	if l.lease == nil {
