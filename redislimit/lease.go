@@ -41,8 +41,36 @@ import (
 // batch created is paid off (one unit per step); for the windows, once the
 // window it was charged to ends; for the log, once its entry's stamp is
 // reached (from then on Redis counts it for a whole Period, as if it had
-// been spent at the last moment). Unspent units whose key goes quiet are
-// returned to Redis after TTL, and all of them by Close.
+// been spent at the last moment). These times, and a cached denial's, are
+// kept on this machine's monotonic clock, which runs with Redis's, and
+// count from the sending of the round trip that took the batch (a µs
+// early, for Redis's whole µs), so they end no later than Redis's own;
+// Config.Clock plays no part, so that a clock that lags cannot keep a unit
+// spendable after Redis stopped counting it. (A machine whose clock runs
+// slower than Redis's by a fraction f keeps a unit up to f of its time too
+// long: NTP keeps f below a thousandth.) Unspent units whose key goes
+// quiet are returned to Redis after TTL, and all of them by Close, which
+// waits for the round trips in flight first.
+//
+// New and SetRule refuse a Lease that cannot save round trips. A bucket's
+// unit is spendable only while the debt it created is unpaid, so a batch
+// of Max lasts Max steps (Period/Limit each) at most, however few of them
+// the key spends, and never longer than the rule's whole burst. A batch is
+// renewed ahead when a quarter of it is left, by a goroutine that takes
+// the renewals in rounds of TTL/16 (between 100 µs and 5 ms), so that
+// quarter must span two rounds, one to collect the renewal and one for its
+// round trip: Max steps, and the burst, must last eight rounds, or TTL/2 if
+// that is shorter: 40 ms with the default TTL. Shorter, the next batch
+// comes after the last has lapsed, and each request's refill takes a batch
+// it mostly loses: at 1,000,000 a second, 8 goroutines on 300 keys made a
+// round trip per request with Max 1,024 (1.024 ms of steps), as many as
+// without leases, and one per 1,400 requests with Max 40,000. The error
+// names the least Max (or Burst) that lasts so long. The windows and the log
+// need no such floor: there a batch stays spendable to its window's end
+// (the log: its hold, 100 ms at most) whatever its size, so a key makes a
+// round trip about once per batch of Max units, and once per window edge;
+// a Max small beside a key's rate saves little, but costs no more than
+// deciding each request, and is taken.
 //
 // A busy key's requests do not wait for its next batch: when three
 // quarters of a batch, or of its time, is gone, the request that sees it
@@ -54,7 +82,10 @@ import (
 type Lease struct {
 	// Max is the most units one replica holds for a key at once (its
 	// batch and the next, taken ahead, together); 0 turns lease mode
-	// off: every decision is a round trip.
+	// off: every decision is a round trip. For the buckets, Max steps of
+	// the rule must last eight renewal rounds, or TTL/2 if shorter (40 ms
+	// with the default TTL: 40,000 at 1,000,000 a second); New refuses
+	// less, and says how much.
 	Max int64
 	// TTL is how long a leased unit may stay unspent before it is
 	// returned to Redis; 0 means 1s.
@@ -336,7 +367,7 @@ func (l *Limiter) sweeper() {
 	// than as each is asked for: a send that woke this goroutine would cost
 	// the request a futex call, and a renewal asked for with a quarter of
 	// the batch left can wait a few milliseconds.
-	r := time.NewTicker(time.Duration(max(int64(100*time.Microsecond), min(int64(5*time.Millisecond), l.rs().target/8))))
+	r := time.NewTicker(renewEvery(l.rs().target))
 	defer r.Stop()
 	for {
 		select {
@@ -361,6 +392,43 @@ func (l *Limiter) sweeper() {
 			}
 		}
 	}
+}
+
+// renewEvery is how often the sweeper takes the renewals asked for, for
+// batches sized to last target ns: an eighth of it, between 100 µs and 5
+// ms.
+func renewEvery(target int64) time.Duration {
+	return time.Duration(max(int64(100*time.Microsecond), min(int64(5*time.Millisecond), target/8)))
+}
+
+// floor is the least time a bucket's batch must last to save round trips,
+// ns (see check), and the renewal round it is counted in.
+func (ls *leases) floor() (int64, time.Duration) {
+	target := ls.ttl / 2 // a bucket's rules.target
+	tick := renewEvery(target)
+	return min(target, 8*int64(tick)), tick
+}
+
+// check refuses a lease that cannot save round trips on a rule of kind
+// whose capacity is capacity and whose step is interval µs (see Lease):
+// for the buckets, Max steps, and the whole burst, must last at least
+// eight renewal rounds, or TTL/2 if that is shorter.
+func (ls *leases) check(kind scriptKind, capacity, interval int64) error {
+	if kind != kindBucket {
+		return nil
+	}
+	step := interval * 1000
+	floor, tick := ls.floor()
+	why := fmt.Sprintf("a batch must last %v, eight rounds of renewal of %v each, or TTL/2 if shorter", time.Duration(floor), tick)
+	if capacity*step < floor {
+		return fmt.Errorf("redislimit: the rule's burst of %d lasts %v at %v per unit, and no leased unit of a bucket outlasts it: too short to save round trips (%s); raise Burst to at least %d, or turn lease mode off",
+			capacity, time.Duration(capacity*step), time.Duration(step), why, ceilDiv(floor, step))
+	}
+	if need := ceilDiv(floor, step); ls.max < need {
+		return fmt.Errorf("redislimit: Lease.Max %d lasts %v at %v per unit, too short to save round trips (%s); use at least %d",
+			ls.max, time.Duration(ls.max*step), time.Duration(step), why, need)
+	}
+	return nil
 }
 
 // renewAhead takes the next batch of each key, in one pipeline, before

@@ -112,10 +112,20 @@ func TestLeaseConformsToRule(t *testing.T) {
 				clock := floodgate.NewManualClock(epoch + rng.Int64N(int64(time.Hour)))
 				cfg := Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("conf%d", trial), FailureMode: FailClosed,
 					Lease: Lease{Max: 1 + rng.Int64N(64), TTL: time.Duration(1+rng.IntN(20)) * time.Duration(max(rule.Period/10, time.Millisecond))}}
-				probe, err := New(c, cfg)
+				_, kind, interval, err := parseRule(alg, rule)
 				if err != nil {
 					continue // a step Redis cannot hold
 				}
+				if kind == kindBucket {
+					// The least TTL and Max that New takes: a batch must
+					// last the floor, within the burst.
+					if burst := time.Duration(rule.Capacity() * interval * 1000); cfg.Lease.TTL/2 > burst {
+						cfg.Lease.TTL = 2 * burst
+					}
+					floor, _ := newLeases(cfg.Lease, 1).floor()
+					cfg.Lease.Max = max(cfg.Lease.Max, ceilDiv(floor, interval*1000))
+				}
+				probe := mustNew(t, c, cfg)
 				_ = probe.Close()
 				var reps [3]*Limiter
 				for i := range reps {

@@ -268,6 +268,9 @@ func newLimiter(client redis.UniversalClient, cfg Config, setup func(*Limiter)) 
 	}
 	if cfg.Lease.Max > 0 {
 		l.lease = newLeases(cfg.Lease, orDefault(cfg.LocalMaxKeys, defaultLocalKeys))
+		if err := l.lease.check(kind, cfg.Rule.Capacity(), interval); err != nil {
+			return nil, err
+		}
 	}
 	l.cur.Store(l.newRules(cfg.Rule, interval, nil, 0))
 	if setup != nil {
