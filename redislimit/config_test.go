@@ -1,12 +1,14 @@
 package redislimit
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -96,5 +98,76 @@ func TestInvalidCostReachesNoServer(t *testing.T) {
 	}
 	if s := l.Stats(); s.Calls != 0 || s.Fallbacks != 0 {
 		t.Fatalf("invalid costs reached the server: %+v", s)
+	}
+}
+
+// TestLeaseRefusesShortBatches: a bucket's Lease whose batch of Max
+// cannot outlast its renewal is refused, by New and by SetRule, with the
+// least Max that would do; so is a rule whose whole burst is that short.
+// A Max just at the floor is taken, and leases on a real redis-server, as
+// are the windows and the log with any Max.
+func TestLeaseRefusesShortBatches(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer c.Close()
+	million := floodgate.Rule{Limit: 1_000_000, Period: time.Second} // 1µs per unit
+	const why = "(a batch must last 40ms, eight rounds of renewal of 5ms each, or TTL/2 if shorter)"
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"token bucket", Config{Rule: million, Lease: Lease{Max: 1024}},
+			"redislimit: Lease.Max 1024 lasts 1.024ms at 1µs per unit, too short to save round trips " + why + "; use at least 40000"},
+		{"leaky bucket, one below", Config{Algorithm: floodgate.LeakyBucket, Rule: million, Lease: Lease{Max: 39_999}},
+			"redislimit: Lease.Max 39999 lasts 39.999ms at 1µs per unit, too short to save round trips " + why + "; use at least 40000"},
+		{"short TTL", Config{Rule: floodgate.Rule{Limit: 100_000, Period: time.Second}, Lease: Lease{Max: 999, TTL: 20 * time.Millisecond}},
+			"redislimit: Lease.Max 999 lasts 9.99ms at 10µs per unit, too short to save round trips (a batch must last 10ms, eight rounds of renewal of 1.25ms each, or TTL/2 if shorter); use at least 1000"},
+		{"short burst", Config{Rule: floodgate.Rule{Limit: 1000, Period: 10 * time.Millisecond, Burst: 100}, Lease: Lease{Max: 1 << 20}},
+			"redislimit: the rule's burst of 100 lasts 1ms at 10µs per unit, and no leased unit of a bucket outlasts it: too short to save round trips " + why + "; raise Burst to at least 4000, or turn lease mode off"},
+	} {
+		l, err := New(c, tc.cfg)
+		if err == nil || err.Error() != tc.want {
+			if l != nil {
+				_ = l.Close()
+			}
+			t.Errorf("%s: New's error is\n\t%v\nwant\n\t%s", tc.name, err, tc.want)
+		}
+	}
+
+	srv := redistest.Start(t)
+	rc := client(t, srv)
+	ctx := context.Background()
+	for _, cfg := range []Config{
+		{Rule: million, Lease: Lease{Max: 40_000}},
+		{Algorithm: floodgate.LeakyBucket, Rule: floodgate.Rule{Limit: 100_000, Period: time.Second}, Lease: Lease{Max: 1000, TTL: 20 * time.Millisecond}},
+		{Algorithm: floodgate.FixedWindow, Rule: million, Lease: Lease{Max: 1}},
+		{Algorithm: floodgate.SlidingCounter, Rule: million, Lease: Lease{Max: 2}},
+		{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 1000, Period: time.Millisecond}, Lease: Lease{Max: 1}},
+	} {
+		cfg.Prefix = "floor"
+		l := mustNew(t, rc, cfg)
+		for i := 0; i < 3; i++ {
+			if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("%s %+v: %+v, %v", cfg.Algorithm, cfg.Lease, d, err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if s := l.Stats(); s.Leased == 0 || s.Errors != 0 {
+			t.Fatalf("%s %+v: %+v; want a lease", cfg.Algorithm, cfg.Lease, s)
+		}
+	}
+
+	// SetRule refuses a rule under which the Lease would be refused, and
+	// keeps the rule in force.
+	l := mustNew(t, rc, Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Second}, Lease: Lease{Max: 1024}, Prefix: "floorset"})
+	defer l.Close()
+	want := "redislimit: Lease.Max 1024 lasts 1.024ms at 1µs per unit, too short to save round trips " + why + "; use at least 40000"
+	if err := l.SetRule(million); err == nil || err.Error() != want {
+		t.Fatalf("SetRule's error is\n\t%v\nwant\n\t%s", err, want)
+	}
+	if got := l.rs().rule; got != (floodgate.Rule{Limit: 1000, Period: time.Second}) {
+		t.Fatalf("a refused SetRule left the rule %+v", got)
 	}
 }

@@ -67,8 +67,14 @@
 // goroutine takes the next batches ahead. Every unit admitted was taken
 // from Redis first, so the replicas together never pass the rule; a unit
 // stays spendable for Lease.TTL at most, and never past the instant Redis
-// would have given it back; unspent units go back to Redis after a TTL,
-// and at Close. See Lease.
+// would have given it back, timed on this machine's monotonic clock from
+// the sending of the round trip that took it (never on Config.Clock, which
+// times only the breaker and FailLocal); unspent units go back to Redis
+// after a TTL, and at Close, which first waits for the round trips in
+// flight. New refuses a Lease whose batches could not outlast their
+// renewal (for the buckets, Lease.Max steps of the rule must last 40 ms
+// with the default TTL), since it would cost round trips instead of saving
+// them. See Lease.
 //
 // # A middleware's policies: Store
 //

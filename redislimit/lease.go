@@ -1,6 +1,7 @@
 package redislimit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,8 +41,36 @@ import (
 // batch created is paid off (one unit per step); for the windows, once the
 // window it was charged to ends; for the log, once its entry's stamp is
 // reached (from then on Redis counts it for a whole Period, as if it had
-// been spent at the last moment). Unspent units whose key goes quiet are
-// returned to Redis after TTL, and all of them by Close.
+// been spent at the last moment). These times, and a cached denial's, are
+// kept on this machine's monotonic clock, which runs with Redis's, and
+// count from the sending of the round trip that took the batch (a µs
+// early, for Redis's whole µs), so they end no later than Redis's own;
+// Config.Clock plays no part, so that a clock that lags cannot keep a unit
+// spendable after Redis stopped counting it. (A machine whose clock runs
+// slower than Redis's by a fraction f keeps a unit up to f of its time too
+// long: NTP keeps f below a thousandth.) Unspent units whose key goes
+// quiet are returned to Redis after TTL, and all of them by Close, which
+// waits for the round trips in flight first.
+//
+// New and SetRule refuse a Lease that cannot save round trips. A bucket's
+// unit is spendable only while the debt it created is unpaid, so a batch
+// of Max lasts Max steps (Period/Limit each) at most, however few of them
+// the key spends, and never longer than the rule's whole burst. A batch is
+// renewed ahead when a quarter of it is left, by a goroutine that takes
+// the renewals in rounds of TTL/16 (between 100 µs and 5 ms), so that
+// quarter must span two rounds, one to collect the renewal and one for its
+// round trip: Max steps, and the burst, must last eight rounds, or TTL/2 if
+// that is shorter: 40 ms with the default TTL. Shorter, the next batch
+// comes after the last has lapsed, and each request's refill takes a batch
+// it mostly loses: at 1,000,000 a second, 8 goroutines on 300 keys made a
+// round trip per request with Max 1,024 (1.024 ms of steps), as many as
+// without leases, and one per 1,400 requests with Max 40,000. The error
+// names the least Max (or Burst) that lasts so long. The windows and the log
+// need no such floor: there a batch stays spendable to its window's end
+// (the log: its hold, 100 ms at most) whatever its size, so a key makes a
+// round trip about once per batch of Max units, and once per window edge;
+// a Max small beside a key's rate saves little, but costs no more than
+// deciding each request, and is taken.
 //
 // A busy key's requests do not wait for its next batch: when three
 // quarters of a batch, or of its time, is gone, the request that sees it
@@ -53,7 +82,10 @@ import (
 type Lease struct {
 	// Max is the most units one replica holds for a key at once (its
 	// batch and the next, taken ahead, together); 0 turns lease mode
-	// off: every decision is a round trip.
+	// off: every decision is a round trip. For the buckets, Max steps of
+	// the rule must last eight renewal rounds, or TTL/2 if shorter (40 ms
+	// with the default TTL: 40,000 at 1,000,000 a second); New refuses
+	// less, and says how much.
 	Max int64
 	// TTL is how long a leased unit may stay unspent before it is
 	// returned to Redis; 0 means 1s.
@@ -66,11 +98,26 @@ const (
 	leaseGrowth     = 4                      // a batch is at most this many times the last
 )
 
+// leaseNow is lease mode's clock, in ns ("lease ns"), which times every
+// batch, cached denial and idle key: the monotonic time since New, which
+// runs with Redis's clock, since both count real time (the tests' stand-in
+// for Redis's clock, when one is set). It is never Config.Clock: a batch
+// timed on a clock that lags Redis's (a coarse clock, a stalled one) would
+// stay spendable after Redis stopped counting its units, and the replicas
+// together would pass the rule.
+func (l *Limiter) leaseNow() int64 {
+	if l.redisClock != nil {
+		return l.redisClock.Now()
+	}
+	return int64(time.Since(l.lease.base))
+}
+
 // leases is lease mode's state: one leaseState per key, at most bound of
 // them, and one goroutine (the sweeper) that renews busy keys' batches
 // ahead, returns what keys left unspent and drops idle keys.
 type leases struct {
-	max, ttl   int64 // units; ns
+	max, ttl   int64     // units; ns
+	base       time.Time // lease ns count from here (see leaseNow)
 	states     *xsync.Map[string, *leaseState]
 	size       atomic.Int64
 	bound      int64
@@ -81,6 +128,21 @@ type leases struct {
 	inline     bool          // tests: renew and return on the caller's goroutine
 	once       sync.Once
 	err        error
+
+	// Close's hand-over, under mu. closing says Close has begun; flights
+	// counts lease mode's round trips in flight (refills, renewals,
+	// returns), and idle closes when the last ends once Close waits for
+	// them. late holds the units handed back after Close began, for Close
+	// to return; lateLost and lateErr, what returns in flight failed to
+	// return meanwhile. finished says Close has taken what it returns:
+	// what comes back later lapses.
+	mu                sync.Mutex
+	closing, finished bool
+	flights           int
+	idle              chan struct{}
+	late              []giveBack
+	lateLost          int64
+	lateErr           error
 
 	leased, returned, lapsed atomic.Int64
 	refills, renewals        atomic.Int64
@@ -93,11 +155,11 @@ type leaseState struct {
 	g           atomic.Pointer[grant]
 	next        atomic.Pointer[grant]
 	flight      atomic.Pointer[flight]
-	deniedUntil atomic.Int64 // a cached denial holds until then (clock ns)
+	deniedUntil atomic.Int64 // a cached denial holds until then (lease ns)
 	deniedCost  atomic.Int64 // for costs of at least this
-	deniedRetry atomic.Int64 // its RetryAfter's end (clock ns)
-	deniedReset atomic.Int64 // its ResetAfter's end (clock ns)
-	lastUsed    atomic.Int64 // clock ns
+	deniedRetry atomic.Int64 // its RetryAfter's end (lease ns)
+	deniedReset atomic.Int64 // its ResetAfter's end (lease ns)
+	lastUsed    atomic.Int64 // lease ns
 	waiting     atomic.Int64 // the cost waiting for the refill in flight
 	dead        atomic.Bool  // dropped from the map by the sweeper
 	batch       atomic.Int64 // the last batch's size
@@ -112,15 +174,15 @@ type grant struct {
 	gen       int64        // the rule it was leased under (rules.gen)
 	limit     int64        // that rule's capacity
 	step      int64        // that rule's ns per unit, for the buckets; 0 for the others
-	top       int64        // buckets: the clock ns at which the batch's debt is paid
-	until     int64        // clock ns: the end of TTL, or of the window, or the log entry's stamp
+	top       int64        // buckets: the lease ns at which the batch's debt is paid
+	until     int64        // lease ns: the end of TTL, or of the window, or the log entry's stamp
 	k         int64        // the window the units were charged to, the log entry's stamp, or the buckets' TAT on Redis's clock
-	at        int64        // clock ns of the round trip that took it
+	at        int64        // lease ns of the round trip that took it
 	taken     int64        // units in the batch
 	remaining int64        // Redis's remaining after the grant
-	resetAt   int64        // clock ns at which Redis would hold the key fresh
+	resetAt   int64        // lease ns at which Redis would hold the key fresh
 	low       int64        // below this many units, the batch is renewed ahead
-	renewAt   int64        // clock ns from which it is renewed ahead
+	renewAt   int64        // lease ns from which it is renewed ahead
 	asked     atomic.Bool  // its renewal was asked for
 }
 
@@ -209,6 +271,12 @@ func (l *Limiter) retire(key string, g *grant, now int64) {
 		return
 	}
 	b.key = key
+	ls.mu.Lock() // a batch's retirement, not a request: once per batch at most
+	defer ls.mu.Unlock()
+	if ls.closing {
+		ls.toClose([]giveBack{b})
+		return
+	}
 	select {
 	case ls.back <- b:
 	default:
@@ -216,9 +284,72 @@ func (l *Limiter) retire(key string, g *grant, now int64) {
 	}
 }
 
+// enter counts a round trip of lease mode that Close must wait for, and
+// says false once Close has begun: the caller then takes nothing, and
+// hands what it would return to Close (see returnNow).
+func (ls *leases) enter() bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.closing {
+		return false
+	}
+	ls.flights++
+	return true
+}
+
+// exit ends a round trip that enter counted.
+func (ls *leases) exit() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	ls.flights--
+	if ls.flights == 0 && ls.idle != nil {
+		close(ls.idle)
+		ls.idle = nil
+	}
+}
+
+// toClose hands back to Close, which has begun, units for it to return;
+// once it has taken what it returns, they lapse. ls.mu is held.
+func (ls *leases) toClose(back []giveBack) {
+	if ls.finished {
+		for _, b := range back {
+			ls.lapsed.Add(b.units)
+		}
+		return
+	}
+	ls.late = append(ls.late, back...)
+}
+
+// returnNow returns units to Redis at once, as one of lease mode's round
+// trips in flight, or hands them to Close if it has begun. What fails to
+// go back while Close waits counts in Close's error.
+func (l *Limiter) returnNow(back []giveBack) {
+	if len(back) == 0 {
+		return
+	}
+	ls := l.lease
+	if !ls.enter() {
+		ls.mu.Lock()
+		ls.toClose(back)
+		ls.mu.Unlock()
+		return
+	}
+	defer ls.exit()
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	if lost, err := l.giveBack(ctx, back); lost > 0 {
+		ls.mu.Lock()
+		if ls.closing && !ls.finished {
+			ls.lateLost += lost
+			ls.lateErr = cmp.Or(ls.lateErr, err)
+		}
+		ls.mu.Unlock()
+	}
+}
+
 func newLeases(cfg Lease, bound int) *leases {
 	ttl := orDefault(cfg.TTL, defaultLeaseTTL)
-	return &leases{max: cfg.Max, ttl: int64(ttl),
+	return &leases{max: cfg.Max, ttl: int64(ttl), base: time.Now(),
 		states: xsync.NewMap[string, *leaseState](), bound: int64(bound),
 		stop: make(chan struct{}), done: make(chan struct{}), renew: make(chan string, 4096), back: make(chan giveBack, 4096)}
 }
@@ -236,23 +367,21 @@ func (l *Limiter) sweeper() {
 	// than as each is asked for: a send that woke this goroutine would cost
 	// the request a futex call, and a renewal asked for with a quarter of
 	// the batch left can wait a few milliseconds.
-	r := time.NewTicker(time.Duration(max(int64(100*time.Microsecond), min(int64(5*time.Millisecond), l.rs().target/8))))
+	r := time.NewTicker(renewEvery(l.rs().target))
 	defer r.Stop()
 	for {
 		select {
 		case <-ls.stop:
 			return
 		case <-t.C:
-			l.sweep(l.clock.Now())
+			l.sweep(l.leaseNow())
 		case <-r.C:
 			for len(ls.back) > 0 {
 				back := make([]giveBack, 0, min(len(ls.back), 512))
 				for len(back) < cap(back) {
 					back = append(back, <-ls.back)
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-				_ = l.giveBack(ctx, back)
-				cancel()
+				l.returnNow(back)
 			}
 			for len(ls.renew) > 0 {
 				keys := make([]string, 0, min(len(ls.renew), 512))
@@ -265,16 +394,54 @@ func (l *Limiter) sweeper() {
 	}
 }
 
+// renewEvery is how often the sweeper takes the renewals asked for, for
+// batches sized to last target ns: an eighth of it, between 100 µs and 5
+// ms.
+func renewEvery(target int64) time.Duration {
+	return time.Duration(max(int64(100*time.Microsecond), min(int64(5*time.Millisecond), target/8)))
+}
+
+// floor is the least time a bucket's batch must last to save round trips,
+// ns (see check), and the renewal round it is counted in.
+func (ls *leases) floor() (int64, time.Duration) {
+	target := ls.ttl / 2 // a bucket's rules.target
+	tick := renewEvery(target)
+	return min(target, 8*int64(tick)), tick
+}
+
+// check refuses a lease that cannot save round trips on a rule of kind
+// whose capacity is capacity and whose step is interval µs (see Lease):
+// for the buckets, Max steps, and the whole burst, must last at least
+// eight renewal rounds, or TTL/2 if that is shorter.
+func (ls *leases) check(kind scriptKind, capacity, interval int64) error {
+	if kind != kindBucket {
+		return nil
+	}
+	step := interval * 1000
+	floor, tick := ls.floor()
+	why := fmt.Sprintf("a batch must last %v, eight rounds of renewal of %v each, or TTL/2 if shorter", time.Duration(floor), tick)
+	if capacity*step < floor {
+		return fmt.Errorf("redislimit: the rule's burst of %d lasts %v at %v per unit, and no leased unit of a bucket outlasts it: too short to save round trips (%s); raise Burst to at least %d, or turn lease mode off",
+			capacity, time.Duration(capacity*step), time.Duration(step), why, ceilDiv(floor, step))
+	}
+	if need := ceilDiv(floor, step); ls.max < need {
+		return fmt.Errorf("redislimit: Lease.Max %d lasts %v at %v per unit, too short to save round trips (%s); use at least %d",
+			ls.max, time.Duration(ls.max*step), time.Duration(step), why, need)
+	}
+	return nil
+}
+
 // renewAhead takes the next batch of each key, in one pipeline, before
 // its lease runs out, so that its requests need not wait for a round
 // trip. A key that already has one, or whose state is gone, is skipped;
 // while the breaker is open nothing is asked.
 func (l *Limiter) renewAhead(keys []string) {
 	ls := l.lease
-	if ls.closed.Load() || l.breaker.openUntil.Load() != closed {
+	if l.breaker.openUntil.Load() != closed || !ls.enter() {
 		return
 	}
-	now := l.clock.Now()
+	defer ls.exit()
+	now := l.leaseNow()
 	type ask struct {
 		key string
 		st  *leaseState
@@ -350,7 +517,7 @@ func (l *Limiter) renewAhead(keys []string) {
 	}
 }
 
-// newGrant is the batch of reply r, to a call sent at now (clock ns). Its
+// newGrant is the batch of reply r, to a call sent at now (lease ns). Its
 // time counts from the sending, in the whole µs that Redis's clock counts:
 // Redis ran the call later, so the lease ends no later than Redis's count
 // does.
@@ -377,13 +544,10 @@ func (l *Limiter) newGrant(r reply, now int64) *grant {
 	return g
 }
 
-// giveBackNow returns g's units to Redis at once.
+// giveBackNow returns g's units to Redis at once, or has Close return
+// them if it has begun.
 func (l *Limiter) giveBackNow(key string, g *grant, now int64) {
-	if back := l.lease.appendBack(nil, key, g, now); len(back) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		_ = l.giveBack(ctx, back)
-	}
+	l.returnNow(l.lease.appendBack(nil, key, g, now))
 }
 
 // sweep returns the units of every lease whose TTL ran out by now, and
@@ -416,11 +580,7 @@ func (l *Limiter) sweep(now int64) {
 		}
 		return true
 	})
-	if len(back) > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-		defer cancel()
-		_ = l.giveBack(ctx, back)
-	}
+	l.returnNow(back)
 }
 
 // giveBack is what a drained grant returns to Redis, under the rule of
@@ -471,9 +631,10 @@ func (ls *leases) appendBack(back []giveBack, key string, g *grant, now int64) [
 	return back
 }
 
-// giveBack returns units to Redis in one pipeline, and returns an error
-// if any of them could not be: those are lost, which under-admits.
-func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
+// giveBack returns units to Redis in one pipeline, and says how many
+// could not be, with the first error: those are lost, which under-admits,
+// and count as lapsed.
+func (l *Limiter) giveBack(ctx context.Context, back []giveBack) (int64, error) {
 	ls := l.lease
 	// Units leased under a rule changed since lapse: the keys they were
 	// charged to are converted, or will be, and take no return.
@@ -518,35 +679,69 @@ func (l *Limiter) giveBack(ctx context.Context, back []giveBack) error {
 	}
 	if firstErr != nil {
 		l.failed(firstErr)
-		return fmt.Errorf("redislimit: %d leased units could not be returned (the rule under-admits by as many until their time passes): %w", lost, firstErr)
+		ls.lapsed.Add(lost)
 	}
-	return nil
+	return lost, firstErr
 }
 
-// closeLeases returns every unspent lease to Redis, within Timeout, and
-// stops the sweeper, once: Close's work in lease mode.
+// closeLeases is Close's work in lease mode, once: it stops the sweeper
+// and new round trips of lease mode, waits for those in flight (refills,
+// renewals, returns) within Timeout, and then returns every unspent unit,
+// theirs too, within another Timeout.
 func (l *Limiter) closeLeases() error {
 	ls := l.lease
 	ls.once.Do(func() {
+		ls.mu.Lock()
+		ls.closing = true
 		ls.closed.Store(true)
+		var idle chan struct{}
+		if ls.flights > 0 {
+			idle = make(chan struct{})
+			ls.idle = idle
+		}
+		ls.mu.Unlock()
 		close(ls.stop)
 		<-ls.done
+		if idle != nil {
+			timer := time.NewTimer(l.timeout)
+			select {
+			case <-idle:
+			case <-timer.C:
+			}
+			timer.Stop()
+		}
+		back := l.drainAll()
+		ls.mu.Lock()
+		ls.finished = true
+		stuck := ls.flights
+		back = append(back, ls.late...)
+		ls.late = nil
+		for len(ls.back) > 0 {
+			back = append(back, <-ls.back)
+		}
+		lost, firstErr := ls.lateLost, ls.lateErr
+		ls.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 		defer cancel()
-		ls.err = l.giveBack(ctx, l.drainAll())
+		n, err := l.giveBack(ctx, back)
+		lost, firstErr = lost+n, cmp.Or(firstErr, err)
+		var errs []error
+		if lost > 0 {
+			errs = append(errs, fmt.Errorf("redislimit: %d leased units could not be returned (the rule under-admits by as many until their time passes): %w", lost, firstErr))
+		}
+		if stuck > 0 {
+			errs = append(errs, fmt.Errorf("redislimit: %d round trips of lease mode were still running after Timeout (%v); what they take lapses", stuck, l.timeout))
+		}
+		ls.err = errors.Join(errs...)
 	})
 	return ls.err
 }
 
-// drainAll empties every lease and says what goes back, with what
-// retired batches left for the sweeper.
+// drainAll empties every lease and says what goes back.
 func (l *Limiter) drainAll() []giveBack {
 	ls := l.lease
-	now := l.clock.Now()
+	now := l.leaseNow()
 	var back []giveBack
-	for len(ls.back) > 0 {
-		back = append(back, <-ls.back)
-	}
 	ls.states.Range(func(key string, st *leaseState) bool {
 		for _, p := range []*atomic.Pointer[grant]{&st.g, &st.next} {
 			if g := p.Swap(nil); g != nil {
@@ -563,7 +758,7 @@ func (l *Limiter) drainAll() []giveBack {
 // returns the decision's result too, for AppendCounts.
 func (l *Limiter) leaseAllow(ctx context.Context, key string, n int64) (floodgate.Decision, result, error) {
 	ls := l.lease
-	now := l.clock.Now()
+	now := l.leaseNow()
 	st, ok := ls.states.Load(key)
 	if ok {
 		if g, rest, ok := l.take(key, st, n, now); ok {
@@ -619,6 +814,7 @@ var errLeaseWait = errors.New("redislimit: the key's refill outlasted Timeout")
 // round trip that decides its request; the others wait for it, within
 // Timeout, and try the new batch.
 func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, result, error) {
+	ls := l.lease
 	var deadline time.Time
 	for {
 		if st.dead.Load() {
@@ -636,7 +832,12 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 				var res result
 				var err error
 				if budget > 0 {
+					// Close waits for the refill, and returns what it took.
+					tracked := ls.enter()
 					d, res, err = l.lead(ctx, key, st, n, budget)
+					if tracked {
+						ls.exit()
+					}
 				} else {
 					d, res = l.fallback(key, n, false), l.failResult()
 				}
@@ -670,7 +871,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 			}
 			return l.fallback(key, n, false), l.failResult(), nil
 		}
-		now := l.clock.Now()
+		now := l.leaseNow()
 		if g, rest, ok := l.take(key, st, n, now); ok {
 			return l.fromLease(g, rest, now), resAllowed, nil
 		}
@@ -686,7 +887,7 @@ func (l *Limiter) refill(ctx context.Context, key string, st *leaseState, n int6
 // trip, and installs the new batch.
 func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (d floodgate.Decision, res result, err error) {
 	ls := l.lease
-	now := l.clock.Now()
+	now := l.leaseNow()
 	if g, rest, ok := l.take(key, st, n, now); ok {
 		return l.fromLease(g, rest, now), resAllowed, nil // a refill that ended just now served it
 	}

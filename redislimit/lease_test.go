@@ -21,19 +21,31 @@ import (
 const epoch = int64(1_700_000_000) * int64(time.Second)
 
 // replica returns a lease-mode Limiter on clock, whose now (in µs) the
-// scripts take for Redis's clock, as one replica of a service.
+// scripts take for Redis's clock, as one replica of a service: clock is
+// both its Config.Clock and Redis's.
 func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate.ManualClock) *Limiter {
+	t.Helper()
+	return replicaOn(t, c, cfg, clock, clock)
+}
+
+// replicaOn is replica with clock as Config.Clock and redisClock as
+// Redis's clock, which the scripts and the leases read.
+func replicaOn(t testing.TB, c redis.UniversalClient, cfg Config, clock, redisClock *floodgate.ManualClock) *Limiter {
 	t.Helper()
 	cfg.Clock = clock
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	l := mustNew(t, c, cfg)
-	l.redisClock = clock
-	l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
-	l.box(l.rs())
-	if l.lease != nil {
-		l.lease.inline = true // renewals and returns at once, in order, on the manual clock
+	l, err := newLimiter(c, cfg, func(l *Limiter) {
+		l.redisClock = redisClock
+		l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
+		l.box(l.rs())
+		if l.lease != nil {
+			l.lease.inline = true // renewals and returns at once, in order, on the manual clock
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	return l
@@ -100,10 +112,20 @@ func TestLeaseConformsToRule(t *testing.T) {
 				clock := floodgate.NewManualClock(epoch + rng.Int64N(int64(time.Hour)))
 				cfg := Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("conf%d", trial), FailureMode: FailClosed,
 					Lease: Lease{Max: 1 + rng.Int64N(64), TTL: time.Duration(1+rng.IntN(20)) * time.Duration(max(rule.Period/10, time.Millisecond))}}
-				probe, err := New(c, cfg)
+				_, kind, interval, err := parseRule(alg, rule)
 				if err != nil {
 					continue // a step Redis cannot hold
 				}
+				if kind == kindBucket {
+					// The least TTL and Max that New takes: a batch must
+					// last the floor, within the burst.
+					if burst := time.Duration(rule.Capacity() * interval * 1000); cfg.Lease.TTL/2 > burst {
+						cfg.Lease.TTL = 2 * burst
+					}
+					floor, _ := newLeases(cfg.Lease, 1).floor()
+					cfg.Lease.Max = max(cfg.Lease.Max, ceilDiv(floor, interval*1000))
+				}
+				probe := mustNew(t, c, cfg)
 				_ = probe.Close()
 				var reps [3]*Limiter
 				for i := range reps {

@@ -86,8 +86,13 @@ type Config struct {
 	// probes Redis again; 0 means 1s. On a Redis Cluster it also spaces
 	// the reloads of the slot map that failures ask for (Stats.Reloads).
 	ProbeEvery time.Duration
-	// Clock times the breaker and the FailLocal limiter; nil means
-	// floodgate.SystemClock(). Decisions on Redis use Redis's clock.
+	// Clock times the breaker (and, on a Redis Cluster, the spacing of
+	// its slot map's reloads) and the FailLocal limiter; nil means
+	// floodgate.SystemClock(). Nothing else reads it: decisions on Redis
+	// use Redis's clock, and lease mode times its batches on this
+	// machine's monotonic clock, which runs with Redis's (see Lease), so
+	// that a Clock that lags, such as a coarse one, cannot keep a unit
+	// spendable after Redis stopped counting it.
 	Clock floodgate.Clock
 	// OnError, when set, is called with every error from Redis that the
 	// FailureMode answered for. It runs on the request path.
@@ -158,8 +163,9 @@ type Limiter struct {
 	requests *tally.Counts // AllowN's decisions, by result
 
 	// redisClock is nil in production, where the scripts read Redis's
-	// clock (TIME). A test sets it to have them take its now instead: the
-	// one place the choice is made (see scriptNow).
+	// clock (TIME) and lease mode this machine's monotonic clock. A test
+	// sets it to have both take its now instead: the one place the choice
+	// is made (see scriptNow and leaseNow).
 	redisClock floodgate.Clock
 
 	setMu        sync.Mutex   // SetRule's, one at a time
@@ -190,6 +196,12 @@ const (
 // commands, because a script that timed out may already have charged its
 // request.
 func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
+	return newLimiter(client, cfg, nil)
+}
+
+// newLimiter is New, with setup, when not nil, run on the Limiter before
+// lease mode's goroutine starts: the tests' seam to put in their clocks.
+func newLimiter(client redis.UniversalClient, cfg Config, setup func(*Limiter)) (*Limiter, error) {
 	if client == nil {
 		return nil, errors.New("redislimit: New needs a client")
 	}
@@ -255,8 +267,14 @@ func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
 	}
 	if cfg.Lease.Max > 0 {
 		l.lease = newLeases(cfg.Lease, orDefault(cfg.LocalMaxKeys, defaultLocalKeys))
+		if err := l.lease.check(kind, cfg.Rule.Capacity(), interval); err != nil {
+			return nil, err
+		}
 	}
 	l.cur.Store(l.newRules(cfg.Rule, interval, nil, 0))
+	if setup != nil {
+		setup(l)
+	}
 	if l.lease != nil {
 		go l.sweeper()
 	}
@@ -359,7 +377,7 @@ func (l *Limiter) Peek(ctx context.Context, key string) (floodgate.Decision, err
 		return r.d, err
 	}
 	if st, ok := l.lease.states.Load(key); ok {
-		now, held := l.clock.Now(), int64(0)
+		now, held := l.leaseNow(), int64(0)
 		for _, g := range []*grant{st.g.Load(), st.next.Load()} {
 			if g != nil {
 				held += l.lease.usable(g, g.units.Load(), now)
@@ -414,11 +432,16 @@ func (l *Limiter) Key(key string) string {
 	return l.keyHead + string(h[:])
 }
 
-// Close returns every unspent lease to Redis, within Timeout, and stops
-// what lease mode started. After Close the Limiter still decides, each
-// request by a round trip. Close is idempotent, and a Limiter without
-// leases has it too (it does nothing). The error says how many units could
-// not be returned: they are lost, so the clients under-admit by as many
+// Close stops what lease mode started and returns every unspent lease to
+// Redis. It first waits for lease mode's round trips in flight (a refill
+// in a request's round trip, a renewal, a return), within Timeout, and
+// then returns every unit held, theirs too, within another Timeout: when
+// Close returns, lease mode sends nothing more, and the client may be
+// closed. After Close the Limiter still decides, each request by a round
+// trip. Close is idempotent, and a Limiter without leases has it too (it
+// does nothing). The error says how many units could not be returned, and
+// whether round trips were still running after Timeout: those units are
+// lost (they count in Stats.Lapsed), so the clients under-admit by as many
 // until Redis would have given them back anyway.
 func (l *Limiter) Close() error {
 	if l.lease == nil {

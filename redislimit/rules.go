@@ -207,6 +207,11 @@ func (l *Limiter) SetRule(r floodgate.Rule) error {
 	if s != l.script {
 		return fmt.Errorf("redislimit: rule %+v would change the algorithm's script", r) // parseRule keeps the algorithm: cannot happen
 	}
+	if l.lease != nil {
+		if err := l.lease.check(l.kind, r.Capacity(), interval); err != nil {
+			return err
+		}
+	}
 	l.setMu.Lock()
 	defer l.setMu.Unlock()
 	if l.localFollows {
