@@ -231,8 +231,9 @@ func scrapeStore(t *testing.T, s *server) storeCounts {
 	return c
 }
 
-// checkStores scrapes every live replica: no request was decided by
-// -redis-failure (each replica alone), and in lease mode some units were
+// checkStores scrapes every live replica: its -metrics export the
+// Store's counts, no request was decided by -redis-failure (each replica
+// alone), and in lease mode some units were
 // leased, so that the run proved lease mode and not a round trip per
 // request. It returns the round trips, summed.
 func checkStores(t *testing.T, ss []*server, live func(int) bool, lease bool) int64 {
@@ -243,6 +244,9 @@ func checkStores(t *testing.T, ss []*server, live func(int) bool, lease bool) in
 			continue
 		}
 		c := scrapeStore(t, s)
+		if c.roundTrips == 0 {
+			t.Errorf("replica %d: no round trip to Redis in its -metrics: the Store's counts are not exported", i)
+		}
 		if c.fallbacks != 0 {
 			t.Errorf("replica %d: %d requests decided by -redis-failure: Redis did not answer in time, and the counts prove nothing", i, c.fallbacks)
 		}
