@@ -35,9 +35,9 @@ const (
 )
 
 // replicaModes are the two ways a Store decides: a round trip per
-// request, and lease mode. 64 is the size the brief of these tests named;
-// it is well under the limit, so a replica never holds more than a small
-// part of the allowance.
+// request, and lease mode, with a Max well under the limit, so that a
+// replica holds a small part of the allowance at most and the three
+// must share it through Redis.
 var replicaModes = []struct {
 	name string
 	args []string
@@ -71,12 +71,12 @@ type load struct {
 
 func (l *load) admitted() int64 { return l.total.Load() }
 
-// drive sends n requests to GET path, round-robin over the
-// replicas, from workers goroutines, all from 127.0.0.1 and so one client
-// key. after, if not nil, is called once, by the worker whose 200 made
-// the admitted count reach at. A replica marked in dead
-// may fail to answer; any other answer than 200 or 429, or a failure from
-// a live replica, fails the test.
+// drive sends n requests to GET path, round-robin over the replicas,
+// from workers goroutines, all from 127.0.0.1 and so one client key.
+// after, if not nil, is called once, by the worker whose 200 made the
+// admitted count reach at. A replica marked in dead may fail to answer;
+// any other answer than 200 or 429, or a failure from a live replica,
+// fails the test.
 func drive(t *testing.T, ss []*server, path string, n int64, after func(), at int64, dead *[replicas]atomic.Bool) *load {
 	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}
