@@ -15,5 +15,36 @@
 // and ReadHeaderTimeout and IdleTimeout on its server, explicitly.
 // -trusted-proxies (comma-separated CIDRs) and -ipv6-prefix set the
 // middleware's client identity. It is in a module of its own, so that
-// floodgate's core module never requires client_golang.
+// floodgate's core module never requires client_golang or go-redis.
+//
+// # Replicas on Redis
+//
+// With -redis HOST:PORT the limits live on that Redis server
+// (redislimit.NewStore as the middleware's Config.Store), so that every
+// replica started with the same -redis, -limit and -period shares one
+// allowance per client and endpoint:
+//
+//	httpserver -redis localhost:6379 -addr :8081 -limit 100 -period 1m
+//	httpserver -redis localhost:6379 -addr :8082 -limit 100 -period 1m
+//
+// A Redis that does not answer PING within 5 seconds is an error at
+// start. Then each request is decided in one round trip to Redis, unless
+// -lease-max N (N > 0) turns lease mode on: a replica takes up to N of a
+// busy client's units ahead and spends them with no round trip
+// (redislimit.Lease). -redis-timeout (100ms) is each request's budget for
+// Redis; past it, or while Redis is away, -redis-failure decides: local
+// (the default: each replica applies -limit on its own, so three replicas
+// admit up to three times the limit), open (admit) or closed (refuse).
+// The memory bounds are then Redis's business: each client's state there
+// expires once it would be full again.
+//
+// On SIGINT or SIGTERM the server stops taking requests and finishes
+// those in flight (http.Server.Shutdown, within 5 seconds), then closes
+// the middleware, which gives the units it leased ahead back to Redis, and
+// then its Redis client. A replica killed with SIGKILL gives nothing back:
+// its clients' unspent units stay charged until Redis would have refilled
+// them (less for the clients, never more). With -metrics it also serves
+// the Store's own counts, under limiter="httpserver-redis": its round
+// trips to Redis, their failures, and the requests its -redis-failure
+// decided.
 package main

@@ -17,47 +17,116 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/prommetrics"
+	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 )
 
+// options are the server's flags.
+type options struct {
+	addr         string
+	limit        int64
+	period       time.Duration
+	trusted      string
+	v6           int
+	metrics      string
+	redis        string
+	leaseMax     int64
+	redisTimeout time.Duration
+	redisFailure string
+}
+
 func main() {
-	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on; port 0 picks a free one")
-	limit := flag.Int64("limit", 5, "requests per period per client, for each endpoint")
-	period := flag.Duration("period", time.Minute, "the period of -limit")
-	trusted := flag.String("trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
-	v6 := flag.Int("ipv6-prefix", 64, "IPv6 clients are grouped by this prefix length")
-	metrics := flag.String("metrics", "", "address to serve GET /metrics on (Prometheus); empty for none")
+	var o options
+	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "address to listen on; port 0 picks a free one")
+	flag.Int64Var(&o.limit, "limit", 5, "requests per period per client, for each endpoint")
+	flag.DurationVar(&o.period, "period", time.Minute, "the period of -limit")
+	flag.StringVar(&o.trusted, "trusted-proxies", "", "comma-separated CIDRs of proxies whose X-Forwarded-For is believed")
+	flag.IntVar(&o.v6, "ipv6-prefix", 64, "IPv6 clients are grouped by this prefix length")
+	flag.StringVar(&o.metrics, "metrics", "", "address to serve GET /metrics on (Prometheus); empty for none")
+	flag.StringVar(&o.redis, "redis", "", "HOST:PORT of a Redis server that keeps the limits, shared by every replica that names it; empty keeps them in this process")
+	flag.Int64Var(&o.leaseMax, "lease-max", 0, "with -redis, lease mode: the most units a replica takes ahead for one client and endpoint; 0 decides every request on Redis")
+	flag.DurationVar(&o.redisTimeout, "redis-timeout", 100*time.Millisecond, "with -redis, each request's budget for Redis, after which -redis-failure decides it")
+	flag.StringVar(&o.redisFailure, "redis-failure", "local", "with -redis, how a request is decided while Redis cannot: local (by this replica alone, on -limit), open (admitted) or closed (refused)")
 	flag.Parse()
-	if err := run(*addr, *limit, *period, *trusted, *v6, *metrics); err != nil {
+	if err := run(o); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(addr string, limit int64, period time.Duration, trusted string, v6 int, metricsAddr string) error {
+// failureModes are -redis-failure's values.
+var failureModes = map[string]redislimit.FailureMode{
+	"local":  redislimit.FailLocal,
+	"open":   redislimit.FailOpen,
+	"closed": redislimit.FailClosed,
+}
+
+func run(o options) (err error) {
 	var proxies []string
-	if trusted != "" {
-		proxies = strings.Split(trusted, ",")
+	if o.trusted != "" {
+		proxies = strings.Split(o.trusted, ",")
 	}
-	rule := floodgate.Rule{Limit: limit, Period: period}
-	lim, err := httplimit.New(httplimit.Config{
+	rule := floodgate.Rule{Limit: o.limit, Period: o.period}
+	cfg := httplimit.Config{
 		Routes: []httplimit.Route{
 			{Pattern: "GET /hello", Policies: []httplimit.Policy{{Name: "hello", Rule: rule}}},
 			{Pattern: "GET /other", Policies: []httplimit.Policy{{Name: "other", Rule: rule}}},
 		},
 		TrustedProxies: proxies,
-		IPv6Prefix:     v6,
+		IPv6Prefix:     o.v6,
+	}
+	var store *redislimit.Store
+	if o.redis == "" {
+		if o.leaseMax != 0 {
+			return errors.New("-lease-max needs -redis")
+		}
 		// Both memory bounds, set here as a server should: clients idle a
 		// minute are forgotten (which changes no decision), and each
 		// policy holds at most a million (about 64 MiB), whatever a
 		// client rotating its address or key sends.
-		IdleTTL: time.Minute,
-		MaxKeys: 1 << 20,
-	})
+		cfg.IdleTTL = time.Minute
+		cfg.MaxKeys = 1 << 20
+	} else {
+		mode, ok := failureModes[o.redisFailure]
+		if !ok {
+			return fmt.Errorf("-redis-failure %q: want local, open or closed", o.redisFailure)
+		}
+		// ContextTimeoutEnabled lets a request's budget (-redis-timeout)
+		// bound its wait for Redis, a pooled connection included.
+		client := redis.NewClient(&redis.Options{Addr: o.redis, ContextTimeoutEnabled: true})
+		// Closed last, after the middleware has given its leases back
+		// through it.
+		defer func() { err = errors.Join(err, client.Close()) }()
+		// A Redis that cannot be reached at start is a mistake in -redis
+		// more often than an outage: say so before listening. Once
+		// serving, -redis-failure decides while Redis is away.
+		ping, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		perr := client.Ping(ping).Err()
+		cancel()
+		if perr != nil {
+			return fmt.Errorf("-redis %s: %w", o.redis, perr)
+		}
+		// Redis keeps each client's state with a TTL, so the memory bounds
+		// are Redis's business; the FailLocal limiter bounds its own.
+		store, err = redislimit.NewStore(client, redislimit.Config{
+			Timeout:     o.redisTimeout,
+			FailureMode: mode,
+			Lease:       redislimit.Lease{Max: o.leaseMax},
+		})
+		if err != nil {
+			return err
+		}
+		cfg.Store = store
+	}
+	lim, err := httplimit.New(cfg)
 	if err != nil {
 		return err
 	}
-	defer lim.Close()
+	// On a Store, Close gives back the units leased ahead: it runs once
+	// the server has stopped taking requests, and before the client
+	// closes (deferred earlier, so run later).
+	defer func() { err = errors.Join(err, lim.Close()) }()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
@@ -66,7 +135,7 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int,
 	mux.HandleFunc("GET /other", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "other")
 	})
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
 	}
@@ -80,18 +149,25 @@ func run(addr string, limit int64, period time.Duration, trusted string, v6 int,
 	}
 	var msrv *http.Server
 	var mln net.Listener
-	if metricsAddr != "" {
+	if o.metrics != "" {
 		// The counts on a listener of their own, opened before either
 		// line is printed, so that a bad -metrics is an error at start.
 		c := prommetrics.New()
 		if err := c.Add("httpserver", lim); err != nil {
 			return err
 		}
+		if store != nil {
+			// The Store counts its round trips, failures and fallbacks
+			// itself: the middleware's counts do not include them.
+			if err := c.Add("httpserver-redis", store); err != nil {
+				return err
+			}
+		}
 		reg := prometheus.NewRegistry()
 		if err := reg.Register(c); err != nil {
 			return err
 		}
-		if mln, err = net.Listen("tcp", metricsAddr); err != nil {
+		if mln, err = net.Listen("tcp", o.metrics); err != nil {
 			return err
 		}
 		mmux := http.NewServeMux()

@@ -75,66 +75,97 @@ func TestMain(m *testing.M) {
 // it exited cleanly, having printed nothing but its one line.
 func start(t *testing.T, args ...string) string {
 	t.Helper()
-	url, _ := startServer(t, args...)
-	return url
+	return launch(t, args...).url
 }
 
 // startServer is start that also returns the metrics URL when args ask
 // for -metrics: the second line the server prints.
 func startServer(t *testing.T, args ...string) (url, metrics string) {
 	t.Helper()
+	s := launch(t, args...)
+	return s.url, s.metrics
+}
+
+// server is one running server process.
+type server struct {
+	t            *testing.T
+	cmd          *exec.Cmd
+	out          *bufio.Reader
+	stderr       *strings.Builder // read only once cmd has exited
+	url, metrics string           // metrics is "" without -metrics
+	done         bool             // stopped or killed
+}
+
+// launch runs the built server on a free loopback port and returns once
+// it has said where it listens. Unless the test stops or kills it first,
+// the test's end stops it as stop does.
+func launch(t *testing.T, args ...string) *server {
+	t.Helper()
 	cmd := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	s := &server{t: t, cmd: cmd, out: bufio.NewReader(stdout), stderr: new(strings.Builder)}
+	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	out := bufio.NewReader(stdout)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf(format+"; stderr:\n%s", append(args, s.stderr.String())...)
+	}
 	readLine := func() string {
 		line := make(chan string, 1)
 		go func() {
-			s, _ := out.ReadString('\n')
-			line <- s
+			l, _ := s.out.ReadString('\n')
+			line <- l
 		}()
 		select {
-		case s := <-line:
-			return s
+		case l := <-line:
+			return l
 		case <-time.After(time.Minute): // a bound on a broken build, not a wait for time to pass
-			cmd.Process.Kill()
-			t.Fatalf("no line from the server; stderr:\n%s", stderr.String())
+			fail("no line from the server")
 			return ""
 		}
 	}
 	first := readLine()
 	hostport, ok := strings.CutPrefix(strings.TrimSuffix(first, "\n"), "listening on ")
 	if !ok || !strings.HasPrefix(hostport, "127.0.0.1:") || strings.HasSuffix(hostport, ":0") {
-		cmd.Process.Kill()
-		t.Fatalf("first line %q; stderr:\n%s", first, stderr.String())
+		fail("first line %q", first)
 	}
+	s.url = "http://" + hostport
 	if slices.Contains(args, "-metrics") {
 		second := readLine()
 		m, ok := strings.CutPrefix(strings.TrimSuffix(second, "\n"), "metrics on ")
 		if !ok || strings.HasSuffix(m, ":0") {
-			cmd.Process.Kill()
-			t.Fatalf("second line %q; stderr:\n%s", second, stderr.String())
+			fail("second line %q", second)
 		}
-		metrics = "http://" + m + "/metrics"
+		s.metrics = "http://" + m + "/metrics"
 	}
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		rest, _ := io.ReadAll(out)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("server exited with %v; stderr:\n%s", err, stderr.String())
-		}
-		if len(rest) > 0 {
-			t.Errorf("server printed more than its lines: %q", rest)
+		if !s.done {
+			s.stop()
 		}
 	})
-	return "http://" + hostport, metrics
+	return s
+}
+
+// stop ends the server as an orchestrator would, with SIGTERM, and checks
+// that it exited cleanly, having printed nothing but its lines.
+func (s *server) stop() {
+	s.t.Helper()
+	s.done = true
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(s.out)
+	if err := s.cmd.Wait(); err != nil {
+		s.t.Errorf("server exited with %v; stderr:\n%s", err, s.stderr.String())
+	}
+	if len(rest) > 0 {
+		s.t.Errorf("server printed more than its lines: %q", rest)
+	}
 }
 
 func get(t *testing.T, url string, xff string) *http.Response {
@@ -228,11 +259,14 @@ func TestServerTrustedProxy(t *testing.T) {
 	}
 }
 
-// TestServerBadFlags: a bad rule, CIDR or -metrics address is an error
-// at start, before the server says it listens, not a server that limits
-// something else or serves without its metrics.
+// TestServerBadFlags: a bad rule, CIDR or -metrics address, -lease-max
+// without -redis, a Redis that does not answer or an unknown
+// -redis-failure is an error at start, before the server says it
+// listens, not a server that limits something else or serves without its
+// metrics.
 func TestServerBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}, {"-metrics", "nonsense"}} {
+	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}, {"-metrics", "nonsense"},
+		{"-lease-max", "64"}, {"-redis", "127.0.0.1:1"}, {"-redis", "127.0.0.1:1", "-redis-failure", "nonsense"}} {
 		out, err := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v: exited 0: %s", args, out)
