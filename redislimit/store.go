@@ -120,18 +120,10 @@ type storePolicy struct {
 	once  sync.Once
 }
 
-// AppendCounts appends the policy's own counts: in lease mode, the units
-// it leased, returned and let lapse (its requests and round trips are the
-// Store's, see Store.AppendCounts).
-func (p *storePolicy) AppendCounts(dst []counts.Sample) []counts.Sample {
-	if ls := p.lease; ls != nil {
-		dst = append(dst,
-			counts.Sample{Metric: counts.RedisLeased, Value: ls.leased.Load()},
-			counts.Sample{Metric: counts.RedisReturned, Value: ls.returned.Load()},
-			counts.Sample{Metric: counts.RedisLapsed, Value: ls.lapsed.Load()})
-	}
-	return dst
-}
+// AppendCounts appends nothing: a policy's requests are its middleware's
+// counts, and what reaching Redis cost, leases included, the Store's (see
+// Store.AppendCounts); its clients' keys are in Redis, where they expire.
+func (p *storePolicy) AppendCounts(dst []counts.Sample) []counts.Sample { return dst }
 
 // Close returns the policy's unspent leases to Redis, within Timeout, and
 // frees its name in the Store, whose counts keep what it counted.
@@ -458,8 +450,8 @@ func hashInto(h *[32]byte, key string) {
 // Route and Policy "", as a Limiter's AppendCounts does (see there), over
 // every policy it made, closed ones included: its requests by how they
 // were decided (by Redis or a lease, by the FailureMode, or abandoned),
-// its round trips, their failures by kind, and the breakers (open while
-// any policy's is).
+// its round trips, their failures by kind, the breakers (open while any
+// policy's is), and in lease mode the units leased, returned and lapsed.
 func (s *Store) AppendCounts(dst []counts.Sample) []counts.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -481,13 +473,20 @@ func (s *Store) AppendCounts(dst []counts.Sample) []counts.Sample {
 	for r, label := range resultLabels {
 		dst = append(dst, counts.Sample{Metric: counts.Requests, Label: label, Value: req[r]})
 	}
-	return append(dst,
+	dst = append(dst,
 		counts.Sample{Metric: counts.RedisCalls, Value: st.Calls},
 		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorTimeout, Value: st.Timeouts},
 		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorKey, Value: st.KeyErrors},
 		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorOther, Value: st.Errors - st.Timeouts - st.KeyErrors},
 		counts.Sample{Metric: counts.RedisBreakerOpen, Value: open},
 		counts.Sample{Metric: counts.RedisBreakerOpens, Value: st.Opens})
+	if s.cfg.Lease.Max > 0 {
+		dst = append(dst,
+			counts.Sample{Metric: counts.RedisLeased, Value: st.Leased},
+			counts.Sample{Metric: counts.RedisReturned, Value: st.Returned},
+			counts.Sample{Metric: counts.RedisLapsed, Value: st.Lapsed})
+	}
+	return dst
 }
 
 // fromLeases decides a request from the policies' leases for key, with
@@ -510,7 +509,7 @@ func (s *Store) fromLeases(ls []*Limiter, key string, n int64, shadow []bool, al
 	}
 	enforced, sh := -1, -1
 	for i, l := range ls {
-		now := l.clock.Now()
+		now := l.leaseNow()
 		st, found := l.lease.states.Load(key)
 		if !found {
 			giveBack(func(int) bool { return false })
@@ -566,7 +565,7 @@ func (s *Store) askLeases(ls []*Limiter, key string) {
 				lz.size.Add(-1)
 			}
 		}
-		st.lastUsed.Store(l.clock.Now())
+		st.lastUsed.Store(l.leaseNow())
 		if st.next.Load() != nil {
 			continue
 		}

@@ -218,7 +218,7 @@ func scrapeStore(t *testing.T, s *server) storeCounts {
 		case strings.HasPrefix(series, `floodgate_requests_total{limiter="httpserver-redis",`) &&
 			strings.Contains(series, `result="fail_`):
 			c.fallbacks += int64(v)
-		case strings.HasPrefix(series, `floodgate_redis_leased_units_total{limiter="httpserver"`):
+		case series == `floodgate_redis_leased_units_total{limiter="httpserver-redis"}`:
 			c.leased += int64(v)
 		}
 	}
