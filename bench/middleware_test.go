@@ -275,14 +275,16 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // took all at once are then renewed, each as its client's requests ask,
 // and the figure sees leases in their steady state rather than that first
 // wave's end.
+//
 // It reports ns/op as wall time per request, the p50, p99 and p99.9 of
 // one request's latency, rt/req, the round trips the middleware's client
 // made per request (background ones included: lease renewals and
 // returns), and from INFO commandstats (reset before the figure)
 // scripts/req, the scripts Redis ran per request, and cmds/req, every
 // command it ran per request, those the scripts called included (a
-// pipeline of two is two commands in one round trip). Without redis-server it runs none of them,
-// and says so, unless FLOODGATE_REQUIRE_REDIS=1.
+// pipeline of two is two commands in one round trip). Without
+// redis-server it runs none of them, and says so, unless
+// FLOODGATE_REQUIRE_REDIS=1.
 func benchMiddlewareRedis(b *testing.B, ok http.Handler) {
 	if _, err := redistest.Find(); err != nil && os.Getenv(redistest.Require) != "1" {
 		b.Logf("no Redis-backed middleware scenarios: %v", err)
