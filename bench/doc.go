@@ -16,6 +16,15 @@
 // hash with one CAS, and that with a read of the monotonic clock, cost in
 // each key-set scenario and on a hot key.
 //
+// BenchmarkMiddleware compares the HTTP middlewares: in process, one
+// request at a time (floodgate's httplimit, go-chi/httprate, go-limiter's
+// httplimit), and on one redis-server it starts, 64 requests at once:
+// httplimit on redislimit.NewStore (a round trip per request, lease mode,
+// and a route of two policies), ulule/limiter's stdlib middleware on its
+// Redis store, and throttled's on its go-redis v9 store, with round trips,
+// Redis's scripts and commands, and latency per request. BenchmarkRedis
+// compares redislimit with go-redis/redis_rate on the same footing.
+//
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
 // puts implementations side by side; BenchmarkPaired times the sliding log
 // and its twin in alternate slices (Interleave), with scenarios whose

@@ -144,6 +144,32 @@ func TestParseEvalsha(t *testing.T) {
 	}
 }
 
+// TestCommandCalls: every command's calls count, those a script made
+// included, but the benchmark's own CONFIG and INFO, whose Redis 7 lines
+// name a subcommand too; the scripts are EVALSHA's and EVAL's; a line
+// that cannot be read is an error.
+func TestCommandCalls(t *testing.T) {
+	const info = "# Commandstats\r\n" +
+		"cmdstat_config|resetstat:calls=1,usec=334,usec_per_call=334.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=3,usec=731,usec_per_call=243.67,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_evalsha:calls=100,usec=900,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_eval:calls=2,usec=90,usec_per_call=45.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_time:calls=102,usec=100,usec_per_call=0.98,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_get:calls=50,usec=50,usec_per_call=1.00,rejected_calls=0,failed_calls=0\r\n"
+	cmds, scripts, err := commandCalls(info)
+	if err != nil || cmds != 254 || scripts != 102 {
+		t.Errorf("commandCalls = %v, %v, %v; want 254, 102, nil", cmds, scripts, err)
+	}
+	if cmds, scripts, err := commandCalls(""); err != nil || cmds != 0 || scripts != 0 {
+		t.Errorf("commandCalls of nothing = %v, %v, %v; want 0, 0, nil", cmds, scripts, err)
+	}
+	for _, bad := range []string{"cmdstat_get:usec=50\r\n", "cmdstat_get:calls=x,usec=50\r\n"} {
+		if _, _, err := commandCalls(bad); err == nil {
+			t.Errorf("commandCalls(%q) read it", bad)
+		}
+	}
+}
+
 // TestStamps: the samples' clock counts time on every platform (on
 // arm64, where hrtime reads no counter, converting a count used to divide
 // by zero), and an interval converts to a positive duration.

@@ -41,12 +41,24 @@ func TestBenchPipeline(t *testing.T) {
 		t.Errorf("a benchmark failed:\n%s", tail(string(raw), 40))
 	}
 	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware"}
+	withRedis := false
 	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
 		families = append(families, "Redis")
+		withRedis = true
 	}
 	for _, f := range families {
 		if !regexp.MustCompile(`(?m)^Benchmark` + f + `/\S+\s+\d+`).Match(raw) {
 			t.Errorf("no figure of Benchmark%s in the raw output", f)
+		}
+	}
+	// BenchmarkMiddleware's Redis-backed scenarios run within it, only
+	// where redis-server does.
+	for _, m := range redisMiddlewares {
+		for _, clients := range []string{"1", "1000"} {
+			name := "BenchmarkMiddleware/scenario=redis-clients-" + clients + "/impl=" + m.name + "/g="
+			if withRedis && !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`\d+\S*\s+\d+`).Match(raw) {
+				t.Errorf("no figure of %s… in the raw output", name)
+			}
 		}
 	}
 	for _, name := range []string{"bench-benchstat.txt", "summary.md", "throughput-hotkey.svg", "throughput-1M.svg", "bytes-per-key.svg"} {

@@ -443,3 +443,41 @@ BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2  1000  32.00 ns/op
 		t.Errorf("row = %q, want %q", tb.rows[0], want[0])
 	}
 }
+
+// TestRedisMiddlewareTable: the Redis-backed middlewares have a table of
+// their own, with each one's req/s ÷ the faster of ulule-redis and
+// throttled-redis and its p99 ÷ floodgate's in process; the overhead
+// table leaves their scenarios out.
+func TestRedisMiddlewareTable(t *testing.T) {
+	d := parseString(t, `BenchmarkMiddleware/scenario=clients-1/impl=bare-2  1000  100.0 ns/op
+BenchmarkMiddleware/scenario=clients-1/impl=floodgate-2  1000  300.0 ns/op
+BenchmarkMiddleware/scenario=redis-clients-1/impl=bare/g=64-2  1  10.00 ns/op  20.00 p50-ns  40.00 p99-ns  100.0 p99.9-ns  0 rt/req
+BenchmarkMiddleware/scenario=redis-clients-1/impl=floodgate/g=64-2  1  500.0 ns/op  300.0 p50-ns  1000 p99-ns  5000 p99.9-ns  0 rt/req
+BenchmarkMiddleware/scenario=redis-clients-1/impl=floodgate-redis/g=64-2  1  40000 ns/op  2000000 p50-ns  9000000 p99-ns  20000000 p99.9-ns  1.000 rt/req  1.000 scripts/req  4.000 cmds/req
+BenchmarkMiddleware/scenario=redis-clients-1/impl=floodgate-redis-lease/g=64-2  1  1000 ns/op  400.0 p50-ns  1500 p99-ns  90000 p99.9-ns  0.0001234 rt/req  0.0003 scripts/req  0.001 cmds/req
+BenchmarkMiddleware/scenario=redis-clients-1/impl=ulule-redis/g=64-2  1  50000 ns/op  2000000 p50-ns  9000000 p99-ns  20000000 p99.9-ns  1.000 rt/req  1.000 scripts/req  3.000 cmds/req
+BenchmarkMiddleware/scenario=redis-clients-1/impl=throttled-redis/g=64-2  1  80000 ns/op  2000000 p50-ns  9000000 p99-ns  20000000 p99.9-ns  2.500 rt/req  1.200 scripts/req  6.000 cmds/req
+`)
+	tb := redisMiddlewareTable(d)
+	want := [][]string{
+		{"redis-clients-1", "64", "floodgate-redis", "25000", "1", "1", "4", "2000.00", "9000.00", "20000.00", "1.25× (ulule-redis)", "9000.00×"},
+		{"redis-clients-1", "64", "floodgate-redis-lease", "1000000", "0.0001234", "0.0003", "0.001", "0.40", "1.50", "90.00", "50.00× (ulule-redis)", "1.50×"},
+		{"redis-clients-1", "64", "bare", "100000000", "0", "–", "–", "0.02", "0.04", "0.10", "–", "–"},
+		{"redis-clients-1", "64", "floodgate", "2000000", "0", "–", "–", "0.30", "1.00", "5.00", "100.00× (ulule-redis)", "–"},
+		{"redis-clients-1", "64", "ulule-redis", "20000", "1", "1", "3", "2000.00", "9000.00", "20000.00", "1.00× (ulule-redis)", "9000.00×"},
+		{"redis-clients-1", "64", "throttled-redis", "12500", "2.5", "1.2", "6", "2000.00", "9000.00", "20000.00", "0.62× (ulule-redis)", "9000.00×"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+	for _, r := range middlewareTable(d).rows {
+		if strings.HasPrefix(r[0], "redis-") {
+			t.Errorf("the overhead table shows a Redis scenario: %q", r)
+		}
+	}
+}

@@ -22,12 +22,24 @@ const (
 	unitScript = "scripts/check"
 	unitLocal  = "p99-local-ns"
 	unitDenied = "denied/op"
+	unitRTReq  = "rt/req"
+	unitCmds   = "cmds/req"
+	unitScrReq = "scripts/req"
 	floodgate  = "floodgate-"
 )
 
 // perKeyPeers are the peers that keep a limit per key: the "best per-key
 // peer" columns compare floodgate with the fastest (or smallest) of them.
 var perKeyPeers = []string{"xtime-syncmap", "golimiter", "throttled", "ulule"}
+
+// redisMiddlewarePeers are the peers' middlewares on Redis: the "best
+// Redis-backed peer" column compares each middleware with the fastest of
+// them.
+var redisMiddlewarePeers = []string{"ulule-redis", "throttled-redis"}
+
+// redisScenario begins the name of BenchmarkMiddleware's scenarios on
+// Redis, which have a table of their own.
+const redisScenario = "redis-"
 
 // floorImpl is the harness without a limiter: shown beside floodgate, never
 // compared as a peer.

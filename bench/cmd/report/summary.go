@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), deniedTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), deniedTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -568,6 +568,9 @@ func middlewareTable(d *dataset) table {
 		right:  rightFrom(2, 7),
 	}
 	for _, sc := range d.scenarios(fam) {
+		if strings.HasPrefix(sc, redisScenario) {
+			continue // redisMiddlewareTable's
+		}
 		b, bok := d.ns(fam, sc, bare)
 		f, fok := d.ns(fam, sc, ours)
 		for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc }, unitNs) {
@@ -664,6 +667,67 @@ func redisTable(d *dataset) table {
 					row = append(row, missing)
 				}
 				t.rows = append(t.rows, row)
+			}
+		}
+	}
+	return t
+}
+
+// redisMiddlewareTable compares the HTTP middlewares on one redis-server
+// (BenchmarkMiddleware's scenarios redis-clients-N): requests a second,
+// round trips, scripts and commands per request, latency; each one's
+// requests a second ÷ the fastest Redis-backed peer's; and each
+// Redis-backed one's p99 ÷ the in-process middleware's.
+func redisMiddlewareTable(d *dataset) table {
+	const fam, bare, inproc = "Middleware", "bare", "floodgate"
+	t := table{
+		title: "HTTP middleware on Redis: httplimit on redislimit's Store vs ulule and throttled",
+		note: "One redis-server on loopback, started by the benchmark; 64 requests at once (g) from random clients of 1 or 1,000, every one admitted, each through the middleware to a handler that writes \"ok\". " +
+			"floodgate is httplimit in process, bare no middleware; floodgate-redis is httplimit on redislimit.NewStore, a round trip per request, -lease in lease mode, -2policies a route of two policies decided together. " +
+			"rt/req is the round trips the middleware's go-redis client made per request (a pipeline is one; lease renewals count); scripts/req and cmds/req are the scripts, and every command, that Redis ran per request (INFO commandstats: a script's own commands count); p50, p99 and p99.9 are one request's latency in µs. " +
+			"× best peer is req/s ÷ the faster of ulule-redis and throttled-redis; p99 ÷ in-process is the p99 ÷ floodgate's in process. " +
+			"The team's targets: floodgate-redis ≥ 1× the best peer; floodgate-redis-lease ≥ 20× and p99 ≤ 2× in process.",
+		header: []string{"scenario", "g", "impl", "req/s", "rt/req", "scripts/req", "cmds/req", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "× best peer", "p99 ÷ in-process"},
+		right:  rightFrom(1, 12),
+	}
+	us := func(v float64) string { return fmt.Sprintf("%.2f", v/1000) }
+	per := func(v float64) string { return fmt.Sprintf("%.4g", v) }
+	for _, sc := range d.scenarios(fam) {
+		if !strings.HasPrefix(sc, redisScenario) {
+			continue
+		}
+		for _, g := range d.goroutines(fam, sc) {
+			key := func(impl string) benchKey { return benchKey{family: fam, scenario: sc, impl: impl, g: g} }
+			var best string
+			var bestNs float64
+			for _, p := range redisMiddlewarePeers {
+				if v, ok := d.value(key(p), unitNs); ok && (best == "" || v < bestNs) {
+					best, bestNs = p, v
+				}
+			}
+			ip99, ipok := d.value(key(inproc), unitP99)
+			for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc && k.g == g }, unitNs) {
+				k := key(impl)
+				ns, ok := d.value(k, unitNs)
+				row := []string{sc, fmt.Sprint(g), impl, cell(1e9/ns, ok, func(v float64) string { return fmt.Sprintf("%.0f", v) })}
+				for _, u := range []string{unitRTReq, unitScrReq, unitCmds} {
+					v, vok := d.value(k, u)
+					row = append(row, cell(v, vok, per))
+				}
+				for _, u := range []string{unitP50, unitP99, unitP999} {
+					v, vok := d.value(k, u)
+					row = append(row, cell(v, vok, us))
+				}
+				ratio := missing
+				if impl != bare && best != "" {
+					ratio = ratioCell(bestNs, true, ns, ok) + " (" + best + ")"
+				}
+				p99ratio := missing
+				if impl != bare && impl != inproc {
+					p99, p99ok := d.value(k, unitP99)
+					p99ratio = ratioCell(p99, p99ok, ip99, ipok)
+				}
+				t.rows = append(t.rows, append(row, ratio, p99ratio))
 			}
 		}
 	}
