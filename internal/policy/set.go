@@ -111,19 +111,7 @@ func (r *Route) Exempt() { r.count.Inc(routeExempt) }
 // alone (as abandoned).
 func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.Decision) (d floodgate.Decision, serve bool) {
 	if s.store != nil {
-		d, j, err := s.store.Decide(ctx, key, n, s.sps, s.shadow, each)
-		switch {
-		case err != nil:
-			return d, false
-		case j < 0:
-			s.count(s.route.count, routeAllowed)
-			return d, true
-		case !s.shadow[j]:
-			s.count(s.entries[j].count, entryDenied)
-			return d, false
-		}
-		s.count(s.entries[j].count, entryShadow)
-		return d, true
+		return s.decideStore(ctx, key, n, each)
 	}
 	d, j := s.limits.Decide(key, n, each)
 	switch {
@@ -151,6 +139,28 @@ func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.
 	}
 	s.count(s.entries[j].count, entryShadow)
 	return d2, true
+}
+
+// decideStore is Decide on the Store. each goes to the Store through a
+// copy: a slice passed to an interface's method escapes, and each is the
+// caller's stack array, which the in-process path keeps off the heap.
+func (s *Set) decideStore(ctx context.Context, key string, n int64, each []floodgate.Decision) (floodgate.Decision, bool) {
+	var buf [8]floodgate.Decision
+	tmp := buf[:min(len(each), len(buf))]
+	d, j, err := s.store.Decide(ctx, key, n, s.sps, s.shadow, tmp)
+	copy(each, tmp)
+	switch {
+	case err != nil:
+		return d, false
+	case j < 0:
+		s.count(s.route.count, routeAllowed)
+		return d, true
+	case !s.shadow[j]:
+		s.count(s.entries[j].count, entryDenied)
+		return d, false
+	}
+	s.count(s.entries[j].count, entryShadow)
+	return d, true
 }
 
 // count adds one to counter i of c, unless s is uncounted.
