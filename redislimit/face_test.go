@@ -541,3 +541,52 @@ func TestFaceScriptFlush(t *testing.T) {
 		t.Fatalf("%d admitted of 10 across script flushes: %+v", ok, s)
 	}
 }
+
+// TestFaceSlowAndRestartedRedis: a paused Redis (slow: it answers nothing
+// within Timeout) has each request decided by the FailureMode, counted as
+// a timeout; a restarted one (empty, without its scripts) is back at the
+// next request, which loads the script again; nothing is admitted twice.
+func TestFaceSlowAndRestartedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newFaceReplica(t, srv, Config{Prefix: "slow", FailureMode: FailClosed, Timeout: 50 * time.Millisecond, BreakAfter: 100},
+		httplimit.Config{Default: []httplimit.Policy{{Name: "p", Rule: hourly(4)}, {Name: "q", Rule: hourly(40)}}})
+	if code := a.get(t, "/").StatusCode; code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	srv.Pause()
+	for range 3 {
+		if code := a.get(t, "/").StatusCode; code != 429 {
+			srv.Resume()
+			t.Fatalf("FailClosed with Redis paused: %d", code)
+		}
+	}
+	srv.Resume()
+	s := storeStats(a.store)
+	if s.Timeouts < 3 || s.Fallbacks != 3 {
+		t.Fatalf("3 requests while Redis was paused: %+v", s)
+	}
+	// The round trips that timed out may have charged (Redis ran them
+	// once it resumed): never twice, so at most 3 more are admitted.
+	ok := 0
+	for range 6 {
+		if a.get(t, "/").StatusCode == 200 {
+			ok++
+		}
+	}
+	if ok > 3 {
+		t.Fatalf("%d admitted after the pause; 1 was before it, and the rule allows 4", ok)
+	}
+	srv.Restart() // empty: the client's state and the scripts are gone
+	before := storeStats(a.store)
+	ok = 0
+	for range 8 {
+		if a.get(t, "/").StatusCode == 200 {
+			ok++
+		}
+	}
+	// A connection the restart broke may fail one request (FailClosed).
+	after := storeStats(a.store)
+	if failed := after.Fallbacks - before.Fallbacks; ok > 4 || ok < min(4, 8-int(failed)) || after.Loads == before.Loads {
+		t.Fatalf("%d admitted after a restart that lost every key, want 4: %+v", ok, after)
+	}
+}
