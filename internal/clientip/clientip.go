@@ -103,11 +103,14 @@ func (c *Finder) group(a netip.Addr, from string) string {
 		}
 		return a.String()
 	}
+	// Written into a buffer on the stack, the text is the one allocation
+	// (String would make two for a prefix).
+	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
 	if c.V6Bits == 128 {
-		return a.String()
+		return string(a.AppendTo(buf[:0]))
 	}
 	p, _ := a.Prefix(c.V6Bits)
-	return p.String()
+	return string(p.AppendTo(buf[:0]))
 }
 
 // fromHeader walks the proxy header from the right, element by element,
