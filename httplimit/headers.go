@@ -5,9 +5,11 @@ import (
 	"math"
 	"math/bits"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/policy"
@@ -96,25 +98,133 @@ func quota(r floodgate.Rule) (q, w int64) {
 	return min(r.Burst, maxSF), min(ceilSeconds(time.Duration(min(ns, math.MaxInt64))), maxSF)
 }
 
-// rateLimit is the RateLimit header: one item per shown policy, what it
-// has left and the whole seconds until it is full again, rounded up, each
-// clamped to maxSF.
-func rateLimit(names []string, each []floodgate.Decision, shown []int) string {
-	var buf [256]byte
-	b := buf[:0]
-	for k, i := range shown {
-		d := each[i]
-		if k > 0 {
-			b = append(b, ", "...)
+// rateLimitItems is s.Items: for each shown policy, the start of its
+// RateLimit item, `"name";r=`, after ", " for all but the first.
+func rateLimitItems(s *policy.Set) []string {
+	items := make([]string, len(s.Shown))
+	for k, i := range s.Shown {
+		sep := ", "
+		if k == 0 {
+			sep = ""
 		}
-		b = append(b, '"')
-		b = append(b, names[i]...)
-		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, min(max(0, d.Remaining), maxSF), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, min(ceilSeconds(d.ResetAfter), maxSF), 10)
+		items[k] = sep + `"` + s.Names[i] + `";r=`
 	}
-	return string(b)
+	return items
+}
+
+// rateLimit is the RateLimit header's value for s: one item per shown
+// policy, what it has left and the whole seconds until it is full again,
+// rounded up, each clamped to maxSF. each holds the answers of s's
+// policies.
+//
+// It makes one allocation, where a []string holding a new string takes
+// two: the value is written into a newValue object, which holds the
+// string's bytes beside the one-element array that the returned slice
+// is. net/http replaces a header's value slice and never writes into one,
+// and nothing else holds the object, so the bytes never change once the
+// string is made.
+func rateLimit(s *policy.Set, each []floodgate.Decision) []string {
+	n := 0
+	for _, it := range s.Items {
+		n += len(it) + maxSFDigits + len(";t=") + maxSFDigits
+	}
+	v, b := newValue(n)
+	for k, i := range s.Shown {
+		d := each[i]
+		b = append(b, s.Items[k]...)
+		b = appendSF(b, min(max(0, d.Remaining), maxSF))
+		b = append(b, ";t="...)
+		b = appendSF(b, min(ceilSeconds(d.ResetAfter), maxSF))
+	}
+	// b never outgrows the room newValue gave it (n is the longest value
+	// the items can make); if it did, append would have moved it to a
+	// slice of its own, which the string would then hold, as correct.
+	v[0] = unsafe.String(unsafe.SliceData(b), len(b))
+	return v
+}
+
+// The objects newValue makes: a header value's one-element slice and the
+// bytes of its string, sized so that each object fills one of the
+// runtime's size classes (64, 128 and 256 bytes).
+type (
+	value64 struct {
+		v [1]string
+		b [48]byte
+	}
+	value128 struct {
+		v [1]string
+		b [112]byte
+	}
+	value256 struct {
+		v [1]string
+		b [240]byte
+	}
+)
+
+// newValue returns a header value of one string and an empty slice of at
+// least n bytes' room for that string's bytes, in one allocation where n
+// fits one of the objects above (a RateLimit value for up to five
+// policies with names of up to 8 characters, or for one with a name of
+// 64, does), else in two.
+func newValue(n int) ([]string, []byte) {
+	switch {
+	case n <= len(value64{}.b):
+		p := new(value64)
+		return p.v[:], p.b[:0]
+	case n <= len(value128{}.b):
+		p := new(value128)
+		return p.v[:], p.b[:0]
+	case n <= len(value256{}.b):
+		p := new(value256)
+		return p.v[:], p.b[:0]
+	}
+	return make([]string, 1), make([]byte, 0, n)
+}
+
+// maxSFDigits is the number of digits of maxSF.
+const maxSFDigits = 15
+
+// pairs are the decimals 00 to 99, two bytes each, for appendSF.
+const pairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" +
+	"30313233343536373839" + "40414243444546474849" + "50515253545556575859" +
+	"60616263646566676869" + "70717273747576777879" + "80818283848586878889" + "90919293949596979899"
+
+// appendSF appends v, from 0 to maxSF, in decimal: strconv.AppendInt
+// without the generality a header's numbers never need, two digits at a
+// time, written in place from the right once digits has counted them.
+func appendSF(b []byte, v int64) []byte {
+	u := uint64(v)
+	n, l := digits(u), len(b)
+	b = slices.Grow(b, n)[:l+n]
+	d := b[l:]
+	for i := n; u >= 100; i -= 2 {
+		q := u / 100
+		r := 2 * (u - 100*q)
+		d[i-1], d[i-2] = pairs[r+1], pairs[r]
+		u = q
+	}
+	if u >= 10 {
+		d[1], d[0] = pairs[2*u+1], pairs[2*u]
+	} else {
+		d[0] = byte('0' + u)
+	}
+	return b
+}
+
+// pow10 are the powers of ten that a uint64 holds, for digits.
+var pow10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+	1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
+
+// digits is the number of decimal digits of u: its bit length times
+// log10(2) (1233/4096) is the count or one less, and one comparison says
+// which. u|1 has u's digits and counts 0 as one digit.
+func digits(u uint64) int {
+	u |= 1
+	t := bits.Len64(u) * 1233 >> 12
+	if u >= pow10[t] {
+		t++
+	}
+	return t
 }
 
 // ceilSeconds is d in whole seconds, rounded up.
