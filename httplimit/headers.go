@@ -63,16 +63,20 @@ func setRetryAfter(h http.Header, wait time.Duration) {
 }
 
 // restrictive is the most restrictive of the shown policies' answers: the
-// fewest remaining, the longest ResetAfter among equals.
+// fewest remaining, the longest ResetAfter among equals; the zero
+// Decision if none is shown. It compares in place and copies only the
+// answer it returns.
 func restrictive(each []floodgate.Decision, shown []int) floodgate.Decision {
-	var best floodgate.Decision
-	for k, i := range shown {
-		d := each[i]
-		if k == 0 || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
-			best = d
+	if len(shown) == 0 {
+		return floodgate.Decision{}
+	}
+	b := &each[shown[0]]
+	for _, i := range shown[1:] {
+		if d := &each[i]; d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter {
+			b = d
 		}
 	}
-	return best
+	return *b
 }
 
 // maxSF is the largest Integer of RFC 9651's Structured Fields: 15 digits.
@@ -124,32 +128,49 @@ func rateLimitItems(s *policy.Set) []string {
 // and nothing else holds the object, so the bytes never change once the
 // string is made.
 func rateLimit(s *policy.Set, each []floodgate.Decision) []string {
+	var nums [2 * maxPolicies]int64
 	n := 0
-	for _, it := range s.Items {
-		n += len(it) + maxSFDigits + len(";t=") + maxSFDigits
+	for k, i := range s.Shown {
+		r, t := min(max(0, each[i].Remaining), maxSF), min(ceilSeconds(each[i].ResetAfter), maxSF)
+		nums[2*k], nums[2*k+1] = r, t
+		n += len(s.Items[k]) + digits(uint64(r)) + len(";t=") + digits(uint64(t))
 	}
 	v, b := newValue(n)
-	for k, i := range s.Shown {
-		d := each[i]
+	for k := range s.Shown {
 		b = append(b, s.Items[k]...)
-		b = appendSF(b, min(max(0, d.Remaining), maxSF))
+		b = appendSF(b, nums[2*k])
 		b = append(b, ";t="...)
-		b = appendSF(b, min(ceilSeconds(d.ResetAfter), maxSF))
+		b = appendSF(b, nums[2*k+1])
 	}
-	// b never outgrows the room newValue gave it (n is the longest value
-	// the items can make); if it did, append would have moved it to a
-	// slice of its own, which the string would then hold, as correct.
+	// n is the value's exact length, so b never outgrows the room
+	// newValue gave it; if it did, append would have moved it to an array
+	// of its own, which the string would then hold, as correct.
 	v[0] = unsafe.String(unsafe.SliceData(b), len(b))
 	return v
 }
 
+// maxPolicies is the most policies a Set holds.
+const maxPolicies = 8
+
 // The objects newValue makes: a header value's one-element slice and the
 // bytes of its string, sized so that each object fills one of the
-// runtime's size classes (64, 128 and 256 bytes).
+// runtime's size classes (48 to 128 bytes, and 256).
 type (
+	value48 struct {
+		v [1]string
+		b [32]byte
+	}
 	value64 struct {
 		v [1]string
 		b [48]byte
+	}
+	value80 struct {
+		v [1]string
+		b [64]byte
+	}
+	value96 struct {
+		v [1]string
+		b [80]byte
 	}
 	value128 struct {
 		v [1]string
@@ -162,14 +183,23 @@ type (
 )
 
 // newValue returns a header value of one string and an empty slice of at
-// least n bytes' room for that string's bytes, in one allocation where n
-// fits one of the objects above (a RateLimit value for up to five
-// policies with names of up to 8 characters, or for one with a name of
-// 64, does), else in two.
+// least n bytes' room for that string's bytes: in one allocation, of the
+// smallest object above that n fits, or in two past 240 bytes (a RateLimit
+// value for up to five policies, each named in up to 8 characters, or for
+// one named in 64, fits).
 func newValue(n int) ([]string, []byte) {
 	switch {
+	case n <= len(value48{}.b):
+		p := new(value48)
+		return p.v[:], p.b[:0]
 	case n <= len(value64{}.b):
 		p := new(value64)
+		return p.v[:], p.b[:0]
+	case n <= len(value80{}.b):
+		p := new(value80)
+		return p.v[:], p.b[:0]
+	case n <= len(value96{}.b):
+		p := new(value96)
 		return p.v[:], p.b[:0]
 	case n <= len(value128{}.b):
 		p := new(value128)
@@ -180,9 +210,6 @@ func newValue(n int) ([]string, []byte) {
 	}
 	return make([]string, 1), make([]byte, 0, n)
 }
-
-// maxSFDigits is the number of digits of maxSF.
-const maxSFDigits = 15
 
 // pairs are the decimals 00 to 99, two bytes each, for appendSF.
 const pairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" +

@@ -103,10 +103,10 @@ func TestRateLimitValue(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []int{len(value64{}.b), len(value128{}.b), len(value256{}.b)} {
+	for _, n := range []int{len(value48{}.b), len(value64{}.b), len(value80{}.b), len(value96{}.b), len(value128{}.b), len(value256{}.b)} {
 		below, above := false, false
 		for size := range sizes {
-			below = below || size <= n && size > n-40
+			below = below || size <= n && size > n-16
 			above = above || size > n
 		}
 		if !below || !above {
@@ -145,6 +145,33 @@ func TestHotPathAllocs(t *testing.T) {
 		}
 		if w.h.Get("RateLimit") == "" || w.status != 0 {
 			t.Errorf("%s: answered %d with RateLimit %q", tc.remote, w.status, w.h.Get("RateLimit"))
+		}
+	}
+}
+
+// TestRestrictive holds restrictive to its definition, the first of the
+// fewest remaining and, among those, the longest ResetAfter, over random
+// answers from a few values (so that ties come often), and to the zero
+// Decision when no policy is shown.
+func TestRestrictive(t *testing.T) {
+	if d := restrictive(make([]floodgate.Decision, 3), nil); d != (floodgate.Decision{}) {
+		t.Fatalf("no shown policy: %+v", d)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for range 10_000 {
+		each := make([]floodgate.Decision, 1+rng.IntN(8))
+		for i := range each {
+			each[i] = floodgate.Decision{Limit: int64(i), Remaining: rng.Int64N(3), ResetAfter: time.Duration(rng.IntN(3))}
+		}
+		shown := rng.Perm(len(each))[:1+rng.IntN(len(each))]
+		want := each[shown[0]]
+		for _, i := range shown[1:] {
+			if d := each[i]; d.Remaining < want.Remaining || d.Remaining == want.Remaining && d.ResetAfter > want.ResetAfter {
+				want = d
+			}
+		}
+		if got := restrictive(each, shown); got != want {
+			t.Fatalf("restrictive(%+v, %v) = %+v, want %+v", each, shown, got, want)
 		}
 	}
 }
