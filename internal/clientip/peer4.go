@@ -11,25 +11,33 @@ package clientip
 // ParseAddr reads as the same IPv4 address, so the fast path and the
 // general one key every input alike (FuzzPeer4 holds them to it).
 func peer4(s string) (host string, a [4]byte, ok bool) {
+	k, v, digits := 0, 0, 0 // the octet, its value and digits so far
 	i := 0
-	for k := range a {
-		if k > 0 {
-			if i >= len(s) || s[i] != '.' {
+	for ; i < len(s); i++ {
+		c := s[i]
+		if d := c - '0'; d <= 9 {
+			if digits == 1 && v == 0 {
+				return "", a, false // a leading zero
+			}
+			// Without a leading zero, a fourth digit makes v above 255.
+			if v = 10*v + int(d); v > 255 {
 				return "", a, false
 			}
-			i++
+			digits++
+			continue
 		}
-		start, v := i, 0
-		for i < len(s) && i-start < 3 && '0' <= s[i] && s[i] <= '9' {
-			v = v*10 + int(s[i]-'0')
-			i++
+		if c != '.' {
+			break
 		}
-		if n := i - start; n == 0 || v > 255 || n > 1 && s[start] == '0' {
+		if digits == 0 || k == 3 {
 			return "", a, false
 		}
-		a[k] = byte(v)
+		a[k], k, v, digits = byte(v), k+1, 0, 0
 	}
-	host = s[:i]
+	if k != 3 || digits == 0 {
+		return "", a, false
+	}
+	a[3], host = byte(v), s[:i]
 	if i == len(s) {
 		return host, a, true
 	}
@@ -39,11 +47,11 @@ func peer4(s string) (host string, a [4]byte, ok bool) {
 	}
 	p := 0
 	for j := 0; j < len(port); j++ {
-		c := port[j]
-		if c < '0' || c > '9' {
+		d := port[j] - '0'
+		if d > 9 {
 			return "", a, false
 		}
-		p = p*10 + int(c-'0')
+		p = 10*p + int(d)
 	}
 	if p > 65535 {
 		return "", a, false
