@@ -417,7 +417,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 	each := buf[:len(s.Names)]
 	d, serve := s.Decide(client, 1, each)
 	h := w.Header()
-	shown, dh := s.Shows(), restrictive(each, s.Shown)
+	shown, dh := s.Shows(), floodgate.Decision{}
+	if l.legacy { // only the legacy headers read dh
+		dh = restrictive(each, s.Shown)
+	}
 	if shown {
 		h[hdrPolicy] = s.Header
 		h[hdrRateLimit] = rateLimit(s, each)
