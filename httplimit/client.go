@@ -35,7 +35,11 @@ const MaxProxyHeader = clientip.MaxHeader
 // Client returns the key under which the middleware counts r: its client
 // address as Config's proxy rules find it, or Config.Key's answer.
 func (l *Limiter) Client(r *http.Request) string {
-	c := l.clients.Address(r.RemoteAddr, r.Header[l.header])
+	var values []string
+	if len(l.clients.Trusted) > 0 { // else no header is believed: skip its lookup
+		values = r.Header[l.header]
+	}
+	c := l.clients.Address(r.RemoteAddr, values)
 	if l.key != nil {
 		return l.key(r, c)
 	}

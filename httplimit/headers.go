@@ -5,9 +5,11 @@ import (
 	"math"
 	"math/bits"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/policy"
@@ -61,16 +63,20 @@ func setRetryAfter(h http.Header, wait time.Duration) {
 }
 
 // restrictive is the most restrictive of the shown policies' answers: the
-// fewest remaining, the longest ResetAfter among equals.
+// fewest remaining, the longest ResetAfter among equals; the zero
+// Decision if none is shown. It compares in place and copies only the
+// answer it returns.
 func restrictive(each []floodgate.Decision, shown []int) floodgate.Decision {
-	var best floodgate.Decision
-	for k, i := range shown {
-		d := each[i]
-		if k == 0 || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
-			best = d
+	if len(shown) == 0 {
+		return floodgate.Decision{}
+	}
+	b := &each[shown[0]]
+	for _, i := range shown[1:] {
+		if d := &each[i]; d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter {
+			b = d
 		}
 	}
-	return best
+	return *b
 }
 
 // maxSF is the largest Integer of RFC 9651's Structured Fields: 15 digits.
@@ -96,25 +102,156 @@ func quota(r floodgate.Rule) (q, w int64) {
 	return min(r.Burst, maxSF), min(ceilSeconds(time.Duration(min(ns, math.MaxInt64))), maxSF)
 }
 
-// rateLimit is the RateLimit header: one item per shown policy, what it
-// has left and the whole seconds until it is full again, rounded up, each
-// clamped to maxSF.
-func rateLimit(names []string, each []floodgate.Decision, shown []int) string {
-	var buf [256]byte
-	b := buf[:0]
-	for k, i := range shown {
-		d := each[i]
-		if k > 0 {
-			b = append(b, ", "...)
+// rateLimitItems is s.Items: for each shown policy, the start of its
+// RateLimit item, `"name";r=`, after ", " for all but the first.
+func rateLimitItems(s *policy.Set) []string {
+	items := make([]string, len(s.Shown))
+	for k, i := range s.Shown {
+		sep := ", "
+		if k == 0 {
+			sep = ""
 		}
-		b = append(b, '"')
-		b = append(b, names[i]...)
-		b = append(b, `";r=`...)
-		b = strconv.AppendInt(b, min(max(0, d.Remaining), maxSF), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, min(ceilSeconds(d.ResetAfter), maxSF), 10)
+		items[k] = sep + `"` + s.Names[i] + `";r=`
 	}
-	return string(b)
+	return items
+}
+
+// rateLimit is the RateLimit header's value for s: one item per shown
+// policy, what it has left and the whole seconds until it is full again,
+// rounded up, each clamped to maxSF. each holds the answers of s's
+// policies.
+//
+// It makes one allocation, where a []string holding a new string takes
+// two: the value is written into a newValue object, which holds the
+// string's bytes beside the one-element array that the returned slice
+// is. net/http replaces a header's value slice and never writes into one,
+// and nothing else holds the object, so the bytes never change once the
+// string is made.
+func rateLimit(s *policy.Set, each []floodgate.Decision) []string {
+	var nums [2 * maxPolicies]int64
+	n := 0
+	for k, i := range s.Shown {
+		r, t := min(max(0, each[i].Remaining), maxSF), min(ceilSeconds(each[i].ResetAfter), maxSF)
+		nums[2*k], nums[2*k+1] = r, t
+		n += len(s.Items[k]) + digits(uint64(r)) + len(";t=") + digits(uint64(t))
+	}
+	v, b := newValue(n)
+	for k := range s.Shown {
+		b = append(b, s.Items[k]...)
+		b = appendSF(b, nums[2*k])
+		b = append(b, ";t="...)
+		b = appendSF(b, nums[2*k+1])
+	}
+	// n is the value's exact length, so b never outgrows the room
+	// newValue gave it; if it did, append would have moved it to an array
+	// of its own, which the string would then hold, as correct.
+	v[0] = unsafe.String(unsafe.SliceData(b), len(b))
+	return v
+}
+
+// maxPolicies is the most policies a Set holds.
+const maxPolicies = 8
+
+// The objects newValue makes: a header value's one-element slice and the
+// bytes of its string, sized so that each object fills one of the
+// runtime's size classes (48 to 128 bytes, and 256).
+type (
+	value48 struct {
+		v [1]string
+		b [32]byte
+	}
+	value64 struct {
+		v [1]string
+		b [48]byte
+	}
+	value80 struct {
+		v [1]string
+		b [64]byte
+	}
+	value96 struct {
+		v [1]string
+		b [80]byte
+	}
+	value128 struct {
+		v [1]string
+		b [112]byte
+	}
+	value256 struct {
+		v [1]string
+		b [240]byte
+	}
+)
+
+// newValue returns a header value of one string and an empty slice of at
+// least n bytes' room for that string's bytes: in one allocation, of the
+// smallest object above that n fits, or in two past 240 bytes (a RateLimit
+// value for up to five policies, each named in up to 8 characters, or for
+// one named in 64, fits).
+func newValue(n int) ([]string, []byte) {
+	switch {
+	case n <= len(value48{}.b):
+		p := new(value48)
+		return p.v[:], p.b[:0]
+	case n <= len(value64{}.b):
+		p := new(value64)
+		return p.v[:], p.b[:0]
+	case n <= len(value80{}.b):
+		p := new(value80)
+		return p.v[:], p.b[:0]
+	case n <= len(value96{}.b):
+		p := new(value96)
+		return p.v[:], p.b[:0]
+	case n <= len(value128{}.b):
+		p := new(value128)
+		return p.v[:], p.b[:0]
+	case n <= len(value256{}.b):
+		p := new(value256)
+		return p.v[:], p.b[:0]
+	}
+	return make([]string, 1), make([]byte, 0, n)
+}
+
+// pairs are the decimals 00 to 99, two bytes each, for appendSF.
+const pairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" +
+	"30313233343536373839" + "40414243444546474849" + "50515253545556575859" +
+	"60616263646566676869" + "70717273747576777879" + "80818283848586878889" + "90919293949596979899"
+
+// appendSF appends v, from 0 to maxSF, in decimal: strconv.AppendInt
+// without the generality a header's numbers never need, two digits at a
+// time, written in place from the right once digits has counted them.
+func appendSF(b []byte, v int64) []byte {
+	u := uint64(v)
+	n, l := digits(u), len(b)
+	b = slices.Grow(b, n)[:l+n]
+	d := b[l:]
+	for i := n; u >= 100; i -= 2 {
+		q := u / 100
+		r := 2 * (u - 100*q)
+		d[i-1], d[i-2] = pairs[r+1], pairs[r]
+		u = q
+	}
+	if u >= 10 {
+		d[1], d[0] = pairs[2*u+1], pairs[2*u]
+	} else {
+		d[0] = byte('0' + u)
+	}
+	return b
+}
+
+// pow10 are the powers of ten that a uint64 holds, for digits.
+var pow10 = [...]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9,
+	1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
+
+// digits is the number of decimal digits of u: its bit length times
+// log10(2) (1233/4096) is the count or one less, and one comparison says
+// which. u|1 has u's digits and counts 0 as one digit.
+func digits(u uint64) int {
+	u |= 1
+	t := bits.Len64(u) * 1233 >> 12
+	if u >= pow10[t] {
+		t++
+	}
+	return t
 }
 
 // ceilSeconds is d in whole seconds, rounded up.

@@ -319,6 +319,7 @@ func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers ma
 	}
 	for _, s := range rt.Sets() {
 		s.Header = []string{policyHeader(s)}
+		s.Items = rateLimitItems(s)
 	}
 	return rt, nil
 }
@@ -434,10 +435,13 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 	each := buf[:len(s.Names)]
 	d, serve := s.Decide(r.Context(), client, 1, each)
 	h := w.Header()
-	shown, dh := s.Shows(), restrictive(each, s.Shown)
+	shown, dh := s.Shows(), floodgate.Decision{}
+	if l.legacy { // only the legacy headers read dh
+		dh = restrictive(each, s.Shown)
+	}
 	if shown {
 		h[hdrPolicy] = s.Header
-		h[hdrRateLimit] = []string{rateLimit(s.Names, each, s.Shown)}
+		h[hdrRateLimit] = rateLimit(s, each)
 	}
 	if also != nil && serve {
 		s2 := also.For(tier)
@@ -452,10 +456,10 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 			}
 			if shown {
 				h[hdrPolicy] = []string{s.Header[0] + ", " + s2.Header[0]}
-				h[hdrRateLimit] = []string{h[hdrRateLimit][0] + ", " + rateLimit(s2.Names, more, s2.Shown)}
+				h[hdrRateLimit] = []string{h[hdrRateLimit][0] + ", " + rateLimit(s2, more)[0]}
 			} else {
 				h[hdrPolicy] = s2.Header
-				h[hdrRateLimit] = []string{rateLimit(s2.Names, more, s2.Shown)}
+				h[hdrRateLimit] = rateLimit(s2, more)
 			}
 			shown = true
 		}

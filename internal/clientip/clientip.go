@@ -38,7 +38,22 @@ type Finder struct {
 // proxies append to its right. A header from a trusted proxy that is
 // malformed where the walk reads it is not believed: the key is then the
 // peer's. A NAT64 address (64:ff9b::/96) is its IPv4 client's: see group.
+//
+// The common peer, an IPv4 address in canonical form with or without a
+// port and not a trusted proxy, is keyed as its host part without a
+// parse through netip and without an allocation (see peer4); every other
+// input takes the general path, address, whose answer peer4's always
+// equals.
 func (c *Finder) Address(remote string, values []string) string {
+	if host, a, ok := peer4(remote); ok && !c.IsTrusted(netip.AddrFrom4(a)) {
+		return host
+	}
+	return c.address(remote, values)
+}
+
+// address is Address for any input: the peer parsed by ParseAddr, the
+// header walked if it is trusted, and the result grouped.
+func (c *Finder) address(remote string, values []string) string {
 	peer, ok := ParseAddr(remote)
 	if !ok {
 		return InvalidRemote
@@ -88,11 +103,14 @@ func (c *Finder) group(a netip.Addr, from string) string {
 		}
 		return a.String()
 	}
+	// Written into a buffer on the stack, the text is the one allocation
+	// (String would make two for a prefix).
+	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
 	if c.V6Bits == 128 {
-		return a.String()
+		return string(a.AppendTo(buf[:0]))
 	}
 	p, _ := a.Prefix(c.V6Bits)
-	return p.String()
+	return string(p.AppendTo(buf[:0]))
 }
 
 // fromHeader walks the proxy header from the right, element by element,

@@ -52,6 +52,10 @@ type Set struct {
 	// Header is the middleware's own, made once per Set: httplimit's
 	// RateLimit-Policy value for the Shown policies.
 	Header []string
+	// Items is the middleware's own, made once per Set: for each Shown
+	// policy, in order, the fixed start of its item in httplimit's
+	// RateLimit value, so that an answer only appends the numbers.
+	Items []string
 
 	limits   *floodgate.Limits // in process
 	enforced *floodgate.Limits // the enforced policies alone, when some but not all are shadow
