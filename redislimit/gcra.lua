@@ -85,6 +85,40 @@ if now == TIME then
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
+local stored = redis.call('GET', KEYS[1])
+
+-- The common case, the fast path: no history, no lease (want = give = 0,
+-- so n >= 1), and no key, or a key of the call's rule with no credits.
+-- What follows decides it as the general path would: with no history, a
+-- key of the call's rule is read as it stands (see changes), and with no
+-- credits and nothing given, a request moves the TAT alone. It defines no
+-- function and builds no table but the reply (closures and tables are
+-- allocations, and work for the collector); any other key, a valid one or
+-- not, is the general path's.
+if want == 0 and give == 0 and #A < on then
+  local tat, w, si, sc = now, now, interval, capacity
+  if stored and #stored == 32 then tat, w, si, sc = struct.unpack('<i8i8i8i8', stored) end
+  if not stored or (#stored == 32 and si == interval and sc == capacity
+      and tat >= -2^52 and tat <= 2^52 and w >= 0 and w <= 2^52) then
+    local tau = capacity * interval
+    local debt = math.max(tat, now) - now
+    local next = debt + n * interval -- the TAT after the request, less now
+    local retry = 0
+    if next <= tau then
+      debt = next
+      if dry == 0 then
+        -- next >= 1: the key never becomes full here, so it is written.
+        redis.call('SET', KEYS[1], struct.pack('<i8i8i8i8', now + next, now, interval, capacity),
+          'PX', string.format('%d', math.floor((next + 999) / 1000) + margin))
+      end
+    else
+      retry = next - tau
+    end
+    local left = 0
+    if debt < tau then left = math.floor((tau - debt) / interval) end
+    return {next <= tau and 1 or 0, left, retry, debt, 0, debt, now}
+  end
+end
 
 -- floor of a quotient of integers below 2^53 is exact in doubles: the
 -- rounded quotient cannot reach the next integer.
@@ -98,7 +132,6 @@ end
 local tau = capacity * interval
 local MAXG = 8 -- credit groups kept apart; beyond, the two that lose least merge
 local function bad() return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no TAT') end
-local stored = redis.call('GET', KEYS[1])
 local tat = now -- no key: the bucket is full, no credits
 local w, si, sc -- when the key was written, and under which rule
 local groups = {} -- credits: {count, end of their slots}, by end

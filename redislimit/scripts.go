@@ -116,24 +116,33 @@ func (l *Limiter) scriptNow() int64 {
 func (l *Limiter) run(ctx context.Context, key string, c call) (reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.budget)
 	defer cancel()
-	cmd, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
+	// An IntSliceCmd reads the reply's integers as they come; a Cmd would
+	// box each in an interface (an allocation apiece above 255), then copy
+	// them out.
+	cmd, err := evalAs(l, ctx, func(ctx context.Context, cmd redis.Cmder) error {
 		return l.client.Process(ctx, noRetry{cmd})
-	}, l.args(key, c))
+	}, l.args(key, c), redis.NewIntSliceCmd)
 	if err != nil {
 		return reply{}, err
 	}
-	return l.reply(cmd, c.rs)
+	return decode(cmd.Val(), c.rs)
 }
 
 // eval sends args (EVALSHA) by process, and again as EVAL with the whole
 // script if Redis has lost it (NOSCRIPT: it ran nothing).
 func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.Cmder) error, args []any) (*redis.Cmd, error) {
-	cmd := redis.NewCmd(ctx, args...)
+	return evalAs(l, ctx, process, args, redis.NewCmd)
+}
+
+// evalAs is eval with the command that newCmd makes, which reads the reply.
+func evalAs[C redis.Cmder](l *Limiter, ctx context.Context, process func(context.Context, redis.Cmder) error, args []any,
+	newCmd func(context.Context, ...any) C) (C, error) {
+	cmd := newCmd(ctx, args...)
 	err := process(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		l.loads.Add(1)
 		args[0], args[1] = "eval", l.script.src
-		cmd = redis.NewCmd(ctx, args...)
+		cmd = newCmd(ctx, args...)
 		err = process(ctx, cmd)
 	}
 	return cmd, err
@@ -169,6 +178,11 @@ func (l *Limiter) reply(cmd *redis.Cmd, rs *rules) (reply, error) {
 	if err != nil {
 		return reply{}, err
 	}
+	return decode(v, rs)
+}
+
+// decode is reply's, from the script's values v.
+func decode(v []int64, rs *rules) (reply, error) {
 	if len(v) != 7 {
 		return reply{}, fmt.Errorf("redislimit: the script answered %d values, not 7", len(v))
 	}

@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
@@ -130,6 +131,78 @@ func TestArgsAllocations(t *testing.T) {
 		}
 		if a := testing.AllocsPerRun(100, func() { _ = l.args("client-42", call{give: 3, gk: 1_700_000_000_000_000, rs: l.rs()}) }); a > 5 {
 			t.Errorf("%s: a return's arguments take %v allocations; want at most 5", alg, a)
+		}
+	}
+}
+
+// TestFastPathMatchesGeneral holds each script's fast path (no history,
+// no lease) to its general path, call by call: the same calls on two keys,
+// one sent as production sends it and one with a history that changes
+// nothing (a first triple cut short at 0: every key was written after it),
+// which takes the general path. The replies, the values written and their
+// TTLs must agree, through grants, denials, peeks, a clock that steps
+// back, and keys written under another rule (which the fast path leaves to
+// the general one).
+func TestFastPathMatchesGeneral(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, alg := range redisAlgorithms {
+		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 5, Period: 10 * time.Millisecond}, Prefix: "fast"})
+		other := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: 10 * time.Millisecond}, Prefix: "fast"})
+		clock := floodgate.NewManualClock(0)
+		l.redisClock, other.redisClock = clock, clock
+		// run is the call, and the key's value and TTL read in the same
+		// pipeline, right after the script: at most rtt after it.
+		run := func(l *Limiter, key string, cl call, general bool) (v []int64, value string, ttl, rtt time.Duration) {
+			args := l.args(key, cl)
+			if general {
+				args = append(args, int64(0), int64(0), int64(0))
+			}
+			args[0], args[1] = "eval", l.script.src
+			p := c.Pipeline()
+			script, get, pttl := p.Do(ctx, args...), p.Get(ctx, l.Key(key)), p.PTTL(ctx, l.Key(key))
+			start := time.Now()
+			if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
+				t.Fatalf("%s: %v", alg, err)
+			}
+			v, err := script.Int64Slice()
+			if err != nil {
+				t.Fatalf("%s: %v", alg, err)
+			}
+			return v, get.Val(), pttl.Val(), time.Since(start)
+		}
+		now := int64(1_700_000_000_000_000)
+		last := ""
+		for i := range 1500 {
+			switch r := rng.IntN(20); {
+			case r == 0:
+				now -= rng.Int64N(10_000) // Redis's clock steps back
+			case r == 1:
+				now += rng.Int64N(50_000)
+			default:
+				now += rng.Int64N(3_000)
+			}
+			clock.Set(now * 1000)
+			lim := l
+			if rng.IntN(20) == 0 {
+				lim = other
+			}
+			cl := call{n: 1 + rng.Int64N(lim.rs().capacity), dry: rng.IntN(10) == 0, rs: lim.rs()}
+			fast, a, ta, ra := run(lim, "a", cl, false)
+			general, b, tb, rb := run(lim, "b", cl, true)
+			if fmt.Sprint(fast) != fmt.Sprint(general) {
+				t.Fatalf("%s: call %d (%+v at %d): the fast path answered %v, the general one %v", alg, i, cl, now, fast, general)
+			}
+			// A TTL read right after a write is the one the script set,
+			// less up to a millisecond and the pipeline's round trip (a
+			// loaded machine may pause the server between the two); after
+			// no write, it is an older one's.
+			if d, tol := ta-tb, time.Millisecond+max(ra, rb); a != b || a != last && (d > tol || d < -tol) {
+				t.Fatalf("%s: call %d (%+v at %d): the fast path left %x (TTL %v), the general one %x (TTL %v)", alg, i, cl, now, a, ta, b, tb)
+			}
+			last = a
 		}
 	}
 }

@@ -63,16 +63,55 @@ end
 local floor = math.floor
 local k = floor(now / T)
 local e = now - k * T
+local FMT = '<i8i8i8i8i8'
+local stored = redis.call('GET', KEYS[1])
+
+-- The common case, the fast path: no history, no lease (want = give = 0,
+-- so n >= 1), no key or a key of the call's rule in this window or an
+-- earlier one, and a request that fits. What follows decides it as the
+-- general path would (with no history, a key of the call's rule is read as
+-- it stands; see changes), defining no function and building no table but
+-- the reply (closures and tables are allocations, and work for the
+-- collector). Anything else, a denial included, is the general path's.
+if want == 0 and give == 0 and #A < on then
+  local ws, curr, prev, sT, sN = now, 0, 0, T, N
+  if stored and #stored == 40 then ws, curr, prev, sT, sN = struct.unpack(FMT, stored) end
+  local ks = floor(ws / T)
+  if (not stored or (#stored == 40 and sT == T and sN == N and ws >= 0 and ws <= MAX
+      and curr >= 0 and curr <= N and prev >= 0 and prev <= N)) and k >= ks then
+    if k == ks + 1 and sliding then
+      curr, prev = 0, curr
+    elseif k ~= ks then
+      curr, prev = 0, 0
+    end
+    curr = curr + n
+    if curr <= N and (not sliding or prev == 0 or prev * (T - e) + curr * T <= N * T) then
+      local remaining, reset = N - curr, T - e
+      if sliding then
+        reset = 2 * T - e
+        if prev > 0 then
+          local a = prev * (T - e) -- the previous window's share, ceil(a / T)
+          local q = floor(a / T)
+          if q * T < a then q = q + 1 end
+          remaining = math.max(0, remaining - q)
+        end
+      end
+      if dry == 0 then
+        redis.call('SET', KEYS[1], struct.pack(FMT, now, curr, prev, T, N), 'PX',
+          string.format('%d', floor((reset + 999) / 1000) + margin)) -- reset: until nothing it holds counts
+      end
+      return {1, remaining, 0, reset, 0, T - e, k}
+    end
+  end
+end
 
 -- A rule the script can hold: the history's and the key's are checked so.
 local function okRule(T_, N_)
   return T_ >= 1 and T_ <= 2^50 and T_ % 1 == 0 and N_ >= 1 and N_ <= 2^50 and N_ % 1 == 0 and (not sliding or N_ * T_ <= 2^52)
 end
 
-local FMT = '<i8i8i8i8i8'
 local ks, ws, curr, prev = k, now, 0, 0
 local sT, sN -- the key's rule
-local stored = redis.call('GET', KEYS[1])
 if stored then
   if #stored ~= 40 then return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window') end
   ws, curr, prev, sT, sN = struct.unpack(FMT, stored)
