@@ -119,9 +119,13 @@ func (l *Limiter) run(ctx context.Context, key string, c call) (reply, error) {
 	// An IntSliceCmd reads the reply's integers as they come; a Cmd would
 	// box each in an interface (an allocation apiece above 255), then copy
 	// them out.
+	args := l.shortArgs(key, c)
+	if args == nil {
+		args = l.args(key, c)
+	}
 	cmd, err := evalAs(l, ctx, func(ctx context.Context, cmd redis.Cmder) error {
 		return l.client.Process(ctx, noRetry{cmd})
-	}, l.args(key, c), redis.NewIntSliceCmd)
+	}, args, redis.NewIntSliceCmd)
 	if err != nil {
 		return reply{}, err
 	}
@@ -168,6 +172,20 @@ func (l *Limiter) args(key string, c call) []any {
 		argv[argNow] = now // a test's clock; rs.argv holds nowTIME, boxed
 	}
 	return append(args, rs.hist...)
+}
+
+// shortArgs are the EVALSHA arguments of call c on key in the scripts'
+// short form (see args.lua): n, kind, interval and capacity alone, for a
+// plain request (no peek, no lease) on Redis's clock, under a rule with no
+// history, the default margin and no param (every kind but the log). It
+// returns nil for any other call, which args encodes whole.
+func (l *Limiter) shortArgs(key string, c call) []any {
+	rs := c.rs
+	if c.n < 1 || c.dry || c.want != 0 || c.give != 0 || len(rs.hist) != 0 || rs.pruneAt != 0 ||
+		l.margin != ttlMargin || rs.hold != 0 || l.redisClock != nil {
+		return nil
+	}
+	return []any{"evalsha", l.script.sha, 1, l.Key(key), c.n, rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity]}
 }
 
 // reply reads the script's answer: {allowed, remaining, retry_after,

@@ -92,7 +92,7 @@ func TestScriptsShareOneLayout(t *testing.T) {
 		}
 	}
 	shared := argsSource
-	fields := regexp.MustCompile(`(?m)^local n, dry, want, give, gk, now, kind, interval, capacity, margin, param =$`)
+	fields := regexp.MustCompile(`(?m)^  n, dry, want, give, gk, now, kind, interval, capacity, margin, param =$`)
 	if !fields.MatchString(shared) {
 		t.Fatal("the block does not read the fields as named")
 	}
@@ -203,6 +203,61 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 				t.Fatalf("%s: call %d (%+v at %d): the fast path left %x (TTL %v), the general one %x (TTL %v)", alg, i, cl, now, a, ta, b, tb)
 			}
 			last = a
+		}
+	}
+}
+
+// TestShortForm: the scripts' short form (n, kind, interval, capacity)
+// reads as the whole layout with the common call's values, production's
+// plain requests are sent in it (and only they), and a bad short form is
+// an error reply that names its four fields.
+func TestShortForm(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	read := argsSource + "\nreturn {n, dry, want, give, gk, now, kind, interval, capacity, margin, param, on}\n"
+	short, err := c.Eval(ctx, read, []string{"k"}, 3, 2, 1000, 10).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := c.Eval(ctx, read, []string{"k"}, 3, 0, 0, 0, 0, -1, 2, 1000, 10, 1000, 0).Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(short[:11]) != fmt.Sprint(whole[:11]) || short[11] != 5 || whole[11] != 12 {
+		t.Fatalf("the short form reads as %v, the whole as %v", short, whole)
+	}
+	for _, s := range []*script{gcraScript, windowScript} {
+		err := c.Eval(ctx, s.src, []string{"k"}, "x", 0, 1000, 10).Err()
+		if err == nil || !strings.Contains(err.Error(), "bad arguments (n, kind, interval, capacity): x, 0, 1000, 10") {
+			t.Errorf("a bad short form: %v", err)
+		}
+	}
+	for _, alg := range redisAlgorithms {
+		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 10, Period: time.Second}})
+		rs := l.rs()
+		plain := l.shortArgs("k", call{n: 1, rs: rs})
+		if (plain != nil) != (alg != floodgate.SlidingLog) || plain != nil && len(plain) != 8 {
+			t.Errorf("%s: a plain request's arguments %v", alg, plain)
+		}
+		for _, cl := range []call{{n: 1, dry: true, rs: rs}, {n: 1, want: 5, rs: rs}, {give: 2, rs: rs}} {
+			if a := l.shortArgs("k", cl); a != nil {
+				t.Errorf("%s: %+v in the short form", alg, cl)
+			}
+		}
+		if err := l.SetRule(floodgate.Rule{Limit: 20, Period: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if a := l.shortArgs("k", call{n: 1, rs: l.rs()}); a != nil {
+			t.Errorf("%s: a request under a rule with a history in the short form", alg)
+		}
+		// The short form decides as the whole: a real round trip each.
+		l2 := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: time.Hour}, Prefix: "short"})
+		for i := range 5 {
+			d, err := l2.Allow(ctx, "client")
+			if err != nil || d.Allowed != (i < 3) || d.Allowed && d.Remaining != int64(2-i) {
+				t.Fatalf("%s: request %d: %+v, %v", alg, i, d, err)
+			}
 		}
 	}
 }
