@@ -106,8 +106,11 @@ type Config struct {
 
 // Stats counts what a Limiter has done since New.
 type Stats struct {
-	// Calls counts round trips to Redis; Errors, those that failed; and
-	// Timeouts, those of the failures that ran out of Config.Timeout.
+	// Calls counts round trips to Redis: the decisions in flight at once
+	// go together, as one pipeline, in one round trip (see the package's
+	// doc). Errors counts the calls that failed, each call of a failed
+	// round trip; and Timeouts, those of the failures that ran out of
+	// Config.Timeout.
 	Calls, Errors, Timeouts int64
 	// Loads counts the calls that sent their script whole because Redis
 	// did not have it: the first on a server, and the first after a
