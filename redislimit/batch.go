@@ -22,8 +22,9 @@ import (
 // queued batches itself until none is left. A lone caller is a batch of
 // one, sent as a plain command.
 //
-// A batch runs under the Limiter's Timeout, never under a caller's context:
-// one caller's deadline must not fail the others' calls. A caller whose
+// A batch of several calls runs under the Limiter's Timeout, never under a
+// caller's context: one caller's deadline must not fail the others' calls.
+// A batch of one runs under its caller's context, as it would unbatched. A caller whose
 // context ends first returns the context's error, and its call may still
 // run, as a call whose deadline ends mid-round-trip may. The batch's
 // failure (a broken connection, the Timeout) is each of its calls'.
@@ -90,11 +91,7 @@ func (b *batcher) do(ctx context.Context, mayEnd bool, args []any, src string) (
 		b.inflight++
 		batch := b.take()
 		b.mu.Unlock()
-		if mayEnd {
-			go b.lead(batch, true)
-		} else {
-			b.lead(batch, false)
-		}
+		b.start(ctx, s, mayEnd, batch)
 	} else {
 		b.mu.Unlock()
 	}
@@ -110,16 +107,29 @@ func (b *batcher) do(ctx context.Context, mayEnd bool, args []any, src string) (
 		if batch := s.lead; batch != nil {
 			s.lead = nil
 			s.state.Store(slotPending) // s is in batch
-			if mayEnd {
-				go b.lead(batch, true)
-			} else {
-				b.lead(batch, false)
-			}
+			b.start(ctx, s, mayEnd, batch)
 			continue
 		}
 		val, err := s.val, s.err
 		s.free()
 		return val, err
+	}
+}
+
+// start has batch sent for the caller of s, whose context is ctx: a batch
+// of s alone in the caller's goroutine and under its context, as a call
+// without batching would be (the caller's context governs its own call
+// alone); another in the caller's goroutine if its context cannot end, or
+// else in a new goroutine, so that the caller may leave when its context
+// ends, while the batch runs out its Timeout for the others.
+func (b *batcher) start(ctx context.Context, s *slot, mayEnd bool, batch []*slot) {
+	switch {
+	case len(batch) == 1 && batch[0] == s:
+		b.lead(ctx, batch, false)
+	case mayEnd:
+		go b.lead(nil, batch, true)
+	default:
+		b.lead(nil, batch, false)
 	}
 }
 
@@ -137,9 +147,13 @@ func (b *batcher) take() []*slot {
 // lead sends batch, then the calls queued meanwhile: in a goroutine of its
 // own (alone), until none are; in a caller's, it hands them to one of
 // their callers, or sends them itself if every one of them has gone.
-func (b *batcher) lead(batch []*slot, alone bool) {
+//
+// The first batch is sent under ctx if it is not nil (a batch of its
+// caller's call alone), and every batch else under the Limiter's Timeout.
+func (b *batcher) lead(ctx context.Context, batch []*slot, alone bool) {
 	for {
-		b.send(batch)
+		b.send(ctx, batch)
+		ctx = nil
 		if batch = b.next(alone); batch == nil {
 			return
 		}
@@ -176,10 +190,10 @@ func (b *batcher) next(alone bool) []*slot {
 	}
 }
 
-// send is one round trip for batch, and a second for the calls whose
+// send is one round trip for batch, under ctx (nil: the Limiter's Timeout), and a second for the calls whose
 // script Redis had lost (NOSCRIPT: they ran nothing), sent whole; then it
 // answers each call's caller.
-func (b *batcher) send(batch []*slot) {
+func (b *batcher) send(ctx context.Context, batch []*slot) {
 	live := batch[:0]
 	for _, s := range batch {
 		if s.state.Load() == slotAbandoned {
@@ -193,9 +207,16 @@ func (b *batcher) send(batch []*slot) {
 	}
 	l := b.l
 	l.calls.Add(1)
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
-	defer cancel()
-	cmds := make([]*redis.IntSliceCmd, len(batch))
+	if ctx == nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.Background(), l.timeout)
+		defer cancel()
+	}
+	var one [1]*redis.IntSliceCmd
+	cmds := one[:]
+	if len(batch) > 1 {
+		cmds = make([]*redis.IntSliceCmd, len(batch))
+	}
 	b.exec(ctx, batch, cmds)
 	var lost []*slot
 	var lostAt []int

@@ -84,8 +84,9 @@ func TestBatchAdmitsExactlyTheRule(t *testing.T) {
 }
 
 // TestBatchCallerGivesUp: a caller whose context ends while its call is in
-// flight, or queued for the next batch, returns the context's error at
-// once, and the other calls of its batch are decided on Redis.
+// flight in a batch of several, or queued for the next batch, returns the
+// context's error at once, and the other calls of its batch are decided on
+// Redis.
 func TestBatchCallerGivesUp(t *testing.T) {
 	srv := redistest.Start(t)
 	l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 100, Period: time.Hour}, Timeout: 10 * time.Second})
@@ -104,21 +105,32 @@ func TestBatchCallerGivesUp(t *testing.T) {
 		}()
 		return ch
 	}
+	state := func(queued, inflight int) func() bool {
+		return func() bool { q, in := batchState(&l.batch); return q == queued && in == inflight }
+	}
 	srv.Pause()
 	defer srv.Resume()
 
-	// In flight: the quitter's call leads the first batch, which Redis
-	// holds; the others fill the second and the queue.
+	// In flight: two lone calls fill the batches in flight, each under
+	// its caller's context; the quitter and three others queue behind
+	// them. The first lone call's deadline ends its batch, which hands
+	// the queue, as the next batch, to the quitter, whom Redis then holds.
+	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancelShort()
+	lone := allow(short, "lone")
+	waitUntil(t, "the first lone call in flight", 10*time.Second, state(0, 1))
+	others := []<-chan answer{allow(context.Background(), "other")}
+	waitUntil(t, "the second lone call in flight", 10*time.Second, state(0, 2))
 	ctx, cancel := context.WithCancel(context.Background())
 	quitter := allow(ctx, "quitter")
-	waitUntil(t, "the quitter's batch in flight", 10*time.Second, func() bool { q, in := batchState(&l.batch); return q == 0 && in == 1 })
-	var others []<-chan answer
-	others = append(others, allow(context.Background(), "other"))
-	waitUntil(t, "the second batch in flight", 10*time.Second, func() bool { q, in := batchState(&l.batch); return q == 0 && in == 2 })
+	waitUntil(t, "the quitter queued", 10*time.Second, state(1, 2))
 	for i := 0; i < 3; i++ {
 		others = append(others, allow(context.Background(), "other"))
 	}
-	waitUntil(t, "3 calls queued", 10*time.Second, func() bool { q, _ := batchState(&l.batch); return q == 3 })
+	waitUntil(t, "the quitter's batch in flight", 10*time.Second, state(0, 2))
+	if a := <-lone; !errors.Is(a.err, context.DeadlineExceeded) || a.d.Allowed {
+		t.Fatalf("the lone call: %+v, %v; want a denial with its deadline", a.d, a.err)
+	}
 	cancel()
 	if a := <-quitter; !errors.Is(a.err, context.Canceled) || a.d.Allowed {
 		t.Fatalf("the quitter in flight: %+v, %v; want a denial with context.Canceled", a.d, a.err)
@@ -128,11 +140,11 @@ func TestBatchCallerGivesUp(t *testing.T) {
 	// batches in flight; the next batch goes to one of the others.
 	ctx, cancel = context.WithCancel(context.Background())
 	quitter = allow(ctx, "quitter")
-	waitUntil(t, "the quitter queued", 10*time.Second, func() bool { q, _ := batchState(&l.batch); return q == 4 })
+	waitUntil(t, "the quitter queued", 10*time.Second, state(1, 2))
 	for i := 0; i < 2; i++ {
 		others = append(others, allow(context.Background(), "other"))
 	}
-	waitUntil(t, "6 calls queued", 10*time.Second, func() bool { q, _ := batchState(&l.batch); return q == 6 })
+	waitUntil(t, "3 calls queued", 10*time.Second, state(3, 2))
 	cancel()
 	if a := <-quitter; !errors.Is(a.err, context.Canceled) || a.d.Allowed {
 		t.Fatalf("the quitter queued: %+v, %v; want a denial with context.Canceled", a.d, a.err)
@@ -144,12 +156,10 @@ func TestBatchCallerGivesUp(t *testing.T) {
 			t.Fatalf("call %d beside the quitters: %+v, %v; want admitted", i, a.d, a.err)
 		}
 	}
+	waitUntil(t, "no batch in flight", 10*time.Second, state(0, 0))
 	s := l.Stats()
-	if s.Abandoned != 2 || s.Errors != 0 || s.Fallbacks != 0 || s.Opens != 0 {
-		t.Fatalf("Stats %+v; want 2 abandoned, no failure", s)
-	}
-	if q, in := batchState(&l.batch); q != 0 || in != 0 {
-		t.Fatalf("after every caller returned: %d queued, %d batches in flight", q, in)
+	if s.Abandoned != 3 || s.Errors != 0 || s.Fallbacks != 0 || s.Opens != 0 {
+		t.Fatalf("Stats %+v; want 3 abandoned, no failure", s)
 	}
 }
 

@@ -16,8 +16,8 @@
 // no timer: a call that finds fewer than two batches in flight is sent at
 // once, with whatever calls are waiting, so a lone caller sends a plain
 // command, and under many callers a round trip carries many decisions
-// (Stats.Calls counts round trips). A batch has Config.Timeout, whatever
-// its callers' contexts: a caller whose context ends first returns its
+// (Stats.Calls counts round trips). A batch of several calls has
+// Config.Timeout, whatever its callers' contexts: a caller whose context ends first returns its
 // context's error, and its call may still run, as it may when a deadline
 // ends mid-round-trip; a batch that fails fails each of its calls, and
 // each is answered by the FailureMode.
