@@ -49,9 +49,11 @@ const (
 	// than it left with), EvictFresh for a state evicted at MaxKeys that
 	// was a new client's already (forgotten at no cost).
 	Evictions
-	// RedisCalls counts round trips to Redis.
+	// RedisCalls counts round trips to Redis: a pipeline of the calls
+	// that a limiter batched together is one.
 	RedisCalls
-	// RedisErrors counts the round trips that failed, by kind (Label):
+	// RedisErrors counts the calls to Redis that failed (each call of a
+	// failed batch: one per decision it failed), by kind (Label):
 	// ErrorTimeout, ErrorKey (an error reply about one key's data) or
 	// ErrorOther.
 	RedisErrors
@@ -151,7 +153,7 @@ var infos = [numMetrics]Info{
 	RedisCalls: {"floodgate_redis_round_trips_total", "floodgate.redis.round_trips", Counter, "{call}",
 		"Round trips to Redis.", false, "", ""},
 	RedisErrors: {"floodgate_redis_errors_total", "floodgate.redis.errors", Counter, "{call}",
-		"Round trips to Redis that failed, by kind: timeout, key (an error reply about one key's data), other.",
+		"Calls to Redis that failed (each call of a failed batch), by kind: timeout, key (an error reply about one key's data), other.",
 		false, "kind", "error.type"},
 	RedisBreakerOpen: {"floodgate_redis_breaker_open", "floodgate.redis.breaker.open", Gauge, "1",
 		"1 while the breaker is open and the FailureMode decides, else 0.", false, "", ""},

@@ -69,8 +69,9 @@ func (l *Limiter) failResult() result {
 //     before the call): denied, with the context's error (see AllowN).
 //
 // Then Redis's side: counts.RedisCalls, the round trips (Stats.Calls:
-// decisions, lease renewals and returns, whether or not they failed);
-// counts.RedisErrors, the round trips that failed (Stats.Errors), by kind:
+// batches of decisions, lease renewals and returns, whether or not they
+// failed); counts.RedisErrors, the calls that failed (Stats.Errors, each
+// call of a failed batch), by kind:
 // timeout (ran out of Timeout, Stats.Timeouts), key (an error reply about
 // one key's data, Stats.KeyErrors) and other (every other failure: a
 // broken or refused connection, a server state such as LOADING or

@@ -10,6 +10,18 @@
 // SHA (EVALSHA), and whole only when Redis has lost it: on a new server,
 // and after a restart, a failover or SCRIPT FLUSH (Stats.Loads).
 //
+// The calls in flight at once on a Limiter (or a Store's policy) go to
+// Redis together, as one pipeline: one write and one read on each side
+// for all of them, where a call apiece would cost each its own. There is
+// no timer: a call that finds fewer than two batches in flight is sent at
+// once, with whatever calls are waiting, so a lone caller sends a plain
+// command, and under many callers a round trip carries many decisions
+// (Stats.Calls counts round trips). A batch of several calls has
+// Config.Timeout, whatever its callers' contexts: a caller whose context ends first returns its
+// context's error, and its call may still run, as it may when a deadline
+// ends mid-round-trip; a batch that fails fails each of its calls, and
+// each is answered by the FailureMode.
+//
 // Time is Redis's own clock, which the script reads (TIME), so the
 // application servers' clocks may disagree. The state is integers in
 // microseconds, and every step is exact integer arithmetic:

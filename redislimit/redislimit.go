@@ -106,8 +106,11 @@ type Config struct {
 
 // Stats counts what a Limiter has done since New.
 type Stats struct {
-	// Calls counts round trips to Redis; Errors, those that failed; and
-	// Timeouts, those of the failures that ran out of Config.Timeout.
+	// Calls counts round trips to Redis: the decisions in flight at once
+	// go together, as one pipeline, in one round trip (see the package's
+	// doc). Errors counts the calls that failed, each call of a failed
+	// round trip; and Timeouts, those of the failures that ran out of
+	// Config.Timeout.
 	Calls, Errors, Timeouts int64
 	// Loads counts the calls that sent their script whole because Redis
 	// did not have it: the first on a server, and the first after a
@@ -161,6 +164,7 @@ type Limiter struct {
 	margin   int64         // ms added to each key's TTL
 	lease    *leases       // nil unless lease mode is on
 	requests *tally.Counts // AllowN's decisions, by result
+	batch    batcher       // the round trips of calls within Timeout
 
 	// redisClock is nil in production, where the scripts read Redis's
 	// clock (TIME) and lease mode this machine's monotonic clock. A test
@@ -218,6 +222,7 @@ func newLimiter(client redis.UniversalClient, cfg Config, setup func(*Limiter)) 
 	}
 	l := &Limiter{client: client, script: s, name: name, kind: kind, timeout: cfg.Timeout, mode: cfg.FailureMode,
 		clock: cfg.Clock, onError: cfg.OnError, margin: ttlMargin, requests: tally.New(int(numResults))}
+	l.batch.l = l
 	if strings.TrimSpace(cfg.Prefix) != cfg.Prefix {
 		return nil, fmt.Errorf("redislimit: Prefix %q has leading or trailing space", cfg.Prefix)
 	}
@@ -513,7 +518,6 @@ func (l *Limiter) decide(ctx context.Context, key string, c call) (reply, error)
 	if !ok {
 		return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
 	}
-	l.calls.Add(1)
 	if c.budget <= 0 {
 		c.budget = l.timeout
 	}

@@ -112,8 +112,11 @@ func (l *Limiter) scriptNow() int64 {
 }
 
 // run is one call on Redis: EVALSHA, and EVAL when Redis has lost the
-// script, within the budget.
+// script, within the budget. A call within Timeout goes in a batch with the
+// calls in flight beside it (see batcher), and one with a budget of its
+// own alone.
 func (l *Limiter) run(ctx context.Context, key string, c call) (reply, error) {
+	mayEnd := ctx.Done() != nil
 	ctx, cancel := context.WithTimeout(ctx, c.budget)
 	defer cancel()
 	// An IntSliceCmd reads the reply's integers as they come; a Cmd would
@@ -123,6 +126,14 @@ func (l *Limiter) run(ctx context.Context, key string, c call) (reply, error) {
 	if args == nil {
 		args = l.args(key, c)
 	}
+	if c.budget == l.timeout {
+		v, err := l.batch.do(ctx, mayEnd, args, l.script.src)
+		if err != nil {
+			return reply{}, err
+		}
+		return decode(v, c.rs)
+	}
+	l.calls.Add(1) // a budget of its own (a lease's refill): alone
 	cmd, err := evalAs(l, ctx, func(ctx context.Context, cmd redis.Cmder) error {
 		return l.client.Process(ctx, noRetry{cmd})
 	}, args, redis.NewIntSliceCmd)

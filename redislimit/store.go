@@ -256,7 +256,6 @@ func (s *Store) decide(ctx context.Context, ls []*Limiter, key string, n int64, 
 		r, res := s.fallback(ls, key, n, shadow, all)
 		return r, res, nil
 	}
-	l0.calls.Add(1)
 	budget := time.Now().Add(l0.timeout)
 	refused, err := s.run(ctx, ls, key, n, shadow, all)
 	if err == nil {
@@ -380,9 +379,11 @@ var multiScript = func() *script {
 	return &script{src: src, sha: sha1hex(src)}
 }()
 
-// run is the multi-policy round trip, within the first policy's Timeout.
+// run is the multi-policy round trip, within the first policy's Timeout,
+// in a batch with the first policy's calls in flight (see batcher).
 func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, error) {
 	l0 := ls[0]
+	mayEnd := ctx.Done() != nil
 	ctx, cancel := context.WithTimeout(ctx, l0.timeout)
 	defer cancel()
 	var rss [maxPolicies]*rules
@@ -406,18 +407,7 @@ func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, sha
 		args = append(args, len(a))
 		args = append(args, a...)
 	}
-	cmd := redis.NewCmd(ctx, args...)
-	err := l0.client.Process(ctx, noRetry{cmd})
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		l0.loads.Add(1)
-		args[0], args[1] = "eval", s.multi.src
-		cmd = redis.NewCmd(ctx, args...)
-		err = l0.client.Process(ctx, noRetry{cmd})
-	}
-	if err != nil {
-		return 0, err
-	}
-	v, err := cmd.Int64Slice()
+	v, err := l0.batch.do(ctx, mayEnd, args, s.multi.src)
 	if err != nil {
 		return 0, err
 	}
