@@ -125,11 +125,11 @@ func (b *batcher) do(ctx context.Context, mayEnd bool, args []any, src string) (
 func (b *batcher) start(ctx context.Context, s *slot, mayEnd bool, batch []*slot) {
 	switch {
 	case len(batch) == 1 && batch[0] == s:
-		b.lead(ctx, batch, false)
+		b.lead(ctx, true, batch, false)
 	case mayEnd:
-		go b.lead(nil, batch, true)
+		go b.lead(context.Background(), false, batch, true)
 	default:
-		b.lead(nil, batch, false)
+		b.lead(context.Background(), false, batch, false)
 	}
 }
 
@@ -148,12 +148,12 @@ func (b *batcher) take() []*slot {
 // own (alone), until none are; in a caller's, it hands them to one of
 // their callers, or sends them itself if every one of them has gone.
 //
-// The first batch is sent under ctx if it is not nil (a batch of its
-// caller's call alone), and every batch else under the Limiter's Timeout.
-func (b *batcher) lead(ctx context.Context, batch []*slot, alone bool) {
+// The first batch is sent under ctx if own (a batch of its caller's call
+// alone), and every batch else under the Limiter's Timeout.
+func (b *batcher) lead(ctx context.Context, own bool, batch []*slot, alone bool) {
 	for {
-		b.send(ctx, batch)
-		ctx = nil
+		b.send(ctx, own, batch)
+		own = false
 		if batch = b.next(alone); batch == nil {
 			return
 		}
@@ -190,10 +190,11 @@ func (b *batcher) next(alone bool) []*slot {
 	}
 }
 
-// send is one round trip for batch, under ctx (nil: the Limiter's Timeout), and a second for the calls whose
-// script Redis had lost (NOSCRIPT: they ran nothing), sent whole; then it
-// answers each call's caller.
-func (b *batcher) send(ctx context.Context, batch []*slot) {
+// send is one round trip for batch, under ctx if own (else under the
+// Limiter's Timeout), and a second for the calls whose script Redis had
+// lost (NOSCRIPT: they ran nothing), sent whole; then it answers each
+// call's caller.
+func (b *batcher) send(ctx context.Context, own bool, batch []*slot) {
 	live := batch[:0]
 	for _, s := range batch {
 		if s.state.Load() == slotAbandoned {
@@ -207,7 +208,7 @@ func (b *batcher) send(ctx context.Context, batch []*slot) {
 	}
 	l := b.l
 	l.calls.Add(1)
-	if ctx == nil {
+	if !own {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.Background(), l.timeout)
 		defer cancel()
