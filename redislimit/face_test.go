@@ -590,3 +590,45 @@ func TestFaceSlowAndRestartedRedis(t *testing.T) {
 		t.Fatalf("%d admitted after a restart that lost every key, want 4: %+v", ok, after)
 	}
 }
+
+// TestFaceHeadersFromRedis: the RateLimit headers and Retry-After come
+// from Redis's decision, to the second: a token bucket of 1 an hour, once
+// spent, waits an hour less the few milliseconds since, which rounds up
+// to 3600; a fixed window of 3 an hour says what its window holds.
+func TestFaceHeadersFromRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	a := newFaceReplica(t, srv, Config{Prefix: "headers"}, httplimit.Config{Routes: []httplimit.Route{
+		{Pattern: "/b/", Policies: []httplimit.Policy{{Name: "b", Rule: hourly(1)}}},
+		{Pattern: "/w/", Policies: []httplimit.Policy{{Name: "w", Algorithm: floodgate.FixedWindow, Rule: hourly(3)}}},
+	}})
+	first := a.get(t, "/b/x")
+	if got := first.Header.Get("RateLimit"); first.StatusCode != 200 || got != `"b";r=0;t=3600` {
+		t.Fatalf("first request: %d, RateLimit %q", first.StatusCode, got)
+	}
+	second := a.get(t, "/b/x")
+	if second.StatusCode != 429 || second.Header.Get("Retry-After") != "3600" || second.Header.Get("RateLimit-Policy") != `"b";q=1;w=3600` {
+		t.Fatalf("second request: %d, %v", second.StatusCode, second.Header)
+	}
+	for i := range 4 {
+		resp := a.get(t, "/w/x")
+		r := resp.Header.Get("RateLimit")
+		if i < 3 && (resp.StatusCode != 200 || !strings.HasPrefix(r, fmt.Sprintf(`"w";r=%d;t=`, 2-i))) {
+			t.Fatalf("window request %d: %d, RateLimit %q", i, resp.StatusCode, r)
+		}
+		if i == 3 {
+			ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+			if resp.StatusCode != 429 || err != nil || ra < 1 || ra > 3600 {
+				t.Fatalf("the fourth: %d, %v", resp.StatusCode, resp.Header)
+			}
+			// The window's end, to the second, as Redis's clock says.
+			now, err := client(t, srv).Time(context.Background()).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := now.Truncate(time.Hour).Add(time.Hour)
+			if want := int(end.Sub(now).Seconds()) + 1; ra != want && ra != want-1 {
+				t.Fatalf("Retry-After %d, the window ends in %v", ra, end.Sub(now))
+			}
+		}
+	}
+}
