@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
@@ -146,13 +147,15 @@ func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.
 }
 
 // decideStore is Decide on the Store. each goes to the Store through a
-// copy: a slice passed to an interface's method escapes, and each is the
-// caller's stack array, which the in-process path keeps off the heap.
+// pooled copy: a slice passed to an interface's method escapes, and each
+// is the caller's stack array, which the in-process path keeps off the
+// heap; a fresh copy would cost every request 384 bytes.
 func (s *Set) decideStore(ctx context.Context, key string, n int64, each []floodgate.Decision) (floodgate.Decision, bool) {
-	var buf [8]floodgate.Decision
+	buf := decisions.Get().(*[8]floodgate.Decision)
 	tmp := buf[:min(len(each), len(buf))]
 	d, j, err := s.store.Decide(ctx, key, n, s.sps, s.shadow, tmp)
 	copy(each, tmp)
+	decisions.Put(buf)
 	switch {
 	case err != nil:
 		return d, false
@@ -166,6 +169,9 @@ func (s *Set) decideStore(ctx context.Context, key string, n int64, each []flood
 	s.count(s.entries[j].count, entryShadow)
 	return d, true
 }
+
+// decisions are decideStore's buffers.
+var decisions = sync.Pool{New: func() any { return new([8]floodgate.Decision) }}
 
 // count adds one to counter i of c, unless s is uncounted.
 func (s *Set) count(c *tally.Counts, i int) {
