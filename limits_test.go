@@ -208,3 +208,49 @@ func TestLimitsAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations per refused request", a)
 	}
 }
+
+// TestLimitsDecideTo: DecideTo writes the answers Decide reports and
+// names the same refusing Limiter, on two twin Limits driven by the same
+// random requests (costs 1 to 3, time moving on), with each of every
+// length; a full each is written in place, with no allocation.
+func TestLimitsDecideTo(t *testing.T) {
+	clock := NewManualClock(0)
+	build := func() *Limits {
+		return mustLimits(t,
+			mustLimiter(t, Config{Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock}),
+			mustLimiter(t, Config{Algorithm: FixedWindow, Rule: Rule{Limit: 25, Period: 5 * time.Second}, Clock: clock}),
+			mustLimiter(t, Config{Algorithm: SlidingLog, Rule: Rule{Limit: 40, Period: 10 * time.Second}, Clock: clock}))
+	}
+	a, b := build(), build()
+	refused := 0
+	for i := range 3000 {
+		n := int64(1 + i%3)
+		key := []string{"x", "y"}[i%2]
+		got := make([]Decision, i%5) // 0 to 4 entries
+		want := make([]Decision, len(got))
+		wd, wj := a.Decide(key, n, want)
+		j := b.DecideTo(key, n, got)
+		if j != wj {
+			t.Fatalf("request %d: DecideTo named %d, Decide %d", i, j, wj)
+		}
+		for k := range got {
+			if got[k] != want[k] {
+				t.Fatalf("request %d: each[%d] = %+v, Decide's %+v", i, k, got[k], want[k])
+			}
+		}
+		if j >= 0 {
+			refused++
+			if j < len(got) && got[j] != wd {
+				t.Fatalf("request %d: each[%d] = %+v, the refusal is %+v", i, j, got[j], wd)
+			}
+		}
+		clock.Advance(time.Duration(i%7) * 20 * time.Millisecond)
+	}
+	if refused == 0 || refused == 3000 {
+		t.Fatalf("%d of 3000 refused: the test exercised one path only", refused)
+	}
+	each := make([]Decision, 3)
+	if n := testing.AllocsPerRun(1000, func() { b.DecideTo("z", 1, each) }); n != 0 {
+		t.Fatalf("DecideTo allocated %v times a request", n)
+	}
+}

@@ -371,7 +371,8 @@ func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, str
 
 // decide charges one call or message for key, and returns its refusal.
 func decide(ctx context.Context, s *policy.Set, key string) error {
-	if d, serve := s.Decide(ctx, key, 1, nil); !serve {
+	var d floodgate.Decision
+	if !s.Decide(ctx, key, 1, nil, &d) {
 		return refusal(d)
 	}
 	return nil

@@ -331,7 +331,7 @@ func TestDefaultBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range 1100 {
-			l.table.Load().deflt.For("").Decide(context.Background(), "client-"+strconv.Itoa(i), 1, nil)
+			l.table.Load().deflt.For("").Decide(context.Background(), "client-"+strconv.Itoa(i), 1, nil, new(floodgate.Decision))
 		}
 		if got := policy.Closers(l.table.Load().all)[0].(*floodgate.Limiter).Len(); got < tc.least || got > tc.most {
 			t.Errorf("MaxKeys %d: %d keys held after 1,100 clients, want %d to %d", tc.cfg.MaxKeys, got, tc.least, tc.most)

@@ -405,7 +405,8 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if d, ok := l.check(w, r, rt, also); !ok {
+		var d floodgate.Decision
+		if !l.check(w, r, rt, also, &d) {
 			l.deny(w, r, d)
 			return
 		}
@@ -424,7 +425,8 @@ func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Han
 // sets the answer's headers, for the policies they show. With two routes,
 // both must admit; a refusal by also leaves what rt granted spent
 // (stricter, never looser), and the headers carry both routes' policies.
-func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route) (floodgate.Decision, bool) {
+// It reports whether to serve r, and writes the refusal to *d when not.
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route, d *floodgate.Decision) bool {
 	client := l.Client(r)
 	tier := ""
 	if l.tier != nil {
@@ -433,7 +435,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 	s := rt.For(tier)
 	var buf [8]floodgate.Decision
 	each := buf[:len(s.Names)]
-	d, serve := s.Decide(r.Context(), client, 1, each)
+	serve := s.Decide(r.Context(), client, 1, each, d)
 	h := w.Header()
 	shown, dh := s.Shows(), floodgate.Decision{}
 	if l.legacy { // only the legacy headers read dh
@@ -446,10 +448,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 	if also != nil && serve {
 		s2 := also.For(tier)
 		more := make([]floodgate.Decision, len(s2.Names))
-		d2, serve2 := s2.Decide(r.Context(), client, 1, more)
-		if !serve2 {
-			d, serve = d2, false
-		}
+		serve = s2.Decide(r.Context(), client, 1, more, d)
 		if s2.Shows() {
 			if dh2 := restrictive(more, s2.Shown); !shown || dh2.Remaining < dh.Remaining {
 				dh = dh2
@@ -465,7 +464,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 		}
 	}
 	if !serve {
-		dh = d // a refusal is always an enforced policy's, which the headers show
+		dh = *d // a refusal is always an enforced policy's, which the headers show
 	}
 	if l.legacy && shown {
 		setLegacy(h, dh)
@@ -473,5 +472,5 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route)
 	if !serve && d.RetryAfter != floodgate.Never {
 		setRetryAfter(h, d.RetryAfter)
 	}
-	return d, serve
+	return serve
 }

@@ -103,54 +103,63 @@ func (r *Route) Exempt() { r.count.Inc(routeExempt) }
 // counts it under its Route: allowed when every policy
 // admitted it; denied, under the refusing policy, when an enforced policy
 // refused it; shadow_denied, under the policy that refused it, when only
-// shadow policies would have. serve says whether to serve it.
+// shadow policies would have. It reports whether to serve the request,
+// and writes the refusal's answer to *refusal when not (nothing
+// otherwise).
 //
 // A request that a shadow policy refuses is charged as enforcement would
 // charge it: nothing anywhere (a refusal by Limits consumes nothing), and
 // then, if some policies are enforced, by those alone, so that it is still
-// refused if one of them refuses. each, of len(Names) or more, receives
-// each policy's answer as Limits.Decide gives it, the enforced ones'
-// from the charge that decided the request. On a Store, its Decide does
-// all this with ctx, in one round trip at most; a request whose caller
-// gave up before the Store answered is refused, and counted by the Store
-// alone (as abandoned).
-func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.Decision) (d floodgate.Decision, serve bool) {
-	if s.store != nil {
-		return s.decideStore(ctx, key, n, each)
+// refused if one of them refuses. each receives each policy's answer as
+// Limits.Decide gives it, the enforced ones' from the charge that decided
+// the request; with len(Names) entries or more, no Decision is copied
+// whole on an admission in process. On a Store, its Decide does all this
+// with ctx, in one round trip at most; a request whose caller gave up
+// before the Store answered is refused, and counted by the Store alone
+// (as abandoned).
+func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.Decision, refusal *floodgate.Decision) (serve bool) {
+	if len(each) < len(s.Names) {
+		var buf [8]floodgate.Decision
+		serve = s.Decide(ctx, key, n, buf[:len(s.Names)], refusal)
+		copy(each, buf[:])
+		return serve
 	}
-	d, j := s.limits.Decide(key, n, each)
+	if s.store != nil {
+		return s.decideStore(ctx, key, n, each, refusal)
+	}
+	j := s.limits.DecideTo(key, n, each)
 	switch {
 	case j < 0:
 		s.count(s.route.count, routeAllowed)
-		return d, true
+		return true
 	case !s.shadow[j]:
 		s.count(s.entries[j].count, entryDenied)
-		return d, false
+		*refusal = each[j]
+		return false
 	case s.enforced == nil: // every policy is a shadow
 		s.count(s.entries[j].count, entryShadow)
-		return d, true
+		return true
 	}
 	var buf [8]floodgate.Decision
 	more := buf[:len(s.enfIdx)]
-	d2, e := s.enforced.Decide(key, n, more)
+	e := s.enforced.DecideTo(key, n, more)
 	for k, i := range s.enfIdx {
-		if i < len(each) {
-			each[i] = more[k]
-		}
+		each[i] = more[k]
 	}
 	if e >= 0 {
 		s.count(s.entries[s.enfIdx[e]].count, entryDenied)
-		return d2, false
+		*refusal = more[e]
+		return false
 	}
 	s.count(s.entries[j].count, entryShadow)
-	return d2, true
+	return true
 }
 
 // decideStore is Decide on the Store. each goes to the Store through a
 // pooled copy: a slice passed to an interface's method escapes, and each
 // is the caller's stack array, which the in-process path keeps off the
 // heap; a fresh copy would cost every request 384 bytes.
-func (s *Set) decideStore(ctx context.Context, key string, n int64, each []floodgate.Decision) (floodgate.Decision, bool) {
+func (s *Set) decideStore(ctx context.Context, key string, n int64, each []floodgate.Decision, refusal *floodgate.Decision) bool {
 	buf := decisions.Get().(*[8]floodgate.Decision)
 	tmp := buf[:min(len(each), len(buf))]
 	d, j, err := s.store.Decide(ctx, key, n, s.sps, s.shadow, tmp)
@@ -158,16 +167,18 @@ func (s *Set) decideStore(ctx context.Context, key string, n int64, each []flood
 	decisions.Put(buf)
 	switch {
 	case err != nil:
-		return d, false
+		*refusal = d
+		return false
 	case j < 0:
 		s.count(s.route.count, routeAllowed)
-		return d, true
+		return true
 	case !s.shadow[j]:
 		s.count(s.entries[j].count, entryDenied)
-		return d, false
+		*refusal = d
+		return false
 	}
 	s.count(s.entries[j].count, entryShadow)
-	return d, true
+	return true
 }
 
 // decisions are decideStore's buffers.

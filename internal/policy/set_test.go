@@ -64,7 +64,7 @@ func TestDecideMixedShadow(t *testing.T) {
 	}
 	for i, want := range []step{{true, 2, false}, {true, 1, false}, {true, 0, true}, {false, 0, true}} {
 		var each [2]floodgate.Decision
-		_, serve := s.Decide(context.Background(), "k", 1, each[:])
+		serve := s.Decide(context.Background(), "k", 1, each[:], new(floodgate.Decision))
 		if serve != want.serve || each[1].Remaining != want.hourLeft {
 			t.Fatalf("request %d: serve %v, hour's Remaining %d; want %v, %d", i, serve, each[1].Remaining, want.serve, want.hourLeft)
 		}
@@ -118,9 +118,9 @@ func TestAllShadow(t *testing.T) {
 	}
 	for i := range 200 {
 		clock.Advance(7 * time.Second)
-		_, want := enf.For("").Decide(context.Background(), "k", 1, nil)
+		want := enf.For("").Decide(context.Background(), "k", 1, nil, new(floodgate.Decision))
 		before := shadowed()
-		_, serve := sh.For("").Decide(context.Background(), "k", 1, nil)
+		serve := sh.For("").Decide(context.Background(), "k", 1, nil, new(floodgate.Decision))
 		if !serve {
 			t.Fatalf("request %d refused in shadow mode", i)
 		}
@@ -144,7 +144,7 @@ func TestTiers(t *testing.T) {
 	admitted := func(tier string, n int) int {
 		got := 0
 		for range n {
-			if _, ok := r.For(tier).Decide(context.Background(), "k", 1, nil); ok {
+			if ok := r.For(tier).Decide(context.Background(), "k", 1, nil, new(floodgate.Decision)); ok {
 				got++
 			}
 		}
@@ -178,9 +178,9 @@ func TestReplaceKeepsState(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
 	r, _ := build(t, clock, nil, []Spec{perHour("p", 2, false), perHour("q", 2, false)}, nil)
 	s := r.For("")
-	s.Decide(context.Background(), "k", 1, nil)
-	s.Decide(context.Background(), "k", 1, nil)
-	s.Decide(context.Background(), "k", 1, nil) // denied by p
+	s.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision))
+	s.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision))
+	s.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision)) // denied by p
 	old := s.entries[0].L
 
 	bad := NewBuilder(Common{Clock: clock}, valid, false, []*Route{r})
@@ -212,7 +212,7 @@ func TestReplaceKeepsState(t *testing.T) {
 	if s2.entries[0].L != old {
 		t.Fatal("p's Limiter was not kept")
 	}
-	if _, serve := s2.Decide(context.Background(), "k", 1, nil); !serve {
+	if serve := s2.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision)); !serve {
 		t.Fatal("p as a shadow refused")
 	}
 	got := samples(r2)
@@ -231,8 +231,8 @@ func TestDecideAllocs(t *testing.T) {
 	r, _ := build(t, clock, nil, []Spec{perHour("burst", 1, true), perHour("hour", 1<<40, false)}, nil)
 	s := r.For("")
 	var each [2]floodgate.Decision
-	s.Decide(context.Background(), "k", 1, each[:])
-	if n := testing.AllocsPerRun(1000, func() { s.Decide(context.Background(), "k", 1, each[:]) }); n != 0 {
+	s.Decide(context.Background(), "k", 1, each[:], new(floodgate.Decision))
+	if n := testing.AllocsPerRun(1000, func() { s.Decide(context.Background(), "k", 1, each[:], new(floodgate.Decision)) }); n != 0 {
 		t.Errorf("Decide allocates %v times a request", n)
 	}
 	var dst []counts.Sample
