@@ -111,8 +111,11 @@ func redislimitPeer(b *testing.B, c *redis.Client, lease redislimit.Lease) redis
 // in-process limiter), the p50, p99 and p99.9 of one check's latency, and
 // from INFO commandstats (reset before each figure) the scripts Redis ran
 // per check and the server's own cost per call (EVALSHA's calls and
-// usec_per_call). Without redis-server it skips, with
-// a message.
+// usec_per_call). Then, at one goroutine, where a check is a round trip's
+// latency and two runs seconds apart differ by more than the two
+// limiters do, it runs floodgate and redis_rate in turn (scenarios
+// 1K-keys-paired and hotkey-paired; see benchRedisPaired). Without
+// redis-server it skips, with a message.
 func BenchmarkRedis(b *testing.B) {
 	if _, err := redistest.Find(); err != nil {
 		b.Skip(err)
@@ -128,11 +131,13 @@ func BenchmarkRedis(b *testing.B) {
 		name string
 		keys []string
 	}{{"1K-keys", keys}, {"hotkey", []string{"hot"}}}
+	made := map[string]redisPeer{}
 	for _, peer := range redisPeers {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64, MinIdleConns: 64})
 		b.Cleanup(func() { c.Close() })
 		p := peer.make(b, c)
 		b.Cleanup(p.close)
+		made[peer.name] = p
 		for _, k := range append(keys, "hot") { // every key exists before the timed runs
 			if _, err := p.check(context.Background(), k); err != nil {
 				b.Fatal(err)
@@ -178,6 +183,64 @@ func BenchmarkRedis(b *testing.B) {
 			}
 		}
 	}
+	for _, sc := range scenarios {
+		benchRedisPaired(b, sc.name+"-paired", sc.keys, []string{"floodgate", "redis_rate"}, made)
+	}
+}
+
+// redisPairedRounds and redisPairedSlice are benchRedisPaired's rounds
+// and the length of each limiter's slice in a round: at one goroutine a
+// slice holds some 400 checks, and a pass spends a second on a scenario.
+const (
+	redisPairedRounds = 20
+	redisPairedSlice  = 25 * time.Millisecond
+)
+
+// benchRedisPaired runs the limiters named in turn at one goroutine, in
+// slices (see Interleave), on keys picked uniformly, and reports for each
+// (impl=name, g=1) the median slice's wall time per check as ns/op and
+// one round trip a check; the first also reports "ratio", the median over
+// rounds of its slice ÷ the last's. A check that fails or is refused
+// fails the benchmark.
+func benchRedisPaired(b *testing.B, scenario string, keys []string, names []string, made map[string]redisPeer) {
+	var res *Interleaved
+	measure := func(b *testing.B) Interleaved {
+		if res == nil {
+			ls := make([]Limiter, len(names))
+			for i, n := range names {
+				ls[i] = checker(made[n].check)
+			}
+			r := Interleave(ls, keys, picks(len(keys), "uniform"), 1, 0, redisPairedRounds, redisPairedSlice)
+			res = &r
+		}
+		return *res
+	}
+	for i, name := range names {
+		b.Run("impl="+name+"/scenario="+scenario+"/g=1", func(b *testing.B) {
+			r := measure(b)
+			for b.Loop() {
+			}
+			if r.Denied[i] > 0 {
+				b.Fatalf("%s failed or refused %.4f of its checks", name, r.Denied[i])
+			}
+			b.ReportMetric(r.Ns[i], "ns/op")
+			b.ReportMetric(1e9/r.Ns[i], "checks/s")
+			b.ReportMetric(1, "rt/check")
+			if i == 0 {
+				b.ReportMetric(r.Ratio[0], "ratio")
+			}
+		})
+	}
+}
+
+// checker is a Redis-backed check as a Limiter: a check that fails is a
+// refusal.
+type checker func(ctx context.Context, key string) (bool, error)
+
+// Allow checks key with no deadline.
+func (c checker) Allow(key string) bool {
+	ok, err := c(context.Background(), key)
+	return ok && err == nil
 }
 
 // checkLoop is one goroutine's work: checks of random keys until stop,

@@ -62,7 +62,8 @@ type slot struct {
 	src   string // the script whole, for EVAL when Redis has lost it
 	val   []int64
 	err   error
-	lead  []*slot // a batch its caller is to send
+	lead  []*slot  // a batch its caller is to send
+	one   [1]*slot // a batch of this slot alone, with no slice to allocate
 	state atomic.Int32
 	ch    chan struct{}
 }
@@ -136,8 +137,14 @@ func (b *batcher) start(ctx context.Context, s *slot, mayEnd bool, batch []*slot
 // take removes the next batch from the queue; b.mu is held.
 func (b *batcher) take() []*slot {
 	n := min(len(b.queue), maxBatch)
-	batch := make([]*slot, n)
-	copy(batch, b.queue)
+	var batch []*slot
+	if s := b.queue[0]; n == 1 {
+		s.one[0] = s
+		batch = s.one[:]
+	} else {
+		batch = make([]*slot, n)
+		copy(batch, b.queue)
+	}
 	rest := copy(b.queue, b.queue[n:])
 	clear(b.queue[rest:])
 	b.queue = b.queue[:rest]

@@ -68,7 +68,10 @@ type Config struct {
 	Prefix string
 	// Timeout is each call's budget for Redis, including a reload of the
 	// script after a restart; 0 means 100ms. The caller's context can only
-	// shorten it.
+	// shorten it. The round trip is cut at Timeout; a call whose context
+	// cannot end (context.Background) may wait up to Timeout/8 longer for
+	// a pooled connection, since such calls share one timer for each
+	// eighth of Timeout instead of starting their own.
 	Timeout time.Duration
 	// FailureMode decides while Redis cannot; the zero value is FailLocal.
 	FailureMode FailureMode
@@ -165,6 +168,7 @@ type Limiter struct {
 	lease    *leases       // nil unless lease mode is on
 	requests *tally.Counts // AllowN's decisions, by result
 	batch    batcher       // the round trips of calls within Timeout
+	budget   budgets       // Timeout for callers whose context cannot end
 
 	// redisClock is nil in production, where the scripts read Redis's
 	// clock (TIME) and lease mode this machine's monotonic clock. A test
@@ -238,6 +242,7 @@ func newLimiter(client redis.UniversalClient, cfg Config, setup func(*Limiter)) 
 	case cfg.Timeout == 0:
 		l.timeout = defaultTimeout
 	}
+	l.budget.d, l.budget.grain = l.timeout, l.timeout/8
 	if cfg.FailureMode > FailClosed {
 		return nil, fmt.Errorf("redislimit: unknown %v", cfg.FailureMode)
 	}

@@ -117,7 +117,7 @@ func (l *Limiter) scriptNow() int64 {
 // own alone.
 func (l *Limiter) run(ctx context.Context, key string, c call) (reply, error) {
 	mayEnd := ctx.Done() != nil
-	ctx, cancel := context.WithTimeout(ctx, c.budget)
+	ctx, cancel := l.budget.with(ctx, c.budget)
 	defer cancel()
 	// An IntSliceCmd reads the reply's integers as they come; a Cmd would
 	// box each in an interface (an allocation apiece above 255), then copy

@@ -384,7 +384,7 @@ var multiScript = func() *script {
 func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, error) {
 	l0 := ls[0]
 	mayEnd := ctx.Done() != nil
-	ctx, cancel := context.WithTimeout(ctx, l0.timeout)
+	ctx, cancel := l0.budget.with(ctx, l0.timeout)
 	defer cancel()
 	var rss [maxPolicies]*rules
 	hash := keyHash(key)

@@ -631,7 +631,8 @@ func redisTable(d *dataset) table {
 		note: "One redis-server on loopback, started by the benchmark; checks of random keys of 1,000, or of one hot key, every one admitted. " +
 			"checks/s counts checks over the wall time; rt/check is round trips per check (a pipeline is one), scripts/check the scripts Redis ran per check; p50, p99 and p99.9 are one check's latency in µs, " +
 			"and p99 local that of lease mode's checks during which it made no round trip; server µs/call is EVALSHA's usec_per_call from INFO commandstats. " +
-			"× redis_rate is checks/s ÷ redis_rate's; p99 ÷ in-process is lease mode's p99 local ÷ the in-process limiter's p99 (same rule, no Redis).",
+			"× redis_rate is checks/s ÷ redis_rate's; p99 ÷ in-process is lease mode's p99 local ÷ the in-process limiter's p99 (same rule, no Redis). " +
+			"The -paired scenarios run floodgate and redis_rate in turn at one goroutine, 25 ms each, 20 rounds a pass: checks/s is the median slice's, so that the machine's drift falls on both alike.",
 		header: []string{"scenario", "g", "impl", "checks/s", "rt/check", "scripts/check", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "p99 local (µs)", "server µs/call", "× redis_rate", "p99 ÷ in-process"},
 		right:  rightFrom(1, 13),
 	}
