@@ -632,3 +632,106 @@ func TestFaceHeadersFromRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestFaceShortDeadlines: requests whose contexts end 10 µs to 1 ms
+// after they begin (a handler timeout, a client gone mid-round-trip),
+// 400 of them from 8 goroutines, on a Store whose breaker opens at the first failure:
+// no breaker opens and nothing falls back; the deadline client is never
+// admitted past its rule; a client racing them gets exactly its own
+// allowance, and one after them too: the connections the deadlines cut
+// are not reused half-read.
+func TestFaceShortDeadlines(t *testing.T) {
+	srv := redistest.Start(t)
+	const limit = 20
+	st := mustStore(t, srv, Config{Prefix: "short", BreakAfter: 1, Timeout: 10 * time.Second})
+	lim, err := httplimit.New(httplimit.Config{Store: st, Default: []httplimit.Policy{
+		{Name: "p", Rule: hourly(limit)}, {Name: "q", Rule: hourly(10 * limit)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	ask := func(ctx context.Context, addr string) int {
+		req := httptest.NewRequestWithContext(ctx, "GET", "/", nil)
+		req.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	var hurried, racer atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(10+i*i*37%990)*time.Microsecond)
+				if ask(ctx, "192.0.2.1:1000") == 200 {
+					hurried.Add(1)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 2 * limit {
+			if ask(context.Background(), "192.0.2.2:1000") == 200 {
+				racer.Add(1)
+			}
+		}
+	})
+	wg.Wait()
+	after := 0
+	for range 2 * limit {
+		if ask(context.Background(), "192.0.2.3:1000") == 200 {
+			after++
+		}
+	}
+	s := storeStats(st)
+	if s.Opens != 0 || s.Fallbacks != 0 {
+		t.Fatalf("deadlines opened the breaker or fell back: %+v", s)
+	}
+	if hurried.Load() > limit {
+		t.Fatalf("the deadline client was admitted %d times, rule %d", hurried.Load(), limit)
+	}
+	if racer.Load() != limit || after != limit {
+		t.Fatalf("the racing client was admitted %d, the one after %d; want %d each", racer.Load(), after, limit)
+	}
+	t.Logf("deadline client: %d admitted of 400; %d abandoned", hurried.Load(), s.Abandoned)
+}
+
+// TestFacePathFormsOnStore: on a Store, a path whose escapes change its
+// segments ("/api%2Fx") is charged under the routes of both its forms,
+// in a round trip for each, and the forms that clean to a route's path
+// ("/api//x", "/api/./x", "/api/x/../y") count under it: across two
+// replicas, over real HTTP, no form gets the api route past its rule.
+func TestFacePathFormsOnStore(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := httplimit.Config{Routes: []httplimit.Route{
+		{Pattern: "/api/", Policies: []httplimit.Policy{{Name: "api", Rule: hourly(4)}}},
+		{Pattern: "/", Policies: []httplimit.Policy{{Name: "rest", Rule: hourly(100)}}},
+	}}
+	a := newFaceReplica(t, srv, Config{Prefix: "forms"}, cfg)
+	b := newFaceReplica(t, srv, Config{Prefix: "forms"}, cfg)
+	before := storeStats(a.store).Calls + storeStats(b.store).Calls
+	resp := a.get(t, "/api%2Fx")
+	if got := resp.Header.Get("RateLimit-Policy"); got != `"api";q=4;w=3600, "rest";q=100;w=3600` {
+		t.Fatalf("RateLimit-Policy %q: want both routes' policies", got)
+	}
+	if got := resp.Header.Get("RateLimit"); got != `"api";r=3;t=900, "rest";r=99;t=36` {
+		t.Fatalf("RateLimit %q", got)
+	}
+	if calls := storeStats(a.store).Calls + storeStats(b.store).Calls - before; calls != 2 {
+		t.Fatalf("a request under two routes made %d round trips, want one per route", calls)
+	}
+	ok := 1
+	for i, p := range []string{"/api%2Fy", "/api//x", "/api/./x", "/api/x/../y", "/api%2F..%2Fapi/z", "/api/z", "/api%2Fw"} {
+		if []*faceReplica{b, a}[i%2].get(t, p).StatusCode == 200 {
+			ok++
+		}
+	}
+	if ok != 4 {
+		t.Fatalf("the api route admitted %d across its forms, rule 4", ok)
+	}
+	if got := a.get(t, "/other").StatusCode; got != 200 {
+		t.Fatalf("the rest route answered %d: the api forms spent it", got)
+	}
+}
