@@ -128,27 +128,35 @@ func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.
 		return s.decideStore(ctx, key, n, each, refusal)
 	}
 	j := s.limits.DecideTo(key, n, each)
+	if j >= 0 && s.shadow[j] && s.enforced != nil {
+		// Only a shadow refused: charge the enforced policies alone.
+		var buf [8]floodgate.Decision
+		more := buf[:len(s.enfIdx)]
+		e := s.enforced.DecideTo(key, n, more)
+		for k, i := range s.enfIdx {
+			each[i] = more[k]
+		}
+		if e >= 0 {
+			j = s.enfIdx[e]
+		}
+	}
+	serve = s.settle(j)
+	if !serve {
+		*refusal = each[j]
+	}
+	return serve
+}
+
+// settle counts a request that policy j refused, or that none did (j <
+// 0), and says whether to serve it: allowed, under the route; denied,
+// under j, if j is enforced; shadow_denied, under j, if it is a shadow.
+func (s *Set) settle(j int) (serve bool) {
 	switch {
 	case j < 0:
 		s.count(s.route.count, routeAllowed)
 		return true
 	case !s.shadow[j]:
 		s.count(s.entries[j].count, entryDenied)
-		*refusal = each[j]
-		return false
-	case s.enforced == nil: // every policy is a shadow
-		s.count(s.entries[j].count, entryShadow)
-		return true
-	}
-	var buf [8]floodgate.Decision
-	more := buf[:len(s.enfIdx)]
-	e := s.enforced.DecideTo(key, n, more)
-	for k, i := range s.enfIdx {
-		each[i] = more[k]
-	}
-	if e >= 0 {
-		s.count(s.entries[s.enfIdx[e]].count, entryDenied)
-		*refusal = more[e]
 		return false
 	}
 	s.count(s.entries[j].count, entryShadow)
@@ -165,20 +173,11 @@ func (s *Set) decideStore(ctx context.Context, key string, n int64, each []flood
 	d, j, err := s.store.Decide(ctx, key, n, s.sps, s.shadow, tmp)
 	copy(each, tmp)
 	decisions.Put(buf)
-	switch {
-	case err != nil:
+	serve := err == nil && s.settle(j)
+	if !serve {
 		*refusal = d
-		return false
-	case j < 0:
-		s.count(s.route.count, routeAllowed)
-		return true
-	case !s.shadow[j]:
-		s.count(s.entries[j].count, entryDenied)
-		*refusal = d
-		return false
 	}
-	s.count(s.entries[j].count, entryShadow)
-	return true
+	return serve
 }
 
 // decisions are decideStore's buffers.
