@@ -661,7 +661,9 @@ func TestFaceShortDeadlines(t *testing.T) {
 	var hurried, racer atomic.Int64
 	var wg sync.WaitGroup
 	for range 8 {
-		wg.Go(func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			for i := range 50 {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(10+i*i*37%990)*time.Microsecond)
 				if ask(ctx, "192.0.2.1:1000") == 200 {
@@ -669,15 +671,17 @@ func TestFaceShortDeadlines(t *testing.T) {
 				}
 				cancel()
 			}
-		})
+		}()
 	}
-	wg.Go(func() {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for range 2 * limit {
 			if ask(context.Background(), "192.0.2.2:1000") == 200 {
 				racer.Add(1)
 			}
 		}
-	})
+	}()
 	wg.Wait()
 	after := 0
 	for range 2 * limit {
