@@ -206,6 +206,28 @@ func ExampleNewLimits() {
 	// false 2
 }
 
+// DecideTo writes each limiter's answer into a slice the caller keeps
+// (on its stack, with no copy of the request's answer) and names the one
+// that refused: a middleware's headers read every answer. On a refusal
+// the others' answers are what they would answer to one more request
+// (their Peek): 8 left, so 7 after it.
+func ExampleLimits_DecideTo() {
+	perSecond, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: time.Second}})
+	perHour, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Hour}})
+	defer perSecond.Close()
+	defer perHour.Close()
+	limits, _ := floodgate.NewLimits(perSecond, perHour)
+	var each [2]floodgate.Decision
+	for range 3 {
+		j := limits.DecideTo("client", 1, each[:])
+		fmt.Println(j, each[0].Remaining, each[1].Remaining)
+	}
+	// Output:
+	// -1 9 1
+	// -1 8 0
+	// 1 7 0
+}
+
 // Changing the rule of a running Limiter: a client keeps no more than it
 // had left, the new capacity caps it, and it refills at the new rate; a
 // client first seen after the change starts full under the new rule.
