@@ -516,26 +516,58 @@ func (l *Limiter) decide(ctx context.Context, key string, c call) (reply, error)
 	if c.rs == nil {
 		c.rs = l.rs()
 	}
-	if err := ctx.Err(); err != nil {
-		return reply{d: l.abandon(), res: resAbandoned}, err
-	}
-	probe, ok := l.breaker.enter(l.clock.Now())
-	if !ok {
-		return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
-	}
 	if c.budget <= 0 {
 		c.budget = l.timeout
 	}
-	budget := time.Now().Add(c.budget)
-	r, err := l.run(ctx, key, c)
-	if err == nil {
-		l.breaker.succeed(probe)
+	var r reply
+	o, callerErr := l.guarded(ctx, c.budget, func() (err error) {
+		r, err = l.run(ctx, key, c)
+		return err
+	})
+	switch o {
+	case tripAnswered:
 		r.res = decided(r.d.Allowed)
 		return r, nil
-	}
-	if callerErr := callerEnded(ctx, budget); callerErr != nil {
-		l.breaker.abandon(probe)
+	case tripAbandoned:
 		return reply{d: l.abandon(), res: resAbandoned}, callerErr
+	}
+	return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
+}
+
+// What became of a round trip that guarded ran.
+type tripOutcome int
+
+const (
+	tripAnswered  tripOutcome = iota // Redis answered: the answer stands
+	tripAbandoned                    // the caller's context ended first
+	tripFailed                       // Redis did not answer, or the breaker is open: the FailureMode decides
+)
+
+// guarded runs trip, one round trip for a call whose caller's context is
+// ctx, within budget, under l's breaker: a caller whose context has ended
+// sends nothing; an open breaker sends nothing and fails; an answer closes
+// the breaker; a caller's deadline or cancellation is the caller's, and
+// counts against no breaker; any other failure is counted, tried against
+// the breaker (an error about one key's data is not Redis down), and
+// given to OnError. callerErr is the caller's context's error when the
+// caller ended first.
+func (l *Limiter) guarded(ctx context.Context, budget time.Duration, trip func() error) (o tripOutcome, callerErr error) {
+	if err := ctx.Err(); err != nil {
+		return tripAbandoned, err
+	}
+	probe, ok := l.breaker.enter(l.clock.Now())
+	if !ok {
+		return tripFailed, nil
+	}
+	deadline := time.Now().Add(budget)
+	err := trip()
+	if err == nil {
+		l.breaker.succeed(probe)
+		return tripAnswered, nil
+	}
+	if callerErr := callerEnded(ctx, deadline); callerErr != nil {
+		l.breaker.abandon(probe)
+		return tripAbandoned, callerErr
 	}
 	switch l.failed(err) {
 	case keyErr:
@@ -549,7 +581,7 @@ func (l *Limiter) decide(ctx context.Context, key string, c call) (reply, error)
 	if l.onError != nil {
 		l.onError(err)
 	}
-	return reply{d: l.fallback(key, c.n, c.dry), res: l.failResult()}, nil
+	return tripFailed, nil
 }
 
 // abandon answers a call whose caller's context ended before Redis did,

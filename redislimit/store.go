@@ -248,38 +248,19 @@ func (s *Store) decide(ctx context.Context, ls []*Limiter, key string, n int64, 
 		}
 	}
 	l0 := ls[0] // its breaker and counts stand for the round trip's
-	if err := ctx.Err(); err != nil {
-		return s.abandon(ls, all), resAbandoned, err
-	}
-	probe, ok := l0.breaker.enter(l0.clock.Now())
-	if !ok {
-		r, res := s.fallback(ls, key, n, shadow, all)
-		return r, res, nil
-	}
-	budget := time.Now().Add(l0.timeout)
-	refused, err := s.run(ctx, ls, key, n, shadow, all)
-	if err == nil {
-		l0.breaker.succeed(probe)
+	var refused int
+	o, callerErr := l0.guarded(ctx, l0.timeout, func() (err error) {
+		refused, err = s.run(ctx, ls, key, n, shadow, all)
+		return err
+	})
+	switch o {
+	case tripAnswered:
 		if ls[0].lease != nil {
 			s.askLeases(ls, key)
 		}
 		return refused, decided(refused < 0 || shadow != nil && shadow[refused]), nil
-	}
-	if callerErr := callerEnded(ctx, budget); callerErr != nil {
-		l0.breaker.abandon(probe)
+	case tripAbandoned:
 		return s.abandon(ls, all), resAbandoned, callerErr
-	}
-	switch l0.failed(err) {
-	case keyErr:
-		l0.breaker.succeed(probe)
-	default:
-		l0.serverFailed()
-		if l0.breaker.fail(probe, l0.clock.Now()) {
-			l0.opens.Add(1)
-		}
-	}
-	if l0.onError != nil {
-		l0.onError(err)
 	}
 	r, res := s.fallback(ls, key, n, shadow, all)
 	return r, res, nil
