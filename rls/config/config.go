@@ -1,0 +1,412 @@
+// Package config reads envoyproxy/ratelimit's YAML rate-limit
+// configuration, and finds the rule for a request's descriptor as that
+// server does: the same files load, and a descriptor gets the same rule.
+//
+// A file holds one domain and its descriptors, nested; a descriptor has a
+// key, an optional value (which may hold * wildcards), an optional
+// rate_limit (unit, requests_per_unit, unlimited, name, replaces), and
+// shadow_mode, detailed_metric and share_threshold. floodgate adds two
+// keys to rate_limit: algorithm (token_bucket, leaky_bucket,
+// fixed_window, sliding_counter or sliding_log; fixed_window when unset,
+// on envoyproxy/ratelimit's epoch-aligned windows) and burst (the
+// buckets' capacity; requests_per_unit when unset).
+//
+// Loading is strict: an unknown key, a value of the wrong type, an empty
+// domain or key, a duplicate domain or descriptor, an unknown unit, a
+// unit beside unlimited, a bad replaces entry, share_threshold without a
+// wildcard, or a floodgate key that does not apply is an error that
+// names the file and the line. So are envoyproxy/ratelimit's keys that
+// floodgate-rls does not implement (quota_mode, value_to_metric,
+// metadata): a config that relies on them fails to load rather than
+// being decided otherwise.
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The floodgate algorithms a rate_limit may name.
+const (
+	TokenBucket    = "token_bucket"
+	LeakyBucket    = "leaky_bucket"
+	FixedWindow    = "fixed_window"
+	SlidingCounter = "sliding_counter"
+	SlidingLog     = "sliding_log"
+)
+
+// File is one configuration file: its name, for errors, and its bytes.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// Limit is one descriptor's rate_limit, with what its descriptor says of
+// it.
+type Limit struct {
+	// Key is the rule's full key, domain and each level's key or
+	// key_value joined by dots ("domain.key1_value1.key2"): the name of
+	// its statistics.
+	Key string
+	// Name is the rule's name, which other rules' replaces name.
+	Name string
+	// RequestsPerUnit and Unit are the rule: so many in each window of
+	// Unit, the windows aligned to the Unix epoch.
+	RequestsPerUnit uint32
+	Unit            Unit
+	// Unlimited rules are never counted.
+	Unlimited bool
+	// Replaces are the names of the rules this one replaces, when a
+	// request's descriptors match both.
+	Replaces []string
+	// Shadow decides and counts, and answers OK.
+	Shadow bool
+	// Detailed names the rule's statistics by the request's own values
+	// (detailed_metric).
+	Detailed bool
+	// Algorithm is the floodgate algorithm: FixedWindow unless the file
+	// names another.
+	Algorithm string
+	// Burst is the buckets' capacity; 0 for the other algorithms, and
+	// for a bucket whose file names none (RequestsPerUnit then).
+	Burst int64
+}
+
+// node is one level of a domain's descriptors.
+type node struct {
+	children map[string]*node // by key, or key_value
+	wild     []wildEntry      // the children whose key_value holds a *, in file order
+	limit    *Limit
+}
+
+// wildEntry is a child whose key_value is a pattern: its parts, split on
+// each *, which matches any run of characters.
+type wildEntry struct {
+	key   string
+	parts []string
+}
+
+// Config is a loaded configuration: every domain's descriptors. It does
+// not change once loaded, and is safe for concurrent use.
+type Config struct {
+	domains map[string]*node
+}
+
+// Entry is one entry of a request's descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Load reads files into one Config. A domain may appear in one file
+// only.
+func Load(files []File) (*Config, error) {
+	c := &Config{domains: map[string]*node{}}
+	for _, f := range files {
+		if err := c.load(f); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Domains returns how many domains c holds.
+func (c *Config) Domains() int { return len(c.domains) }
+
+// Find returns the rule for a descriptor of domain, or nil: each entry
+// is looked up at its level as key_value, then against the level's
+// wildcard values in file order, then as its key alone; a rule applies
+// only to a descriptor whose last entry reaches it.
+func (c *Config) Find(domain string, entries []Entry) *Limit {
+	n := c.domains[domain]
+	if n == nil {
+		return nil
+	}
+	for i, e := range entries {
+		kv := e.Key + "_" + e.Value
+		next := n.children[kv]
+		if next == nil {
+			for _, w := range n.wild {
+				if wildMatch(w.parts, kv) {
+					next = n.children[w.key]
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = n.children[e.Key]
+		}
+		if next == nil {
+			return nil
+		}
+		if i == len(entries)-1 {
+			return next.limit
+		}
+		if len(next.children) == 0 {
+			return nil
+		}
+		n = next
+	}
+	return nil
+}
+
+// wildMatch reports whether s matches the pattern split into parts at
+// each *.
+func wildMatch(parts []string, s string) bool {
+	if len(parts) == 1 {
+		return parts[0] == s
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	rest := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
+// errAt is an error about file name at the line of n.
+func errAt(name string, n *yaml.Node, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", name, n.Line, fmt.Sprintf(format, args...))
+}
+
+// load adds one file's domain to c.
+func (c *Config) load(f File) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
+		return fmt.Errorf("%s: %w", f.Name, err)
+	}
+	if len(doc.Content) == 0 {
+		return fmt.Errorf("%s: no domain: the file is empty", f.Name)
+	}
+	root := doc.Content[0]
+	fields, err := mapping(f.Name, root, "domain", "descriptors")
+	if err != nil {
+		return err
+	}
+	domain, err := str(f.Name, fields["domain"])
+	if err != nil {
+		return err
+	}
+	if domain == "" {
+		return errAt(f.Name, root, "the domain is empty")
+	}
+	if _, dup := c.domains[domain]; dup {
+		return errAt(f.Name, fields["domain"], "domain %q is in another file too", domain)
+	}
+	n := &node{children: map[string]*node{}}
+	if err := loadDescriptors(f.Name, n, domain, fields["descriptors"]); err != nil {
+		return err
+	}
+	c.domains[domain] = n
+	return nil
+}
+
+// loadDescriptors adds the descriptors of seq (nil: none) under parent,
+// whose full key is prefix.
+func loadDescriptors(name string, parent *node, prefix string, seq *yaml.Node) error {
+	if seq == nil || seq.Tag == "!!null" {
+		return nil
+	}
+	if seq.Kind != yaml.SequenceNode {
+		return errAt(name, seq, "descriptors must be a list")
+	}
+	for _, d := range seq.Content {
+		fields, err := mapping(name, d, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "share_threshold")
+		if err != nil {
+			return err
+		}
+		key, err := str(name, fields["key"])
+		if err != nil {
+			return err
+		}
+		if key == "" {
+			return errAt(name, d, "a descriptor has an empty key")
+		}
+		value, err := str(name, fields["value"])
+		if err != nil {
+			return err
+		}
+		kv := key
+		if value != "" {
+			kv += "_" + value
+		}
+		full := prefix + "." + kv
+		if _, dup := parent.children[kv]; dup {
+			return errAt(name, d, "descriptor %q appears twice", full)
+		}
+		flags := map[string]bool{}
+		for _, k := range []string{"shadow_mode", "detailed_metric", "share_threshold"} {
+			if flags[k], err = boolean(name, fields[k]); err != nil {
+				return err
+			}
+		}
+		if flags["share_threshold"] && !strings.Contains(kv, "*") {
+			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", full)
+		}
+		child := &node{children: map[string]*node{}}
+		if rl := fields["rate_limit"]; rl != nil && rl.Tag != "!!null" {
+			if child.limit, err = loadLimit(name, rl, full); err != nil {
+				return err
+			}
+			child.limit.Shadow, child.limit.Detailed = flags["shadow_mode"], flags["detailed_metric"]
+		}
+		if err := loadDescriptors(name, child, full, fields["descriptors"]); err != nil {
+			return err
+		}
+		parent.children[kv] = child
+		if strings.Contains(kv, "*") {
+			parent.wild = append(parent.wild, wildEntry{key: kv, parts: strings.Split(kv, "*")})
+		}
+	}
+	return nil
+}
+
+// loadLimit reads a rate_limit.
+func loadLimit(name string, m *yaml.Node, full string) (*Limit, error) {
+	fields, err := mapping(name, m, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst")
+	if err != nil {
+		return nil, err
+	}
+	l := &Limit{Key: full}
+	if l.Unlimited, err = boolean(name, fields["unlimited"]); err != nil {
+		return nil, err
+	}
+	unit, err := str(name, fields["unit"])
+	if err != nil {
+		return nil, err
+	}
+	switch u, ok := ParseUnit(unit); {
+	case l.Unlimited && unit != "":
+		return nil, errAt(name, fields["unit"], "an unlimited rule has no unit")
+	case !l.Unlimited && !ok:
+		return nil, errAt(name, m, "unknown unit %q: second, minute, hour, day, week, month or year", unit)
+	default:
+		l.Unit = u
+	}
+	if n := fields["requests_per_unit"]; n != nil {
+		v, err := strconv.ParseUint(n.Value, 10, 32)
+		if n.Kind != yaml.ScalarNode || err != nil {
+			return nil, errAt(name, n, "requests_per_unit must be a whole number from 0 to 4294967295, not %q", n.Value)
+		}
+		l.RequestsPerUnit = uint32(v)
+	}
+	if l.Name, err = str(name, fields["name"]); err != nil {
+		return nil, err
+	}
+	if r := fields["replaces"]; r != nil && r.Tag != "!!null" {
+		if r.Kind != yaml.SequenceNode {
+			return nil, errAt(name, r, "replaces must be a list of {name: ...}")
+		}
+		for _, e := range r.Content {
+			ef, err := mapping(name, e, "name")
+			if err != nil {
+				return nil, err
+			}
+			rn, err := str(name, ef["name"])
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case rn == "":
+				return nil, errAt(name, e, "a replaces entry has no name")
+			case rn == l.Name:
+				return nil, errAt(name, e, "a rule cannot replace itself (%q)", rn)
+			}
+			l.Replaces = append(l.Replaces, rn)
+		}
+	}
+	if l.Algorithm, err = str(name, fields["algorithm"]); err != nil {
+		return nil, err
+	}
+	switch l.Algorithm {
+	case "":
+		l.Algorithm = FixedWindow
+	case TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog:
+	default:
+		return nil, errAt(name, fields["algorithm"], "unknown algorithm %q: token_bucket, leaky_bucket, fixed_window, sliding_counter or sliding_log", l.Algorithm)
+	}
+	if b := fields["burst"]; b != nil {
+		v, err := strconv.ParseInt(b.Value, 10, 64)
+		switch {
+		case b.Kind != yaml.ScalarNode || err != nil || v < 1:
+			return nil, errAt(name, b, "burst must be a whole number of 1 or more, not %q", b.Value)
+		case l.Algorithm != TokenBucket && l.Algorithm != LeakyBucket:
+			return nil, errAt(name, b, "burst is for token_bucket and leaky_bucket, not %s", l.Algorithm)
+		}
+		l.Burst = v
+	}
+	if l.Unlimited && (fields["algorithm"] != nil || fields["burst"] != nil) {
+		return nil, errAt(name, m, "an unlimited rule has no algorithm or burst")
+	}
+	return l, nil
+}
+
+// unsupported are envoyproxy/ratelimit's keys that floodgate-rls does not
+// implement, with what to do instead.
+var unsupported = map[string]string{
+	"quota_mode":      "quota_mode is not supported by floodgate-rls; remove it",
+	"value_to_metric": "value_to_metric is not supported by floodgate-rls; use detailed_metric",
+	"metadata":        "metadata is not supported by floodgate-rls; remove it",
+}
+
+// mapping returns m's fields by name, each named in allowed; any other
+// key is an error at its line.
+func mapping(name string, m *yaml.Node, allowed ...string) (map[string]*yaml.Node, error) {
+	if m.Kind != yaml.MappingNode {
+		return nil, errAt(name, m, "expected a map of %s", strings.Join(allowed, ", "))
+	}
+	fields := make(map[string]*yaml.Node, len(m.Content)/2)
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return nil, errAt(name, k, "a key must be a string")
+		}
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k.Value == a
+		}
+		if !ok {
+			if why, known := unsupported[k.Value]; known {
+				return nil, errAt(name, k, "%s", why)
+			}
+			return nil, errAt(name, k, "unknown key %q here: expected %s", k.Value, strings.Join(allowed, ", "))
+		}
+		if _, dup := fields[k.Value]; dup {
+			return nil, errAt(name, k, "key %q appears twice", k.Value)
+		}
+		fields[k.Value] = v
+	}
+	return fields, nil
+}
+
+// str is a string field's value; a missing or null field is "".
+func str(name string, n *yaml.Node) (string, error) {
+	if n == nil || n.Tag == "!!null" {
+		return "", nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return "", errAt(name, n, "expected a string")
+	}
+	return n.Value, nil
+}
+
+// boolean is a boolean field's value; a missing or null field is false.
+func boolean(name string, n *yaml.Node) (bool, error) {
+	if n == nil || n.Tag == "!!null" {
+		return false, nil
+	}
+	var b bool
+	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
+		return false, errAt(name, n, "expected true or false, not %q", n.Value)
+	}
+	return b, nil
+}

@@ -1,0 +1,262 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// api is a configuration in envoyproxy/ratelimit's schema, with every
+// way a descriptor can match: a key alone, a key and value, wildcard
+// values (trailing and inner), nesting, and floodgate's own keys.
+const api = `domain: api
+descriptors:
+  - key: remote_address
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
+  - key: path
+    value: /login
+    rate_limit:
+      unit: MINUTE
+      requests_per_unit: 5
+      algorithm: sliding_counter
+  - key: path
+    value: /files/*
+    share_threshold: true
+    rate_limit:
+      unit: hour
+      requests_per_unit: 100
+  - key: path
+    value: /a*b*c
+    rate_limit:
+      unit: day
+      requests_per_unit: 7
+  - key: path
+    value: /*
+    rate_limit:
+      unit: week
+      requests_per_unit: 1000
+  - key: path
+    rate_limit:
+      unit: month
+      requests_per_unit: 20000
+  - key: user
+    descriptors:
+      - key: plan
+        value: gold
+        rate_limit:
+          name: gold
+          unit: year
+          requests_per_unit: 1000000
+          algorithm: token_bucket
+          burst: 50
+          replaces:
+            - name: everyone
+      - key: plan
+        shadow_mode: true
+        detailed_metric: true
+        rate_limit:
+          name: everyone
+          unit: second
+          requests_per_unit: 0
+  - key: health
+    rate_limit:
+      unlimited: true
+`
+
+func mustLoad(t *testing.T, files ...File) *Config {
+	t.Helper()
+	c, err := Load(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestFind: each descriptor gets the rule envoyproxy/ratelimit gives it:
+// key_value first, then the level's wildcards in file order, then the key
+// alone; a rule only at its own depth.
+func TestFind(t *testing.T) {
+	c := mustLoad(t, File{"api.yaml", []byte(api)})
+	for _, tc := range []struct {
+		domain  string
+		entries []Entry
+		want    string // the Limit's Key, or "" for none
+	}{
+		{"api", []Entry{{"remote_address", "10.0.0.1"}}, "api.remote_address"},
+		{"api", []Entry{{"path", "/login"}}, "api.path_/login"},
+		{"api", []Entry{{"path", "/files/x/y"}}, "api.path_/files/*"},
+		{"api", []Entry{{"path", "/files/"}}, "api.path_/files/*"},
+		{"api", []Entry{{"path", "/axxbyyc"}}, "api.path_/a*b*c"},
+		{"api", []Entry{{"path", "/abc"}}, "api.path_/a*b*c"},
+		{"api", []Entry{{"path", "/acb"}}, "api.path_/*"}, // b before c fails the inner wildcard
+		{"api", []Entry{{"path", "/other"}}, "api.path_/*"},
+		{"api", []Entry{{"path", "relative"}}, "api.path"}, // no wildcard matches: the key alone
+		{"api", []Entry{{"path", ""}}, "api.path"},
+		{"api", []Entry{{"user", "u1"}, {"plan", "gold"}}, "api.user.plan_gold"},
+		{"api", []Entry{{"user", "u1"}, {"plan", "free"}}, "api.user.plan"},
+		{"api", []Entry{{"user", "u1"}}, ""},                                   // no rule at the first level
+		{"api", []Entry{{"remote_address", "x"}, {"plan", "gold"}}, ""},        // deeper than the rule
+		{"api", []Entry{{"user", "u1"}, {"plan", "gold"}, {"extra", "1"}}, ""}, // deeper than any level
+		{"api", []Entry{{"nope", "1"}}, ""},                                    // no such key
+		{"other", []Entry{{"remote_address", "1"}}, ""},                        // no such domain
+		{"api", nil, ""}, // no entries
+		{"api", []Entry{{"health", "1"}}, "api.health"},
+	} {
+		l := c.Find(tc.domain, tc.entries)
+		got := ""
+		if l != nil {
+			got = l.Key
+		}
+		if got != tc.want {
+			t.Errorf("Find(%q, %v) = %q, want %q", tc.domain, tc.entries, got, tc.want)
+		}
+	}
+}
+
+// TestLimitFields: each rule carries its file's fields, and floodgate's
+// defaults where the file is silent.
+func TestLimitFields(t *testing.T) {
+	c := mustLoad(t, File{"api.yaml", []byte(api)})
+	login := c.Find("api", []Entry{{"path", "/login"}})
+	if login.Unit != Minute || login.RequestsPerUnit != 5 || login.Algorithm != SlidingCounter || login.Burst != 0 {
+		t.Errorf("/login: %+v", login)
+	}
+	addr := c.Find("api", []Entry{{"remote_address", "a"}})
+	if addr.Algorithm != FixedWindow || addr.Unit != Second || addr.Shadow || addr.Unlimited {
+		t.Errorf("remote_address: %+v", addr)
+	}
+	gold := c.Find("api", []Entry{{"user", "u"}, {"plan", "gold"}})
+	if gold.Name != "gold" || gold.Unit != Year || gold.Algorithm != TokenBucket || gold.Burst != 50 ||
+		len(gold.Replaces) != 1 || gold.Replaces[0] != "everyone" {
+		t.Errorf("gold: %+v", gold)
+	}
+	every := c.Find("api", []Entry{{"user", "u"}, {"plan", "x"}})
+	if !every.Shadow || !every.Detailed || every.RequestsPerUnit != 0 || every.Name != "everyone" {
+		t.Errorf("everyone: %+v", every)
+	}
+	if h := c.Find("api", []Entry{{"health", "1"}}); !h.Unlimited || h.Unit != 0 {
+		t.Errorf("health: %+v", h)
+	}
+	if c.Domains() != 1 {
+		t.Errorf("%d domains", c.Domains())
+	}
+}
+
+// TestUnits: every unit by any case, its length as envoyproxy/ratelimit
+// counts it, and its name.
+func TestUnits(t *testing.T) {
+	day := 24 * time.Hour
+	for _, tc := range []struct {
+		name string
+		u    Unit
+		d    time.Duration
+	}{
+		{"second", Second, time.Second}, {"Minute", Minute, time.Minute}, {"HOUR", Hour, time.Hour},
+		{"day", Day, day}, {"week", Week, 7 * day}, {"month", Month, 30 * day}, {"year", Year, 365 * day},
+	} {
+		u, ok := ParseUnit(tc.name)
+		if !ok || u != tc.u || u.Duration() != tc.d || !strings.EqualFold(u.String(), tc.name) {
+			t.Errorf("%s: %v %v %v %v", tc.name, u, ok, u.Duration(), u.String())
+		}
+	}
+	for _, bad := range []string{"", "unknown", "seconds", "fortnight"} {
+		if _, ok := ParseUnit(bad); ok {
+			t.Errorf("ParseUnit(%q) accepted", bad)
+		}
+	}
+	if Unit(0).Duration() != 0 || Unit(0).String() != "UNKNOWN" {
+		t.Error("the zero Unit is no unit")
+	}
+}
+
+// TestLoadErrors: each mistake is an error naming the file and the line
+// of what is wrong.
+func TestLoadErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{"empty file", "", "f.yaml: no domain"},
+		{"bad yaml", "domain: [", "f.yaml: yaml:"},
+		{"unknown key", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burts: 3\n", `f.yaml:7: unknown key "burts"`},
+		{"unknown top key", "domain: d\nextra: 1\n", `f.yaml:2: unknown key "extra"`},
+		{"quota_mode", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n", "f.yaml:4: quota_mode is not supported"},
+		{"value_to_metric", "domain: d\ndescriptors:\n  - key: k\n    value_to_metric: true\n", "f.yaml:4: value_to_metric is not supported"},
+		{"metadata", "domain: d\ndescriptors:\n  - key: k\n    metadata: {a: 1}\n", "f.yaml:4: metadata is not supported"},
+		{"empty domain", "domain: \"\"\n", "f.yaml:1: the domain is empty"},
+		{"no domain", "descriptors: []\n", "f.yaml:1: the domain is empty"},
+		{"empty key", "domain: d\ndescriptors:\n  - value: v\n", "f.yaml:3: a descriptor has an empty key"},
+		{"duplicate descriptor", "domain: d\ndescriptors:\n  - key: k\n  - key: k\n", `f.yaml:4: descriptor "d.k" appears twice`},
+		{"duplicate key in a map", "domain: d\ndomain: e\n", `f.yaml:2: key "domain" appears twice`},
+		{"unknown unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n", `f.yaml:5: unknown unit "fortnight"`},
+		{"no unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      requests_per_unit: 1\n", `f.yaml:5: unknown unit ""`},
+		{"unit and unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n", "f.yaml:6: an unlimited rule has no unit"},
+		{"unlimited with algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      algorithm: token_bucket\n", "f.yaml:5: an unlimited rule has no algorithm"},
+		{"negative requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n", "f.yaml:6: requests_per_unit must be"},
+		{"huge requests", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 4294967296\n", "f.yaml:6: requests_per_unit must be"},
+		{"requests as text", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: ten\n", "f.yaml:6: requests_per_unit must be"},
+		{"empty replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: \"\"\n", "f.yaml:8: a replaces entry has no name"},
+		{"replaces itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: a\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: a\n", "f.yaml:9: a rule cannot replace itself"},
+		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", "f.yaml:3: share_threshold needs a wildcard"},
+		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: gcra\n", `f.yaml:7: unknown algorithm "gcra"`},
+		{"burst on a window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burst: 5\n", "f.yaml:7: burst is for token_bucket and leaky_bucket"},
+		{"zero burst", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: token_bucket\n      burst: 0\n", "f.yaml:8: burst must be"},
+		{"descriptors not a list", "domain: d\ndescriptors: {key: k}\n", "f.yaml:2: descriptors must be a list"},
+		{"key as a map", "domain: d\ndescriptors:\n  - key: {a: b}\n", "f.yaml:3: expected a string"},
+		{"flag as text", "domain: d\ndescriptors:\n  - key: k\n    shadow_mode: maybe\n", `f.yaml:4: expected true or false, not "maybe"`},
+		{"descriptor as a string", "domain: d\ndescriptors:\n  - k\n", "f.yaml:3: expected a map"},
+		{"root as a list", "- domain: d\n", "f.yaml:1: expected a map"},
+	} {
+		_, err := Load([]File{{"f.yaml", []byte(tc.yaml)}})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+	}
+	// A domain in two files is named at the second's line.
+	_, err := Load([]File{{"a.yaml", []byte("domain: d\n")}, {"b.yaml", []byte("\ndomain: d\n")}})
+	if err == nil || !strings.Contains(err.Error(), `b.yaml:2: domain "d" is in another file too`) {
+		t.Errorf("duplicate domain: %v", err)
+	}
+}
+
+// TestWildMatch: a * matches any run of characters, none included.
+func TestWildMatch(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"a*", "a", true}, {"a*", "abc", true}, {"a*", "b", false},
+		{"*", "", true}, {"*", "x", true},
+		{"a*c", "ac", true}, {"a*c", "abc", true}, {"a*c", "ab", false}, {"a*c", "a", false},
+		{"a*b*c", "abc", true}, {"a*b*c", "axbxc", true}, {"a*b*c", "acb", false},
+		{"ab*ba", "aba", false}, // the two fixed ends may not overlap
+		{"exact", "exact", true}, {"exact", "exactly", false},
+	} {
+		if got := wildMatch(strings.Split(tc.pattern, "*"), tc.s); got != tc.want {
+			t.Errorf("wildMatch(%q, %q) = %v", tc.pattern, tc.s, got)
+		}
+	}
+}
+
+// FuzzLoad: no file makes Load panic, and a config that loads answers
+// any descriptor without panicking.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(api), "path", "/files/x", "plan", "gold")
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    value: \"*\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), "k", "", "", "")
+	f.Add([]byte("domain: [\n"), "", "", "", "")
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        value: \"**\"\n"), "a", "1", "b", "x")
+	f.Fuzz(func(t *testing.T, data []byte, k1, v1, k2, v2 string) {
+		c, err := Load([]File{{"f.yaml", data}})
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.yaml") {
+				t.Fatalf("an error that names no file: %v", err)
+			}
+			return
+		}
+		for d := range c.domains {
+			c.Find(d, []Entry{{k1, v1}})
+			c.Find(d, []Entry{{k1, v1}, {k2, v2}})
+		}
+	})
+}
