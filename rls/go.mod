@@ -2,4 +2,14 @@ module github.com/floodgate-go/floodgate/rls
 
 go 1.24.0
 
-require gopkg.in/yaml.v3 v3.0.1
+require (
+	github.com/floodgate-go/floodgate v0.0.0
+	gopkg.in/yaml.v3 v3.0.1
+)
+
+require (
+	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
+	golang.org/x/sys v0.40.0 // indirect
+)
+
+replace github.com/floodgate-go/floodgate => ../

@@ -26,16 +26,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/floodgate-go/floodgate"
 	"gopkg.in/yaml.v3"
-)
-
-// The floodgate algorithms a rate_limit may name.
-const (
-	TokenBucket    = "token_bucket"
-	LeakyBucket    = "leaky_bucket"
-	FixedWindow    = "fixed_window"
-	SlidingCounter = "sliding_counter"
-	SlidingLog     = "sliding_log"
 )
 
 // File is one configuration file: its name, for errors, and its bytes.
@@ -67,8 +59,8 @@ type Limit struct {
 	// Detailed names the rule's statistics by the request's own values
 	// (detailed_metric).
 	Detailed bool
-	// Algorithm is the floodgate algorithm: FixedWindow unless the file
-	// names another.
+	// Algorithm is the floodgate algorithm: floodgate.FixedWindow unless
+	// the file names another.
 	Algorithm string
 	// Burst is the buckets' capacity; 0 for the other algorithms, and
 	// for a bucket whose file names none (RequestsPerUnit then).
@@ -329,8 +321,8 @@ func loadLimit(name string, m *yaml.Node, full string) (*Limit, error) {
 	}
 	switch l.Algorithm {
 	case "":
-		l.Algorithm = FixedWindow
-	case TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog:
+		l.Algorithm = floodgate.FixedWindow
+	case floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog:
 	default:
 		return nil, errAt(name, fields["algorithm"], "unknown algorithm %q: token_bucket, leaky_bucket, fixed_window, sliding_counter or sliding_log", l.Algorithm)
 	}
@@ -339,7 +331,7 @@ func loadLimit(name string, m *yaml.Node, full string) (*Limit, error) {
 		switch {
 		case b.Kind != yaml.ScalarNode || err != nil || v < 1:
 			return nil, errAt(name, b, "burst must be a whole number of 1 or more, not %q", b.Value)
-		case l.Algorithm != TokenBucket && l.Algorithm != LeakyBucket:
+		case l.Algorithm != floodgate.TokenBucket && l.Algorithm != floodgate.LeakyBucket:
 			return nil, errAt(name, b, "burst is for token_bucket and leaky_bucket, not %s", l.Algorithm)
 		}
 		l.Burst = v

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // api is a configuration in envoyproxy/ratelimit's schema, with every
@@ -120,15 +122,15 @@ func TestFind(t *testing.T) {
 func TestLimitFields(t *testing.T) {
 	c := mustLoad(t, File{"api.yaml", []byte(api)})
 	login := c.Find("api", []Entry{{"path", "/login"}})
-	if login.Unit != Minute || login.RequestsPerUnit != 5 || login.Algorithm != SlidingCounter || login.Burst != 0 {
+	if login.Unit != Minute || login.RequestsPerUnit != 5 || login.Algorithm != floodgate.SlidingCounter || login.Burst != 0 {
 		t.Errorf("/login: %+v", login)
 	}
 	addr := c.Find("api", []Entry{{"remote_address", "a"}})
-	if addr.Algorithm != FixedWindow || addr.Unit != Second || addr.Shadow || addr.Unlimited {
+	if addr.Algorithm != floodgate.FixedWindow || addr.Unit != Second || addr.Shadow || addr.Unlimited {
 		t.Errorf("remote_address: %+v", addr)
 	}
 	gold := c.Find("api", []Entry{{"user", "u"}, {"plan", "gold"}})
-	if gold.Name != "gold" || gold.Unit != Year || gold.Algorithm != TokenBucket || gold.Burst != 50 ||
+	if gold.Name != "gold" || gold.Unit != Year || gold.Algorithm != floodgate.TokenBucket || gold.Burst != 50 ||
 		len(gold.Replaces) != 1 || gold.Replaces[0] != "everyone" {
 		t.Errorf("gold: %+v", gold)
 	}
