@@ -31,7 +31,7 @@ each = @set -e; for m in $($(1)); do echo "== $$m"; (cd $$m && $(2)); done
 test: lint test-quick test-heap
 
 # Everything CI proves (.ci/run runs it): check-host, then the other
-# platforms, then the benchmark pipeline in its quick form. 26 minutes on
+# platforms, then the benchmark pipeline in its quick form. 28–30 minutes on
 # 2 cores.
 check: check-host test-cross bench-smoke
 
