@@ -13,12 +13,12 @@ import (
 // and stop, about half a microsecond, which is a percent of a round
 // trip on loopback. The calls begun within one stretch of Timeout/8
 // share a context that ends Timeout after the stretch does, which one
-// timer, started once for the stretch, ends. A call's own context reports its
-// exact deadline, now plus Timeout, which is what go-redis sets on the
-// connection (ContextTimeoutEnabled, which New requires): the round trip
-// is cut at Timeout, as with context.WithTimeout. Only what waits on the
-// context's Done (a call waiting for a pooled connection, or for another
-// caller's batch) may wait up to Timeout/8 longer.
+// timer, started once for the stretch, ends. A call's own context
+// reports its exact deadline, now plus Timeout, which is what go-redis
+// sets on the connection (ContextTimeoutEnabled, which New requires): the
+// round trip is cut at Timeout, as with context.WithTimeout. Only what
+// waits on the context's Done (a call waiting for a pooled connection, or
+// for another caller's batch) may wait up to Timeout/8 longer.
 type budgets struct {
 	d, grain time.Duration
 	cur      atomic.Pointer[stretch]
