@@ -228,6 +228,32 @@ func ExampleLimits_DecideTo() {
 	// 1 7 0
 }
 
+// Deciding one request by several rules on keys of their own, all or
+// nothing: a gateway charges a request both to its client (10 an hour)
+// and to the route it calls (3 an hour, all clients together). The
+// fourth request is refused by the route, and the client is not charged
+// for it.
+func ExampleDecideAll() {
+	perClient, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}})
+	perRoute, _ := floodgate.New(floodgate.Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 3, Period: time.Hour}})
+	defer perClient.Close()
+	defer perRoute.Close()
+	asks := []floodgate.Ask{
+		{Limiter: perClient, Key: "client-7", N: 1},
+		{Limiter: perRoute, Key: "/search", N: 1},
+	}
+	var each [2]floodgate.Decision
+	for range 4 {
+		j := floodgate.DecideAll(asks, each[:])
+		fmt.Println(j, each[0].Remaining, each[1].Remaining)
+	}
+	// Output:
+	// -1 9 2
+	// -1 8 1
+	// -1 7 0
+	// 1 6 0
+}
+
 // Changing the rule of a running Limiter: a client keeps no more than it
 // had left, the new capacity caps it, and it refills at the new rate; a
 // client first seen after the change starts full under the new rule.

@@ -179,3 +179,70 @@ func (l *Limiter) giveBack(gr *grant) {
 		c.Inc(countDenied)
 	}
 }
+
+// Ask is one part of a request that DecideAll decides: N units for Key,
+// from Limiter.
+type Ask struct {
+	Limiter *Limiter
+	Key     string
+	N       int64
+}
+
+// askStack is how many asks DecideAll keeps the grants of on its stack;
+// past it, one allocation holds them.
+const askStack = 16
+
+// DecideAll decides the asks together, all or nothing, as Limits does for
+// one key: each ask may name its own Limiter, key and cost. The asks are
+// made in order; when one is refused, every one before it is given back
+// what it took, so a refused request consumes nothing anywhere, and no
+// Limiter ever admits more than its rule (between a grant and its refund
+// a concurrent request may find less, never more). Two asks may name the
+// same Limiter and key: the second then finds what the first left.
+//
+// each[k], for every k below len(each), receives the k-th ask's answer:
+// what it decided, or, for a refused request, what its Limiter would
+// answer to one request for its key now (its Peek, after any refund).
+// DecideAll returns the index of the ask that refused, or -1 if every
+// ask was admitted. An ask whose N is below 1, or whose Limiter is nil,
+// is refused, as AllowN refuses it. A sliding log's refund is inexact
+// (see Limits): put such asks last.
+//
+// Up to 16 asks, DecideAll allocates nothing.
+func DecideAll(asks []Ask, each []Decision) int {
+	var buf [askStack]grant
+	taken := buf[:]
+	if len(asks) > askStack {
+		taken = make([]grant, len(asks))
+	}
+	var spare Decision
+	for j := range asks {
+		a := &asks[j]
+		d := &spare
+		if j < len(each) {
+			d = &each[j]
+		}
+		if a.Limiter == nil {
+			*d = Decision{RetryAfter: Never}
+		} else {
+			a.Limiter.allowAt(a.Key, a.Limiter.now(), a.N, &taken[j], d)
+		}
+		if d.Allowed {
+			continue
+		}
+		for k := j - 1; k >= 0; k-- {
+			asks[k].Limiter.giveBack(&taken[k])
+		}
+		for k := range min(len(each), len(asks)) {
+			if k != j {
+				if l := asks[k].Limiter; l != nil {
+					each[k] = l.Peek(asks[k].Key)
+				} else {
+					each[k] = Decision{RetryAfter: Never}
+				}
+			}
+		}
+		return j
+	}
+	return -1
+}

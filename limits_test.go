@@ -254,3 +254,159 @@ func TestLimitsDecideTo(t *testing.T) {
 		t.Fatalf("DecideTo allocated %v times a request", n)
 	}
 }
+
+// TestDecideAll: asks on several Limiters with keys of their own are all
+// or nothing. A request refused by one ask leaves every other ask's key
+// as it was, and each ask's answer is reported in order.
+func TestDecideAll(t *testing.T) {
+	clock := NewManualClock(0)
+	a := mustLimiter(t, Config{Algorithm: FixedWindow, Rule: Rule{Limit: 10, Period: time.Hour}, Clock: clock})
+	b := mustLimiter(t, Config{Algorithm: TokenBucket, Rule: Rule{Limit: 4, Period: time.Hour}, Clock: clock})
+	asks := []Ask{{a, "x", 3}, {b, "y", 2}}
+	each := make([]Decision, 2)
+	for i, want := range []int{-1, -1, 1, 1} {
+		if got := DecideAll(asks, each); got != want {
+			t.Fatalf("request %d: refused by %d, want %d", i, got, want)
+		}
+	}
+	// Two admitted: a holds 4 of 10, b holds 0 of 4; refusals charged none.
+	if each[0].Remaining != 3 || !each[0].Allowed {
+		t.Fatalf("a's answer after the refusal: %+v, want its Peek (allowed, 3 left after one more)", each[0])
+	}
+	if each[1].Allowed || each[1].Remaining != 0 {
+		t.Fatalf("b's answer: %+v, want refused with none left", each[1])
+	}
+	if r := a.Peek("x").Remaining; r != 3 {
+		t.Fatalf("a would leave %d after one more, want 3: the refused requests kept a's grants", r)
+	}
+	// Other keys are untouched, and the same Limiter may appear twice.
+	same := []Ask{{a, "z", 6}, {a, "z", 5}}
+	if got := DecideAll(same, each); got != 1 {
+		t.Fatalf("6 then 5 of 10 on one key: refused by %d, want 1", got)
+	}
+	if r := a.Peek("z").Remaining; r != 9 {
+		t.Fatalf("z would leave %d after one more, want 9: the first ask was not given back", r)
+	}
+	if got := DecideAll([]Ask{{a, "z", 6}, {a, "z", 4}}, nil); got != -1 {
+		t.Fatalf("6 then 4 of 10: refused by %d, want -1", got)
+	}
+}
+
+// TestDecideAllBadAsks: a nil Limiter, a cost below 1 or above the
+// capacity is refused, gives back what the asks before it took, and
+// panics nowhere; each names it with RetryAfter Never.
+func TestDecideAllBadAsks(t *testing.T) {
+	clock := NewManualClock(0)
+	a := mustLimiter(t, Config{Rule: Rule{Limit: 10, Period: time.Hour}, Clock: clock})
+	for name, bad := range map[string]Ask{"nil Limiter": {nil, "k", 1}, "zero": {a, "k", 0}, "negative": {a, "k", -5}, "past capacity": {a, "k", 11}} {
+		each := make([]Decision, 3)
+		asks := []Ask{{a, "k", 2}, bad, {nil, "after", 1}}
+		if got := DecideAll(asks, each); got != 1 {
+			t.Fatalf("%s: refused by %d, want 1", name, got)
+		}
+		if each[1].Allowed || each[1].RetryAfter != Never {
+			t.Fatalf("%s: answer %+v, want refused with RetryAfter Never", name, each[1])
+		}
+		if each[2].RetryAfter != Never {
+			t.Fatalf("%s: the nil Limiter after it answered %+v", name, each[2])
+		}
+		if r := a.Peek("k").Remaining; r != 9 {
+			t.Fatalf("%s: k would leave %d after one more, want 9", name, r)
+		}
+	}
+	if got := DecideAll(nil, nil); got != -1 {
+		t.Fatalf("no asks: %d, want -1", got)
+	}
+}
+
+// TestDecideAllMany: past the asks kept on the stack, a refusal at the
+// last still gives back every one before it.
+func TestDecideAllMany(t *testing.T) {
+	clock := NewManualClock(0)
+	a := mustLimiter(t, Config{Rule: Rule{Limit: 1, Period: time.Hour}, Clock: clock})
+	asks := make([]Ask, 40)
+	for i := range asks {
+		asks[i] = Ask{a, string(rune('A' + i)), 1}
+	}
+	asks[39].Key = "A" // already taken by the first ask
+	if got := DecideAll(asks, nil); got != 39 {
+		t.Fatalf("refused by %d, want 39", got)
+	}
+	for i := range 39 {
+		if !a.Peek(asks[i].Key).Allowed {
+			t.Fatalf("key %q kept its grant", asks[i].Key)
+		}
+	}
+}
+
+// TestDecideAllConcurrent: 64 goroutines send two kinds of request on a
+// frozen clock, {x of A, y of B} and {x of A} alone, for every algorithm
+// and twin as A. B admits exactly its 60; A exactly its 100 in all; and
+// y's state shows exactly the pairs admitted, so no refused pair kept a
+// charge anywhere (but for the sliding log, charged for a refusal at
+// worst, never the reverse).
+func TestDecideAllConcurrent(t *testing.T) {
+	for _, alg := range []string{TokenBucket, testhook.TokenBucketMutex, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog, testhook.SlidingLogMutex} {
+		t.Run(alg, func(t *testing.T) {
+			clock := NewManualClock(0)
+			a := mustLimiter(t, Config{Algorithm: alg, Rule: Rule{Limit: 100, Period: time.Hour}, Clock: clock})
+			b := mustLimiter(t, Config{Algorithm: FixedWindow, Rule: Rule{Limit: 60, Period: time.Hour}, Clock: clock})
+			pair := []Ask{{a, "x", 1}, {b, "y", 1}}
+			alone := []Ask{{a, "x", 1}}
+			var pairs, singles atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 40 {
+						if (g+i)%3 != 0 {
+							if DecideAll(pair, nil) < 0 {
+								pairs.Add(1)
+							}
+						} else if DecideAll(alone, nil) < 0 {
+							singles.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if p := pairs.Load(); p > 60 {
+				t.Fatalf("B admitted %d pairs, above its 60", p)
+			}
+			if got := pairs.Load() + singles.Load(); got != 100 && !(alg == SlidingLog || alg == testhook.SlidingLogMutex) {
+				t.Fatalf("A admitted %d in all, want exactly 100", got)
+			} else if got > 100 {
+				t.Fatalf("A admitted %d in all, above 100", got)
+			}
+			left := int64(0)
+			if d := b.Peek("y"); d.Allowed {
+				left = d.Remaining + 1
+			}
+			if left != 60-pairs.Load() {
+				t.Fatalf("y holds %d, want %d: a refused pair kept its charge", left, 60-pairs.Load())
+			}
+		})
+	}
+}
+
+// TestDecideAllAllocatesNothing: up to 16 asks on existing keys, nothing
+// is allocated, admitted or refused.
+func TestDecideAllAllocatesNothing(t *testing.T) {
+	clock := NewManualClock(0)
+	big := mustLimiter(t, Config{Rule: Rule{Limit: 1 << 40, Period: time.Hour}, Clock: clock})
+	small := mustLimiter(t, Config{Algorithm: FixedWindow, Rule: Rule{Limit: 1, Period: time.Hour}, Clock: clock})
+	asks := make([]Ask, 16)
+	for i := range asks {
+		asks[i] = Ask{big, "k", 1}
+	}
+	each := make([]Decision, 16)
+	if a := testing.AllocsPerRun(1000, func() { DecideAll(asks, each) }); a != 0 {
+		t.Fatalf("admitted: %v allocations a call, want 0", a)
+	}
+	asks[15] = Ask{small, "s", 1}
+	DecideAll(asks, each)
+	if a := testing.AllocsPerRun(1000, func() { DecideAll(asks, each) }); a != 0 {
+		t.Fatalf("refused: %v allocations a call, want 0", a)
+	}
+}
