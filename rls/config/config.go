@@ -22,9 +22,11 @@
 package config
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
 	"gopkg.in/yaml.v3"
@@ -72,6 +74,7 @@ type node struct {
 	children map[string]*node // by key, or key_value
 	wild     []wildEntry      // the children whose key_value holds a *, in file order
 	limit    *Limit
+	shared   string // share_threshold: the value pattern that the matched values share, as a key
 }
 
 // wildEntry is a child whose key_value is a pattern: its parts, split on
@@ -112,12 +115,26 @@ func (c *Config) Domains() int { return len(c.domains) }
 // wildcard values in file order, then as its key alone; a rule applies
 // only to a descriptor whose last entry reaches it.
 func (c *Config) Find(domain string, entries []Entry) *Limit {
+	l, _ := c.AppendKey(nil, domain, entries)
+	return l
+}
+
+// AppendKey is Find that also appends to dst the key under which the
+// rule counts this descriptor, when there is a rule (dst is returned
+// unchanged when there is none): each entry's key and value, each
+// prefixed by its length so that no two descriptors share a key by
+// their separators, except that an entry matched by a share_threshold
+// wildcard contributes the pattern, so that every value it matches
+// shares one count.
+func (c *Config) AppendKey(dst []byte, domain string, entries []Entry) (*Limit, []byte) {
 	n := c.domains[domain]
 	if n == nil {
-		return nil
+		return nil, dst
 	}
+	start := len(dst)
+	var buf [1 << 10]byte
 	for i, e := range entries {
-		kv := e.Key + "_" + e.Value
+		kv := keyValue(&buf, e) // valid until the next entry: nothing keeps it
 		next := n.children[kv]
 		if next == nil {
 			for _, w := range n.wild {
@@ -131,17 +148,42 @@ func (c *Config) Find(domain string, entries []Entry) *Limit {
 			next = n.children[e.Key]
 		}
 		if next == nil {
-			return nil
+			return nil, dst[:start]
 		}
+		value := e.Value
+		if next.shared != "" {
+			value = next.shared
+		}
+		dst = appendField(appendField(dst, e.Key), value)
 		if i == len(entries)-1 {
-			return next.limit
+			if next.limit == nil {
+				return nil, dst[:start]
+			}
+			return next.limit, dst
 		}
 		if len(next.children) == 0 {
-			return nil
+			return nil, dst[:start]
 		}
 		n = next
 	}
-	return nil
+	return nil, dst[:start]
+}
+
+// appendField appends s, prefixed by its length.
+func appendField(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// keyValue returns e's key_value, built in buf when it fits, so that a
+// lookup allocates nothing. The string shares buf's bytes: it must not be
+// kept past buf's next use.
+func keyValue(buf *[1 << 10]byte, e Entry) string {
+	if len(e.Key)+1+len(e.Value) > len(buf) {
+		return e.Key + "_" + e.Value
+	}
+	kv := append(append(append(buf[:0], e.Key...), '_'), e.Value...)
+	return unsafe.String(&kv[0], len(kv))
 }
 
 // wildMatch reports whether s matches the pattern split into parts at
@@ -245,6 +287,9 @@ func loadDescriptors(name string, parent *node, prefix string, seq *yaml.Node) e
 			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", full)
 		}
 		child := &node{children: map[string]*node{}}
+		if flags["share_threshold"] {
+			child.shared = value
+		}
 		if rl := fields["rate_limit"]; rl != nil && rl.Tag != "!!null" {
 			if child.limit, err = loadLimit(name, rl, full); err != nil {
 				return err

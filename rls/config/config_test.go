@@ -262,3 +262,45 @@ func FuzzLoad(f *testing.F) {
 		}
 	})
 }
+
+// TestAppendKey: a rule counts each descriptor under its own values,
+// except at a share_threshold wildcard, whose values all share one
+// count; entries are length-prefixed, so values holding the separators
+// of envoyproxy/ratelimit's keys ("_") never make two descriptors one.
+func TestAppendKey(t *testing.T) {
+	c := mustLoad(t, File{"api.yaml", []byte(api)})
+	key := func(entries ...Entry) string {
+		l, k := c.AppendKey([]byte("prefix:"), "api", entries)
+		if l == nil {
+			if string(k) != "prefix:" {
+				t.Fatalf("%v: no rule, but the key grew to %q", entries, k)
+			}
+			return ""
+		}
+		return string(k)
+	}
+	if a, b := key(Entry{"path", "/files/a"}), key(Entry{"path", "/files/b/c"}); a != b || a == "" {
+		t.Fatalf("share_threshold: /files/a counts under %q and /files/b/c under %q, want one key", a, b)
+	}
+	if a, b := key(Entry{"path", "/x"}), key(Entry{"path", "/y"}); a == b {
+		t.Fatalf("a wildcard without share_threshold counts /x and /y together under %q", a)
+	}
+	if a, b := key(Entry{"user", "a_plan"}, Entry{"plan", "gold"}), key(Entry{"user", "a"}, Entry{"plan", "plan_gold"}); a == b && a != "" {
+		t.Fatalf("two descriptors share the key %q through their separators", a)
+	}
+	if k := key(Entry{"user", "u1"}); k != "" {
+		t.Fatalf("no rule at the first level, yet key %q", k)
+	}
+	if k := key(Entry{"user", "u1"}, Entry{"plan", "gold"}, Entry{"extra", "1"}); k != "" {
+		t.Fatalf("deeper than any level, yet key %q", k)
+	}
+	long := strings.Repeat("x", 4096) // past the buffer a wildcard is matched in
+	if l, _ := c.AppendKey(nil, "api", []Entry{{"path", "/files/" + long}}); l == nil || l.Key != "api.path_/files/*" {
+		t.Fatalf("a 4 KiB value under a wildcard: %v", l)
+	}
+	buf := make([]byte, 0, 1024)
+	entries := []Entry{{"user", strings.Repeat("u", 100)}, {"plan", strings.Repeat("p", 300)}}
+	if a := testing.AllocsPerRun(100, func() { c.AppendKey(buf[:0], "api", entries) }); a != 0 {
+		t.Fatalf("AppendKey allocates %v times a call, want 0", a)
+	}
+}
