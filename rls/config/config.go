@@ -67,6 +67,11 @@ type Limit struct {
 	// Burst is the buckets' capacity; 0 for the other algorithms, and
 	// for a bucket whose file names none (RequestsPerUnit then).
 	Burst int64
+	// Index is the rule's place among its Config's rules, from 0 to
+	// Len()-1, so that a server may keep each rule's state in a slice.
+	Index int
+
+	path string // the place in the descriptor tree: domain and each level's key_value, length-prefixed
 }
 
 // node is one level of a domain's descriptors.
@@ -88,6 +93,8 @@ type wildEntry struct {
 // not change once loaded, and is safe for concurrent use.
 type Config struct {
 	domains map[string]*node
+	rules   []*Limit          // in load order: rules[l.Index] == l
+	byPath  map[string]*Limit // by place in the descriptor tree
 }
 
 // Entry is one entry of a request's descriptor.
@@ -98,7 +105,7 @@ type Entry struct {
 // Load reads files into one Config. A domain may appear in one file
 // only.
 func Load(files []File) (*Config, error) {
-	c := &Config{domains: map[string]*node{}}
+	c := &Config{domains: map[string]*node{}, byPath: map[string]*Limit{}}
 	for _, f := range files {
 		if err := c.load(f); err != nil {
 			return nil, err
@@ -109,6 +116,20 @@ func Load(files []File) (*Config, error) {
 
 // Domains returns how many domains c holds.
 func (c *Config) Domains() int { return len(c.domains) }
+
+// HasDomain reports whether c holds domain.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
+
+// Len returns how many rules c holds, unlimited ones included.
+func (c *Config) Len() int { return len(c.rules) }
+
+// Rule returns the rule whose Index is i.
+func (c *Config) Rule(i int) *Limit { return c.rules[i] }
+
+// Same returns c's rule at the place l holds in its own Config's
+// descriptor tree (the same domain, and the same key or key_value at
+// every level), or nil: after a reload, the rule that l became.
+func (c *Config) Same(l *Limit) *Limit { return c.byPath[l.path] }
 
 // Find returns the rule for a descriptor of domain, or nil: each entry
 // is looked up at its level as key_value, then against the level's
@@ -237,7 +258,7 @@ func (c *Config) load(f File) error {
 		return errAt(f.Name, fields["domain"], "domain %q is in another file too", domain)
 	}
 	n := &node{children: map[string]*node{}}
-	if err := loadDescriptors(f.Name, n, domain, fields["descriptors"]); err != nil {
+	if err := c.loadDescriptors(f.Name, n, domain, string(appendField(nil, domain)), fields["descriptors"]); err != nil {
 		return err
 	}
 	c.domains[domain] = n
@@ -245,8 +266,8 @@ func (c *Config) load(f File) error {
 }
 
 // loadDescriptors adds the descriptors of seq (nil: none) under parent,
-// whose full key is prefix.
-func loadDescriptors(name string, parent *node, prefix string, seq *yaml.Node) error {
+// whose full key is prefix, and whose place in the tree is path.
+func (c *Config) loadDescriptors(name string, parent *node, prefix, path string, seq *yaml.Node) error {
 	if seq == nil || seq.Tag == "!!null" {
 		return nil
 	}
@@ -287,6 +308,7 @@ func loadDescriptors(name string, parent *node, prefix string, seq *yaml.Node) e
 			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", full)
 		}
 		child := &node{children: map[string]*node{}}
+		childPath := string(appendField([]byte(path), kv))
 		if flags["share_threshold"] {
 			child.shared = value
 		}
@@ -295,8 +317,11 @@ func loadDescriptors(name string, parent *node, prefix string, seq *yaml.Node) e
 				return err
 			}
 			child.limit.Shadow, child.limit.Detailed = flags["shadow_mode"], flags["detailed_metric"]
+			child.limit.Index, child.limit.path = len(c.rules), childPath
+			c.rules = append(c.rules, child.limit)
+			c.byPath[childPath] = child.limit
 		}
-		if err := loadDescriptors(name, child, full, fields["descriptors"]); err != nil {
+		if err := c.loadDescriptors(name, child, full, childPath, fields["descriptors"]); err != nil {
 			return err
 		}
 		parent.children[kv] = child

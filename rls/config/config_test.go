@@ -304,3 +304,31 @@ func TestAppendKey(t *testing.T) {
 		t.Fatalf("AppendKey allocates %v times a call, want 0", a)
 	}
 }
+
+// TestSame: after a reload, each rule is found again at its place in the
+// tree, whatever its new limit and its new order; a rule whose place is
+// gone, or new, has no counterpart. Index numbers the rules densely.
+func TestSame(t *testing.T) {
+	old := mustLoad(t, File{"a.yaml", []byte(api)})
+	changed := strings.Replace(api, "requests_per_unit: 10\n", "requests_per_unit: 11\n", 1)
+	changed = strings.Replace(changed, "value: /login", "value: /signin", 1)
+	next := mustLoad(t, File{"a.yaml", []byte(changed)})
+	if old.Len() != 9 || next.Len() != 9 {
+		t.Fatalf("Len: %d and %d, want 9 each", old.Len(), next.Len())
+	}
+	for i := range old.Len() {
+		if r := old.Rule(i); r.Index != i {
+			t.Fatalf("Rule(%d).Index = %d", i, r.Index)
+		}
+	}
+	ra := old.Find("api", []Entry{{"remote_address", "x"}})
+	if s := next.Same(ra); s == nil || s.RequestsPerUnit != 11 || s.Key != ra.Key {
+		t.Fatalf("remote_address after the reload: %+v", s)
+	}
+	if s := next.Same(old.Find("api", []Entry{{"path", "/login"}})); s != nil {
+		t.Fatalf("/login is gone, yet Same found %+v", s)
+	}
+	if s := next.Same(old.Find("api", []Entry{{"user", "u"}, {"plan", "gold"}})); s == nil || s.Name != "gold" {
+		t.Fatalf("user.plan_gold after the reload: %+v", s)
+	}
+}

@@ -1,0 +1,36 @@
+// Package rls is Envoy's rate-limit service on floodgate: a server of
+// envoy.service.ratelimit.v3.RateLimitService that reads
+// envoyproxy/ratelimit's configuration (package config) and decides each
+// descriptor by a floodgate limiter, so that a deployment of that server
+// can swap its image and keep its config.
+//
+// Where it answers as envoyproxy/ratelimit answers:
+//
+//   - a descriptor gets the rule that server gives it (exact value, then
+//     wildcards, then the key alone; a rule only at its own depth;
+//     replaces; unlimited; per-descriptor limit overrides);
+//   - each status carries the rule (current_limit), what is left of it
+//     (limit_remaining) and the seconds until its window ends
+//     (duration_until_reset), and the RateLimit headers when asked;
+//   - hits_addend: the request's, 0 meaning 1, unless a descriptor sets
+//     its own, where 0 checks without charging;
+//   - shadow_mode per rule, and Options.Shadow for every rule.
+//
+// Where it decides otherwise, by design:
+//
+//   - Exact. A descriptor never passes more than its rule, at any
+//     concurrency; envoyproxy/ratelimit counts with INCRBY after a GET,
+//     and over-admits when requests race between the two.
+//   - A denied hit is charged nothing, as that server does only with
+//     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, and even then it charges
+//     the descriptor that goes over: a later, smaller request that fits
+//     is refused there and admitted here.
+//   - All or nothing. A request whose descriptor goes over its limit
+//     leaves no charge in its other descriptors; a shadow rule never
+//     holds the others back.
+//   - Every floodgate algorithm, named in the config's rate_limit; the
+//     default, fixed_window, is that server's epoch-aligned window.
+//   - A descriptor's values are counted under a key that prefixes each by
+//     its length, so that values holding "_" never make two descriptors
+//     one count.
+package rls
