@@ -73,6 +73,7 @@ type Server struct {
 	ovCount   atomic.Int64       // len(overrides), read without mu
 
 	loads, loadErrors atomic.Int64
+	serviceErrors     atomic.Int64
 	stop              chan struct{}
 	closed            sync.Once
 	swept             chan struct{}
@@ -352,8 +353,20 @@ const (
 
 var scratches = sync.Pool{New: func() any { return &scratch{names: map[string]bool{}} }}
 
-// ShouldRateLimit decides one request from Envoy.
+// ShouldRateLimit decides one request from Envoy. A request the service
+// cannot decide is answered with a status: InvalidArgument for an empty
+// domain, no descriptors, too many (Options.MaxDescriptors) or a limit
+// override of no known unit; ResourceExhausted for a new override past
+// Options.MaxOverrides.
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	resp, err := s.shouldRateLimit(ctx, req)
+	if err != nil {
+		s.serviceErrors.Add(1)
+	}
+	return resp, err
+}
+
+func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rls: the domain is empty")
 	}

@@ -117,6 +117,28 @@ func Load(files []File) (*Config, error) {
 // Domains returns how many domains c holds.
 func (c *Config) Domains() int { return len(c.domains) }
 
+// Path returns the rule's place in the descriptor tree: its domain, and
+// the key or key_value of each level down to the rule's own, as the
+// configuration spells them (never a request's values).
+func (l *Limit) Path() (domain string, levels []string) {
+	p := l.path
+	first := true
+	for len(p) > 0 {
+		n, w := binary.Uvarint([]byte(p[:min(len(p), binary.MaxVarintLen64)]))
+		if w <= 0 || uint64(len(p)-w) < n {
+			break // not a path this package made
+		}
+		field := p[w : w+int(n)]
+		p = p[w+int(n):]
+		if first {
+			domain, first = field, false
+		} else {
+			levels = append(levels, field)
+		}
+	}
+	return domain, levels
+}
+
 // HasDomain reports whether c holds domain.
 func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
 

@@ -332,3 +332,15 @@ func TestSame(t *testing.T) {
 		t.Fatalf("user.plan_gold after the reload: %+v", s)
 	}
 }
+
+// TestPath: a rule's place, from its domain down, as configured.
+func TestPath(t *testing.T) {
+	c := mustLoad(t, File{"a.yaml", []byte(api)})
+	d, levels := c.Find("api", []Entry{{"user", "u"}, {"plan", "gold"}}).Path()
+	if d != "api" || strings.Join(levels, "|") != "user|plan_gold" {
+		t.Fatalf("Path: %q %q", d, levels)
+	}
+	if d, levels := (&Limit{}).Path(); d != "" || levels != nil {
+		t.Fatalf("a Limit of no Config: %q %q", d, levels)
+	}
+}

@@ -1,0 +1,69 @@
+package rls
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestCollector: the per-rule figures and the config loads, under
+// envoyproxy/ratelimit's names and labels, and no request's value in any
+// label.
+func TestCollector(t *testing.T) {
+	s, c := serve(t, mustConfig(t, basic), Options{Clock: floodgate.NewManualClock(unixStart), NearLimitRatio: 0.5})
+	for range 3 {
+		ask(t, c, "d", desc("small", "secret-value"))
+	}
+	ask(t, c, "d", desc("shadow", "v"))
+	ask(t, c, "d", desc("shadow", "v"))
+	s.ConfigFailed(errors.New("bad file"))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	want := `
+# HELP ratelimit_service_config_load_error Configurations that failed to load (the one before stays).
+# TYPE ratelimit_service_config_load_error counter
+ratelimit_service_config_load_error 1
+# HELP ratelimit_service_config_load_success Configurations loaded.
+# TYPE ratelimit_service_config_load_success counter
+ratelimit_service_config_load_success 1
+# HELP ratelimit_service_rate_limit_near_limit Hits admitted past the near-limit share of the rule's limit.
+# TYPE ratelimit_service_rate_limit_near_limit counter
+ratelimit_service_rate_limit_near_limit{domain="d",key1="shadow",key2=""} 1
+ratelimit_service_rate_limit_near_limit{domain="d",key1="small",key2=""} 1
+# HELP ratelimit_service_rate_limit_over_limit Hits refused by the rule.
+# TYPE ratelimit_service_rate_limit_over_limit counter
+ratelimit_service_rate_limit_over_limit{domain="d",key1="shadow",key2=""} 1
+ratelimit_service_rate_limit_over_limit{domain="d",key1="small",key2=""} 1
+# HELP ratelimit_service_rate_limit_shadow_mode Hits a shadow rule would have refused.
+# TYPE ratelimit_service_rate_limit_shadow_mode counter
+ratelimit_service_rate_limit_shadow_mode{domain="d",key1="shadow",key2=""} 1
+ratelimit_service_rate_limit_shadow_mode{domain="d",key1="small",key2=""} 0
+# HELP ratelimit_service_rate_limit_total_hits Hits asked of the rule (each request's hits_addend).
+# TYPE ratelimit_service_rate_limit_total_hits counter
+ratelimit_service_rate_limit_total_hits{domain="d",key1="shadow",key2=""} 2
+ratelimit_service_rate_limit_total_hits{domain="d",key1="small",key2=""} 3
+# HELP ratelimit_service_rate_limit_within_limit Hits within the rule's limit.
+# TYPE ratelimit_service_rate_limit_within_limit counter
+ratelimit_service_rate_limit_within_limit{domain="d",key1="shadow",key2=""} 1
+ratelimit_service_rate_limit_within_limit{domain="d",key1="small",key2=""} 2
+`
+	names := []string{"ratelimit_service_config_load_error", "ratelimit_service_config_load_success", "ratelimit_service_rate_limit_near_limit",
+		"ratelimit_service_rate_limit_over_limit", "ratelimit_service_rate_limit_shadow_mode", "ratelimit_service_rate_limit_total_hits", "ratelimit_service_rate_limit_within_limit"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	// The limiters' own series name each rule, never a request's value.
+	for _, smp := range s.AppendCounts(nil) {
+		if strings.Contains(smp.Route+smp.Policy+smp.Label, "secret") {
+			t.Fatalf("a request's value in a series: %+v", smp)
+		}
+		if smp.Metric == counts.Keys && smp.Policy == "d.small" && smp.Value != 1 {
+			t.Fatalf("d.small holds %d keys, want 1", smp.Value)
+		}
+	}
+}
