@@ -30,6 +30,10 @@
 //     holds the others back.
 //   - Every floodgate algorithm, named in the config's rate_limit; the
 //     default, fixed_window, is that server's epoch-aligned window.
+//   - A reload keeps what each key has left, capped by the new limit
+//     (floodgate's SetRule): a limit raised mid-window gives a spent key
+//     nothing more until its window ends, where envoyproxy/ratelimit
+//     keeps its counter and lets the difference pass at once.
 //   - A descriptor's values are counted under a key that prefixes each by
 //     its length, so that values holding "_" never make two descriptors
 //     one count.

@@ -11,13 +11,15 @@ require (
 	gopkg.in/yaml.v3 v3.0.1
 )
 
+require go.uber.org/goleak v1.3.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20251110193048-8bfbf64dc13e // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.0 // indirect
+	github.com/floodgate-go/floodgate/prommetrics v0.0.0
 	github.com/grafana/regexp v0.0.0-20240518133315-a468a5bfb3bc // indirect
-	github.com/kr/text v0.2.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
@@ -34,3 +36,5 @@ require (
 )
 
 replace github.com/floodgate-go/floodgate => ../
+
+replace github.com/floodgate-go/floodgate/prommetrics => ../prommetrics

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// lockedBuffer is the log, written by the server and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// writeConfig writes a file whole into dir's config directory, as a
+// deployment does: to a temporary name, renamed in.
+func writeConfig(t *testing.T, root, name, data string) {
+	t.Helper()
+	tmp := filepath.Join(root, ".tmp-"+name)
+	if err := os.WriteFile(tmp, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(root, "current", "config", name)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs the server with env (and loopback ports chosen by the
+// system) until the test ends.
+func start(t *testing.T, env map[string]string) (addrs, *lockedBuffer) {
+	t.Helper()
+	base := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
+		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "LOG_LEVEL": "info"}
+	for k, v := range env {
+		base[k] = v
+	}
+	logs := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan addrs, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, func(k string) string { return base[k] }, logs, func(a addrs) { got <- a }) }()
+	var a addrs
+	select {
+	case a = <-got:
+	case err := <-done:
+		t.Fatalf("run: %v\n%s", err, logs)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run after cancel: %v", err)
+		}
+	})
+	return a, logs
+}
+
+func runtimeDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "current", "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		writeConfig(t, root, name, data)
+	}
+	return root
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServe: the binary's endpoints, as envoyproxy/ratelimit's: gRPC
+// ShouldRateLimit and health, /healthcheck, /json, /metrics; a config
+// changed on disk is served without a restart, keeping each key's
+// count; a config that fails keeps the one before and is counted.
+func TestServe(t *testing.T) {
+	root := runtimeDir(t, map[string]string{"api.yaml": "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 3}\n"})
+	a, logs := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current"), "USE_STATSD": "true"})
+	if !strings.Contains(logs.String(), "USE_STATSD") {
+		t.Fatalf("no word of USE_STATSD at start:\n%s", logs)
+	}
+	conn, err := grpc.NewClient(a.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewRateLimitServiceClient(conn)
+	passed := 0 // a year's window: no boundary falls in the test but once in a year's worth of runs
+	call := func() *pb.RateLimitResponse {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "api",
+			Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode == pb.RateLimitResponse_OK {
+			passed++
+		}
+		return resp
+	}
+	for i, want := range []uint32{2, 1} {
+		if r := call(); r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != want {
+			t.Fatalf("call %d: %v", i, r)
+		}
+	}
+	h, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("gRPC health: %v %v", h, err)
+	}
+	if code, body := get(t, "http://"+a.http+"/healthcheck"); code != 200 || body != "OK" {
+		t.Fatalf("/healthcheck: %d %q", code, body)
+	}
+	resp, err := http.Post("http://"+a.http+"/json", "application/json",
+		strings.NewReader(`{"domain": "api", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/json: %d", resp.StatusCode)
+	}
+	if r := call(); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("the fourth hit of 3: %v", r)
+	}
+
+	// A reload that raises the limit to 5 keeps what the key had left,
+	// nothing (floodgate's SetRule: a key never holds more after a change
+	// than before it), until its window ends.
+	writeConfig(t, root, "api.yaml", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 5}\n")
+	waitFor(t, "the reload", func() bool { return call().Statuses[0].CurrentLimit.RequestsPerUnit == 5 })
+	if code, body := get(t, "http://"+a.debug+"/metrics"); code != 200 || !strings.Contains(body, "ratelimit_service_config_load_success 2") {
+		t.Fatalf("/metrics after the reload: %d\n%s", code, body)
+	}
+	for range 3 {
+		call()
+	}
+	if passed != 2 { // and the one through /json: 3
+		t.Fatalf("%d passed in all, want 3: the reload gave the key allowance", passed+1)
+	}
+
+	// A file that fails keeps the config before it, and is counted.
+	writeConfig(t, root, "api.yaml", "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 5}\n")
+	waitFor(t, "the failed load", func() bool {
+		_, body := get(t, "http://"+a.debug+"/metrics")
+		return strings.Contains(body, "ratelimit_service_config_load_error 1")
+	})
+	if r := call(); r.Statuses[0].CurrentLimit.RequestsPerUnit != 5 {
+		t.Fatalf("after a failed load: %v, want the limit of 5 kept", r)
+	}
+	_, body := get(t, "http://"+a.debug+"/metrics")
+	for _, want := range []string{`ratelimit_service_rate_limit_total_hits{domain="api",key1="k",key2=""}`, `floodgate_keys{limiter="rls",policy="api.k",route="api"} 1`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, `"v"`) {
+		t.Fatalf("/metrics names a request's value:\n%s", body)
+	}
+}
+
+// waitFor polls cond until it holds, for a change the server makes on
+// its own clock (the watcher's ticks); it asserts no speed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: never happened", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSettings: every setting that does not parse, or that would decide
+// otherwise and is not implemented, stops the start with its name.
+func TestSettings(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"bad port":       {"PORT": "http"},
+		"port too big":   {"GRPC_PORT": "70000"},
+		"bad bool":       {"SHADOW_MODE": "maybe"},
+		"bad ratio":      {"NEAR_LIMIT_RATIO": "1.5"},
+		"bad log level":  {"LOG_LEVEL": "loud"},
+		"bad log format": {"LOG_FORMAT": "xml"},
+		"quota mode":     {"QUOTA_MODE": "true"},
+		"metadata":       {"RESPONSE_DYNAMIC_METADATA": "true"},
+		"merge":          {"MERGE_DOMAIN_CONFIG": "true"},
+		"xds":            {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+		"memcache":       {"BACKEND_TYPE": "memcache"},
+		"per-second":     {"REDIS_PERSECOND": "true"},
+		"redis for now":  {"REDIS_URL": "127.0.0.1:6379"},
+		"bad age":        {"GRPC_MAX_CONNECTION_AGE": "forever"},
+		"unix socket":    {"GRPC_UDS": "/tmp/x.sock"},
+		"grpc tls":       {"GRPC_SERVER_USE_TLS": "true"},
+	} {
+		_, err := readSettings(func(k string) string { return env[k] })
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		for k := range env {
+			if !strings.Contains(err.Error(), k) {
+				t.Errorf("%s: %v does not name %s", name, err, k)
+			}
+		}
+	}
+	s, err := readSettings(func(k string) string {
+		return map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "false", "CACHE_KEY_PREFIX": "x", "LOCAL_CACHE_SIZE_IN_BYTES": "1024"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := strings.Join(s.warnings, "\n"); !strings.Contains(w, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") || !strings.Contains(w, "CACHE_KEY_PREFIX") || !strings.Contains(w, "LOCAL_CACHE_SIZE_IN_BYTES") {
+		t.Fatalf("warnings: %q", s.warnings)
+	}
+}
+
+// TestStartWithoutConfig: a runtime directory that does not load stops
+// the start, unless FORCE_START_WITHOUT_INITIAL_CONFIG, which serves
+// with no domain until a file loads.
+func TestStartWithoutConfig(t *testing.T) {
+	root := runtimeDir(t, map[string]string{"bad.yaml": "domain: [\n"})
+	env := map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current"), "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"}
+	err := run(context.Background(), func(k string) string { return env[k] }, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "bad.yaml") {
+		t.Fatalf("run with a bad file: %v, want an error naming it", err)
+	}
+	a, _ := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current"), "FORCE_START_WITHOUT_INITIAL_CONFIG": "true",
+		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": "true"})
+	if code, _ := get(t, "http://"+a.http+"/healthcheck"); code != 500 {
+		t.Fatalf("/healthcheck with no config: %d, want 500", code)
+	}
+	writeConfig(t, root, "bad.yaml", "domain: fixed\n")
+	waitFor(t, "health after a config loads", func() bool { code, _ := get(t, "http://"+a.http+"/healthcheck"); return code == 200 })
+}
