@@ -1,0 +1,572 @@
+package rls
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/rls/config"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// The reference server, envoyproxy/ratelimit, is built from its Go module
+// at the version testdata/ratelimit-peer pins, never imported: it is
+// what this package is compared with, not a part of it.
+
+// peerModule is the directory whose go.mod pins the reference.
+const peerModule = "testdata/ratelimit-peer"
+
+// buildPeer builds the reference server into dir. The Go build cache
+// makes every build after the first a link.
+func buildPeer(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the reference server is built and run by the full tests (make test, make check), not the cross-platform ones")
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(gobin); err != nil {
+		if gobin, err = exec.LookPath("go"); err != nil {
+			t.Skip("no go command to build envoyproxy/ratelimit with")
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "ratelimit")
+	cmd := exec.Command(gobin, "build", "-o", bin, "github.com/envoyproxy/ratelimit/src/service_cmd")
+	cmd.Dir = peerModule
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if os.Getenv(redistest.Require) == "1" {
+			t.Fatalf("building envoyproxy/ratelimit: %v\n%s", err, out)
+		}
+		t.Skipf("cannot build envoyproxy/ratelimit (is the Go module proxy reachable?): %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// peer is a running reference server.
+type peer struct {
+	client pb.RateLimitServiceClient
+	redis  *redistest.Server
+}
+
+// startPeer runs the reference server on redis with files as its
+// configuration, with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and the
+// RateLimit headers on, until the test ends.
+func startPeer(t *testing.T, bin string, redis *redistest.Server, files map[string]string, env ...string) *peer {
+	t.Helper()
+	root := t.TempDir()
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(cfgDir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grpcPort := freePort(t)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr,
+		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT="+freePort(t), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort,
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+freePort(t), "LOG_LEVEL=warn",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true", "EXPIRATION_JITTER_MAX_SECONDS=0")
+	cmd.Env = append(cmd.Env, env...)
+	logs := &strings.Builder{}
+	var mu sync.Mutex
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			mu.Lock()
+			logs.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	conn, err := grpc.NewClient("127.0.0.1:"+grpcPort, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	p := &peer{client: pb.NewRateLimitServiceClient(conn), redis: redis}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := p.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "readiness-probe", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}})
+		cancel()
+		if err == nil {
+			return p
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("envoyproxy/ratelimit never answered: %v\n%s", err, logs)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting on another process's start, not asserting a time
+	}
+}
+
+// flush empties the reference's Redis: every count starts again.
+func (p *peer) flush(t *testing.T) {
+	t.Helper()
+	c, err := net.Dial("tcp", p.redis.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("*1\r\n$8\r\nFLUSHALL\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "+OK") {
+		t.Fatalf("FLUSHALL: %q %v", line, err)
+	}
+}
+
+// answer is a response as the comparison reads it: every field a client
+// of the service sees.
+func answer(r *pb.RateLimitResponse) string {
+	var b strings.Builder
+	b.WriteString(r.OverallCode.String())
+	for _, s := range r.Statuses {
+		fmt.Fprintf(&b, " [%s left=%d reset=%ds", s.Code, s.LimitRemaining, s.DurationUntilReset.GetSeconds())
+		if l := s.CurrentLimit; l != nil {
+			fmt.Fprintf(&b, " limit=%d/%s", l.RequestsPerUnit, l.Unit)
+			if l.Name != "" {
+				fmt.Fprintf(&b, " name=%s", l.Name)
+			}
+		}
+		b.WriteString("]")
+	}
+	for _, h := range r.ResponseHeadersToAdd {
+		fmt.Fprintf(&b, " %s=%s", h.Key, h.Value)
+	}
+	return b.String()
+}
+
+// request builds a request of domain with descriptors, each given as
+// key=value pairs separated by commas ("a=1,b=2"; "a" alone has an empty
+// value).
+func request(domain string, hits uint32, descs ...string) *pb.RateLimitRequest {
+	r := &pb.RateLimitRequest{Domain: domain, HitsAddend: hits}
+	for _, d := range descs {
+		var kv []string
+		for _, e := range strings.Split(d, ",") {
+			k, v, _ := strings.Cut(e, "=")
+			kv = append(kv, k, v)
+		}
+		r.Descriptors = append(r.Descriptors, desc(kv...))
+	}
+	return r
+}
+
+func times(n int, r *pb.RateLimitRequest) []*pb.RateLimitRequest {
+	out := make([]*pb.RateLimitRequest, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}
+
+// sideBySide sends each sequence to both servers, request by request,
+// and requires the same answer to each. A sequence runs from empty
+// counts, within one second of the Unix clock (so within one window of
+// every unit, and one reading of duration_until_reset); one that crossed
+// a second is run again from empty counts.
+func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string][]*pb.RateLimitRequest) {
+	t.Helper()
+	var cfgFiles []config.File
+	for name, data := range files {
+		cfgFiles = append(cfgFiles, config.File{Name: name, Data: []byte(data)})
+	}
+	cfg, err := config.Load(cfgFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(seqs))
+	for name := range seqs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		reqs := seqs[name]
+		for attempt := 0; ; attempt++ {
+			p.flush(t)
+			_, ours := serve(t, cfg, Options{Headers: true})
+			start := time.Now().Unix()
+			var diffs []string
+			for i, req := range reqs {
+				theirs, err1 := p.client.ShouldRateLimit(context.Background(), req)
+				mine, err2 := ours.ShouldRateLimit(context.Background(), req)
+				if err1 != nil || err2 != nil {
+					if (err1 == nil) != (err2 == nil) {
+						diffs = append(diffs, fmt.Sprintf("request %d: envoyproxy/ratelimit %v, floodgate %v", i, err1, err2))
+					}
+					continue
+				}
+				if a, b := answer(theirs), answer(mine); a != b {
+					diffs = append(diffs, fmt.Sprintf("request %d:\n  envoyproxy/ratelimit %s\n  floodgate            %s", i, a, b))
+				}
+			}
+			if time.Now().Unix() != start {
+				if attempt < 8 {
+					continue // crossed a second: windows may have ended between the two servers' answers
+				}
+				t.Fatalf("%s: every attempt crossed a second", name)
+			}
+			if len(diffs) > 0 {
+				t.Errorf("%s: the servers differ:\n%s", name, strings.Join(diffs, "\n"))
+			}
+			break
+		}
+	}
+}
+
+// readPeerConfigs returns the YAML files of the reference's own
+// integration tests and examples, from its module.
+func readPeerConfigs(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-m", "-f", "{{.Dir}}", "github.com/envoyproxy/ratelimit")
+	cmd.Dir = peerModule
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("locating envoyproxy/ratelimit's module: %v", err)
+	}
+	dir := strings.TrimSpace(string(out))
+	sets := map[string]map[string]string{}
+	for _, sub := range []string{"test/integration/runtime/current/ratelimit/config", "examples/ratelimit/config"} {
+		files, err := filepath.Glob(filepath.Join(dir, sub, "*.yaml"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no configs in %s: %v", sub, err)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sets[filepath.Base(f)] = map[string]string{filepath.Base(f): string(data)}
+		}
+	}
+	return sets
+}
+
+// ours is a configuration of our own, with what the reference's configs
+// lack: wildcards, nesting with a default key, unlimited, shadow mode,
+// replaces across descriptors, a zero limit, and weeks, months, years.
+const oursYAML = `domain: ours
+descriptors:
+  - key: path
+    value: /api/*
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: path
+    value: /a*b*c
+    rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: path
+    rate_limit: {unit: week, requests_per_unit: 5}
+  - key: user
+    descriptors:
+      - key: plan
+        value: gold
+        rate_limit: {name: gold, unit: month, requests_per_unit: 6, replaces: [{name: everyone}]}
+      - key: plan
+        rate_limit: {name: everyone, unit: year, requests_per_unit: 2}
+  - key: health
+    rate_limit: {unlimited: true}
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: {unit: day, requests_per_unit: 2}
+  - key: closed
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: team
+    rate_limit: {unit: hour, requests_per_unit: 3}
+`
+
+// TestSideBySide: for fixed windows, the reference under
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and floodgate give every
+// sequential request the same code, limit_remaining,
+// duration_until_reset, current_limit and headers: on the reference's
+// own integration and example configs, and on ours.
+func TestSideBySide(t *testing.T) {
+	bin := buildPeer(t)
+	redis := redistest.Start(t)
+	configs := readPeerConfigs(t)
+	configs["ours.yaml"] = map[string]string{"ours.yaml": oursYAML}
+	seqs := map[string]map[string][]*pb.RateLimitRequest{
+		"another.yaml": {
+			"key2 20/min":  times(22, request("another", 0, "key2=a")),
+			"key3 10/hour": times(12, request("another", 0, "key3=b")),
+			"key4 20/day":  times(22, request("another", 0, "key4")),
+			"both, then key3's end": slices.Concat(
+				times(12, request("another", 0, "key2=a", "key3=b")),
+				times(3, request("another", 0, "key2=a"))),
+		},
+		"basic.yaml": {
+			"key1 50/s":         times(52, request("basic", 0, "key1=x")),
+			"one per minute":    times(3, request("basic", 0, "one_per_minute=y")),
+			"hits 7 on 50/s":    times(9, request("basic", 7, "key1=z")),
+			"unknown key":       times(2, request("basic", 0, "nope=1")),
+			"unknown domain":    times(2, request("nowhere", 0, "key1=x")),
+			"deeper than rules": times(2, request("basic", 0, "key1=x,more=1")),
+		},
+		"share_threshold.yaml": {
+			"shared":     slices.Concat(times(6, request("share-threshold-test", 0, "files=files/a")), times(6, request("share-threshold-test", 0, "files=files/b"))),
+			"not shared": slices.Concat(times(6, request("share-threshold-test", 0, "files_no_share=files_no_share/a")), times(6, request("share-threshold-test", 0, "files_no_share=files_no_share/b"))),
+		},
+		"config.yaml": {
+			"users": times(3, request("mongo_cps", 0, "database=users")),
+			"other": times(2, request("mongo_cps", 0, "database=other")),
+		},
+		"example.yaml": {
+			"account":            times(6, request("rl", 0, "category=account")),
+			"bkthomps":           times(4, request("rl", 0, "source_cluster=proxy,destination_cluster=bkthomps")),
+			"mock":               times(3, request("rl", 0, "source_cluster=proxy,destination_cluster=mock")),
+			"replaced":           times(6, request("rl", 0, "category=account", "source_cluster=proxy,destination_cluster=bkthomps", "source_cluster=proxy,destination_cluster=fake")),
+			"foo":                times(4, request("rl", 0, "foo=x")),
+			"foo bar":            times(5, request("rl", 0, "foo=x,bar=y")),
+			"foo bar bkthomps":   times(3, request("rl", 0, "foo=x,bar=bkthomps")),
+			"banned":             times(2, request("rl", 0, "foo=x,bar=banned")),
+			"banned replaced":    times(3, request("rl", 0, "foo=x,bar=banned", "source_cluster=proxy,destination_cluster=override")),
+			"baz":                times(3, request("rl", 0, "foo=x,baz=z")),
+			"not-so-shady":       times(5, request("rl", 0, "foo=x,baz=not-so-shady")),
+			"all or nothing":     times(5, request("rl", 0, "foo=x", "foo=x,bar=y")),
+			"over at the second": times(4, request("rl", 0, "foo=x,baz=z", "foo=x,bar=y")),
+		},
+		"ours.yaml": {
+			"api wildcard":    slices.Concat(times(3, request("ours", 0, "path=/api/a")), times(3, request("ours", 0, "path=/api/b"))),
+			"default key":     times(7, request("ours", 0, "path=/elsewhere")),
+			"gold":            times(8, request("ours", 0, "user=u,plan=gold")),
+			"everyone":        times(4, request("ours", 0, "user=u,plan=free")),
+			"gold replaces":   times(8, request("ours", 0, "user=u,plan=gold", "user=u,plan=free")),
+			"health":          times(3, request("ours", 0, "health=1")),
+			"shadowed":        times(4, request("ours", 0, "shadowed=1")),
+			"closed":          times(2, request("ours", 0, "closed=1")),
+			"team and closed": times(2, request("ours", 0, "team=t", "closed=1")),
+		},
+	}
+	for name, files := range configs {
+		if seqs[name] == nil {
+			t.Errorf("%s: a config of the reference with no sequences to compare: add some", name)
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			p := startPeer(t, bin, redis, files)
+			sideBySide(t, p, files, seqs[name])
+		})
+	}
+}
+
+// TestSideBySideDifferences shows, request by request, where floodgate
+// decides otherwise by design, on the same config and requests:
+//
+//   - A weighted hit over the limit: the reference, even with
+//     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, charges the descriptor that
+//     goes over, so a smaller hit that fits is refused after it;
+//     floodgate charges a refused hit nothing.
+//   - Without that setting, the reference charges every refused hit, and
+//     the other descriptors of a refused request too.
+//   - A descriptor's own hits_addend of 0: the reference reads a set
+//     wrapper of 0 as a check; so does floodgate.
+//   - Concurrency: 64 callers race on one descriptor; floodgate admits
+//     exactly the limit, the reference what its GET and INCRBY let
+//     through (logged).
+//   - A shadow rule over its limit: the reference stops charging the
+//     request's other descriptors (its stop-increment check counts the
+//     shadow's), so they pass uncounted; floodgate charges them.
+//   - One descriptor twice in a request, the second over the limit: the
+//     reference charges both (the first is left over its limit), and
+//     floodgate neither.
+//   - Wildcards inside a value ("/a*b*c"): the pinned reference, the
+//     newest the Go module proxy serves, matches a trailing * only, and
+//     reads the value literally; envoyproxy/ratelimit matches inner
+//     wildcards since March 2026 (#1085), as floodgate does.
+func TestSideBySideDifferences(t *testing.T) {
+	bin := buildPeer(t)
+	redis := redistest.Start(t)
+	files := map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"}
+	cfg, err := config.Load([]config.File{{Name: "d.yaml", Data: []byte(files["d.yaml"])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(p *peer, ours pb.RateLimitServiceClient, reqs []*pb.RateLimitRequest) (theirs, mine []string) {
+		for _, r := range reqs {
+			a, err := p.client.ShouldRateLimit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := ours.ShouldRateLimit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			theirs, mine = append(theirs, summary(a)), append(mine, summary(b))
+		}
+		return theirs, mine
+	}
+	// codes is each answer's first status, code and what is left.
+	codes := func(s []string) string {
+		var out []string
+		for _, x := range s {
+			parts := strings.Split(strings.Fields(x)[1], "/")
+			out = append(out, parts[0]+"/"+parts[1])
+		}
+		return strings.Join(out, " ")
+	}
+	t.Run("weighted hit over the limit", func(t *testing.T) {
+		p := startPeer(t, bin, redis, files)
+		p.flush(t)
+		_, ours := serve(t, cfg, Options{})
+		theirs, mine := run(p, ours, []*pb.RateLimitRequest{request("d", 8, "k=a"), request("d", 5, "k=a"), request("d", 2, "k=a")})
+		t.Logf("envoyproxy/ratelimit: %q\nfloodgate:            %q", theirs, mine)
+		if got := codes(theirs); got != "OK/2 OVER_LIMIT/0 OVER_LIMIT/0" {
+			t.Fatalf("the reference: %s, want OK then two refusals (it charged the refused 5)", got)
+		}
+		if got := codes(mine); got != "OK/2 OVER_LIMIT/0 OK/0" {
+			t.Fatalf("floodgate: %s, want OK, refused, then the 2 that fit admitted", got)
+		}
+	})
+	t.Run("without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", func(t *testing.T) {
+		p := startPeer(t, bin, redis, files, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false")
+		p.flush(t)
+		_, ours := serve(t, cfg, Options{})
+		reqs := slices.Concat(times(12, request("d", 0, "j=a", "k=a")), times(1, request("d", 0, "j=a")))
+		theirs, mine := run(p, ours, reqs)
+		// j is charged by the reference for each of the two refused pairs.
+		if got := codes(theirs[12:]); got != "OK/87" {
+			t.Fatalf("the reference's j after two refused pairs: %s, want 87 left (charged for them)", got)
+		}
+		if got := codes(mine[12:]); got != "OK/89" {
+			t.Fatalf("floodgate's j after two refused pairs: %s, want 89 left", got)
+		}
+	})
+	t.Run("concurrency", func(t *testing.T) {
+		p := startPeer(t, bin, redis, files)
+		p.flush(t)
+		_, ours := serve(t, cfg, Options{})
+		race := func(c pb.RateLimitServiceClient) int64 {
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 10 {
+						if admits(t, c, "d", desc("j", "hot")) {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			return admitted.Load()
+		}
+		theirs, mine := race(p.client), race(ours)
+		t.Logf("64 callers, 640 hits on a limit of 100: envoyproxy/ratelimit admitted %d, floodgate %d", theirs, mine)
+		if mine != 100 {
+			t.Fatalf("floodgate admitted %d, want exactly 100", mine)
+		}
+	})
+	t.Run("ours", func(t *testing.T) {
+		files := map[string]string{"ours.yaml": oursYAML}
+		cfg, err := config.Load([]config.File{{Name: "ours.yaml", Data: []byte(oursYAML)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := startPeer(t, bin, redis, files)
+		step := func(name string, reqs []*pb.RateLimitRequest, check func(theirs, mine []*pb.RateLimitResponse) string) {
+			p.flush(t)
+			_, ours := serve(t, cfg, Options{})
+			var theirs, mine []*pb.RateLimitResponse
+			for _, r := range reqs {
+				a, err := p.client.ShouldRateLimit(context.Background(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := ours.ShouldRateLimit(context.Background(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				theirs, mine = append(theirs, a), append(mine, b)
+			}
+			if msg := check(theirs, mine); msg != "" {
+				var lines []string
+				for i := range theirs {
+					lines = append(lines, fmt.Sprintf("  %d: envoyproxy/ratelimit %s\n     floodgate            %s", i, summary(theirs[i]), summary(mine[i])))
+				}
+				t.Errorf("%s: %s\n%s", name, msg, strings.Join(lines, "\n"))
+			}
+		}
+		left := func(r *pb.RateLimitResponse, i int) uint32 { return r.Statuses[i].LimitRemaining }
+		step("shadow over its limit", times(5, request("ours", 0, "shadowed=1", "team=t")), func(theirs, mine []*pb.RateLimitResponse) string {
+			if left(theirs[4], 1) != 1 || theirs[4].OverallCode != pb.RateLimitResponse_OK {
+				return "the reference should stop charging team once the shadow is over: team left 1, OK"
+			}
+			if left(mine[2], 1) != 0 || mine[3].OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+				return "floodgate should charge team throughout: none left at the third, refused at the fourth"
+			}
+			return ""
+		})
+		step("one descriptor twice", slices.Concat(times(3, request("ours", 0, "team=t", "team=t")), times(1, request("ours", 0, "team=t"))), func(theirs, mine []*pb.RateLimitResponse) string {
+			if theirs[3].OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+				return "the reference should have charged the refused pair: team alone refused after it"
+			}
+			if mine[3].OverallCode != pb.RateLimitResponse_OK || left(mine[1], 0) != 1 {
+				return "floodgate should charge the refused pair nothing: 1 left, and team alone admitted after it"
+			}
+			return ""
+		})
+		step("inner wildcard", times(1, request("ours", 0, "path=/axxbyyc")), func(theirs, mine []*pb.RateLimitResponse) string {
+			if l := theirs[0].Statuses[0].CurrentLimit; l == nil || l.Unit != pb.RateLimitResponse_RateLimit_WEEK {
+				return "the pinned reference should read /a*b*c literally, and give the default key's 5 a week"
+			}
+			if l := mine[0].Statuses[0].CurrentLimit; l == nil || l.Unit != pb.RateLimitResponse_RateLimit_HOUR {
+				return "floodgate should match /a*b*c, 3 an hour"
+			}
+			return ""
+		})
+	})
+	t.Run("check only", func(t *testing.T) {
+		p := startPeer(t, bin, redis, files)
+		p.flush(t)
+		_, ours := serve(t, cfg, Options{})
+		check := request("d", 0, "k=c")
+		check.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+		theirs, mine := run(p, ours, []*pb.RateLimitRequest{request("d", 3, "k=c"), check, check})
+		for i := range theirs {
+			if codes(theirs[i:i+1]) != codes(mine[i:i+1]) {
+				t.Fatalf("request %d: envoyproxy/ratelimit %s, floodgate %s", i, theirs[i], mine[i])
+			}
+		}
+	})
+}
