@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -39,11 +38,9 @@ func buildPeer(t *testing.T) string {
 	if testing.Short() {
 		t.Skip("-short: the reference server is built and run by the full tests (make test, make check), not the cross-platform ones")
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if _, err := os.Stat(gobin); err != nil {
-		if gobin, err = exec.LookPath("go"); err != nil {
-			t.Skip("no go command to build envoyproxy/ratelimit with")
-		}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build envoyproxy/ratelimit with")
 	}
 	bin := filepath.Join(t.TempDir(), "ratelimit")
 	cmd := exec.Command(gobin, "build", "-o", bin, "github.com/envoyproxy/ratelimit/src/service_cmd")
@@ -258,7 +255,7 @@ func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string]
 // integration tests and examples, from its module.
 func readPeerConfigs(t *testing.T) map[string]map[string]string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-m", "-f", "{{.Dir}}", "github.com/envoyproxy/ratelimit")
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/envoyproxy/ratelimit")
 	cmd.Dir = peerModule
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	out, err := cmd.Output()
