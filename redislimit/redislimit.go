@@ -105,6 +105,14 @@ type Config struct {
 	// from Redis in batches and spends them in process. The zero value
 	// decides every request with a round trip. See Lease.
 	Lease Lease
+
+	// HashTag, for a Store's policies only (New refuses it), names the
+	// part of a client's key that chooses its Redis Cluster slot: keys
+	// whose tags are equal share a slot, whatever the policy, so that
+	// Store.DecideEach can decide them in one script. nil is the whole
+	// key. The key is then "<Prefix>:<policy>:<algorithm>:{<tag>}:<key>",
+	// each of tag and key as 32 hex digits of its hash.
+	HashTag func(key string) string
 }
 
 // Stats counts what a Limiter has done since New.
@@ -156,6 +164,7 @@ type Limiter struct {
 	name     string     // the algorithm
 	keyHead  string     // "<prefix>:<algorithm>:"
 	tagged   bool       // a Store's: the client's hash is a Cluster hash tag, in braces
+	tag      func(string) string // with tagged: the part of the key that is the tag (Config.HashTag)
 	kind     scriptKind // the scripts' ARGV[argKind]
 	cur      atomic.Pointer[rules]
 	timeout  time.Duration
@@ -204,6 +213,9 @@ const (
 // commands, because a script that timed out may already have charged its
 // request.
 func New(client redis.UniversalClient, cfg Config) (*Limiter, error) {
+	if cfg.HashTag != nil {
+		return nil, errors.New("redislimit: HashTag is for a Store's policies (NewStore): a Limiter's keys have no tag")
+	}
 	return newLimiter(client, cfg, nil)
 }
 
@@ -432,10 +444,15 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 
 // Key returns the Redis key that holds key's state:
 // "<Prefix>:<algorithm>:" and 32 hex digits of key's SHA-256 (in braces,
-// for a Store's policy: see Store).
+// for a Store's policy: see Store; after its tag's, with Config.HashTag).
 func (l *Limiter) Key(key string) string {
 	var h [32]byte
 	hashInto(&h, key)
+	if l.tag != nil {
+		var t [32]byte
+		hashInto(&t, l.tag(key))
+		return l.keyHead + "{" + string(t[:]) + "}:" + string(h[:])
+	}
 	if l.tagged {
 		return l.keyHead + "{" + string(h[:]) + "}"
 	}

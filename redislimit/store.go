@@ -75,7 +75,7 @@ func NewStore(client redis.UniversalClient, cfg Config) (*Store, error) {
 		return nil, errors.New("redislimit: NewStore: Local is set; FailLocal applies each policy's own rule in process: leave it nil")
 	}
 	probe := cfg
-	probe.Rule = floodgate.Rule{Limit: 1, Period: time.Second}
+	probe.Rule, probe.HashTag = floodgate.Rule{Limit: 1, Period: time.Second}, nil
 	l, err := New(client, probe)
 	if err != nil {
 		return nil, err
@@ -99,14 +99,14 @@ func (s *Store) Policy(name, algorithm string, rule floodgate.Rule) (floodgate.S
 		return nil, fmt.Errorf("redislimit: a live policy of the Store is named %q already", name)
 	}
 	cfg := s.cfg
-	cfg.Algorithm, cfg.Rule = algorithm, rule
+	cfg.Algorithm, cfg.Rule, cfg.HashTag = algorithm, rule, nil
 	sum := sha256.Sum256([]byte(name))
 	cfg.Prefix = s.prefix + ":" + hex.EncodeToString(sum[:8])
 	l, err := New(s.client, cfg)
 	if err != nil {
 		return nil, err
 	}
-	l.tagged = true
+	l.tagged, l.tag = true, s.cfg.HashTag
 	p := &storePolicy{Limiter: l, store: s, name: name}
 	s.live[name] = p
 	return p, nil
@@ -192,6 +192,135 @@ func (s *Store) Decide(ctx context.Context, key string, n int64, ps []floodgate.
 	s.results.Inc(int(res))
 	copy(each, all)
 	return verdict(all, refused, shadow), refused, err
+}
+
+// Ask is one part of a request that DecideEach decides: N units for Key,
+// by Policy (one of the Store's).
+type Ask struct {
+	Policy floodgate.StorePolicy
+	Key    string
+	N      int64
+}
+
+// DecideEach decides asks together, all or nothing, as Decide decides
+// one key by several policies, but each ask with a key and a cost of its
+// own: Envoy's rate-limit service decides a request's descriptors this
+// way. shadow, nil or of len(asks), marks the shadow asks; each and the
+// index returned mean what they mean for Decide.
+//
+// Several asks go to Redis in one script, which runs each ask's policy
+// dry and charges them all only if they all admit, at one instant of
+// Redis's clock: a refusal charges nothing, at no moment. On Redis
+// Cluster their keys must then share a slot: give the Store a HashTag
+// under which they do (a request whose keys do not fails with Redis's
+// CROSSSLOT error, answered by the FailureMode). One ask is its policy's
+// AllowN, lease mode included; several take no lease, and each ask with
+// N below 1 or above its capacity is refused before any round trip. At
+// most 8 asks.
+func (s *Store) DecideEach(ctx context.Context, asks []Ask, shadow []bool, each []floodgate.Decision) (int, error) {
+	if len(asks) == 0 || len(asks) > maxPolicies || shadow != nil && len(shadow) != len(asks) {
+		return 0, fmt.Errorf("redislimit: DecideEach takes 1 to %d asks and as many shadow switches, got %d and %d", maxPolicies, len(asks), len(shadow))
+	}
+	var lbuf [maxPolicies]*Limiter
+	var kbuf [maxPolicies]string
+	var nbuf [maxPolicies]int64
+	ls, keys, ns := lbuf[:len(asks)], kbuf[:len(asks)], nbuf[:len(asks)]
+	for i, a := range asks {
+		sp, ok := a.Policy.(*storePolicy)
+		if !ok || sp.store != s {
+			return 0, fmt.Errorf("redislimit: DecideEach: ask %d's policy is not one of this Store's", i)
+		}
+		ls[i], keys[i], ns[i] = sp.Limiter, a.Key, a.N
+	}
+	var dec [maxPolicies]floodgate.Decision
+	all := dec[:len(ls)]
+	defer func() { copy(each, all) }()
+	if len(ls) == 1 {
+		d, err := ls[0].AllowN(ctx, keys[0], clampCost(ns[0]))
+		all[0] = d
+		if !d.Allowed {
+			return 0, err
+		}
+		return -1, err
+	}
+	for i, l := range ls {
+		if c := l.rs().capacity; ns[i] < 1 || ns[i] > c {
+			for j := range all {
+				all[j] = floodgate.Decision{Limit: ls[j].rs().capacity}
+			}
+			all[i].RetryAfter = floodgate.Never
+			s.results.Inc(int(resDenied))
+			return i, nil
+		}
+	}
+	l0 := ls[0]
+	var refused int
+	o, callerErr := l0.guarded(ctx, l0.timeout, func() (err error) {
+		refused, err = s.runEach(ctx, ls, keys, ns, shadow, all)
+		return err
+	})
+	switch o {
+	case tripAnswered:
+		s.results.Inc(int(decided(refused < 0 || shadow != nil && shadow[refused])))
+		return refused, nil
+	case tripAbandoned:
+		s.results.Inc(int(resAbandoned))
+		return s.abandon(ls, all), callerErr
+	}
+	l0.fallbacks.Add(1)
+	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
+	switch l0.mode {
+	case FailOpen:
+		for i, l := range ls {
+			c := l.rs().capacity
+			all[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - ns[i]}
+		}
+		s.results.Inc(int(resFailOpen))
+		return -1, nil
+	case FailClosed:
+		refused := 0
+		for i := range ls {
+			if !isShadow(i) {
+				refused = i
+				break
+			}
+		}
+		for i, l := range ls {
+			all[i] = floodgate.Decision{Limit: l.rs().capacity, RetryAfter: time.Duration(l0.breaker.every)}
+		}
+		s.results.Inc(int(resFailClosed))
+		return refused, nil
+	}
+	// FailLocal: the policies' in-process limiters, enforced asks all or
+	// nothing, then each shadow alone.
+	var fbuf [maxPolicies]floodgate.Ask
+	var idx [maxPolicies]int
+	fa := fbuf[:0]
+	for i, l := range ls {
+		if !isShadow(i) {
+			fa = append(fa, floodgate.Ask{Limiter: l.local, Key: keys[i], N: ns[i]})
+			idx[len(fa)-1] = i
+		}
+	}
+	var fd [maxPolicies]floodgate.Decision
+	refused = floodgate.DecideAll(fa, fd[:len(fa)])
+	for k := range fa {
+		all[idx[k]] = fd[k]
+	}
+	if refused >= 0 {
+		refused = idx[refused]
+	}
+	for i, l := range ls {
+		if isShadow(i) {
+			if refused >= 0 {
+				all[i] = l.local.Peek(keys[i])
+			} else if all[i] = l.local.AllowN(keys[i], ns[i]); !all[i].Allowed && refused < 0 {
+				refused = i
+			}
+		}
+	}
+	s.results.Inc(int(resFailLocal))
+	return refused, nil
 }
 
 // clampCost is n as AllowN's int: a cost beyond int's range is above any
@@ -363,15 +492,32 @@ var multiScript = func() *script {
 // run is the multi-policy round trip, within the first policy's Timeout,
 // in a batch with the first policy's calls in flight (see batcher).
 func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, error) {
+	var keys [maxPolicies]string
+	var ns [maxPolicies]int64
+	for i := range ls {
+		keys[i], ns[i] = key, n
+	}
+	return s.runEach(ctx, ls, keys[:len(ls)], ns[:len(ls)], shadow, all)
+}
+
+// runEach is run with a key and a cost for each policy.
+func (s *Store) runEach(ctx context.Context, ls []*Limiter, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, error) {
 	l0 := ls[0]
 	mayEnd := ctx.Done() != nil
 	ctx, cancel := l0.budget.with(ctx, l0.timeout)
 	defer cancel()
 	var rss [maxPolicies]*rules
-	hash := keyHash(key)
 	args := make([]any, 3, 3+len(ls)+2+len(ls)*(1+argHistory))
 	args[0], args[1], args[2] = "evalsha", s.multi.sha, len(ls)
-	for _, l := range ls {
+	hash := ""
+	for i, l := range ls {
+		if l.tag != nil {
+			args = append(args, l.Key(keys[i]))
+			continue
+		}
+		if i == 0 || keys[i] != keys[i-1] || hash == "" {
+			hash = keyHash(keys[i])
+		}
 		args = append(args, l.keyHead+"{"+hash+"}")
 	}
 	flags := make([]byte, len(ls))
@@ -384,7 +530,7 @@ func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, sha
 	args = append(args, l0.scriptNow(), string(flags))
 	for i, l := range ls {
 		rss[i] = l.rs()
-		a := l.args("", call{n: n, rs: rss[i]})[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
+		a := l.args("", call{n: ns[i], rs: rss[i]})[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
 		args = append(args, len(a))
 		args = append(args, a...)
 	}
