@@ -161,11 +161,11 @@ type Stats struct {
 type Limiter struct {
 	client   redis.UniversalClient
 	script   *script
-	name     string     // the algorithm
-	keyHead  string     // "<prefix>:<algorithm>:"
-	tagged   bool       // a Store's: the client's hash is a Cluster hash tag, in braces
+	name     string              // the algorithm
+	keyHead  string              // "<prefix>:<algorithm>:"
+	tagged   bool                // a Store's: the client's hash is a Cluster hash tag, in braces
 	tag      func(string) string // with tagged: the part of the key that is the tag (Config.HashTag)
-	kind     scriptKind // the scripts' ARGV[argKind]
+	kind     scriptKind          // the scripts' ARGV[argKind]
 	cur      atomic.Pointer[rules]
 	timeout  time.Duration
 	mode     FailureMode
