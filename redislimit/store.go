@@ -112,6 +112,21 @@ func (s *Store) Policy(name, algorithm string, rule floodgate.Rule) (floodgate.S
 	return p, nil
 }
 
+// Check reports whether Policy would take algorithm and rule, without
+// making a policy: what New refuses (a rule the algorithm cannot hold
+// exactly on Redis, a Lease that cannot save round trips under it) is
+// refused here with the same message. A service that loads many rules
+// checks them all before it uses any.
+func (s *Store) Check(algorithm string, rule floodgate.Rule) error {
+	cfg := s.cfg
+	cfg.Algorithm, cfg.Rule, cfg.HashTag = algorithm, rule, nil
+	l, err := New(s.client, cfg)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
 // storePolicy is a Limiter that a Store made.
 type storePolicy struct {
 	*Limiter

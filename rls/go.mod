@@ -6,12 +6,16 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0
 	github.com/floodgate-go/floodgate v0.0.0
 	github.com/prometheus/client_golang v1.23.1
+	github.com/redis/go-redis/v9 v9.22.0
 	google.golang.org/grpc v1.78.0
 	google.golang.org/protobuf v1.36.11
 	gopkg.in/yaml.v3 v3.0.1
 )
 
-require go.uber.org/goleak v1.3.0 // indirect
+require (
+	go.uber.org/atomic v1.11.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -19,6 +23,7 @@ require (
 	github.com/cncf/xds/go v0.0.0-20251110193048-8bfbf64dc13e // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.0 // indirect
 	github.com/floodgate-go/floodgate/prommetrics v0.0.0
+	github.com/floodgate-go/floodgate/redislimit v0.0.0
 	github.com/grafana/regexp v0.0.0-20240518133315-a468a5bfb3bc // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -38,3 +43,5 @@ require (
 replace github.com/floodgate-go/floodgate => ../
 
 replace github.com/floodgate-go/floodgate/prommetrics => ../prommetrics
+
+replace github.com/floodgate-go/floodgate/redislimit => ../redislimit

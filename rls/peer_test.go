@@ -402,9 +402,10 @@ func TestSideBySide(t *testing.T) {
 //   - A shadow rule over its limit: the reference stops charging the
 //     request's other descriptors (its stop-increment check counts the
 //     shadow's), so they pass uncounted; floodgate charges them.
-//   - One descriptor twice in a request, the second over the limit: the
-//     reference charges both (the first is left over its limit), and
-//     floodgate neither.
+//   - One descriptor twice in a request: the reference charges each in
+//     turn, and charges both when the second goes over; floodgate asks
+//     for both hits at once, on every backend, and charges nothing when
+//     they do not fit.
 //   - Wildcards inside a value ("/a*b*c"): the pinned reference, the
 //     newest the Go module proxy serves, matches a trailing * only, and
 //     reads the value literally; envoyproxy/ratelimit matches inner
@@ -538,8 +539,8 @@ func TestSideBySideDifferences(t *testing.T) {
 			if theirs[3].OverallCode != pb.RateLimitResponse_OVER_LIMIT {
 				return "the reference should have charged the refused pair: team alone refused after it"
 			}
-			if mine[3].OverallCode != pb.RateLimitResponse_OK || left(mine[1], 0) != 1 {
-				return "floodgate should charge the refused pair nothing: 1 left, and team alone admitted after it"
+			if mine[3].OverallCode != pb.RateLimitResponse_OK || mine[1].OverallCode != pb.RateLimitResponse_OVER_LIMIT || left(mine[0], 0) != 1 || left(mine[0], 1) != 1 {
+				return "floodgate should decide the pair as one ask of 2 (1 left after the first), refuse the second whole, and admit team alone after it"
 			}
 			return ""
 		})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/policy"
+	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls/config"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -56,6 +58,29 @@ type Options struct {
 	// grpclimit.Config.MaxKeys does: 0 is a bound that keeps each rule
 	// within 64 MiB, negative none.
 	MaxKeys int
+	// Store, if set, keeps every rule's counts on Redis, shared by every
+	// replica of the service: each rule is a policy of the Store, named
+	// by its place in the descriptor tree, and a request's descriptors
+	// are decided in one script (see redislimit.Store.DecideEach), so at
+	// most 8 limited descriptors a request. Give the Store a HashTag
+	// under which a request's keys share a Redis Cluster slot: HashTag
+	// does (every key of a domain in one slot). The Store's Config says
+	// what happens while Redis cannot answer (FailureMode), and lease
+	// mode (Lease), which serves a request of one descriptor from a
+	// lease. Close closes the Server's policies, which returns their
+	// leases; the Store stays the caller's.
+	Store *redislimit.Store
+}
+
+// HashTag is the redislimit.Config.HashTag of a Store for the Server:
+// the domain of a key the Server made, so that every key of a domain,
+// and so every descriptor of a request, shares one Redis Cluster slot.
+func HashTag(key string) string {
+	n, w := binary.Uvarint([]byte(key[:min(len(key), binary.MaxVarintLen64)]))
+	if w <= 0 || uint64(len(key)-w) < n {
+		return key
+	}
+	return key[w : w+int(n)]
 }
 
 // Server is Envoy's rate-limit service. Make one with New; it is safe for
@@ -89,7 +114,8 @@ type snapshot struct {
 // rule is one rule's limiter and counts. It outlives a reload that keeps
 // the rule at its place with the same algorithm.
 type rule struct {
-	lim   *floodgate.Limiter // nil for a rule that admits nothing (requests_per_unit 0)
+	lim   *floodgate.Limiter    // in process; nil for a rule that admits nothing (requests_per_unit 0)
+	pol   floodgate.StorePolicy // on Redis (Options.Store), instead of lim
 	limit *config.Limit      // as last configured
 	pbLim *pb.RateLimitResponse_RateLimit
 	unit  int64 // the window in seconds
@@ -137,6 +163,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.opts.ResetHeader == "" {
 		s.opts.ResetHeader = "RateLimit-Reset"
 	}
+	if err := s.Check(cfg); err != nil {
+		return nil, err
+	}
 	s.snap.Store(&snapshot{cfg: cfg, rules: make([]atomic.Pointer[rule], cfg.Len())})
 	s.loads.Add(1)
 	go s.sweep(policy.DefaultIdleTTL)
@@ -165,48 +194,126 @@ func UnixClock() floodgate.Clock {
 // starts after it returns. A rule that keeps its place in the descriptor
 // tree and its algorithm keeps every key's state: its limiter takes the
 // new limit by SetRule, so no client gains allowance from the reload. A
-// rule whose algorithm changes starts afresh.
+// rule whose algorithm changes starts afresh. If a rule of cfg cannot be
+// held (see Check), SetConfig returns the error and changes nothing.
 func (s *Server) SetConfig(cfg *config.Config) error {
 	if cfg == nil {
 		return errors.New("rls: SetConfig needs a configuration")
+	}
+	if err := s.Check(cfg); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.snap.Load()
 	next := &snapshot{cfg: cfg, rules: make([]atomic.Pointer[rule], cfg.Len())}
-	var errs []error
 	for i := range old.rules {
 		r := old.rules[i].Load()
 		if r == nil {
 			continue
 		}
 		nl := cfg.Same(r.limit)
-		if nl == nil || nl.Unlimited || nl.Algorithm != r.limit.Algorithm || (r.lim == nil) != (nl.RequestsPerUnit == 0) {
-			if r.lim != nil {
-				r.lim.Close()
-			}
+		if nl == nil || nl.Unlimited || nl.Algorithm != r.limit.Algorithm || r.zero() != (nl.RequestsPerUnit == 0) {
+			r.close()
 			continue
 		}
-		if r.lim != nil && ruleOf(nl) != ruleOf(r.limit) {
-			if err := r.lim.SetRule(ruleOf(nl)); err != nil {
-				errs = append(errs, fmt.Errorf("rule %s: %w", nl.Key, err))
-				r.lim.Close()
-				continue
-			}
+		if !r.zero() && ruleOf(nl) != ruleOf(r.limit) && r.setRule(ruleOf(nl)) != nil {
+			r.close() // Check took the rule: not reached; the rule would start afresh
+			continue
 		}
 		next.rules[nl.Index].Store(r.reconfigured(nl))
 	}
 	s.snap.Store(next)
 	s.loads.Add(1)
-	return errors.Join(errs...)
+	return nil
+}
+
+// Check reports whether the Server can hold every rule of cfg: in
+// process, what floodgate.New takes; on a Store, what its Policy takes
+// (Redis bounds some rules, as a sliding counter's Limit × Period, and a
+// Lease must be able to save round trips under each bucket's rule). The
+// error names the first rule refused, by its file's key. New and
+// SetConfig check; a tool that validates config files may too.
+func (s *Server) Check(cfg *config.Config) error {
+	type shape struct {
+		alg  string
+		rule floodgate.Rule
+	}
+	seen := map[shape]error{}
+	for i := range cfg.Len() {
+		l := cfg.Rule(i)
+		if l.Unlimited || l.RequestsPerUnit == 0 {
+			continue
+		}
+		k := shape{l.Algorithm, ruleOf(l)}
+		err, done := seen[k]
+		if !done {
+			if s.opts.Store != nil {
+				err = s.opts.Store.Check(l.Algorithm, k.rule)
+			} else {
+				var lim *floodgate.Limiter
+				if lim, err = floodgate.New(floodgate.Config{Algorithm: l.Algorithm, Rule: k.rule}); err == nil {
+					lim.Close()
+				}
+			}
+			seen[k] = err
+		}
+		if err != nil {
+			return fmt.Errorf("rls: rule %s (%d per %s, %s): %w", l.Key, l.RequestsPerUnit, l.Unit, l.Algorithm, err)
+		}
+	}
+	return nil
 }
 
 // reconfigured returns r under its new configuration nl: the same
 // limiter and counts.
 func (r *rule) reconfigured(nl *config.Limit) *rule {
-	n := &rule{lim: r.lim, limit: nl, pbLim: pbLimit(nl), unit: int64(nl.Unit.Duration() / time.Second), fixed: nl.Algorithm == floodgate.FixedWindow}
+	n := &rule{lim: r.lim, pol: r.pol, limit: nl, pbLim: pbLimit(nl), unit: int64(nl.Unit.Duration() / time.Second), fixed: nl.Algorithm == floodgate.FixedWindow}
 	n.stats.share(&r.stats)
 	return n
+}
+
+// zero reports whether r admits nothing (requests_per_unit 0).
+func (r *rule) zero() bool { return r.lim == nil && r.pol == nil }
+
+func (r *rule) setRule(fr floodgate.Rule) error {
+	if r.pol != nil {
+		return r.pol.SetRule(fr)
+	}
+	return r.lim.SetRule(fr)
+}
+
+// close releases what r holds: a policy's leases go back to Redis.
+func (r *rule) close() {
+	if r.pol != nil {
+		r.pol.Close()
+	}
+	if r.lim != nil {
+		r.lim.Close()
+	}
+}
+
+// build makes r's limiter, or its policy on the Store, named name.
+func (s *Server) build(r *rule, name string) error {
+	l := r.limit
+	if l.RequestsPerUnit == 0 {
+		return nil
+	}
+	if s.opts.Store != nil {
+		p, err := s.opts.Store.Policy(name, l.Algorithm, ruleOf(l))
+		r.pol = p
+		return err
+	}
+	lim, err := policy.Build1(policy.Spec{Name: l.Key, Rule: ruleOf(l), Algorithm: l.Algorithm},
+		policy.Common{Clock: s.clock, MaxKeys: s.opts.MaxKeys, IdleTTL: -1})
+	r.lim = lim
+	return err
+}
+
+// policyName is the Store's name for a rule: its place in the tree.
+func policyName(l *config.Limit) string {
+	domain, levels := l.Path()
+	return fmt.Sprintf("rule %q %q", domain, levels)
 }
 
 // ruleOf is l's floodgate rule.
@@ -240,13 +347,8 @@ func (s *Server) ruleFor(snap *snapshot, l *config.Limit) (*rule, error) {
 	}
 	r := &rule{limit: l, pbLim: pbLimit(l), unit: int64(l.Unit.Duration() / time.Second), fixed: l.Algorithm == floodgate.FixedWindow}
 	r.stats.init()
-	if l.RequestsPerUnit > 0 {
-		lim, err := policy.Build1(policy.Spec{Name: l.Key, Rule: ruleOf(l), Algorithm: l.Algorithm},
-			policy.Common{Clock: s.clock, MaxKeys: s.opts.MaxKeys, IdleTTL: -1})
-		if err != nil {
-			return nil, err
-		}
-		r.lim = lim
+	if err := s.build(r, policyName(l)); err != nil {
+		return nil, err
 	}
 	snap.rules[l.Index].Store(r)
 	return r, nil
@@ -266,13 +368,8 @@ func (s *Server) overrideFor(rpu uint32, u config.Unit) (*rule, error) {
 	l := &config.Limit{Key: "override", RequestsPerUnit: rpu, Unit: u, Algorithm: floodgate.FixedWindow}
 	r := &rule{limit: l, pbLim: pbLimit(l), unit: int64(u.Duration() / time.Second), fixed: true}
 	r.stats.init()
-	if rpu > 0 {
-		lim, err := policy.Build1(policy.Spec{Name: "override", Rule: ruleOf(l), Algorithm: floodgate.FixedWindow},
-			policy.Common{Clock: s.clock, MaxKeys: s.opts.MaxKeys, IdleTTL: -1})
-		if err != nil {
-			return nil, err
-		}
-		r.lim = lim
+	if err := s.build(r, fmt.Sprintf("override %d/%s", rpu, u)); err != nil {
+		return nil, status.Errorf(codes.Internal, "rls: %v", err)
 	}
 	s.overrides[o] = r
 	s.ovCount.Store(int64(len(s.overrides)))
@@ -308,12 +405,28 @@ func (s *Server) sweep(ttl time.Duration) {
 	}
 }
 
-// Close stops the Server's background sweep. The Server still answers
-// after Close; only idle keys are no longer forgotten.
+// Close stops the Server's background sweep and, on a Store, closes its
+// policies, which returns their unspent leases to Redis. In process the
+// Server still answers after Close; only idle keys are no longer
+// forgotten. On a Store it must not be used after.
 func (s *Server) Close() error {
 	s.closed.Do(func() {
 		close(s.stop)
 		<-s.swept
+		if s.opts.Store == nil {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		snap := s.snap.Load()
+		for i := range snap.rules {
+			if r := snap.rules[i].Load(); r != nil {
+				r.close()
+			}
+		}
+		for _, r := range s.overrides {
+			r.close()
+		}
 	})
 	return nil
 }
@@ -339,6 +452,13 @@ type scratch struct {
 	askOf   []int // the descriptor of each ask
 	each    []floodgate.Decision
 	ds      []floodgate.Decision // each descriptor's answer
+	state   []uint8              // how each answer was reached
+	first   []int                // the descriptor that decides for each: itself, or the first of the same rule and key
+	cost    []uint64             // what the deciding descriptor asks: the hits of all it decides for
+	done    []bool               // decided before any limiter is asked
+	// On Redis:
+	storeAsks []redislimit.Ask
+	shadow    []bool
 	names   map[string]bool      // replaces
 }
 
@@ -451,38 +571,251 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			}
 		}
 	}
-	// The enforced descriptors, all or nothing.
-	sc.asks, sc.askOf = sc.asks[:0], sc.askOf[:0]
-	for i := range n {
-		if sc.kind[i] == kindEnforced {
-			sc.asks = append(sc.asks, floodgate.Ask{Limiter: sc.rules[i].lim, Key: sc.keyOf(i), N: clampHits(sc.hits[i])})
-			sc.askOf = append(sc.askOf, i)
+	over, err := s.decide(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	return s.respond(sc, over), nil
+}
+
+// How a descriptor's answer in sc.ds was reached.
+const (
+	charged     uint8 = iota // it decided the request, and charged it: Remaining is what is left
+	peeked                   // it was not charged: the answer is what one more request would find
+	refusedHere              // it refused the request
+)
+
+// decide decides the request's descriptors: the enforced ones all or
+// nothing, then the shadows all or nothing among themselves (a shadow
+// refuses nothing; if one would, none is charged), and the checks by a
+// look. It reports whether an enforced descriptor refused.
+func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error) {
+	n := len(sc.kind)
+	sc.state = grow(sc.state, n)
+	over = s.prepare(sc)
+	if s.opts.Store != nil {
+		over, err = s.decideStore(ctx, sc, over)
+	} else {
+		over = s.decideLocal(sc, over)
+	}
+	for i, f := range sc.first {
+		if f != i {
+			sc.ds[i], sc.state[i] = sc.ds[f], sc.state[f]
 		}
 	}
-	sc.each = grow(sc.each, len(sc.asks))
-	refused := floodgate.DecideAll(sc.asks, sc.each)
-	for k, i := range sc.askOf {
-		sc.ds[i] = sc.each[k]
-	}
+	return over, err
+}
+
+// prepare merges the descriptors that name one rule and key (and are
+// enforced, or shadows, both) into the first of them, which asks for
+// all their hits at once, so that a request is decided the same on
+// every backend; and decides at once every one whose hits no state of
+// its rule can hold: an enforced one refuses the request, a shadow is
+// refused alone. It reports whether an enforced descriptor refused.
+func (s *Server) prepare(sc *scratch) (over bool) {
+	n := len(sc.kind)
+	sc.first, sc.cost, sc.done = grow(sc.first, n), grow(sc.cost, n), grow(sc.done, n)
 	for i := range n {
-		r := sc.rules[i]
-		switch sc.kind[i] {
-		case kindShadow:
-			if refused >= 0 || r.lim == nil {
-				sc.ds[i] = peek(r, sc.keyOf(i))
-			} else {
-				sc.ds[i] = r.lim.AllowN(sc.keyOf(i), clampHits(sc.hits[i]))
+		sc.first[i], sc.cost[i], sc.done[i] = i, sc.hits[i], false
+		k := sc.kind[i]
+		if k != kindEnforced && k != kindShadow {
+			continue
+		}
+		for j := range i {
+			if sc.first[j] == j && sc.kind[j] == k && sc.rules[j] == sc.rules[i] && sc.keyOf(j) == sc.keyOf(i) {
+				sc.first[i] = j
+				sc.cost[j] = addHits(sc.cost[j], sc.hits[i])
+				break
 			}
-		case kindCheck:
-			sc.ds[i] = peek(r, sc.keyOf(i))
 		}
 	}
-	return s.respond(req, sc, refused), nil
+	for i := range n {
+		f := sc.first[i]
+		sc.cost[i] = sc.cost[f]
+		k := sc.kind[i]
+		if f == i && (k == kindEnforced || k == kindShadow) && sc.cost[i] > sc.rules[i].capacity() {
+			sc.ds[i], sc.state[i], sc.done[i] = floodgate.Decision{RetryAfter: floodgate.Never}, refusedHere, true
+			over = over || k == kindEnforced
+		}
+	}
+	return over
+}
+
+// addHits is a + b, at most math.MaxUint64.
+func addHits(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// capacity is the most one request may ask of r: its burst, or its
+// limit (0 for a rule that admits nothing).
+func (r *rule) capacity() uint64 {
+	if r.limit.Burst > 0 {
+		return uint64(r.limit.Burst)
+	}
+	return uint64(r.limit.RequestsPerUnit)
+}
+
+// live reports whether descriptor i is decided by a limiter: it decides
+// for itself, and was not decided before.
+func (sc *scratch) live(i int) bool { return sc.first[i] == i && !sc.done[i] }
+
+// decideLocal is decide in process.
+func (s *Server) decideLocal(sc *scratch, over bool) bool {
+	n := len(sc.kind)
+	sc.each = grow(sc.each, n)
+	group := func(kind uint8) int {
+		sc.asks, sc.askOf = sc.asks[:0], sc.askOf[:0]
+		for i := range n {
+			if sc.kind[i] == kind && sc.live(i) {
+				sc.asks = append(sc.asks, floodgate.Ask{Limiter: sc.rules[i].lim, Key: sc.keyOf(i), N: clampHits(sc.cost[i])})
+				sc.askOf = append(sc.askOf, i)
+			}
+		}
+		j := floodgate.DecideAll(sc.asks, sc.each)
+		for k, i := range sc.askOf {
+			sc.ds[i] = sc.each[k]
+			switch {
+			case j < 0:
+				sc.state[i] = charged
+			case k == j:
+				sc.state[i] = refusedHere
+			default:
+				sc.state[i] = peeked
+			}
+		}
+		return j
+	}
+	if over {
+		// An enforced descriptor refused at once: the others are looked at.
+		for i := range n {
+			if sc.live(i) && sc.kind[i] != kindNone && sc.kind[i] != kindUnlimited {
+				sc.ds[i], sc.state[i] = peek(sc.rules[i], sc.keyOf(i)), peeked
+			}
+		}
+		return true
+	}
+	over = group(kindEnforced) >= 0
+	if !over {
+		group(kindShadow)
+	}
+	// The shadows of a refused request, and the checks, are looked at
+	// after every charge, as on Redis.
+	for i := range n {
+		if sc.live(i) && (sc.kind[i] == kindCheck || sc.kind[i] == kindShadow && over) {
+			sc.ds[i], sc.state[i] = peek(sc.rules[i], sc.keyOf(i)), peeked
+		}
+	}
+	return over
+}
+
+// peeker is what a Store's policy answers besides its decisions.
+type peeker interface {
+	Peek(ctx context.Context, key string) (floodgate.Decision, error)
+}
+
+// decideStore is decide on Redis: every enforced and shadow descriptor
+// in one script (see redislimit.Store.DecideEach), a check by a look of
+// its own.
+func (s *Server) decideStore(ctx context.Context, sc *scratch, over bool) (bool, error) {
+	n := len(sc.kind)
+	sc.storeAsks, sc.shadow, sc.askOf = sc.storeAsks[:0], sc.shadow[:0], sc.askOf[:0]
+	for i := range n {
+		k := sc.kind[i]
+		if k != kindEnforced && k != kindShadow || !sc.live(i) {
+			continue
+		}
+		r := sc.rules[i]
+		// A key of its own, not sc's bytes: lease mode keeps the keys it
+		// holds leases for.
+		sc.storeAsks = append(sc.storeAsks, redislimit.Ask{Policy: r.pol, Key: strings.Clone(sc.keyOf(i)), N: clampHits(sc.cost[i])})
+		sc.shadow = append(sc.shadow, k == kindShadow)
+		sc.askOf = append(sc.askOf, i)
+	}
+	if len(sc.storeAsks) > maxStoreAsks {
+		return false, status.Errorf(codes.InvalidArgument, "rls: %d limited descriptors in one request, more than the %d one decision on Redis takes", len(sc.storeAsks), maxStoreAsks)
+	}
+	look := func(i int) error {
+		if sc.rules[i].pol == nil {
+			sc.ds[i], sc.state[i] = floodgate.Decision{RetryAfter: floodgate.Never}, peeked
+			return nil
+		}
+		d, err := sc.rules[i].pol.(peeker).Peek(ctx, strings.Clone(sc.keyOf(i)))
+		sc.ds[i], sc.state[i] = d, peeked
+		return err
+	}
+	if over {
+		// Refused before any decision: the others are looked at.
+		for _, i := range sc.askOf {
+			if err := look(i); err != nil {
+				return true, contextStatus(err)
+			}
+		}
+		return true, s.looks(sc, look)
+	}
+	if len(sc.storeAsks) > 0 {
+		sc.each = grow(sc.each, len(sc.storeAsks))
+		j, err := s.opts.Store.DecideEach(ctx, sc.storeAsks, sc.shadow, sc.each)
+		if err != nil {
+			return false, contextStatus(err)
+		}
+		over = j >= 0 && !sc.shadow[j]
+		for k, i := range sc.askOf {
+			d := sc.each[k]
+			switch {
+			case k == j:
+				sc.ds[i], sc.state[i] = d, refusedHere
+			case j < 0 || !over && !sc.shadow[k]:
+				sc.ds[i], sc.state[i] = d, charged
+			default: // a dry run of the request's cost: as a look
+				sc.ds[i], sc.state[i] = asLook(d, sc.storeAsks[k].N), peeked
+			}
+		}
+	}
+	return over, s.looks(sc, look)
+}
+
+// maxStoreAsks is the most descriptors one decision on Redis takes.
+const maxStoreAsks = 8
+
+// looks answers the request's checks (hits 0) by a look each.
+func (s *Server) looks(sc *scratch, look func(int) error) error {
+	for i, k := range sc.kind {
+		if k == kindCheck && sc.live(i) {
+			if err := look(i); err != nil {
+				return contextStatus(err)
+			}
+		}
+	}
+	return nil
+}
+
+// asLook turns a dry run of cost n into what a look (one request) says.
+func asLook(d floodgate.Decision, n int64) floodgate.Decision {
+	if !d.Allowed {
+		return floodgate.Decision{Limit: d.Limit, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+	}
+	d.Remaining += n - 1
+	return d
+}
+
+// contextStatus is the gRPC status of a decision the caller gave up on.
+func contextStatus(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, "rls: the caller's deadline passed before Redis answered")
+	}
+	if errors.Is(err, context.Canceled) {
+		return status.Error(codes.Canceled, "rls: the caller gave up before Redis answered")
+	}
+	return status.Errorf(codes.Unavailable, "rls: %v", err)
 }
 
 // keyOf is descriptor i's key, which shares sc.key's bytes: floodgate
 // limiters hash a key and keep none of it, so it is valid for the
-// request.
+// request; a Store's policies may keep one (lease mode), and are given
+// a copy.
 func (sc *scratch) keyOf(i int) string {
 	start := 0
 	if i > 0 {
@@ -527,11 +860,10 @@ func grow[T any](s []T, n int) []T {
 }
 
 // respond builds the response from each descriptor's answer, and counts.
-func (s *Server) respond(req *pb.RateLimitRequest, sc *scratch, refused int) *pb.RateLimitResponse {
+func (s *Server) respond(sc *scratch, over bool) *pb.RateLimitResponse {
 	n := len(sc.kind)
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
 	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n) // one allocation for all
-	over := refused >= 0
 	now := s.clock.Now()
 	minIdx, minLeft := -1, uint32(math.MaxUint32)
 	for i := range n {
@@ -550,25 +882,14 @@ func (s *Server) respond(req *pb.RateLimitRequest, sc *scratch, refused int) *pb
 		st.DurationUntilReset = r.reset(now, d)
 		var left int64
 		var overHere bool
-		switch {
-		case sc.kind[i] == kindCheck:
+		switch sc.state[i] {
+		case refusedHere:
+			overHere = true
+		case peeked:
 			left = remainingNow(d)
-		case sc.kind[i] == kindEnforced && over:
-			if sc.askOf[refused] == i {
-				overHere = true
-			} else {
-				left = remainingNow(d)
-				overHere = uint64(left) < hits
-			}
-		case sc.kind[i] == kindShadow && over:
-			left = remainingNow(d)
-			overHere = uint64(left) < hits
-		default: // admitted, enforced or shadow
-			if d.Allowed {
-				left = d.Remaining
-			} else {
-				overHere = true // a shadow that would refuse
-			}
+			overHere = uint64(left) < sc.cost[i]
+		default:
+			left = d.Remaining
 		}
 		if overHere {
 			left = 0
