@@ -116,7 +116,7 @@ type snapshot struct {
 type rule struct {
 	lim   *floodgate.Limiter    // in process; nil for a rule that admits nothing (requests_per_unit 0)
 	pol   floodgate.StorePolicy // on Redis (Options.Store), instead of lim
-	limit *config.Limit      // as last configured
+	limit *config.Limit         // as last configured
 	pbLim *pb.RateLimitResponse_RateLimit
 	unit  int64 // the window in seconds
 	fixed bool  // a fixed window: duration_until_reset is the window's end, as envoyproxy/ratelimit says it
@@ -459,7 +459,7 @@ type scratch struct {
 	// On Redis:
 	storeAsks []redislimit.Ask
 	shadow    []bool
-	names   map[string]bool      // replaces
+	names     map[string]bool // replaces
 }
 
 // What a descriptor is, for this request.
