@@ -19,7 +19,20 @@
 // keeps the configuration before it, and counts config_load_error.
 //
 // With no REDIS_URL, the limits are kept in this process: exact on one
-// replica. A setting that would make envoyproxy/ratelimit decide
+// replica. With REDIS_URL (REDIS_SOCKET_TYPE unix, the default, or tcp;
+// REDIS_TYPE SINGLE or CLUSTER, whose REDIS_URL lists nodes separated by
+// commas; REDIS_AUTH as password or user:password; REDIS_TLS and its
+// certificates; REDIS_POOL_SIZE), they are kept on Redis, shared by
+// every replica: floodgate's keys, under CACHE_KEY_PREFIX (floodgate-rls
+// when unset), every key of a domain in one Cluster slot. floodgate's
+// own settings: FLOODGATE_LEASE_MAX=N, lease mode (a request of one
+// descriptor spends a batch leased from Redis, with no round trip; 0 or
+// unset: a round trip per request); FLOODGATE_FAILURE_MODE, what a
+// request gets while Redis cannot answer: open (the default: OK, as
+// Envoy's failure_mode_deny: false lets a request through when the
+// service fails), closed (OVER_LIMIT) or local (each replica decides by
+// the rule alone); FLOODGATE_REDIS_TIMEOUT, the time a decision waits
+// for Redis. A setting that would make envoyproxy/ratelimit decide
 // otherwise and that floodgate-rls does not implement (QUOTA_MODE,
 // RESPONSE_DYNAMIC_METADATA, MERGE_DOMAIN_CONFIG, CONFIG_TYPE other than
 // FILE, BACKEND_TYPE memcache, the per-second Redis) stops it at start,
@@ -30,6 +43,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -47,10 +62,12 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/prommetrics"
+	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls"
 	"github.com/floodgate-go/floodgate/rls/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -108,7 +125,9 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 			return
 		}
 		if err := srv.SetConfig(c); err != nil {
-			log.Error("configuration loaded, with rules that could not change", "err", err)
+			srv.ConfigFailed(err)
+			log.Error("configuration not loaded: the one before stays", "err", err)
+			return
 		}
 		healthy.configLoaded(c.Domains() > 0)
 		log.Info("configuration loaded", "domains", c.Domains(), "rules", c.Len())
@@ -144,6 +163,22 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	if initial == nil {
 		initial, _ = config.Load(nil)
 	}
+	var store *redislimit.Store
+	if set.redis != nil {
+		client := set.redis.client()
+		defer client.Close()
+		if store, err = redislimit.NewStore(client, set.redis.store); err != nil {
+			close(srvReady)
+			return err
+		}
+		set.options.Store = store
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := client.Ping(ctx).Err(); err != nil {
+			log.Warn("Redis does not answer yet: until it does, the failure mode answers", "redis", set.redis.addrs, "err", err)
+		}
+		cancel()
+		log.Info("limits on Redis", "redis", set.redis.addrs, "cluster", set.redis.cluster, "lease_max", set.redis.store.Lease.Max)
+	}
 	srv, err = rls.New(initial, set.options)
 	if err != nil {
 		close(srvReady)
@@ -171,6 +206,11 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	fc := prommetrics.New()
 	if err := fc.Add("rls", srv); err != nil {
 		return err
+	}
+	if store != nil {
+		if err := fc.Add("redis", store); err != nil {
+			return err
+		}
 	}
 	reg.MustRegister(fc)
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
@@ -296,6 +336,20 @@ type settings struct {
 	logJSON                                              bool
 	options                                              rls.Options
 	warnings                                             []string
+	redis                                                *redisSettings // nil: the limits are in process
+}
+
+// redisSettings are the Redis backend's.
+type redisSettings struct {
+	cluster  bool
+	addrs    []string
+	network  string
+	user     string
+	password string
+	tls      *tls.Config
+	poolSize int
+	dial     time.Duration
+	store    redislimit.Config
 }
 
 // readSettings reads the environment. Every value is checked: a setting
@@ -418,14 +472,20 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	if boolean("GRPC_SERVER_USE_TLS", false) {
 		refuse("GRPC_SERVER_USE_TLS", "floodgate-rls serves gRPC without TLS; put it behind a proxy that ends TLS")
 	}
-	if getenv("REDIS_URL") != "" {
-		refuse("REDIS_URL", "the Redis backend is not in this build yet: leave REDIS_URL unset to keep the limits in process")
+	if url := getenv("REDIS_URL"); url != "" {
+		s.redis = readRedis(getenv, url, &errs, boolean, duration)
+	}
+	ignored := []string{"USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
+		"TRACING_ENABLED", "LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
+		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
+		"REDIS_STARTUP_MAX_ELAPSED_TIME", "PROMETHEUS_MAPPER_YAML"}
+	if s.redis == nil {
+		ignored = append(ignored, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_TLS", "REDIS_POOL_SIZE", "REDIS_TIMEOUT", "CACHE_KEY_PREFIX",
+			"FLOODGATE_LEASE_MAX", "FLOODGATE_FAILURE_MODE", "FLOODGATE_REDIS_TIMEOUT")
 	}
 
 	// What has no meaning here: warn, and go on.
-	for _, name := range []string{"USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
-		"TRACING_ENABLED", "LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_TLS",
-		"REDIS_POOL_SIZE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "CACHE_KEY_PREFIX", "FLOODGATE_LEASE_MAX", "PROMETHEUS_MAPPER_YAML"} {
+	for _, name := range ignored {
 		if getenv(name) != "" {
 			why := "has no meaning for floodgate-rls, and is ignored"
 			switch {
@@ -435,13 +495,115 @@ func readSettings(getenv func(string) string) (*settings, error) {
 				why = "floodgate-rls keeps no cache of keys over their limit: it needs none"
 			case name == "EXPIRATION_JITTER_MAX_SECONDS":
 				why = "floodgate-rls's keys expire when they hold nothing"
-			case strings.HasPrefix(name, "REDIS_") || name == "CACHE_KEY_PREFIX" || name == "FLOODGATE_LEASE_MAX":
+			case s.redis == nil && (strings.HasPrefix(name, "REDIS_") || strings.HasPrefix(name, "FLOODGATE_") || name == "CACHE_KEY_PREFIX"):
 				why = "the limits are in process (no REDIS_URL), so this Redis setting is ignored"
+			case strings.HasPrefix(name, "REDIS_"):
+				why = "floodgate-rls's Redis client (go-redis) pipelines and pools on its own, and the FailureMode answers while Redis is away"
 			}
 			s.warnings = append(s.warnings, name+" "+why)
 		}
 	}
 	return s, errors.Join(errs...)
+}
+
+// readRedis reads the Redis backend's settings: envoyproxy/ratelimit's,
+// and floodgate's own (FLOODGATE_LEASE_MAX, FLOODGATE_FAILURE_MODE,
+// FLOODGATE_REDIS_TIMEOUT).
+func readRedis(getenv func(string) string, url string, errs *[]error, boolean func(string, bool) bool, duration func(string, time.Duration) time.Duration) *redisSettings {
+	fail := func(format string, args ...any) { *errs = append(*errs, fmt.Errorf(format, args...)) }
+	r := &redisSettings{network: "unix"}
+	switch t := strings.ToUpper(getenv("REDIS_TYPE")); t {
+	case "", "SINGLE":
+	case "CLUSTER":
+		r.cluster = true
+	default:
+		fail("REDIS_TYPE=%q: SINGLE or CLUSTER (floodgate-rls has no Sentinel client)", t)
+	}
+	switch st := strings.ToLower(getenv("REDIS_SOCKET_TYPE")); st {
+	case "", "unix":
+	case "tcp":
+		r.network = "tcp"
+	default:
+		fail("REDIS_SOCKET_TYPE=%q: unix or tcp", st)
+	}
+	if r.cluster && r.network != "tcp" {
+		fail("REDIS_TYPE=CLUSTER needs REDIS_SOCKET_TYPE=tcp")
+	}
+	for _, a := range strings.Split(url, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			r.addrs = append(r.addrs, a)
+		}
+	}
+	if len(r.addrs) > 1 && !r.cluster {
+		fail("REDIS_URL=%q: several addresses need REDIS_TYPE=CLUSTER", url)
+	}
+	if auth := getenv("REDIS_AUTH"); auth != "" {
+		if u, p, ok := strings.Cut(auth, ":"); ok {
+			r.user, r.password = u, p
+		} else {
+			r.password = auth
+		}
+	}
+	if boolean("REDIS_TLS", false) {
+		r.tls = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)}
+		if ca := getenv("REDIS_TLS_CACERT"); ca != "" {
+			pem, err := os.ReadFile(ca)
+			pool := x509.NewCertPool()
+			if err != nil || !pool.AppendCertsFromPEM(pem) {
+				fail("REDIS_TLS_CACERT=%q: no certificate read (%v)", ca, err)
+			}
+			r.tls.RootCAs = pool
+		}
+		if cert, key := getenv("REDIS_TLS_CLIENT_CERT"), getenv("REDIS_TLS_CLIENT_KEY"); cert != "" || key != "" {
+			pair, err := tls.LoadX509KeyPair(cert, key)
+			if err != nil {
+				fail("REDIS_TLS_CLIENT_CERT and REDIS_TLS_CLIENT_KEY: %v", err)
+			}
+			r.tls.Certificates = []tls.Certificate{pair}
+		}
+	}
+	if v := getenv("REDIS_POOL_SIZE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fail("REDIS_POOL_SIZE=%q: a whole number of 1 or more", v)
+		}
+		r.poolSize = n
+	}
+	r.dial = duration("REDIS_TIMEOUT", 10*time.Second)
+	r.store.Timeout = duration("FLOODGATE_REDIS_TIMEOUT", 0)
+	r.store.Prefix = "floodgate-rls"
+	if p := getenv("CACHE_KEY_PREFIX"); p != "" {
+		r.store.Prefix = strings.TrimRight(p, ":_")
+	}
+	switch m := strings.ToLower(getenv("FLOODGATE_FAILURE_MODE")); m {
+	case "", "open":
+		r.store.FailureMode = redislimit.FailOpen
+	case "closed":
+		r.store.FailureMode = redislimit.FailClosed
+	case "local":
+		r.store.FailureMode = redislimit.FailLocal
+	default:
+		fail("FLOODGATE_FAILURE_MODE=%q: open, closed or local", m)
+	}
+	if v := getenv("FLOODGATE_LEASE_MAX"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			fail("FLOODGATE_LEASE_MAX=%q: a whole number, 0 for a round trip per request", v)
+		}
+		r.store.Lease.Max = n
+	}
+	r.store.HashTag = rls.HashTag
+	return r
+}
+
+// client makes the Redis client.
+func (r *redisSettings) client() redis.UniversalClient {
+	if r.cluster {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, Username: r.user, Password: r.password,
+			TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, ContextTimeoutEnabled: true})
+	}
+	return redis.NewClient(&redis.Options{Network: r.network, Addr: r.addrs[0], Username: r.user, Password: r.password,
+		TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, ContextTimeoutEnabled: true})
 }
 
 func (s *settings) logger(w io.Writer) *slog.Logger {

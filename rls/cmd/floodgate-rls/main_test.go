@@ -220,7 +220,6 @@ func TestSettings(t *testing.T) {
 		"xds":            {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
 		"memcache":       {"BACKEND_TYPE": "memcache"},
 		"per-second":     {"REDIS_PERSECOND": "true"},
-		"redis for now":  {"REDIS_URL": "127.0.0.1:6379"},
 		"bad age":        {"GRPC_MAX_CONNECTION_AGE": "forever"},
 		"unix socket":    {"GRPC_UDS": "/tmp/x.sock"},
 		"grpc tls":       {"GRPC_SERVER_USE_TLS": "true"},
