@@ -18,6 +18,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -202,7 +203,7 @@ func times(n int, r *pb.RateLimitRequest) []*pb.RateLimitRequest {
 // counts, within one second of the Unix clock (so within one window of
 // every unit, and one reading of duration_until_reset); one that crossed
 // a second is run again from empty counts.
-func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string][]*pb.RateLimitRequest) {
+func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string][]*pb.RateLimitRequest, onRedis bool) {
 	t.Helper()
 	var cfgFiles []config.File
 	for name, data := range files {
@@ -221,7 +222,11 @@ func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string]
 		reqs := seqs[name]
 		for attempt := 0; ; attempt++ {
 			p.flush(t)
-			_, ours := serve(t, cfg, Options{Headers: true})
+			opts := Options{Headers: true}
+			if onRedis {
+				opts.Store = store(t, redisClient(t, p.redis.Addr), redislimit.Config{Prefix: "floodgate", FailureMode: redislimit.FailClosed})
+			}
+			_, ours := serve(t, cfg, opts)
 			start := time.Now().Unix()
 			var diffs []string
 			for i, req := range reqs {
@@ -312,10 +317,10 @@ descriptors:
 `
 
 // TestSideBySide: for fixed windows, the reference under
-// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and floodgate give every
-// sequential request the same code, limit_remaining,
-// duration_until_reset, current_limit and headers: on the reference's
-// own integration and example configs, and on ours.
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT and floodgate, in process and
+// on Redis, give every sequential request the same code,
+// limit_remaining, duration_until_reset, current_limit and headers: on
+// the reference's own integration and example configs, and on ours.
 func TestSideBySide(t *testing.T) {
 	bin := buildPeer(t)
 	redis := redistest.Start(t)
@@ -380,7 +385,8 @@ func TestSideBySide(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			p := startPeer(t, bin, redis, files)
-			sideBySide(t, p, files, seqs[name])
+			t.Run("in process", func(t *testing.T) { sideBySide(t, p, files, seqs[name], false) })
+			t.Run("on Redis", func(t *testing.T) { sideBySide(t, p, files, seqs[name], true) })
 		})
 	}
 }
