@@ -43,7 +43,7 @@ func TestBenchPipeline(t *testing.T) {
 	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware"}
 	withRedis := false
 	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
-		families = append(families, "Redis")
+		families = append(families, "Redis", "RLS")
 		withRedis = true
 	}
 	for _, f := range families {

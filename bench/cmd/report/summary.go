@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), deniedTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), deniedTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -727,6 +727,57 @@ func redisMiddlewareTable(d *dataset) table {
 				if impl != bare && impl != inproc {
 					p99, p99ok := d.value(k, unitP99)
 					p99ratio = ratioCell(p99, p99ok, ip99, ipok)
+				}
+				t.rows = append(t.rows, append(row, ratio, p99ratio))
+			}
+		}
+	}
+	return t
+}
+
+// rlsTable compares Envoy's rate-limit services on one redis-server
+// (BenchmarkRLS): requests a second, Redis's commands per request, the
+// commands sent per request, latency; each one's requests a second ÷
+// envoyproxy/ratelimit's; and each one's p99 ÷ envoyproxy/ratelimit's.
+func rlsTable(d *dataset) table {
+	const fam, peer = "RLS", "envoy-ratelimit"
+	t := table{
+		title: "Envoy's rate-limit service: floodgate-rls vs envoyproxy/ratelimit",
+		note: "Both services as processes on loopback, on one redis-server that the benchmark starts, with one configuration: a rule per client (1,000), one hot descriptor, a rule per route, limits no request reaches. " +
+			"64 requests at once (g) over one gRPC connection, each of one client's descriptor (clients-1000-desc-1), of the hot one (hot-desc-1), or of a client's, the hot one and a route's (clients-1000-desc-3). " +
+			"envoy-ratelimit is envoyproxy/ratelimit, built from its Go module at the version rls/testdata/ratelimit-peer pins, with its default settings; floodgate-rls-redis decides each request by one script, -lease in lease mode (FLOODGATE_LEASE_MAX=100000; a request of one descriptor is served from a lease), -local in process. " +
+			"cmds/req is every command Redis ran per request, a script's own included (INFO commandstats); sent/req the commands sent to Redis per request: every one for envoyproxy/ratelimit, which runs no script, and the scripts for floodgate-rls, which sends nothing else. p50, p99 and p99.9 are one request's latency in µs, on a machine that runs the callers, the service and Redis together. " +
+			"The team's targets: floodgate-rls-redis ≥ 1.2× with fewer commands sent; -lease and -local ≥ 3× and p99 ≤ 0.5×.",
+		header: []string{"scenario", "g", "impl", "req/s", "cmds/req", "sent/req", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "× envoy-ratelimit", "p99 ÷ envoy-ratelimit"},
+		right:  rightFrom(1, 11),
+	}
+	us := func(v float64) string { return fmt.Sprintf("%.0f", v/1000) }
+	per := func(v float64) string { return fmt.Sprintf("%.4g", v) }
+	for _, sc := range d.scenarios(fam) {
+		for _, g := range d.goroutines(fam, sc) {
+			key := func(impl string) benchKey { return benchKey{family: fam, scenario: sc, impl: impl, g: g} }
+			pns, pok := d.value(key(peer), unitNs)
+			p99, p99ok := d.value(key(peer), unitP99)
+			for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc && k.g == g }, unitNs) {
+				k := key(impl)
+				ns, ok := d.value(k, unitNs)
+				row := []string{sc, fmt.Sprint(g), impl, cell(1e9/ns, ok, func(v float64) string { return fmt.Sprintf("%.0f", v) })}
+				cmds, cok := d.value(k, unitCmds)
+				scripts, sok := d.value(k, unitScrReq)
+				sent, sentOK := scripts, sok // floodgate-rls sends nothing but scripts
+				if impl == peer {
+					sent, sentOK = cmds, cok // envoyproxy/ratelimit runs no script
+				}
+				row = append(row, cell(cmds, cok, per), cell(sent, sentOK, per))
+				for _, u := range []string{unitP50, unitP99, unitP999} {
+					v, vok := d.value(k, u)
+					row = append(row, cell(v, vok, us))
+				}
+				ratio, p99ratio := missing, missing
+				if impl != peer {
+					ratio = ratioCell(pns, pok, ns, ok)
+					v, vok := d.value(k, unitP99)
+					p99ratio = ratioCell(v, vok, p99, p99ok)
 				}
 				t.rows = append(t.rows, append(row, ratio, p99ratio))
 			}

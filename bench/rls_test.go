@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/loov/hrtime"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// rlsG is the concurrent gRPC callers of BenchmarkRLS, as Envoy's many
+// workers and requests at once.
+const rlsG = 64
+
+// rlsConfig is the rate-limit configuration both servers run: a rule
+// per client (1,000 of them), one for the hot descriptor every request
+// of three carries, and one per route; limits no request reaches, so
+// that every answer is a decision that admits.
+const rlsConfig = `domain: bench
+descriptors:
+  - key: client
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: hot
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: route
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+`
+
+// rlsServer is one rate-limit service under benchmark: a process.
+type rlsServer struct {
+	name   string
+	redis  bool // it keeps its counts on the benchmark's redis-server
+	client pb.RateLimitServiceClient
+}
+
+// BenchmarkRLS compares Envoy's rate-limit services on one redis-server:
+// envoyproxy/ratelimit, built from its Go module at the version
+// rls/testdata/ratelimit-peer pins, with its default settings, and
+// floodgate-rls, per request, in lease mode and in process; 64 callers
+// at once over one gRPC connection, each request from a random client of
+// 1,000 with one descriptor (scenario=clients-1000-desc-1), the hot
+// descriptor alone (hot-desc-1), or a client's, the hot one and a
+// route's (clients-1000-desc-3). It reports ns/op as wall time per
+// request, p50, p99 and p99.9, cmds/req, the commands Redis ran per
+// request (INFO commandstats; a script's own count), and scripts/req,
+// the scripts among them. Without
+// redis-server or the module proxy it runs none of them, and says so,
+// unless FLOODGATE_REQUIRE_REDIS=1.
+func BenchmarkRLS(b *testing.B) {
+	if _, err := redistest.Find(); err != nil && os.Getenv(redistest.Require) != "1" {
+		b.Logf("no rate-limit service scenarios: %v", err)
+		return
+	}
+	srv := redistest.Start(b)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { admin.Close() })
+	servers := startRLSServers(b, srv.Addr)
+	type scenario struct {
+		name  string
+		descs func(r *rand.Rand) []*rlv3.RateLimitDescriptor
+	}
+	entry := func(k, v string) *rlv3.RateLimitDescriptor {
+		return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	clients := make([]*rlv3.RateLimitDescriptor, 1000)
+	for i := range clients {
+		clients[i] = entry("client", "c"+strconv.Itoa(i))
+	}
+	routes := make([]*rlv3.RateLimitDescriptor, 10)
+	for i := range routes {
+		routes[i] = entry("route", "/r"+strconv.Itoa(i))
+	}
+	hotDesc := entry("hot", "all")
+	scenarios := []scenario{
+		{"clients-1000-desc-1", func(r *rand.Rand) []*rlv3.RateLimitDescriptor {
+			return []*rlv3.RateLimitDescriptor{clients[r.IntN(len(clients))]}
+		}},
+		{"hot-desc-1", func(*rand.Rand) []*rlv3.RateLimitDescriptor { return []*rlv3.RateLimitDescriptor{hotDesc} }},
+		{"clients-1000-desc-3", func(r *rand.Rand) []*rlv3.RateLimitDescriptor {
+			return []*rlv3.RateLimitDescriptor{clients[r.IntN(len(clients))], hotDesc, routes[r.IntN(len(routes))]}
+		}},
+	}
+	// Each service runs every scenario before the next starts, so that
+	// one's background work (lease renewals) never lands in another's
+	// figures of Redis's commands.
+	for _, s := range servers {
+		for _, sc := range scenarios {
+			b.Run("scenario="+sc.name+"/impl="+s.name+"/g="+strconv.Itoa(rlsG), func(b *testing.B) {
+				var failed atomic.Value
+				loop := func(record func([]time.Duration)) func(*atomic.Bool) int {
+					return func(stop *atomic.Bool) int {
+						r := rand.New(rand.NewPCG(rand.Uint64(), 1))
+						var all []time.Duration
+						n := 0
+						for !stop.Load() {
+							req := &pb.RateLimitRequest{Domain: "bench", Descriptors: sc.descs(r)}
+							start := stampNow()
+							resp, err := s.client.ShouldRateLimit(context.Background(), req)
+							if record != nil {
+								all = append(all, start.since().duration())
+							}
+							if err != nil || resp.OverallCode != pb.RateLimitResponse_OK {
+								failed.Store(fmt.Sprintf("%s: %v %v", s.name, resp.GetOverallCode(), err))
+								break
+							}
+							n++
+						}
+						if record != nil {
+							record(all)
+						}
+						return n
+					}
+				}
+				runFor(rlsG, 300*time.Millisecond, loop(nil)) // connections, scripts and leases warm
+				if msg := failed.Load(); msg != nil {
+					b.Fatalf("before the figure: %v", msg)
+				}
+				if err := admin.ConfigResetStat(context.Background()).Err(); err != nil {
+					b.Fatal(err)
+				}
+				var mu sync.Mutex
+				var all []time.Duration
+				calibrateStamps()
+				served := timed(b, rlsG, loop(func(a []time.Duration) {
+					mu.Lock()
+					all = append(all, a...)
+					mu.Unlock()
+				}))
+				if msg := failed.Load(); msg != nil {
+					b.Fatal(msg)
+				}
+				hist := hrtime.NewDurationHistogram(all, &hrtime.HistogramOptions{BinCount: 1})
+				b.ReportMetric(hist.P50, "p50-ns")
+				b.ReportMetric(hist.P99, "p99-ns")
+				b.ReportMetric(hist.P999, "p99.9-ns")
+				info, err := admin.Info(context.Background(), "commandstats").Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				cmds, scripts, err := commandCalls(info)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(cmds/float64(served), "cmds/req")
+				b.ReportMetric(scripts/float64(served), "scripts/req")
+			})
+		}
+	}
+}
+
+// startRLSServers builds and starts both services, each on the same
+// configuration, and stops them when b ends.
+func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
+	dir := b.TempDir()
+	root := filepath.Join(dir, "runtime")
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	peer := filepath.Join(dir, "ratelimit")
+	buildBinary(b, "../rls/testdata/ratelimit-peer", peer, "github.com/envoyproxy/ratelimit/src/service_cmd")
+	ours := filepath.Join(dir, "floodgate-rls")
+	buildBinary(b, "../rls", ours, "./cmd/floodgate-rls")
+
+	common := []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=warn", "USE_STATSD=false",
+		"REDIS_SOCKET_TYPE=tcp"}
+	var out []rlsServer
+	start := func(name, bin string, redis bool, env ...string) {
+		port := freePort(b)
+		env = append(append(append([]string{}, common...), env...), "GRPC_PORT="+port, "PORT="+freePort(b), "DEBUG_PORT="+freePort(b))
+		runProcess(b, bin, env)
+		conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { conn.Close() })
+		c := pb.NewRateLimitServiceClient(conn)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "hot", Value: "probe"}}}}})
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%s never answered: %v", name, err)
+			}
+			time.Sleep(50 * time.Millisecond) // another process starting
+		}
+		out = append(out, rlsServer{name: name, redis: redis, client: c})
+	}
+	start("envoy-ratelimit", peer, true, "REDIS_URL="+redisAddr)
+	start("floodgate-rls-redis", ours, true, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-redis")
+	start("floodgate-rls-lease", ours, true, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-lease", "FLOODGATE_LEASE_MAX=100000")
+	start("floodgate-rls-local", ours, false)
+	return out
+}
+
+// buildBinary builds pkg in the module at dir into bin.
+func buildBinary(b *testing.B, dir, bin, pkg string) {
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building %s: %v\n%s", pkg, err, out)
+	}
+}
+
+var logLine = regexp.MustCompile(`level=(error|fatal|panic)`)
+
+// runProcess starts bin with env, and kills it when b ends; its errors
+// are logged.
+func runProcess(b *testing.B, bin string, env []string) {
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if logLine.MatchString(sc.Text()) {
+				fmt.Fprintln(os.Stderr, filepath.Base(bin)+": "+sc.Text())
+			}
+		}
+		close(done)
+	}()
+	b.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		cmd.Wait()
+	})
+}
+
+func freePort(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
