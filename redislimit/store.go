@@ -284,26 +284,8 @@ func (s *Store) DecideEach(ctx context.Context, asks []Ask, shadow []bool, each 
 	}
 	l0.fallbacks.Add(1)
 	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
-	switch l0.mode {
-	case FailOpen:
-		for i, l := range ls {
-			c := l.rs().capacity
-			all[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - ns[i]}
-		}
-		s.results.Inc(int(resFailOpen))
-		return -1, nil
-	case FailClosed:
-		refused := 0
-		for i := range ls {
-			if !isShadow(i) {
-				refused = i
-				break
-			}
-		}
-		for i, l := range ls {
-			all[i] = floodgate.Decision{Limit: l.rs().capacity, RetryAfter: time.Duration(l0.breaker.every)}
-		}
-		s.results.Inc(int(resFailClosed))
+	if refused, res, ok := openOrClosed(ls, ns, isShadow, all); ok {
+		s.results.Inc(int(res))
 		return refused, nil
 	}
 	// FailLocal: the policies' in-process limiters, enforced asks all or
@@ -425,18 +407,36 @@ func (s *Store) abandon(ls []*Limiter, all []floodgate.Decision) int {
 // enforced policy), FailLocal decides by the policies' in-process
 // limiters together.
 func (s *Store) fallback(ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, result) {
-	l0 := ls[0]
-	l0.fallbacks.Add(1)
+	ls[0].fallbacks.Add(1)
 	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
+	var ns [maxPolicies]int64
+	for i := range ls {
+		ns[i] = n
+	}
+	if refused, res, ok := openOrClosed(ls, ns[:len(ls)], isShadow, all); ok {
+		return refused, res
+	}
+	locals := make([]*floodgate.Limiter, len(ls))
+	for i, l := range ls {
+		locals[i] = l.local
+	}
+	return decideLocal(locals, key, n, isShadow, all), resFailLocal
+}
+
+// openOrClosed is FailOpen's answer for several policies (every one
+// admits, charging nothing) or FailClosed's (the first enforced one
+// refuses), with ns[i] policy i's cost; ok is false for FailLocal, whose
+// answer the in-process limiters give.
+func openOrClosed(ls []*Limiter, ns []int64, isShadow func(int) bool, all []floodgate.Decision) (refused int, res result, ok bool) {
+	l0 := ls[0]
 	switch l0.mode {
 	case FailOpen:
 		for i, l := range ls {
 			c := l.rs().capacity
-			all[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - n}
+			all[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - ns[i]}
 		}
-		return -1, resFailOpen
+		return -1, resFailOpen, true
 	case FailClosed:
-		refused := 0
 		for i := range ls {
 			if !isShadow(i) {
 				refused = i
@@ -446,13 +446,9 @@ func (s *Store) fallback(ls []*Limiter, key string, n int64, shadow []bool, all 
 		for i, l := range ls {
 			all[i] = floodgate.Decision{Limit: l.rs().capacity, RetryAfter: time.Duration(l0.breaker.every)}
 		}
-		return refused, resFailClosed
+		return refused, resFailClosed, true
 	}
-	locals := make([]*floodgate.Limiter, len(ls))
-	for i, l := range ls {
-		locals[i] = l.local
-	}
-	return decideLocal(locals, key, n, isShadow, all), resFailLocal
+	return 0, 0, false
 }
 
 // decideLocal decides by in-process limiters together, with Decide's
