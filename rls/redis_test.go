@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 	"github.com/floodgate-go/floodgate/redislimit"
+	"github.com/floodgate-go/floodgate/rls/config"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -232,5 +233,48 @@ func TestRedisFailure(t *testing.T) {
 	srv.Resume()
 	if r := ask(t, c, "d", desc("small", "f")); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("Redis back: %v, want the count it kept", r)
+	}
+}
+
+// TestRedisReload: on Redis, a config changed mid-run keeps each key's
+// state through the policies' SetRule: a limit lowered while 16 callers
+// race never lets a key pass more than it could have before, and a rule
+// kept as it was keeps its count.
+func TestRedisReload(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := func(n int) *config.Config {
+		return mustConfig(t, fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: %d, algorithm: token_bucket}\n  - key: same\n    rate_limit: {unit: year, requests_per_unit: 10}\n", n))
+	}
+	s, c := serve(t, cfg(100), Options{Store: store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: fmt.Sprint("reload-", time.Now().UnixNano()), FailureMode: redislimit.FailClosed})})
+	for range 4 {
+		ask(t, c, "d", desc("same", "x"))
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	run := func(n int) {
+		for range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range n / 16 {
+					if admits(t, c, "d", desc("k", "x")) {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+	}
+	run(80)
+	wg.Wait()
+	run(160)
+	if err := s.SetConfig(cfg(30)); err != nil { // mid-run: the key holds 20 or less, under the new 30
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Fatalf("admitted %d across the change, want 100: what the key held, and no more", got)
+	}
+	if r := ask(t, c, "d", desc("same", "x")); r.Statuses[0].LimitRemaining != 5 {
+		t.Fatalf("the unchanged rule: %d left, want 5: the reload lost its count", r.Statuses[0].LimitRemaining)
 	}
 }
