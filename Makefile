@@ -14,7 +14,7 @@ RESULTS     ?= results
 # Every module in the repository, the core first: each folder with a
 # go.mod. The core keeps its go.mod lean; every module beside it exists
 # to keep a dependency tree out of it (see CONTRIBUTING.md).
-MODULES := . $(filter-out .,$(patsubst %/,%,$(dir $(shell find . -name go.mod -not -path './.git/*' | sort))))
+MODULES := . $(filter-out .,$(patsubst %/,%,$(dir $(shell find . -name go.mod -not -path './.git/*' -not -path '*/testdata/*' | sort))))
 # The modules users import, which must build with the oldest Go their
 # go.mod names; the others are the benchmark harness, the examples and a
 # test-only module.
