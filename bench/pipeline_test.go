@@ -31,7 +31,10 @@ func TestBenchPipeline(t *testing.T) {
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("make bench's pipeline failed: %v\n%s", err, tail(log.String(), 60))
+		// The failing benchmark's own lines are in the raw output, which
+		// the log's tail (the summary) does not show.
+		raw, _ := os.ReadFile(filepath.Join(out, "bench-raw.txt"))
+		t.Fatalf("make bench's pipeline failed: %v\n%s\nthe failures in its raw output:\n%s", err, tail(log.String(), 60), failures(string(raw)))
 	}
 	raw, err := os.ReadFile(filepath.Join(out, "bench-raw.txt"))
 	if err != nil {
@@ -66,6 +69,25 @@ func TestBenchPipeline(t *testing.T) {
 			t.Errorf("%s was not written: %v", name, err)
 		}
 	}
+}
+
+// failures is every "--- FAIL" block of raw benchmark output: the line
+// and the indented lines that follow it.
+func failures(raw string) string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(raw, "\n") {
+		switch {
+		case strings.Contains(line, "--- FAIL"):
+			in = true
+		case in && !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t"):
+			in = false
+		}
+		if in {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // tail is the last n lines of s.
