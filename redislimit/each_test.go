@@ -192,3 +192,139 @@ func TestHashTagRefusedByNew(t *testing.T) {
 		t.Fatal("New took a HashTag")
 	}
 }
+
+// TestShadowOverCapacity: a shadow policy asked for more than its
+// capacity is refused alone, before the script, and the enforced policy
+// beside it is still charged: the request it admits is counted, so a
+// weighted request cannot pass an enforced rule through a shadow's
+// refusal. Decide and DecideEach, per request and in lease mode.
+func TestShadowOverCapacity(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		for _, lease := range []int64{0, 64} {
+			t.Run(fmt.Sprintf("%s/lease=%d", alg, lease), func(t *testing.T) {
+				s := mustStore(t, srv, Config{Prefix: fmt.Sprintf("shadowcap-%s-%d", alg, lease), Timeout: 5 * time.Second,
+					FailureMode: FailClosed, Lease: Lease{Max: lease}})
+				a := mustPolicy(t, s, "a", alg, floodgate.Rule{Limit: 5, Period: time.Hour})
+				b := mustPolicy(t, s, "b", floodgate.FixedWindow, floodgate.Rule{Limit: 2, Period: time.Hour})
+				shadow := []bool{false, true}
+				each := make([]floodgate.Decision, 2)
+				for i := range 7 {
+					got, err := s.DecideEach(ctx, []Ask{{a, "x", 1}, {b, "y", 3}}, shadow, each)
+					want := 1 // the shadow's refusal: admitted
+					if i >= 5 {
+						want = 0 // a's 5 are spent
+					}
+					if err != nil || got != want {
+						t.Fatalf("DecideEach request %d: refused by %d (%v), want %d", i, got, err, want)
+					}
+					if each[1].Allowed || each[1].RetryAfter != floodgate.Never {
+						t.Fatalf("DecideEach request %d: the shadow's answer %+v, want a refusal for ever", i, each[1])
+					}
+				}
+				for i, want := range []int{1, 0} {
+					_, got, err := s.Decide(ctx, "z", 3, []floodgate.StorePolicy{a, b}, shadow, each)
+					if err != nil || got != want {
+						t.Fatalf("Decide request %d of 3 units: refused by %d (%v), want %d", i, got, err, want)
+					}
+				}
+				// Only the shadow over capacity: it alone refuses.
+				if got, err := s.DecideEach(ctx, []Ask{{b, "w", 3}, {b, "v", 5}}, []bool{true, true}, each); err != nil || got != 0 {
+					t.Fatalf("two shadows over capacity: refused by %d (%v), want 0", got, err)
+				}
+			})
+		}
+	}
+}
+
+// TestDecideEachLease: in lease mode, asks of two policies on keys of
+// their own are decided from the leases, with no round trip once the
+// keys hold them, and three replicas raced by 32 goroutines admit
+// exactly the hot key's limit, every algorithm; a refusal charges
+// neither key.
+func TestDecideEachLease(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			var stores [3]*Store
+			var asks [3][]Ask
+			for r := range stores {
+				s := mustStore(t, srv, Config{Timeout: 5 * time.Second, FailureMode: FailClosed, Prefix: "each-lease-" + alg, Lease: Lease{Max: 16}})
+				hot := mustPolicy(t, s, "hot", alg, floodgate.Rule{Limit: 150, Period: time.Hour})
+				side := mustPolicy(t, s, "side", floodgate.FixedWindow, floodgate.Rule{Limit: 1000, Period: time.Hour})
+				for _, p := range s.live {
+					p.lease.inline = true // renewals at once, on the request's goroutine
+				}
+				stores[r], asks[r] = s, []Ask{{side, "s", 1}, {hot, "h", 1}}
+			}
+			admitted := 0
+			for range 10 {
+				if got, err := stores[0].DecideEach(ctx, asks[0], nil, nil); err != nil || got >= 0 {
+					t.Fatalf("warming: refused by %d (%v)", got, err)
+				}
+				admitted++
+			}
+			before := storeStats(stores[0]).Calls
+			for range 20 {
+				if got, err := stores[0].DecideEach(ctx, asks[0], nil, nil); err != nil || got >= 0 {
+					t.Fatalf("refused by %d (%v)", got, err)
+				}
+				admitted++
+			}
+			if calls := storeStats(stores[0]).Calls - before; calls > 4 {
+				t.Errorf("20 requests from leases made %d round trips", calls)
+			}
+			var raced atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 10 {
+						r := (g + i) % 3
+						got, err := stores[r].DecideEach(ctx, asks[r], nil, nil)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if got < 0 {
+							raced.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			total := int64(admitted) + raced.Load()
+			if total > 150 {
+				t.Fatalf("admitted %d pairs, the hot rule allows 150", total)
+			}
+			// Every replica gives its leases back; then Redis holds what
+			// the admissions left, on both keys.
+			for _, s := range stores {
+				for _, p := range s.live {
+					if err := p.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			peek := func(a Ask) int64 {
+				d, err := a.Policy.(*storePolicy).Peek(ctx, a.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					return 0
+				}
+				return d.Remaining + 1 // Peek's answer is after one more
+			}
+			if left := peek(asks[0][1]); total+left != 150 {
+				t.Errorf("hot: %d admitted and %d left, want 150 in all", total, left)
+			}
+			if left := peek(asks[0][0]); total+left != 1000 {
+				t.Errorf("side: %d admitted and %d left, want 1000 in all: a refused pair kept its charge", total, left)
+			}
+		})
+	}
+}

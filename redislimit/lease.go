@@ -186,6 +186,28 @@ type grant struct {
 	asked     atomic.Bool  // its renewal was asked for
 }
 
+// retiredUnits is what a grant's units hold once they are taken out of
+// it (drained, lapsed, or held by a refill): below any count, so that a
+// unit put back after that is not added to units that nobody will return
+// (see putBack).
+const retiredUnits = math.MinInt64 / 4
+
+// putBack puts n units, spent from g for a request that was then
+// refused, back where they are spent or returned: into g while it holds
+// its units, else to Redis, as g's retirement returns its own.
+func (l *Limiter) putBack(key string, g *grant, n int64) {
+	for {
+		u := g.units.Load()
+		if u < 0 {
+			l.retireUnits(key, g, n, l.leaseNow())
+			return
+		}
+		if g.units.CompareAndSwap(u, u+n) {
+			return
+		}
+	}
+}
+
 // flight is one refill in progress: done closes when it is over.
 type flight struct{ done chan struct{} }
 
@@ -266,7 +288,24 @@ func (l *Limiter) retire(key string, g *grant, now int64) {
 		l.giveBackNow(key, g, now)
 		return
 	}
-	b := ls.drain(g, now)
+	l.sendBack(key, ls.drain(g, now))
+}
+
+// retireUnits returns n units of g, which no longer holds them, as
+// retire returns a grant's.
+func (l *Limiter) retireUnits(key string, g *grant, n, now int64) {
+	b := l.lease.returnable(g, n, now)
+	if l.lease.inline {
+		b.key = key
+		l.returnNow([]giveBack{b})
+		return
+	}
+	l.sendBack(key, b)
+}
+
+// sendBack hands b, units of key, to the sweeper to return to Redis.
+func (l *Limiter) sendBack(key string, b giveBack) {
+	ls := l.lease
 	if b.units == 0 {
 		return
 	}
@@ -460,7 +499,7 @@ func (l *Limiter) renewAhead(keys []string) {
 		g := st.g.Load()
 		spent, held := int64(0), int64(0)
 		if g != nil {
-			held = g.units.Load()
+			held = max(0, g.units.Load())
 			spent = g.taken - held - g.decayed.Load()
 		}
 		want := min(ls.want(rs, st, g, spent, now), ls.max-held) // Max bounds the two batches together
@@ -597,10 +636,16 @@ type giveBack struct {
 // charged to (the script ignores a window the key no longer holds); for
 // the log, every unit, to the entry stamped k (likewise).
 func (ls *leases) drain(g *grant, now int64) giveBack {
-	u := g.units.Swap(0)
+	u := g.units.Swap(retiredUnits)
 	if g.decayed.Load() != 0 {
 		ls.lapsed.Add(g.decayed.Swap(0))
 	}
+	return ls.returnable(g, u, now)
+}
+
+// returnable is what of u units of g goes back to Redis at now, which it
+// counts; the rest, whose time passed (a bucket's debt paid), lapses.
+func (ls *leases) returnable(g *grant, u, now int64) giveBack {
 	if u <= 0 {
 		return giveBack{}
 	}
@@ -618,7 +663,7 @@ func (ls *leases) drain(g *grant, now int64) giveBack {
 // lapse empties g, which nobody can reach any more, and counts all it
 // held as lapsed.
 func (ls *leases) lapse(g *grant) {
-	ls.lapsed.Add(g.units.Swap(0) + g.decayed.Swap(0))
+	ls.lapsed.Add(max(0, g.units.Swap(retiredUnits)) + g.decayed.Swap(0))
 }
 
 // appendBack drains g, which nobody can reach any more, and appends what
@@ -902,7 +947,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	}
 	var held, give, gk, spent int64
 	if old != nil {
-		u := old.units.Swap(0)
+		u := max(0, old.units.Swap(retiredUnits))
 		decayed := old.decayed.Swap(0)
 		ls.lapsed.Add(decayed)
 		spent = old.taken - u - decayed
@@ -926,7 +971,7 @@ func (l *Limiter) lead(ctx context.Context, key string, st *leaseState, n int64,
 	if !ls.closed.Load() {
 		want = ls.want(rs, st, old, spent+n, now)
 		if nx := st.next.Load(); nx != nil {
-			want = max(0, min(want, ls.max-nx.units.Load())) // Max bounds the two batches together
+			want = max(0, min(want, ls.max-max(0, nx.units.Load()))) // Max bounds the two batches together
 		}
 	}
 	// The round trip is the key's, not only this caller's: it runs to its

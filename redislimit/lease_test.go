@@ -61,7 +61,7 @@ func heldUnits(l *Limiter, key string) int64 {
 	held := int64(0)
 	for _, g := range []*grant{st.g.Load(), st.next.Load()} {
 		if g != nil {
-			held += g.units.Load()
+			held += max(0, g.units.Load())
 		}
 	}
 	return held

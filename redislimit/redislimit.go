@@ -427,7 +427,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 			l.lease.size.Add(-1)
 			for _, g := range []*grant{st.g.Swap(nil), st.next.Swap(nil)} {
 				if g != nil {
-					g.units.Store(0)
+					g.units.Store(retiredUnits)
 				}
 			}
 			st.deniedUntil.Store(0)

@@ -202,8 +202,13 @@ func (s *Store) Decide(ctx context.Context, key string, n int64, ps []floodgate.
 		return d, -1, err
 	}
 	var dec [maxPolicies]floodgate.Decision
-	all := dec[:len(ls)]
-	refused, res, err := s.decide(ctx, ls, key, n, shadow, all)
+	var kbuf [maxPolicies]string
+	var nbuf [maxPolicies]int64
+	all, keys, ns := dec[:len(ls)], kbuf[:len(ls)], nbuf[:len(ls)]
+	for i := range ls {
+		keys[i], ns[i] = key, n
+	}
+	refused, res, err := s.decideMany(ctx, ls, keys, ns, shadow, all)
 	s.results.Inc(int(res))
 	copy(each, all)
 	return verdict(all, refused, shadow), refused, err
@@ -229,9 +234,12 @@ type Ask struct {
 // Cluster their keys must then share a slot: give the Store a HashTag
 // under which they do (a request whose keys do not fails with Redis's
 // CROSSSLOT error, answered by the FailureMode). One ask is its policy's
-// AllowN, lease mode included; several take no lease, and each ask with
-// N below 1 or above its capacity is refused before any round trip. At
-// most 8 asks.
+// AllowN. In lease mode, a request whose every ask's policy holds a lease
+// for the ask's key is decided from the leases, all or nothing, with no
+// round trip; any other goes to the one script, and the policies that
+// held none take one ahead. An ask with N below 1 or above its policy's
+// capacity is refused before any round trip: an enforced one refuses
+// the request, a shadow one only itself. At most 8 asks.
 func (s *Store) DecideEach(ctx context.Context, asks []Ask, shadow []bool, each []floodgate.Decision) (int, error) {
 	if len(asks) == 0 || len(asks) > maxPolicies || shadow != nil && len(shadow) != len(asks) {
 		return 0, fmt.Errorf("redislimit: DecideEach takes 1 to %d asks and as many shadow switches, got %d and %d", maxPolicies, len(asks), len(shadow))
@@ -258,66 +266,9 @@ func (s *Store) DecideEach(ctx context.Context, asks []Ask, shadow []bool, each 
 		}
 		return -1, err
 	}
-	for i, l := range ls {
-		if c := l.rs().capacity; ns[i] < 1 || ns[i] > c {
-			for j := range all {
-				all[j] = floodgate.Decision{Limit: ls[j].rs().capacity}
-			}
-			all[i].RetryAfter = floodgate.Never
-			s.results.Inc(int(resDenied))
-			return i, nil
-		}
-	}
-	l0 := ls[0]
-	var refused int
-	o, callerErr := l0.guarded(ctx, l0.timeout, func() (err error) {
-		refused, err = s.runEach(ctx, ls, keys, ns, shadow, all)
-		return err
-	})
-	switch o {
-	case tripAnswered:
-		s.results.Inc(int(decided(refused < 0 || shadow != nil && shadow[refused])))
-		return refused, nil
-	case tripAbandoned:
-		s.results.Inc(int(resAbandoned))
-		return s.abandon(ls, all), callerErr
-	}
-	l0.fallbacks.Add(1)
-	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
-	if refused, res, ok := openOrClosed(ls, ns, isShadow, all); ok {
-		s.results.Inc(int(res))
-		return refused, nil
-	}
-	// FailLocal: the policies' in-process limiters, enforced asks all or
-	// nothing, then each shadow alone.
-	var fbuf [maxPolicies]floodgate.Ask
-	var idx [maxPolicies]int
-	fa := fbuf[:0]
-	for i, l := range ls {
-		if !isShadow(i) {
-			fa = append(fa, floodgate.Ask{Limiter: l.local, Key: keys[i], N: ns[i]})
-			idx[len(fa)-1] = i
-		}
-	}
-	var fd [maxPolicies]floodgate.Decision
-	refused = floodgate.DecideAll(fa, fd[:len(fa)])
-	for k := range fa {
-		all[idx[k]] = fd[k]
-	}
-	if refused >= 0 {
-		refused = idx[refused]
-	}
-	for i, l := range ls {
-		if isShadow(i) {
-			if refused >= 0 {
-				all[i] = l.local.Peek(keys[i])
-			} else if all[i] = l.local.AllowN(keys[i], ns[i]); !all[i].Allowed && refused < 0 {
-				refused = i
-			}
-		}
-	}
-	s.results.Inc(int(resFailLocal))
-	return refused, nil
+	refused, res, err := s.decideMany(ctx, ls, keys, ns, shadow, all)
+	s.results.Inc(int(res))
+	return refused, err
 }
 
 // clampCost is n as AllowN's int: a cost beyond int's range is above any
@@ -354,42 +305,84 @@ func verdict(all []floodgate.Decision, refused int, shadow []bool) floodgate.Dec
 	return best
 }
 
-// decide is Decide for several policies: from their leases when each
-// holds one, else by the multi-policy script, or the FailureMode.
-func (s *Store) decide(ctx context.Context, ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
+// decideMany decides several policies' asks together, all or nothing
+// (see DecideEach): from their leases when each holds one, else by the
+// multi-policy script, or by the FailureMode. An ask that no script can
+// admit (a cost below 1 or above its policy's capacity) is refused
+// before any round trip: an enforced one refuses the request, charging
+// nothing; a shadow one is refused alone, and the others are decided
+// without it, so that it never costs an enforced policy its charge.
+func (s *Store) decideMany(ctx context.Context, ls []*Limiter, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
+	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
+	var keep [maxPolicies]int
+	k, impossible := 0, -1
 	for i, l := range ls {
-		if rs := l.rs(); n < 1 || n > rs.capacity {
-			// No script can admit it: the policy refuses without a round
-			// trip, and the others say what they would to one request.
+		c := l.rs().capacity
+		if ns[i] >= 1 && ns[i] <= c {
+			keep[k] = i
+			k++
+			continue
+		}
+		if !isShadow(i) {
 			for j := range all {
 				all[j] = floodgate.Decision{Limit: ls[j].rs().capacity}
 			}
 			all[i].RetryAfter = floodgate.Never
 			return i, resDenied, nil
 		}
+		all[i] = floodgate.Decision{Limit: c, RetryAfter: floodgate.Never}
+		if impossible < 0 {
+			impossible = i
+		}
+	}
+	if impossible >= 0 {
+		if k == 0 {
+			return impossible, decided(true), nil
+		}
+		var lb [maxPolicies]*Limiter
+		var kb [maxPolicies]string
+		var nb [maxPolicies]int64
+		var sb [maxPolicies]bool
+		var db [maxPolicies]floodgate.Decision
+		for j, i := range keep[:k] {
+			lb[j], kb[j], nb[j], sb[j] = ls[i], keys[i], ns[i], isShadow(i)
+		}
+		r, res, err := s.decideMany(ctx, lb[:k], kb[:k], nb[:k], sb[:k], db[:k])
+		for j, i := range keep[:k] {
+			all[i] = db[j]
+		}
+		switch {
+		case r >= 0 && !sb[r]:
+			return keep[r], res, err // refused by an enforced policy
+		case r >= 0:
+			return min(keep[r], impossible), res, err
+		case res == resAbandoned:
+			return 0, res, err
+		}
+		return impossible, res, err
 	}
 	if ls[0].lease != nil {
-		if refused, ok := s.fromLeases(ls, key, n, shadow, all); ok {
-			return refused, decided(refused < 0 || shadow != nil && shadow[refused]), nil
+		if refused, ok := s.fromLeases(ls, keys, ns, shadow, all); ok {
+			return refused, decided(refused < 0 || isShadow(refused)), nil
 		}
 	}
 	l0 := ls[0] // its breaker and counts stand for the round trip's
 	var refused int
 	o, callerErr := l0.guarded(ctx, l0.timeout, func() (err error) {
-		refused, err = s.run(ctx, ls, key, n, shadow, all)
+		refused, err = s.runEach(ctx, ls, keys, ns, shadow, all)
 		return err
 	})
 	switch o {
 	case tripAnswered:
-		if ls[0].lease != nil {
-			s.askLeases(ls, key)
+		if l0.lease != nil {
+			s.askLeases(ls, keys)
 		}
-		return refused, decided(refused < 0 || shadow != nil && shadow[refused]), nil
+		return refused, decided(refused < 0 || isShadow(refused)), nil
 	case tripAbandoned:
 		return s.abandon(ls, all), resAbandoned, callerErr
 	}
-	r, res := s.fallback(ls, key, n, shadow, all)
-	return r, res, nil
+	refused, res := s.fallback(ls, keys, ns, isShadow, all)
+	return refused, res, nil
 }
 
 // abandon answers a request whose caller gave up before Redis did: a
@@ -402,25 +395,45 @@ func (s *Store) abandon(ls []*Limiter, all []floodgate.Decision) int {
 	return 0
 }
 
-// fallback is the FailureMode's answer for several policies, all or
-// nothing as Decide's: FailOpen admits, FailClosed refuses (by the first
-// enforced policy), FailLocal decides by the policies' in-process
-// limiters together.
-func (s *Store) fallback(ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, result) {
+// fallback is the FailureMode's answer for several policies' asks, all
+// or nothing as the script's: FailOpen admits, FailClosed refuses (by
+// the first enforced policy), and FailLocal decides by the policies'
+// in-process limiters: the enforced asks together, then, if they admit,
+// the shadow asks together (a shadow's refusal charges no other shadow).
+func (s *Store) fallback(ls []*Limiter, keys []string, ns []int64, isShadow func(int) bool, all []floodgate.Decision) (int, result) {
 	ls[0].fallbacks.Add(1)
-	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
-	var ns [maxPolicies]int64
-	for i := range ls {
-		ns[i] = n
-	}
-	if refused, res, ok := openOrClosed(ls, ns[:len(ls)], isShadow, all); ok {
+	if refused, res, ok := openOrClosed(ls, ns, isShadow, all); ok {
 		return refused, res
 	}
-	locals := make([]*floodgate.Limiter, len(ls))
-	for i, l := range ls {
-		locals[i] = l.local
+	refused := -1
+	for _, shadows := range []bool{false, true} {
+		var abuf [maxPolicies]floodgate.Ask
+		var idx [maxPolicies]int
+		var dbuf [maxPolicies]floodgate.Decision
+		asks := abuf[:0]
+		for i, l := range ls {
+			if isShadow(i) != shadows {
+				continue
+			}
+			if refused >= 0 {
+				all[i] = l.local.Peek(keys[i]) // what it would say, charged nothing
+				continue
+			}
+			idx[len(asks)] = i
+			asks = append(asks, floodgate.Ask{Limiter: l.local, Key: keys[i], N: ns[i]})
+		}
+		if len(asks) == 0 {
+			continue
+		}
+		r := floodgate.DecideAll(asks, dbuf[:len(asks)])
+		for j := range asks {
+			all[idx[j]] = dbuf[j]
+		}
+		if r >= 0 {
+			refused = idx[r]
+		}
 	}
-	return decideLocal(locals, key, n, isShadow, all), resFailLocal
+	return refused, resFailLocal
 }
 
 // openOrClosed is FailOpen's answer for several policies (every one
@@ -451,37 +464,6 @@ func openOrClosed(ls []*Limiter, ns []int64, isShadow func(int) bool, all []floo
 	return 0, 0, false
 }
 
-// decideLocal decides by in-process limiters together, with Decide's
-// rules for shadows.
-func decideLocal(locals []*floodgate.Limiter, key string, n int64, isShadow func(int) bool, all []floodgate.Decision) int {
-	m, _ := floodgate.NewLimits(locals...)
-	_, j := m.Decide(key, n, all)
-	if j < 0 || !isShadow(j) {
-		return j
-	}
-	var enforced []*floodgate.Limiter
-	var idx []int
-	for i, l := range locals {
-		if !isShadow(i) {
-			enforced = append(enforced, l)
-			idx = append(idx, i)
-		}
-	}
-	if len(enforced) == 0 {
-		return j
-	}
-	more := make([]floodgate.Decision, len(enforced))
-	m2, _ := floodgate.NewLimits(enforced...)
-	_, e := m2.Decide(key, n, more)
-	for k, i := range idx {
-		all[i] = more[k]
-	}
-	if e >= 0 {
-		return idx[e]
-	}
-	return j
-}
-
 //go:embed multi.lua
 var multiSource string
 
@@ -500,18 +482,9 @@ var multiScript = func() *script {
 	return &script{src: src, sha: sha1hex(src)}
 }()
 
-// run is the multi-policy round trip, within the first policy's Timeout,
-// in a batch with the first policy's calls in flight (see batcher).
-func (s *Store) run(ctx context.Context, ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (int, error) {
-	var keys [maxPolicies]string
-	var ns [maxPolicies]int64
-	for i := range ls {
-		keys[i], ns[i] = key, n
-	}
-	return s.runEach(ctx, ls, keys[:len(ls)], ns[:len(ls)], shadow, all)
-}
-
-// runEach is run with a key and a cost for each policy.
+// runEach is the multi-policy round trip, with a key and a cost for each
+// policy, within the first policy's Timeout, in a batch with the first
+// policy's calls in flight (see batcher).
 func (s *Store) runEach(ctx context.Context, ls []*Limiter, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, error) {
 	l0 := ls[0]
 	mayEnd := ctx.Done() != nil
@@ -617,20 +590,20 @@ func (s *Store) AppendCounts(dst []counts.Sample) []counts.Sample {
 	return dst
 }
 
-// fromLeases decides a request from the policies' leases for key, with
-// no round trip, when each policy can answer from its own: a unit of its
-// lease, or a denial it holds for the key. It charges all or nothing, as
-// Decide does: a unit taken for a request that another policy refuses
-// goes back to the lease it came from (Redis counted it leased, and
-// still does). ok is false when some policy cannot answer without Redis;
-// then nothing is charged.
-func (s *Store) fromLeases(ls []*Limiter, key string, n int64, shadow []bool, all []floodgate.Decision) (refused int, ok bool) {
+// fromLeases decides a request from the policies' leases for their keys,
+// with no round trip, when each policy can answer from its own: units of
+// its lease, or a denial it holds for the key. It charges all or
+// nothing, as the script does: units taken for a request that another
+// policy refuses go back to the lease they came from (Redis counted them
+// leased, and still does). ok is false when some policy cannot answer
+// without Redis; then nothing is charged.
+func (s *Store) fromLeases(ls []*Limiter, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (refused int, ok bool) {
 	var taken [maxPolicies]*grant
 	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
 	giveBack := func(keep func(int) bool) {
 		for i, g := range taken[:len(ls)] {
 			if g != nil && !keep(i) {
-				g.units.Add(n)
+				ls[i].putBack(keys[i], g, ns[i])
 				taken[i] = nil
 			}
 		}
@@ -638,17 +611,17 @@ func (s *Store) fromLeases(ls []*Limiter, key string, n int64, shadow []bool, al
 	enforced, sh := -1, -1
 	for i, l := range ls {
 		now := l.leaseNow()
-		st, found := l.lease.states.Load(key)
+		st, found := l.lease.states.Load(keys[i])
 		if !found {
 			giveBack(func(int) bool { return false })
 			return 0, false
 		}
-		if g, rest, ok := l.take(key, st, n, now); ok {
+		if g, rest, ok := l.take(keys[i], st, ns[i], now); ok {
 			taken[i] = g
 			all[i] = l.fromLease(g, rest, now)
 			continue
 		}
-		d, ok := l.cachedDenial(st, n, now)
+		d, ok := l.cachedDenial(st, ns[i], now)
 		if !ok {
 			giveBack(func(int) bool { return false })
 			return 0, false
@@ -673,11 +646,12 @@ func (s *Store) fromLeases(ls []*Limiter, key string, n int64, shadow []bool, al
 	return -1, true
 }
 
-// askLeases has each policy take a lease for key ahead, after a request
-// that went to Redis because some policy held none: the client's next
-// requests then find one.
-func (s *Store) askLeases(ls []*Limiter, key string) {
-	for _, l := range ls {
+// askLeases has each policy take a lease for its key ahead, after a
+// request that went to Redis because some policy held none: the key's
+// next requests then find one.
+func (s *Store) askLeases(ls []*Limiter, keys []string) {
+	for i, l := range ls {
+		key := keys[i]
 		lz := l.lease
 		if lz.closed.Load() {
 			continue
