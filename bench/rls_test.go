@@ -46,8 +46,9 @@ descriptors:
 // rlsServer is one rate-limit service under benchmark: a process.
 type rlsServer struct {
 	name   string
-	redis  bool // it keeps its counts on the benchmark's redis-server
 	client pb.RateLimitServiceClient
+	pid    int    // its process
+	debug  string // its debug listener's address, which serves pprof
 }
 
 // BenchmarkRLS compares Envoy's rate-limit services on one redis-server:
@@ -61,7 +62,17 @@ type rlsServer struct {
 // request, p50, p99 and p99.9, cmds/req, the commands Redis ran per
 // request (INFO commandstats; a script's own count), scripts/req, the
 // scripts among them, and failed/req, the requests answered with an
-// error or refused (none should be: the limits are out of reach). Without
+// error or refused (none should be: the limits are out of reach).
+//
+// It also reports where the CPU went, in nanoseconds per request: the
+// service's process (server-cpu-ns), redis-server's (redis-cpu-ns) and
+// the callers' (caller-cpu-ns, this process); and, from a CPU profile of
+// the service taken while the load runs a second longer, the service's
+// CPU split into gRPC's (grpc-cpu-ns), the Redis client's (store-cpu-ns),
+// the runtime's alone (runtime-cpu-ns: the garbage collector, the
+// scheduler) and the service's own (own-cpu-ns); see cpuShares. With
+// FLOODGATE_RLS_PROFILES set to a directory, the profiles are kept there,
+// one a scenario and service, the last pass's. Without
 // redis-server or the module proxy it runs none of them, and says so,
 // unless FLOODGATE_REQUIRE_REDIS=1.
 func BenchmarkRLS(b *testing.B) {
@@ -140,11 +151,32 @@ func BenchmarkRLS(b *testing.B) {
 				var mu sync.Mutex
 				var all []time.Duration
 				calibrateStamps()
+				redis0, err := redisCPU(context.Background(), admin)
+				if err != nil {
+					b.Fatal(err)
+				}
+				server0, okServer := processCPU(s.pid)
+				caller0, okCaller := processCPU(os.Getpid())
 				served := timed(b, rlsG, loop(func(a []time.Duration) {
 					mu.Lock()
 					all = append(all, a...)
 					mu.Unlock()
 				}))
+				server1, _ := processCPU(s.pid)
+				caller1, _ := processCPU(os.Getpid())
+				redis1, err := redisCPU(context.Background(), admin)
+				if err != nil {
+					b.Fatal(err)
+				}
+				perReq := func(d time.Duration) float64 { return float64(d) / float64(served) }
+				b.ReportMetric(perReq(redis1-redis0), "redis-cpu-ns/req")
+				serverNs := perReq(server1 - server0)
+				if okServer {
+					b.ReportMetric(serverNs, "server-cpu-ns/req")
+				}
+				if okCaller {
+					b.ReportMetric(perReq(caller1-caller0), "caller-cpu-ns/req")
+				}
 				b.ReportMetric(float64(errs.Load())/float64(served), "failed/req")
 				if msg := failed.Load(); msg != nil {
 					b.Logf("the first request that failed or was refused: %v", msg)
@@ -163,6 +195,33 @@ func BenchmarkRLS(b *testing.B) {
 				}
 				b.ReportMetric(cmds/float64(served), "cmds/req")
 				b.ReportMetric(scripts/float64(served), "scripts/req")
+
+				// The profile, taken under the same load.
+				var save string
+				if dir := os.Getenv("FLOODGATE_RLS_PROFILES"); dir != "" {
+					save = filepath.Join(dir, sc.name+"-"+s.name+".pprof")
+				}
+				var stop atomic.Bool
+				var wg sync.WaitGroup
+				for range rlsG {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						loop(nil)(&stop)
+					}()
+				}
+				shares, profErr := profileShares(context.Background(), s.debug, 1, save)
+				stop.Store(true)
+				wg.Wait()
+				if profErr != nil {
+					b.Fatalf("%s's CPU profile: %v", s.name, profErr)
+				}
+				if okServer {
+					b.ReportMetric(shares.grpc*serverNs, "grpc-cpu-ns/req")
+					b.ReportMetric(shares.store*serverNs, "store-cpu-ns/req")
+					b.ReportMetric(shares.runtime*serverNs, "runtime-cpu-ns/req")
+					b.ReportMetric(shares.own*serverNs, "own-cpu-ns/req")
+				}
 			})
 		}
 	}
@@ -189,10 +248,10 @@ func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
 		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=warn", "USE_STATSD=false",
 		"REDIS_SOCKET_TYPE=tcp"}
 	var out []rlsServer
-	start := func(name, bin string, redis bool, env ...string) {
-		port := freePort(b)
-		env = append(append(append([]string{}, common...), env...), "GRPC_PORT="+port, "PORT="+freePort(b), "DEBUG_PORT="+freePort(b))
-		runProcess(b, bin, env)
+	start := func(name, bin string, env ...string) {
+		port, debug := freePort(b), freePort(b)
+		env = append(append(append([]string{}, common...), env...), "GRPC_PORT="+port, "PORT="+freePort(b), "DEBUG_PORT="+debug)
+		pid := runProcess(b, bin, env)
 		conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		if err != nil {
 			b.Fatal(err)
@@ -212,12 +271,12 @@ func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
 			}
 			time.Sleep(50 * time.Millisecond) // another process starting
 		}
-		out = append(out, rlsServer{name: name, redis: redis, client: c})
+		out = append(out, rlsServer{name: name, client: c, pid: pid, debug: "127.0.0.1:" + debug})
 	}
-	start("envoy-ratelimit", peer, true, "REDIS_URL="+redisAddr)
-	start("floodgate-rls-redis", ours, true, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-redis")
-	start("floodgate-rls-lease", ours, true, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-lease", "FLOODGATE_LEASE_MAX=100000")
-	start("floodgate-rls-local", ours, false)
+	start("envoy-ratelimit", peer, "REDIS_URL="+redisAddr)
+	start("floodgate-rls-redis", ours, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-redis")
+	start("floodgate-rls-lease", ours, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-lease", "FLOODGATE_LEASE_MAX=100000")
+	start("floodgate-rls-local", ours)
 	return out
 }
 
@@ -234,8 +293,8 @@ func buildBinary(b *testing.B, dir, bin, pkg string) {
 var logLine = regexp.MustCompile(`level=(error|fatal|panic)`)
 
 // runProcess starts bin with env, and kills it when b ends; its errors
-// are logged.
-func runProcess(b *testing.B, bin string, env []string) {
+// are logged. It returns the process's id.
+func runProcess(b *testing.B, bin string, env []string) int {
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
@@ -260,6 +319,7 @@ func runProcess(b *testing.B, bin string, env []string) {
 		<-done
 		cmd.Wait()
 	})
+	return cmd.Process.Pid
 }
 
 func freePort(b *testing.B) string {

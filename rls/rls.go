@@ -66,9 +66,10 @@ type Options struct {
 	// under which a request's keys share a Redis Cluster slot: HashTag
 	// does (every key of a domain in one slot). The Store's Config says
 	// what happens while Redis cannot answer (FailureMode), and lease
-	// mode (Lease), which serves a request of one descriptor from a
-	// lease. Close closes the Server's policies, which returns their
-	// leases; the Store stays the caller's.
+	// mode (Lease), which serves a request from leases, with no round
+	// trip, while every descriptor it charges holds one. Close closes
+	// the Server's policies, which returns their leases; the Store stays
+	// the caller's.
 	Store *redislimit.Store
 }
 

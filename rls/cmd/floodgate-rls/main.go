@@ -10,7 +10,8 @@
 //     500 while unhealthy) and POST /json;
 //   - HTTP on DEBUG_HOST:DEBUG_PORT (0.0.0.0:6070): GET /metrics
 //     (Prometheus), also on PROMETHEUS_ADDR and PROMETHEUS_PATH with
-//     USE_PROMETHEUS=true.
+//     USE_PROMETHEUS=true, and Go's profiles under /debug/pprof/, as
+//     envoyproxy/ratelimit serves them there.
 //
 // The configuration is every file below
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY
@@ -25,8 +26,9 @@
 // certificates; REDIS_POOL_SIZE), they are kept on Redis, shared by
 // every replica: floodgate's keys, under CACHE_KEY_PREFIX (floodgate-rls
 // when unset), every key of a domain in one Cluster slot. floodgate's
-// own settings: FLOODGATE_LEASE_MAX=N, lease mode (a request of one
-// descriptor spends a batch leased from Redis, with no round trip; 0 or
+// own settings: FLOODGATE_LEASE_MAX=N, lease mode (a request spends
+// units of batches leased from Redis, with no round trip, while each of
+// its descriptors holds one; 0 or
 // unset: a round trip per request); FLOODGATE_FAILURE_MODE, what a
 // request gets while Redis cannot answer: open (the default: OK, as
 // Envoy's failure_mode_deny: false lets a request through when the
@@ -51,6 +53,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -220,6 +223,11 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	mux.Handle("/json", srv.JSONHandler())
 	debug := http.NewServeMux()
 	debug.Handle("/metrics", metrics)
+	debug.HandleFunc("/debug/pprof/", pprof.Index)
+	debug.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	debug.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	debug.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	debug.HandleFunc("/debug/pprof/trace", pprof.Trace)
 
 	type listener struct {
 		addr  string
