@@ -96,6 +96,7 @@ const (
 	defaultLeaseTTL = time.Second
 	logHold         = 100 * time.Millisecond // the longest a log's batch is stamped ahead
 	leaseGrowth     = 4                      // a batch is at most this many times the last
+	leaseSpare      = 64                     // a batch takes at least this share of what Redis had left
 )
 
 // leaseNow is lease mode's clock, in ns ("lease ns"), which times every
@@ -1057,6 +1058,11 @@ func (ls *leases) want(rs *rules, st *leaseState, old *grant, spent, now int64) 
 			w = min(w, spent*rs.target/elapsed)
 		}
 		w = max(1, min(w, leaseGrowth*max(1, old.taken)))
+		// Far from the limit, a batch may outgrow the key's demand: a
+		// sliver of what Redis had left is nothing to the other replicas,
+		// and it saves a quiet key its round trips. Near the limit the
+		// sliver is small, and Redis grants at most an eighth anyway.
+		w = max(w, old.remaining/leaseSpare)
 	}
 	if rs.step > 0 {
 		// A bucket's unit lasts while the debt it made is unpaid: from a
