@@ -25,6 +25,9 @@ const (
 	unitRTReq  = "rt/req"
 	unitCmds   = "cmds/req"
 	unitScrReq = "scripts/req"
+	unitSrvCPU = "server-cpu-ns/req"
+	unitOwnCPU = "own-cpu-ns/req"
+	unitRPCCPU = "grpc-cpu-ns/req"
 	floodgate  = "floodgate-"
 )
 

@@ -747,9 +747,10 @@ func rlsTable(d *dataset) table {
 			"64 requests at once (g) over one gRPC connection, each of one client's descriptor (clients-1000-desc-1), of the hot one (hot-desc-1), or of a client's, the hot one and a route's (clients-1000-desc-3). " +
 			"envoy-ratelimit is envoyproxy/ratelimit, built from its Go module at the version rls/testdata/ratelimit-peer pins, with its default settings; floodgate-rls-redis decides each request by one script, -lease in lease mode (FLOODGATE_LEASE_MAX=100000: a request whose every descriptor holds a lease is served from the leases), -local in process. " +
 			"cmds/req is every command Redis ran per request, a script's own included (INFO commandstats); sent/req the commands sent to Redis per request: every one for envoyproxy/ratelimit, which runs no script, and the scripts for floodgate-rls, which sends nothing else. p50, p99 and p99.9 are one request's latency in µs, on a machine that runs the callers, the service and Redis together. " +
-			"The team's targets: floodgate-rls-redis ≥ 1.2× with fewer commands sent; -lease and -local ≥ 3× and p99 ≤ 0.5×.",
-		header: []string{"scenario", "g", "impl", "req/s", "cmds/req", "sent/req", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "× envoy-ratelimit", "p99 ÷ envoy-ratelimit"},
-		right:  rightFrom(1, 11),
+			"server CPU is the service process's CPU time per request; gRPC its share in gRPC (grpc-go, HTTP/2, protobuf and the Envoy types), own the service's own µs per request, gRPC, the Redis client and the runtime alone taken out, each from a CPU profile of the service under the same load (the leaf-most frame outside Go's standard library decides). " +
+			"The team's targets: floodgate-rls-redis ≥ 1.2× with fewer commands sent; -lease and -local ≥ 3× and p99 ≤ 0.5×; own ≤ 0.5× envoy-ratelimit's.",
+		header: []string{"scenario", "g", "impl", "req/s", "cmds/req", "sent/req", "p50 (µs)", "p99 (µs)", "p99.9 (µs)", "server CPU (µs/req)", "gRPC", "own (µs/req)", "× envoy-ratelimit", "p99 ÷ envoy-ratelimit", "own ÷ envoy-ratelimit"},
+		right:  rightFrom(1, 15),
 	}
 	us := func(v float64) string { return fmt.Sprintf("%.0f", v/1000) }
 	per := func(v float64) string { return fmt.Sprintf("%.4g", v) }
@@ -758,6 +759,7 @@ func rlsTable(d *dataset) table {
 			key := func(impl string) benchKey { return benchKey{family: fam, scenario: sc, impl: impl, g: g} }
 			pns, pok := d.value(key(peer), unitNs)
 			p99, p99ok := d.value(key(peer), unitP99)
+			pown, pownOK := d.value(key(peer), unitOwnCPU)
 			for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc && k.g == g }, unitNs) {
 				k := key(impl)
 				ns, ok := d.value(k, unitNs)
@@ -773,13 +775,20 @@ func rlsTable(d *dataset) table {
 					v, vok := d.value(k, u)
 					row = append(row, cell(v, vok, us))
 				}
-				ratio, p99ratio := missing, missing
+				srv, srvOK := d.value(k, unitSrvCPU)
+				rpc, rpcOK := d.value(k, unitRPCCPU)
+				own, ownOK := d.value(k, unitOwnCPU)
+				row = append(row, cell(srv, srvOK, func(v float64) string { return fmt.Sprintf("%.1f", v/1000) }),
+					cell(rpc/srv, rpcOK && srvOK && srv > 0, func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }),
+					cell(own, ownOK, func(v float64) string { return fmt.Sprintf("%.1f", v/1000) }))
+				ratio, p99ratio, ownRatio := missing, missing, missing
 				if impl != peer {
 					ratio = ratioCell(pns, pok, ns, ok)
 					v, vok := d.value(k, unitP99)
 					p99ratio = ratioCell(v, vok, p99, p99ok)
+					ownRatio = ratioCell(own, ownOK, pown, pownOK)
 				}
-				t.rows = append(t.rows, append(row, ratio, p99ratio))
+				t.rows = append(t.rows, append(row, ratio, p99ratio, ownRatio))
 			}
 		}
 	}

@@ -57,6 +57,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,8 +199,12 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	close(srvReady)
 
 	// gRPC: the service and health.
+	// Stream workers: a request is served on a goroutine kept for the
+	// next, whose stack has grown already, instead of a new one; a new
+	// goroutine's stack growth took a sixth of the server's CPU.
 	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
-		MaxConnectionAge: set.maxConnAge, MaxConnectionAgeGrace: set.maxConnAgeGrace}))
+		MaxConnectionAge: set.maxConnAge, MaxConnectionAgeGrace: set.maxConnAgeGrace}),
+		grpc.NumStreamWorkers(uint32(16*runtime.GOMAXPROCS(0))))
 	pb.RegisterRateLimitServiceServer(gs, srv)
 	healthpb.RegisterHealthServer(gs, healthy.grpc)
 	healthy.set()
