@@ -184,7 +184,9 @@ type grant struct {
 	resetAt   int64        // lease ns at which Redis would hold the key fresh
 	low       int64        // below this many units, the batch is renewed ahead
 	renewAt   int64        // lease ns from which it is renewed ahead
+	windowEnd bool         // a fixed window's batch that ends with its window: once over, nothing of it goes back
 	asked     atomic.Bool  // its renewal was asked for
+	reasked   atomic.Bool  // asked for again once it could serve nothing (see Store.askLeases)
 }
 
 // retiredUnits is what a grant's units hold once they are taken out of
@@ -500,8 +502,9 @@ func (l *Limiter) renewAhead(keys []string) {
 		g := st.g.Load()
 		spent, held := int64(0), int64(0)
 		if g != nil {
-			held = max(0, g.units.Load())
-			spent = g.taken - held - g.decayed.Load()
+			u := max(0, g.units.Load())
+			spent = g.taken - u - g.decayed.Load()
+			held = ls.usable(g, u, now) // a lease whose time is up holds nothing that counts against Max
 		}
 		want := min(ls.want(rs, st, g, spent, now), ls.max-held) // Max bounds the two batches together
 		if want <= 0 {
@@ -581,6 +584,13 @@ func (l *Limiter) newGrant(r reply, now int64) *grant {
 		end = min(end, g.top)
 	}
 	g.renewAt = now + (end-now)/4*3
+	if l.kind != kindLog && g.step == 0 && g.until-now < ls.ttl {
+		// A window's batch that ends with its window: a batch renewed
+		// ahead in time would end with it too, so only running low
+		// renews it.
+		g.renewAt = math.MaxInt64
+		g.windowEnd = l.kind == kindFixedWindow
+	}
 	return g
 }
 
@@ -648,6 +658,12 @@ func (ls *leases) drain(g *grant, now int64) giveBack {
 // counts; the rest, whose time passed (a bucket's debt paid), lapses.
 func (ls *leases) returnable(g *grant, u, now int64) giveBack {
 	if u <= 0 {
+		return giveBack{}
+	}
+	if g.windowEnd && now >= g.until {
+		// Its window is over: the script would give nothing back to it
+		// (a round trip for nothing), and the next window owes it nothing.
+		ls.lapsed.Add(u)
 		return giveBack{}
 	}
 	back := u

@@ -878,3 +878,50 @@ func TestLeaseQuietKeyBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseWindowEnd: a fixed window's batch ends with its window. It is
+// not renewed ahead on time (a batch renewed in the same window would end
+// with it too), and once the window is over its unspent units are not
+// sent back (the script would give nothing back to an ended window), so a
+// key costs one round trip a window; the next batch is not cut short by
+// the units of the batch that ended.
+func TestLeaseWindowEnd(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	clock := floodgate.NewManualClock(epoch)
+	l := replica(t, c, Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 1_000_000, Period: time.Second},
+		Lease: Lease{Max: 1000, TTL: 2 * time.Second}}, clock)
+	clock.Set(1_700_000_000 * int64(time.Second)) // a window's start
+	allow := func(i int) {
+		t.Helper()
+		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("request %d: %+v, %v", i, d, err)
+		}
+	}
+	for i := range 20 {
+		allow(i)
+	}
+	// 20 requests over most of the window: no round trip on time.
+	calls := l.Stats().Calls
+	for i := range 20 {
+		clock.Advance(40 * time.Millisecond)
+		allow(i)
+	}
+	if got := l.Stats().Calls - calls; got != 0 {
+		t.Errorf("%d round trips within the window, for a batch that lasts it", got)
+	}
+	held := heldUnits(l, "k")
+	if held == 0 {
+		t.Fatal("no lease held")
+	}
+	clock.Advance(500 * time.Millisecond) // the window is over
+	l.sweep(clock.Now())
+	if s := l.Stats(); s.Returned != 0 || s.Calls != calls {
+		t.Fatalf("an ended window's batch went back: %+v", s)
+	}
+	allow(0) // the next window's first request takes a batch
+	if got := heldUnits(l, "k"); got < 500 {
+		t.Errorf("the next window's batch holds %d units: cut short by the ended batch's %d", got, held)
+	}
+}

@@ -15,6 +15,17 @@
 -- ARGV[3]  then, for each policy in turn, c, the number of its arguments
 --          (at least 11), and its c arguments: the request's cost, not
 --          dry, no lease.
+--          Or the short form: 's', then for each policy its four of the
+--          short form of args.lua (n, kind, interval, capacity: a plain
+--          request, margin 1000, no param nor history).
+--
+-- The fast path: in the short form, with no shadow, every policy a
+-- window (fixed or sliding) on a key of its own, each admitting as
+-- window.lua's fast path admits: every key is read once and written once
+-- (GET and SET), with no function called and no table built but the
+-- reply; anything else is the general path's, below, which decides the
+-- same. This is Envoy's rate-limit service's common request: a few
+-- descriptors, each a fixed window.
 --
 -- A policy that refuses writes nothing (a dry run writes nothing), so:
 --
@@ -43,23 +54,99 @@ if now == -1 then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local kinds = {[0] = gcra, [1] = window, [2] = window, [3] = log}
-local argvs, pos = {}, 3
-for i = 1, P do
-  local c = tonumber(ARGV[pos])
-  if not (c and c >= 11 and c % 1 == 0 and pos + c <= #ARGV) then
-    return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' has ' .. tostring(ARGV[pos]) .. ' arguments')
+local argvs = {}
+if ARGV[3] == 's' then
+  if #ARGV ~= 3 + 4 * P then
+    return redis.error_reply('floodgate: bad multi arguments: ' .. #ARGV .. ' in the short form for ' .. P .. ' policies')
   end
-  local a = {}
-  for j = 1, c do a[j] = ARGV[pos + j] end
-  a[6] = now
-  if not kinds[tonumber(a[7])] or tonumber(a[2]) ~= 0 or tonumber(a[3]) ~= 0 or tonumber(a[4]) ~= 0 then
-    return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' is no plain request')
+  local floor, MAX, FMT = math.floor, 2^52, '<i8i8i8i8i8'
+  local fast = not flags:find('1')
+  for i = 2, P do
+    for j = 1, i - 1 do
+      if KEYS[i] == KEYS[j] then fast = false end
+    end
   end
-  argvs[i] = a
-  pos = pos + c + 1
-end
-if pos ~= #ARGV + 1 then
-  return redis.error_reply('floodgate: bad multi arguments: ' .. (#ARGV - pos + 1) .. ' left over')
+  if fast then
+    local out, vals, ttls = {-1}, {}, {}
+    for i = 1, P do
+      local b = 3 + 4 * (i - 1)
+      local n, kind, T, N = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])
+      local sliding = kind == 2
+      if not ((kind == 1 or sliding) and n and T and N and n >= 1 and n % 1 == 0 and T >= 1 and T <= 2^50 and T % 1 == 0
+          and N >= 1 and N <= 2^50 and N % 1 == 0 and n <= N and (not sliding or N * T <= 2^52)) then
+        fast = false
+        break
+      end
+      -- window.lua's fast path, as it stands there.
+      local k = floor(now / T)
+      local e = now - k * T
+      local stored = redis.call('GET', KEYS[i])
+      local ws, curr, prev, sT, sN = now, 0, 0, T, N
+      if stored and #stored == 40 then ws, curr, prev, sT, sN = struct.unpack(FMT, stored) end
+      local ks = floor(ws / T)
+      if not ((not stored or (#stored == 40 and sT == T and sN == N and ws >= 0 and ws <= MAX
+          and curr >= 0 and curr <= N and prev >= 0 and prev <= N)) and k >= ks) then
+        fast = false
+        break
+      end
+      if k == ks + 1 and sliding then
+        curr, prev = 0, curr
+      elseif k ~= ks then
+        curr, prev = 0, 0
+      end
+      curr = curr + n
+      if not (curr <= N and (not sliding or prev == 0 or prev * (T - e) + curr * T <= N * T)) then
+        fast = false
+        break
+      end
+      local remaining, reset = N - curr, T - e
+      if sliding then
+        reset = 2 * T - e
+        if prev > 0 then
+          local a = prev * (T - e)
+          local q = floor(a / T)
+          if q * T < a then q = q + 1 end
+          remaining = math.max(0, remaining - q)
+        end
+      end
+      vals[i] = struct.pack(FMT, now, curr, prev, T, N)
+      ttls[i] = string.format('%d', floor((reset + 999) / 1000) + 1000)
+      local o = 1 + (i - 1) * 7
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6], out[o + 7] = 1, remaining, 0, reset, 0, T - e, k
+    end
+    if fast then
+      for i = 1, P do
+        redis.call('SET', KEYS[i], vals[i], 'PX', ttls[i])
+      end
+      return out
+    end
+  end
+  for i = 1, P do
+    local b = 3 + 4 * (i - 1)
+    argvs[i] = {ARGV[b + 1], 0, 0, 0, 0, now, ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], 1000, 0}
+    if not kinds[tonumber(argvs[i][7])] then
+      return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' is no plain request')
+    end
+  end
+else
+  local pos = 3
+  for i = 1, P do
+    local c = tonumber(ARGV[pos])
+    if not (c and c >= 11 and c % 1 == 0 and pos + c <= #ARGV) then
+      return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' has ' .. tostring(ARGV[pos]) .. ' arguments')
+    end
+    local a = {}
+    for j = 1, c do a[j] = ARGV[pos + j] end
+    a[6] = now
+    if not kinds[tonumber(a[7])] or tonumber(a[2]) ~= 0 or tonumber(a[3]) ~= 0 or tonumber(a[4]) ~= 0 then
+      return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' is no plain request')
+    end
+    argvs[i] = a
+    pos = pos + c + 1
+  end
+  if pos ~= #ARGV + 1 then
+    return redis.error_reply('floodgate: bad multi arguments: ' .. (#ARGV - pos + 1) .. ' left over')
+  end
 end
 
 local out = {-1}

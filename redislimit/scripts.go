@@ -191,12 +191,19 @@ func (l *Limiter) args(key string, c call) []any {
 // history, the default margin and no param (every kind but the log). It
 // returns nil for any other call, which args encodes whole.
 func (l *Limiter) shortArgs(key string, c call) []any {
-	rs := c.rs
-	if c.n < 1 || c.dry || c.want != 0 || c.give != 0 || len(rs.hist) != 0 || rs.pruneAt != 0 ||
-		l.margin != ttlMargin || rs.hold != 0 || l.redisClock != nil {
+	if !l.plain(c) {
 		return nil
 	}
+	rs := c.rs
 	return []any{"evalsha", l.script.sha, 1, l.Key(key), c.n, rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity]}
+}
+
+// plain reports whether call c goes in the scripts' short form (see
+// shortArgs).
+func (l *Limiter) plain(c call) bool {
+	rs := c.rs
+	return c.n >= 1 && !c.dry && c.want == 0 && c.give == 0 && len(rs.hist) == 0 && rs.pruneAt == 0 &&
+		l.margin == ttlMargin && rs.hold == 0 && l.redisClock == nil
 }
 
 // reply reads the script's answer: {allowed, remaining, retry_after,

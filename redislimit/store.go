@@ -361,10 +361,13 @@ func (s *Store) decideMany(ctx context.Context, ls []*Limiter, keys []string, ns
 		}
 		return impossible, res, err
 	}
+	var need uint16 // the policies whose leases could not answer
 	if ls[0].lease != nil {
-		if refused, ok := s.fromLeases(ls, keys, ns, shadow, all); ok {
+		refused, ok, missed := s.fromLeases(ls, keys, ns, shadow, all)
+		if ok {
 			return refused, decided(refused < 0 || isShadow(refused)), nil
 		}
+		need = missed
 	}
 	l0 := ls[0] // its breaker and counts stand for the round trip's
 	var refused int
@@ -375,7 +378,7 @@ func (s *Store) decideMany(ctx context.Context, ls []*Limiter, keys []string, ns
 	switch o {
 	case tripAnswered:
 		if l0.lease != nil {
-			s.askLeases(ls, keys)
+			s.askLeases(ls, keys, need)
 		}
 		return refused, decided(refused < 0 || isShadow(refused)), nil
 	case tripAbandoned:
@@ -512,11 +515,25 @@ func (s *Store) runEach(ctx context.Context, ls []*Limiter, keys []string, ns []
 		}
 	}
 	args = append(args, l0.scriptNow(), string(flags))
+	short := true
 	for i, l := range ls {
 		rss[i] = l.rs()
-		a := l.args("", call{n: ns[i], rs: rss[i]})[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
-		args = append(args, len(a))
-		args = append(args, a...)
+		short = short && l.plain(call{n: ns[i], rs: rss[i]})
+	}
+	if short {
+		// The short form: four arguments a policy instead of twelve, and
+		// the script's fast path for windows (see multi.lua).
+		args = append(args, "s")
+		for i := range ls {
+			rs := rss[i]
+			args = append(args, ns[i], rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity])
+		}
+	} else {
+		for i, l := range ls {
+			a := l.args("", call{n: ns[i], rs: rss[i]})[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
+			args = append(args, len(a))
+			args = append(args, a...)
+		}
 	}
 	v, err := l0.batch.do(ctx, mayEnd, args, s.multi.src)
 	if err != nil {
@@ -596,8 +613,9 @@ func (s *Store) AppendCounts(dst []counts.Sample) []counts.Sample {
 // nothing, as the script does: units taken for a request that another
 // policy refuses go back to the lease they came from (Redis counted them
 // leased, and still does). ok is false when some policy cannot answer
-// without Redis; then nothing is charged.
-func (s *Store) fromLeases(ls []*Limiter, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (refused int, ok bool) {
+// without Redis; then nothing is charged, and need marks (bit i for
+// policy i) the policies that could not, which askLeases then renews.
+func (s *Store) fromLeases(ls []*Limiter, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (refused int, ok bool, need uint16) {
 	var taken [maxPolicies]*grant
 	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
 	giveBack := func(keep func(int) bool) {
@@ -608,13 +626,24 @@ func (s *Store) fromLeases(ls []*Limiter, keys []string, ns []int64, shadow []bo
 			}
 		}
 	}
+	// miss gives back what was taken, and marks policy i and each after
+	// it that could not answer either.
+	miss := func(i int) (int, bool, uint16) {
+		giveBack(func(int) bool { return false })
+		need := uint16(1) << i
+		for j := i + 1; j < len(ls); j++ {
+			if !ls[j].couldServe(keys[j], ns[j]) {
+				need |= 1 << j
+			}
+		}
+		return 0, false, need
+	}
 	enforced, sh := -1, -1
 	for i, l := range ls {
 		now := l.leaseNow()
 		st, found := l.lease.states.Load(keys[i])
 		if !found {
-			giveBack(func(int) bool { return false })
-			return 0, false
+			return miss(i)
 		}
 		if g, rest, ok := l.take(keys[i], st, ns[i], now); ok {
 			taken[i] = g
@@ -623,8 +652,7 @@ func (s *Store) fromLeases(ls []*Limiter, keys []string, ns []int64, shadow []bo
 		}
 		d, ok := l.cachedDenial(st, ns[i], now)
 		if !ok {
-			giveBack(func(int) bool { return false })
-			return 0, false
+			return miss(i)
 		}
 		all[i] = d
 		if isShadow(i) {
@@ -638,19 +666,41 @@ func (s *Store) fromLeases(ls []*Limiter, keys []string, ns []int64, shadow []bo
 	switch {
 	case enforced >= 0:
 		giveBack(func(int) bool { return false })
-		return enforced, true
+		return enforced, true, 0
 	case sh >= 0:
 		giveBack(func(i int) bool { return !isShadow(i) })
-		return sh, true
+		return sh, true, 0
 	}
-	return -1, true
+	return -1, true, 0
 }
 
-// askLeases has each policy take a lease for its key ahead, after a
-// request that went to Redis because some policy held none: the key's
-// next requests then find one.
-func (s *Store) askLeases(ls []*Limiter, keys []string) {
+// couldServe reports whether key's lease, or its batch taken ahead, holds
+// n units it could spend now, or a denial that answers n: a look, which
+// takes nothing.
+func (l *Limiter) couldServe(key string, n int64) bool {
+	st, ok := l.lease.states.Load(key)
+	if !ok {
+		return false
+	}
+	now := l.leaseNow()
+	for _, g := range []*grant{st.g.Load(), st.next.Load()} {
+		if g != nil && l.lease.usable(g, g.units.Load(), now) >= n {
+			return true
+		}
+	}
+	_, ok = l.cachedDenial(st, n, now)
+	return ok
+}
+
+// askLeases has each policy that need marks (bit i for policy i) take a
+// lease for its key ahead, after a request that went to Redis because it
+// held none that could answer: the key's next requests then find one.
+// The others' leases answered, and are renewed as they run low.
+func (s *Store) askLeases(ls []*Limiter, keys []string, need uint16) {
 	for i, l := range ls {
+		if need&(1<<i) == 0 {
+			continue
+		}
 		key := keys[i]
 		lz := l.lease
 		if lz.closed.Load() {
@@ -667,12 +717,27 @@ func (s *Store) askLeases(ls []*Limiter, keys []string) {
 				lz.size.Add(-1)
 			}
 		}
-		st.lastUsed.Store(l.leaseNow())
-		if st.next.Load() != nil {
-			continue
+		now := l.leaseNow()
+		st.lastUsed.Store(now)
+		if nx := st.next.Load(); nx != nil {
+			if lz.usable(nx, nx.units.Load(), now) > 0 {
+				continue
+			}
+			// The batch taken ahead can serve nothing: a window's batch
+			// taken near its end, which ended with it. It goes back, and
+			// the key asks for one that serves.
+			if st.next.CompareAndSwap(nx, nil) {
+				l.retire(key, nx, now)
+			}
 		}
 		if g := st.g.Load(); g != nil && !g.asked.CompareAndSwap(false, true) {
-			continue // its renewal is asked for already
+			// Its renewal was asked for already. But a lease that can serve
+			// nothing is not renewed otherwise: a request of one policy
+			// would take a batch in its own round trip (a refill), and this
+			// one went to the script. So it is asked for again, once.
+			if lz.usable(g, g.units.Load(), now) > 0 || !g.reasked.CompareAndSwap(false, true) {
+				continue
+			}
 		}
 		if lz.inline {
 			l.renewAhead([]string{key})

@@ -166,3 +166,61 @@ func storeStats(s *Store) Stats {
 	}
 	return st
 }
+
+// TestMultiShortForm holds the multi-policy script's short form, and its
+// fast path for windows, to its whole form, call by call: the same
+// requests, at the same instants of a manual clock, on two sets of keys,
+// one sent in each form. Requests of 1 to 4 asks over buckets, fixed
+// windows and sliding counters, with costs to the capacity, shadows, one
+// key asked twice, and a clock that steps back: the replies, and every
+// key's value, must agree.
+func TestMultiShortForm(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 5))
+	type policy struct{ kind, T, N int64 }
+	policies := []policy{{int64(kindBucket), 2000, 4}, {int64(kindFixedWindow), 10_000, 5}, {int64(kindSlidingCounter), 10_000, 6}, {int64(kindFixedWindow), 7_000, 3}}
+	now := int64(1_700_000_000_000_000)
+	for i := range 3000 {
+		switch r := rng.IntN(20); {
+		case r == 0:
+			now -= rng.Int64N(10_000)
+		case r == 1:
+			now += rng.Int64N(50_000)
+		default:
+			now += rng.Int64N(2_000)
+		}
+		p := 1 + rng.IntN(4)
+		var keysA, keysB []string
+		flags := make([]byte, p)
+		short := []any{now, "", "s"}
+		whole := []any{now, ""}
+		for j := range p {
+			pi := rng.IntN(len(policies))
+			pol := policies[pi]
+			k := rng.IntN(2)
+			keysA = append(keysA, fmt.Sprintf("short:%d:%d", pi, k))
+			keysB = append(keysB, fmt.Sprintf("whole:%d:%d", pi, k))
+			flags[j] = '0'
+			if rng.IntN(8) == 0 {
+				flags[j] = '1'
+			}
+			n := 1 + rng.Int64N(pol.N)
+			short = append(short, n, pol.kind, pol.T, pol.N)
+			whole = append(whole, 11, n, 0, 0, 0, 0, now, pol.kind, pol.T, pol.N, 1000, 0)
+		}
+		short[1], whole[1] = string(flags), string(flags)
+		a, errA := c.Eval(ctx, multiScript.src, keysA, short...).Int64Slice()
+		b, errB := c.Eval(ctx, multiScript.src, keysB, whole...).Int64Slice()
+		if fmt.Sprint(a, errA) != fmt.Sprint(b, errB) {
+			t.Fatalf("request %d (%d asks, flags %s, at %d): the short form answered %v (%v), the whole %v (%v)", i, p, flags, now, a, errA, b, errB)
+		}
+		for j := range keysA {
+			va, vb := c.Get(ctx, keysA[j]).Val(), c.Get(ctx, keysB[j]).Val()
+			if va != vb {
+				t.Fatalf("request %d: key %s holds %x in the short form, %x in the whole", i, keysA[j], va, vb)
+			}
+		}
+	}
+}
