@@ -68,7 +68,8 @@ type rlsServer struct {
 // service's process (server-cpu-ns), redis-server's (redis-cpu-ns) and
 // the callers' (caller-cpu-ns, this process); and, from a CPU profile of
 // the service taken while the load runs a second longer, the service's
-// CPU split into gRPC's (grpc-cpu-ns), the Redis client's (store-cpu-ns),
+// CPU split into gRPC's (grpc-cpu-ns), the store's (store-cpu-ns: its
+// Redis layer and client),
 // the runtime's alone (runtime-cpu-ns: the garbage collector, the
 // scheduler) and the service's own (own-cpu-ns); see cpuShares. With
 // FLOODGATE_RLS_PROFILES set to a directory, the profiles are kept there,

@@ -66,9 +66,12 @@ func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
 // cpuShares is what a CPU profile of a rate-limit service spent on: the
 // share of its samples in gRPC (grpc-go, x/net's HTTP/2, protobuf and the
 // generated Envoy types: receiving, decoding, encoding and sending), in
-// the Redis client (go-redis, radix), in the Go runtime with no caller of
-// the service's own (garbage collection, the scheduler, the network
-// poller), and in the service itself, everything else.
+// the store (the code that talks to Redis: each service's Redis layer,
+// floodgate's redislimit and envoyproxy/ratelimit's src/redis, and their
+// clients, go-redis and radix), in the Go runtime with no caller of the
+// service's own (garbage collection, the scheduler, the network poller),
+// and in the service itself, everything else: matching descriptors,
+// deciding in process, building the answer, its metrics and logs.
 type cpuShares struct {
 	grpc, store, runtime, own float64
 }
@@ -191,7 +194,8 @@ func classify(fn string) int {
 			return classGRPC
 		}
 	}
-	for _, p := range []string{"github.com/redis/go-redis", "github.com/mediocregopher/radix"} {
+	for _, p := range []string{"github.com/redis/go-redis", "github.com/mediocregopher/radix",
+		"github.com/floodgate-go/floodgate/redislimit", "github.com/envoyproxy/ratelimit/src/redis"} {
 		if strings.HasPrefix(pkg, p) {
 			return classStore
 		}
