@@ -43,7 +43,9 @@ var (
 // as envoyproxy/ratelimit's Prometheus mapping names them: per rule,
 // ratelimit_service_rate_limit_total_hits, _over_limit, _near_limit,
 // _within_limit and _shadow_mode, labelled domain, key1 and key2 (the
-// rule's first two levels as configured, never a request's values); and
+// rule's first two levels as configured; for a rule with detailed_metric,
+// the request's own key_value at those levels, within
+// Options.MaxDetailed series a rule); and
 // ratelimit_service_config_load_success and _config_load_error. A rule
 // shows once a request has matched it. Per-descriptor limit overrides
 // count under the domain "" and key1 "override". The floodgate limiters'
@@ -72,8 +74,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	type labels struct{ domain, key1, key2 string }
 	sums := map[labels]*[nStats]int64{}
 	var order []labels
-	s.eachRule(func(r *rule, domain, key1, key2 string) {
-		l := labels{domain, key1, key2}
+	add := func(l labels, st *ruleStats) {
 		v := sums[l]
 		if v == nil {
 			v = new([nStats]int64)
@@ -81,7 +82,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			order = append(order, l)
 		}
 		for i := range v {
-			v[i] += r.stats.value(i)
+			v[i] += st.value(i)
+		}
+	}
+	s.eachRule(func(r *rule, domain, key1, key2 string) {
+		add(labels{domain, key1, key2}, &r.stats)
+		if r.detailed != nil {
+			r.detailed.each(func(k1, k2 string, st *ruleStats) { add(labels{domain, k1, k2}, st) })
 		}
 	})
 	for _, l := range order {

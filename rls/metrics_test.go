@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,5 +66,53 @@ ratelimit_service_rate_limit_within_limit{domain="d",key1="small",key2=""} 2
 		if smp.Metric == counts.Keys && smp.Policy == "d.small" && smp.Value != 1 {
 			t.Fatalf("d.small holds %d keys, want 1", smp.Value)
 		}
+	}
+}
+
+// TestCollectorDetailed: a rule with detailed_metric counts in a series
+// of the request's own first two key_value (a share_threshold level's
+// pattern standing for its values), at most MaxDetailed of them a rule;
+// past that, in the rule's own series. A rule without it names no value.
+func TestCollectorDetailed(t *testing.T) {
+	cfg := mustConfig(t, `domain: d
+descriptors:
+  - key: client
+    detailed_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: team
+    value: "t*"
+    share_threshold: true
+    descriptors:
+      - key: user
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`)
+	s, c := serve(t, cfg, Options{Clock: floodgate.NewManualClock(unixStart), MaxDetailed: 2})
+	for _, v := range []string{"a", "b", "a", "c", "d"} {
+		ask(t, c, "d", desc("client", v))
+	}
+	for _, team := range []string{"t1", "t2"} {
+		ask(t, c, "d", &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "team", Value: team}, {Key: "user", Value: "u"}}})
+	}
+	ask(t, c, "d", desc("plain", "secret"))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	want := `
+# HELP ratelimit_service_rate_limit_total_hits Hits asked of the rule (each request's hits_addend).
+# TYPE ratelimit_service_rate_limit_total_hits counter
+ratelimit_service_rate_limit_total_hits{domain="d",key1="client",key2=""} 2
+ratelimit_service_rate_limit_total_hits{domain="d",key1="client_a",key2=""} 2
+ratelimit_service_rate_limit_total_hits{domain="d",key1="client_b",key2=""} 1
+ratelimit_service_rate_limit_total_hits{domain="d",key1="plain",key2=""} 1
+ratelimit_service_rate_limit_total_hits{domain="d",key1="team_t*",key2="user"} 0
+ratelimit_service_rate_limit_total_hits{domain="d",key1="team_t*",key2="user_u"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_rate_limit_total_hits"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg, Options{MaxDetailed: -1}); err == nil {
+		t.Fatal("a negative MaxDetailed: no error")
 	}
 }

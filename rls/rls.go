@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/policy"
@@ -54,6 +55,13 @@ type Options struct {
 	// means 1,024. A request with a new one past it is refused with
 	// ResourceExhausted.
 	MaxOverrides int
+	// MaxDetailed is the most series a rule with detailed_metric keeps,
+	// one for each pair of its first two levels' key_value in the
+	// requests (a share_threshold level's pattern stands for its
+	// values); 0 means 1,000. Past it, a request counts in the rule's own
+	// series, labelled as configured: clients that send a new value each
+	// time grow the metrics no further.
+	MaxDetailed int
 	// MaxKeys bounds the keys each rule holds in process, as
 	// grpclimit.Config.MaxKeys does: 0 is a bound that keeps each rule
 	// within 64 MiB, negative none.
@@ -122,6 +130,9 @@ type rule struct {
 	unit  int64 // the window in seconds
 	fixed bool  // a fixed window: duration_until_reset is the window's end, as envoyproxy/ratelimit says it
 	stats ruleStats
+	// detailed holds the series by the requests' values of a rule with
+	// detailed_metric; nil for the others.
+	detailed *detailed
 }
 
 // override is a per-descriptor limit override's rule.
@@ -138,8 +149,8 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if r := opts.NearLimitRatio; r < 0 || r > 1 || math.IsNaN(r) {
 		return nil, fmt.Errorf("rls: NearLimitRatio must lie in [0, 1], got %v", r)
 	}
-	if opts.MaxDescriptors < 0 || opts.MaxOverrides < 0 {
-		return nil, errors.New("rls: MaxDescriptors and MaxOverrides must be 0 (the default) or positive")
+	if opts.MaxDescriptors < 0 || opts.MaxOverrides < 0 || opts.MaxDetailed < 0 {
+		return nil, errors.New("rls: MaxDescriptors, MaxOverrides and MaxDetailed must be 0 (the default) or positive")
 	}
 	s := &Server{opts: opts, clock: opts.Clock, near: opts.NearLimitRatio, overrides: map[override]*rule{},
 		stop: make(chan struct{}), swept: make(chan struct{})}
@@ -154,6 +165,9 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	}
 	if s.opts.MaxOverrides == 0 {
 		s.opts.MaxOverrides = 1024
+	}
+	if s.opts.MaxDetailed == 0 {
+		s.opts.MaxDetailed = 1000
 	}
 	if s.opts.LimitHeader == "" {
 		s.opts.LimitHeader = "RateLimit-Limit"
@@ -222,7 +236,7 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 			r.close() // Check took the rule: not reached; the rule would start afresh
 			continue
 		}
-		next.rules[nl.Index].Store(r.reconfigured(nl))
+		next.rules[nl.Index].Store(r.reconfigured(nl, s.opts.MaxDetailed))
 	}
 	s.snap.Store(next)
 	s.loads.Add(1)
@@ -268,9 +282,15 @@ func (s *Server) Check(cfg *config.Config) error {
 
 // reconfigured returns r under its new configuration nl: the same
 // limiter and counts.
-func (r *rule) reconfigured(nl *config.Limit) *rule {
+func (r *rule) reconfigured(nl *config.Limit, maxDetailed int) *rule {
 	n := &rule{lim: r.lim, pol: r.pol, limit: nl, pbLim: pbLimit(nl), unit: int64(nl.Unit.Duration() / time.Second), fixed: nl.Algorithm == floodgate.FixedWindow}
 	n.stats.share(&r.stats)
+	if nl.Detailed {
+		n.detailed = r.detailed
+		if n.detailed == nil {
+			n.detailed = newDetailed(maxDetailed)
+		}
+	}
 	return n
 }
 
@@ -348,6 +368,9 @@ func (s *Server) ruleFor(snap *snapshot, l *config.Limit) (*rule, error) {
 	}
 	r := &rule{limit: l, pbLim: pbLimit(l), unit: int64(l.Unit.Duration() / time.Second), fixed: l.Algorithm == floodgate.FixedWindow}
 	r.stats.init()
+	if l.Detailed {
+		r.detailed = newDetailed(s.opts.MaxDetailed)
+	}
 	if err := s.build(r, policyName(l)); err != nil {
 		return nil, err
 	}
@@ -457,6 +480,7 @@ type scratch struct {
 	first   []int                // the descriptor that decides for each: itself, or the first of the same rule and key
 	cost    []uint64             // what the deciding descriptor asks: the hits of all it decides for
 	done    []bool               // decided before any limiter is asked
+	label   []byte               // a detailed series' name
 	// On Redis:
 	storeAsks []redislimit.Ask
 	shadow    []bool
@@ -471,6 +495,33 @@ const (
 	kindShadow                 // charged alone, after the others, never refusing
 	kindCheck                  // hits 0: looked at, charged nothing
 )
+
+// detailedLabel names the detailed series of a request's descriptor of
+// entries under rule l: its first two levels' key_value (a share_threshold
+// level's as configured), joined by a 0 byte. The name is a view of sc's
+// buffer, valid until sc's next use.
+func (sc *scratch) detailedLabel(l *config.Limit, entries []*rlv3.RateLimitDescriptor_Entry) string {
+	sc.label = sc.label[:0]
+	for i := range min(2, len(entries)) {
+		if i > 0 {
+			sc.label = append(sc.label, 0)
+		}
+		if l.SharedLevel(i) {
+			_, levels := l.Path()
+			sc.label = append(sc.label, levels[i]...)
+			continue
+		}
+		e := entries[i]
+		sc.label = append(sc.label, e.GetKey()...)
+		if v := e.GetValue(); v != "" {
+			sc.label = append(append(sc.label, '_'), v...)
+		}
+	}
+	if len(entries) < 2 {
+		sc.label = append(sc.label, 0)
+	}
+	return unsafe.String(unsafe.SliceData(sc.label), len(sc.label))
+}
 
 var scratches = sync.Pool{New: func() any { return &scratch{names: map[string]bool{}} }}
 
@@ -576,7 +627,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return s.respond(sc, over), nil
+	return s.respond(sc, ds, over), nil
 }
 
 // How a descriptor's answer in sc.ds was reached.
@@ -861,7 +912,7 @@ func grow[T any](s []T, n int) []T {
 }
 
 // respond builds the response from each descriptor's answer, and counts.
-func (s *Server) respond(sc *scratch, over bool) *pb.RateLimitResponse {
+func (s *Server) respond(sc *scratch, ds []*rlv3.RateLimitDescriptor, over bool) *pb.RateLimitResponse {
 	n := len(sc.kind)
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
 	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n) // one allocation for all
@@ -881,6 +932,12 @@ func (s *Server) respond(sc *scratch, over bool) *pb.RateLimitResponse {
 		}
 		st.CurrentLimit = r.pbLim
 		st.DurationUntilReset = r.reset(now, d)
+		stats := &r.stats
+		if r.detailed != nil {
+			if c := r.detailed.get(sc.detailedLabel(r.limit, ds[i].GetEntries())); c != nil {
+				stats = c
+			}
+		}
 		var left int64
 		var overHere bool
 		switch sc.state[i] {
@@ -895,21 +952,21 @@ func (s *Server) respond(sc *scratch, over bool) *pb.RateLimitResponse {
 		if overHere {
 			left = 0
 			if sc.kind[i] == kindShadow {
-				r.stats.add(statShadow, hits)
+				stats.add(statShadow, hits)
 			} else {
 				st.Code = pb.RateLimitResponse_OVER_LIMIT
 			}
-			r.stats.add(statOver, hits)
+			stats.add(statOver, hits)
 		} else {
-			r.stats.add(statWithin, hits)
+			stats.add(statWithin, hits)
 			// near_limit as envoyproxy/ratelimit counts it: the hits that
 			// landed past the ratio's share of the limit.
 			nearFloor := int64(math.Floor(float64(float32(r.limit.RequestsPerUnit) * float32(s.near))))
 			if used := int64(r.limit.RequestsPerUnit) - left; used > nearFloor && hits > 0 {
-				r.stats.add(statNear, uint64(min(int64(min(hits, math.MaxInt64)), used-nearFloor)))
+				stats.add(statNear, uint64(min(int64(min(hits, math.MaxInt64)), used-nearFloor)))
 			}
 		}
-		r.stats.add(statTotal, hits)
+		stats.add(statTotal, hits)
 		st.LimitRemaining = uint32(min(max(left, 0), math.MaxUint32))
 		// The headers describe the descriptor with the least left, or
 		// the last one over its limit, as envoyproxy/ratelimit picks it.

@@ -1,6 +1,12 @@
 package rls
 
-import "github.com/floodgate-go/floodgate/internal/tally"
+import (
+	"strings"
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/internal/tally"
+	"github.com/puzpuzpuz/xsync/v4"
+)
 
 // A rule's counts, as envoyproxy/ratelimit names them.
 const (
@@ -26,4 +32,48 @@ func (s *ruleStats) add(i int, v uint64) {
 	if v > 0 {
 		s.c.Add(i, int64(min(v, 1<<62)))
 	}
+}
+
+// detailed is the series of a rule with detailed_metric: one for each
+// pair of the request's first two levels (key_value, or a share_threshold
+// level's pattern), at most max of them; past that, a request counts in
+// the rule's own series. A client that sends a new value each request
+// costs one series per value, up to max, and no more.
+type detailed struct {
+	m    *xsync.Map[string, *ruleStats] // by key1, a 0 byte, key2
+	size atomic.Int64
+	max  int64
+}
+
+func newDetailed(max int) *detailed {
+	return &detailed{m: xsync.NewMap[string, *ruleStats](), max: int64(max)}
+}
+
+// get returns the series named by label (key1, a 0 byte, key2), made if
+// there is room; nil past max. label may be a view of a buffer that
+// changes: a series made keeps a copy.
+func (d *detailed) get(label string) *ruleStats {
+	if st, ok := d.m.Load(label); ok {
+		return st
+	}
+	if d.size.Add(1) > d.max {
+		d.size.Add(-1)
+		return nil
+	}
+	st := &ruleStats{}
+	st.init()
+	st, loaded := d.m.LoadOrStore(strings.Clone(label), st)
+	if loaded {
+		d.size.Add(-1)
+	}
+	return st
+}
+
+// each calls f with every series' labels and counts.
+func (d *detailed) each(f func(key1, key2 string, st *ruleStats)) {
+	d.m.Range(func(label string, st *ruleStats) bool {
+		key1, key2, _ := strings.Cut(label, "\x00")
+		f(key1, key2, st)
+		return true
+	})
 }

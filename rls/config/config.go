@@ -71,8 +71,14 @@ type Limit struct {
 	// Len()-1, so that a server may keep each rule's state in a slice.
 	Index int
 
-	path string // the place in the descriptor tree: domain and each level's key_value, length-prefixed
+	path   string // the place in the descriptor tree: domain and each level's key_value, length-prefixed
+	shared uint64 // bit i: level i is a share_threshold wildcard (levels past 63 are not marked)
 }
+
+// SharedLevel reports whether level i (from 0) of the rule's place is a
+// wildcard with share_threshold, whose matched values share one count
+// (and, for detailed_metric, one name: the pattern's).
+func (l *Limit) SharedLevel(i int) bool { return i >= 0 && i < 64 && l.shared&(1<<i) != 0 }
 
 // node is one level of a domain's descriptors.
 type node struct {
@@ -280,7 +286,7 @@ func (c *Config) load(f File) error {
 		return errAt(f.Name, fields["domain"], "domain %q is in another file too", domain)
 	}
 	n := &node{children: map[string]*node{}}
-	if err := c.loadDescriptors(f.Name, n, domain, string(appendField(nil, domain)), fields["descriptors"]); err != nil {
+	if err := c.loadDescriptors(f.Name, n, domain, string(appendField(nil, domain)), 0, 0, fields["descriptors"]); err != nil {
 		return err
 	}
 	c.domains[domain] = n
@@ -288,8 +294,9 @@ func (c *Config) load(f File) error {
 }
 
 // loadDescriptors adds the descriptors of seq (nil: none) under parent,
-// whose full key is prefix, and whose place in the tree is path.
-func (c *Config) loadDescriptors(name string, parent *node, prefix, path string, seq *yaml.Node) error {
+// whose full key is prefix, whose place in the tree is path, at depth
+// levels below the domain; shared marks the share_threshold levels above.
+func (c *Config) loadDescriptors(name string, parent *node, prefix, path string, depth int, shared uint64, seq *yaml.Node) error {
 	if seq == nil || seq.Tag == "!!null" {
 		return nil
 	}
@@ -331,19 +338,23 @@ func (c *Config) loadDescriptors(name string, parent *node, prefix, path string,
 		}
 		child := &node{children: map[string]*node{}}
 		childPath := string(appendField([]byte(path), kv))
+		childShared := shared
 		if flags["share_threshold"] {
 			child.shared = value
+			if depth < 64 {
+				childShared |= 1 << depth
+			}
 		}
 		if rl := fields["rate_limit"]; rl != nil && rl.Tag != "!!null" {
 			if child.limit, err = loadLimit(name, rl, full); err != nil {
 				return err
 			}
 			child.limit.Shadow, child.limit.Detailed = flags["shadow_mode"], flags["detailed_metric"]
-			child.limit.Index, child.limit.path = len(c.rules), childPath
+			child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), childPath, childShared
 			c.rules = append(c.rules, child.limit)
 			c.byPath[childPath] = child.limit
 		}
-		if err := c.loadDescriptors(name, child, full, childPath, fields["descriptors"]); err != nil {
+		if err := c.loadDescriptors(name, child, full, childPath, depth+1, childShared, fields["descriptors"]); err != nil {
 			return err
 		}
 		parent.children[kv] = child
