@@ -37,4 +37,8 @@
 //   - A descriptor's values are counted under a key that prefixes each by
 //     its length, so that values holding "_" never make two descriptors
 //     one count.
+//   - detailed_metric's series, one for each pair of a rule's first two
+//     key_value in the requests, are bounded by Options.MaxDetailed a
+//     rule; past it a request counts in the rule's own series, so that
+//     values a client makes up cannot grow the metrics without end.
 package rls
