@@ -39,6 +39,7 @@
 //     one count.
 //   - detailed_metric's series, one for each pair of a rule's first two
 //     key_value in the requests, are bounded by Options.MaxDetailed a
-//     rule; past it a request counts in the rule's own series, so that
-//     values a client makes up cannot grow the metrics without end.
+//     rule, and their names at 256 bytes; past either a request counts
+//     in the rule's own series, so that values a client makes up cannot
+//     grow the metrics without end.
 package rls

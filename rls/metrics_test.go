@@ -72,7 +72,8 @@ ratelimit_service_rate_limit_within_limit{domain="d",key1="small",key2=""} 2
 // TestCollectorDetailed: a rule with detailed_metric counts in a series
 // of the request's own first two key_value (a share_threshold level's
 // pattern standing for its values), at most MaxDetailed of them a rule;
-// past that, in the rule's own series. A rule without it names no value.
+// past that, or for a name longer than 256 bytes, in the rule's own
+// series. A rule without it names no value.
 func TestCollectorDetailed(t *testing.T) {
 	cfg := mustConfig(t, `domain: d
 descriptors:
@@ -90,8 +91,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100}
 `)
 	s, c := serve(t, cfg, Options{Clock: floodgate.NewManualClock(unixStart), MaxDetailed: 2})
-	for _, v := range []string{"a", "b", "a", "c", "d"} {
-		ask(t, c, "d", desc("client", v))
+	for _, v := range []string{"a", strings.Repeat("x", 1<<20), "b", "a", "c", "d"} {
+		ask(t, c, "d", desc("client", v)) // a value of 1 MB makes no series
 	}
 	for _, team := range []string{"t1", "t2"} {
 		ask(t, c, "d", &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "team", Value: team}, {Key: "user", Value: "u"}}})
@@ -102,7 +103,7 @@ descriptors:
 	want := `
 # HELP ratelimit_service_rate_limit_total_hits Hits asked of the rule (each request's hits_addend).
 # TYPE ratelimit_service_rate_limit_total_hits counter
-ratelimit_service_rate_limit_total_hits{domain="d",key1="client",key2=""} 2
+ratelimit_service_rate_limit_total_hits{domain="d",key1="client",key2=""} 3
 ratelimit_service_rate_limit_total_hits{domain="d",key1="client_a",key2=""} 2
 ratelimit_service_rate_limit_total_hits{domain="d",key1="client_b",key2=""} 1
 ratelimit_service_rate_limit_total_hits{domain="d",key1="plain",key2=""} 1

@@ -60,7 +60,8 @@ type Options struct {
 	// requests (a share_threshold level's pattern stands for its
 	// values); 0 means 1,000. Past it, a request counts in the rule's own
 	// series, labelled as configured: clients that send a new value each
-	// time grow the metrics no further.
+	// time grow the metrics no further. So does a request whose two
+	// levels' names exceed 256 bytes together.
 	MaxDetailed int
 	// MaxKeys bounds the keys each rule holds in process, as
 	// grpclimit.Config.MaxKeys does: 0 is a bound that keeps each rule

@@ -49,10 +49,19 @@ func newDetailed(max int) *detailed {
 	return &detailed{m: xsync.NewMap[string, *ruleStats](), max: int64(max)}
 }
 
+// maxLabel is the longest name (key1, a 0 byte, key2) a detailed series
+// takes: a request whose values make a longer one counts in the rule's
+// own series, so that a client's 1 MB value never becomes a label.
+const maxLabel = 256
+
 // get returns the series named by label (key1, a 0 byte, key2), made if
-// there is room; nil past max. label may be a view of a buffer that
-// changes: a series made keeps a copy.
+// there is room; nil past max, or for a label longer than maxLabel.
+// label may be a view of a buffer that changes: a series made keeps a
+// copy.
 func (d *detailed) get(label string) *ruleStats {
+	if len(label) > maxLabel {
+		return nil
+	}
 	if st, ok := d.m.Load(label); ok {
 		return st
 	}
