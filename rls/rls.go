@@ -2,7 +2,6 @@ package rls
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -86,11 +85,11 @@ type Options struct {
 // the domain of a key the Server made, so that every key of a domain,
 // and so every descriptor of a request, shares one Redis Cluster slot.
 func HashTag(key string) string {
-	n, w := binary.Uvarint([]byte(key[:min(len(key), binary.MaxVarintLen64)]))
-	if w <= 0 || uint64(len(key)-w) < n {
+	domain, _, ok := config.CutField(key)
+	if !ok {
 		return key
 	}
-	return key[w : w+int(n)]
+	return domain
 }
 
 // Server is Envoy's rate-limit service. Make one with New; it is safe for
@@ -508,8 +507,7 @@ func (sc *scratch) detailedLabel(l *config.Limit, entries []*rlv3.RateLimitDescr
 			sc.label = append(sc.label, 0)
 		}
 		if l.SharedLevel(i) {
-			_, levels := l.Path()
-			sc.label = append(sc.label, levels[i]...)
+			sc.label = append(sc.label, l.Level(i)...)
 			continue
 		}
 		e := entries[i]
@@ -565,7 +563,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			sc.entries = append(sc.entries, config.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		start := len(sc.key)
-		sc.key = appendField(sc.key, req.Domain)
+		sc.key = config.AppendField(sc.key, req.Domain)
 		var l *config.Limit
 		var r *rule
 		if o := d.GetLimit(); o != nil {
@@ -581,7 +579,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 					return nil, err
 				}
 				for _, e := range sc.entries {
-					sc.key = appendField(appendField(sc.key, e.Key), e.Value)
+					sc.key = config.AppendField(config.AppendField(sc.key, e.Key), e.Value)
 				}
 			}
 		} else if l, sc.key = snap.cfg.AppendKey(sc.key, req.Domain, sc.entries); l == nil {
@@ -887,12 +885,6 @@ func peek(r *rule, key string) floodgate.Decision {
 		return floodgate.Decision{RetryAfter: floodgate.Never}
 	}
 	return r.lim.Peek(key)
-}
-
-// appendField appends s, prefixed by its length.
-func appendField(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
 }
 
 // clampHits converts a hits_addend to a cost. A cost past int64 is past

@@ -127,22 +127,49 @@ func (c *Config) Domains() int { return len(c.domains) }
 // the key or key_value of each level down to the rule's own, as the
 // configuration spells them (never a request's values).
 func (l *Limit) Path() (domain string, levels []string) {
-	p := l.path
-	first := true
-	for len(p) > 0 {
-		n, w := binary.Uvarint([]byte(p[:min(len(p), binary.MaxVarintLen64)]))
-		if w <= 0 || uint64(len(p)-w) < n {
-			break // not a path this package made
+	domain, p, _ := CutField(l.path)
+	for {
+		field, rest, ok := CutField(p)
+		if !ok {
+			return domain, levels
 		}
-		field := p[w : w+int(n)]
-		p = p[w+int(n):]
-		if first {
-			domain, first = field, false
-		} else {
-			levels = append(levels, field)
-		}
+		levels, p = append(levels, field), rest
 	}
-	return domain, levels
+}
+
+// Level returns level i of the rule's place (from 0, the first below the
+// domain) as Path does, without allocating; "" past the rule's depth.
+func (l *Limit) Level(i int) string {
+	_, p, _ := CutField(l.path)
+	for ; ; i-- {
+		field, rest, ok := CutField(p)
+		if !ok {
+			return ""
+		}
+		if i == 0 {
+			return field
+		}
+		p = rest
+	}
+}
+
+// AppendField appends s to dst as AppendKey writes each field of a key:
+// its length as a uvarint, then its bytes, so that no two sequences of
+// fields make one key.
+func AppendField(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// CutField splits the first field off key, a key AppendKey or
+// AppendField wrote; ok is false for an empty key or one they did not
+// write.
+func CutField(key string) (field, rest string, ok bool) {
+	n, w := binary.Uvarint([]byte(key[:min(len(key), binary.MaxVarintLen64)]))
+	if w <= 0 || uint64(len(key)-w) < n {
+		return "", key, false
+	}
+	return key[w : w+int(n)], key[w+int(n):], true
 }
 
 // HasDomain reports whether c holds domain.
@@ -203,7 +230,7 @@ func (c *Config) AppendKey(dst []byte, domain string, entries []Entry) (*Limit, 
 		if next.shared != "" {
 			value = next.shared
 		}
-		dst = appendField(appendField(dst, e.Key), value)
+		dst = AppendField(AppendField(dst, e.Key), value)
 		if i == len(entries)-1 {
 			if next.limit == nil {
 				return nil, dst[:start]
@@ -216,12 +243,6 @@ func (c *Config) AppendKey(dst []byte, domain string, entries []Entry) (*Limit, 
 		n = next
 	}
 	return nil, dst[:start]
-}
-
-// appendField appends s, prefixed by its length.
-func appendField(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
 }
 
 // keyValue returns e's key_value, built in buf when it fits, so that a
@@ -286,7 +307,7 @@ func (c *Config) load(f File) error {
 		return errAt(f.Name, fields["domain"], "domain %q is in another file too", domain)
 	}
 	n := &node{children: map[string]*node{}}
-	if err := c.loadDescriptors(f.Name, n, domain, string(appendField(nil, domain)), 0, 0, fields["descriptors"]); err != nil {
+	if err := c.loadDescriptors(f.Name, n, domain, string(AppendField(nil, domain)), 0, 0, fields["descriptors"]); err != nil {
 		return err
 	}
 	c.domains[domain] = n
@@ -337,7 +358,7 @@ func (c *Config) loadDescriptors(name string, parent *node, prefix, path string,
 			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", full)
 		}
 		child := &node{children: map[string]*node{}}
-		childPath := string(appendField([]byte(path), kv))
+		childPath := string(AppendField([]byte(path), kv))
 		childShared := shared
 		if flags["share_threshold"] {
 			child.shared = value

@@ -343,4 +343,27 @@ func TestPath(t *testing.T) {
 	if d, levels := (&Limit{}).Path(); d != "" || levels != nil {
 		t.Fatalf("a Limit of no Config: %q %q", d, levels)
 	}
+	l := c.Find("api", []Entry{{"user", "u"}, {"plan", "gold"}})
+	if l.Level(0) != "user" || l.Level(1) != "plan_gold" || l.Level(2) != "" || (&Limit{}).Level(0) != "" {
+		t.Fatalf("Level: %q %q %q", l.Level(0), l.Level(1), l.Level(2))
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = l.Level(1) }); n != 0 {
+		t.Fatalf("Level allocates %v times", n)
+	}
+}
+
+// TestFields: CutField takes back, field by field, what AppendField
+// wrote, and refuses what it did not.
+func TestFields(t *testing.T) {
+	key := string(AppendField(AppendField(nil, "a_b"), ""))
+	f, rest, ok := CutField(key)
+	g, rest2, ok2 := CutField(rest)
+	if !ok || f != "a_b" || !ok2 || g != "" || rest2 != "" {
+		t.Fatalf("CutField: %q %q %v, %q %q %v", f, rest, ok, g, rest2, ok2)
+	}
+	for _, bad := range []string{"", "\x05ab", "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff"} {
+		if _, rest, ok := CutField(bad); ok || rest != bad {
+			t.Fatalf("CutField(%q): ok %v, rest %q", bad, ok, rest)
+		}
+	}
 }
