@@ -49,25 +49,26 @@ const (
 	// than it left with), EvictFresh for a state evicted at MaxKeys that
 	// was a new client's already (forgotten at no cost).
 	Evictions
-	// RedisCalls counts round trips to Redis: a pipeline of the calls
-	// that a limiter batched together is one.
-	RedisCalls
-	// RedisErrors counts the calls to Redis that failed (each call of a
-	// failed batch: one per decision it failed), by kind (Label):
+	// StoreCalls counts round trips to a Store's state (Redis, for
+	// redislimit): a pipeline of the calls that its engine batched
+	// together is one.
+	StoreCalls
+	// StoreErrors counts the calls to a Store's state that failed (each
+	// call of a failed batch: one per decision it failed), by kind (Label):
 	// ErrorTimeout, ErrorKey (an error reply about one key's data) or
 	// ErrorOther.
-	RedisErrors
-	// RedisBreakerOpen is 1 while the breaker is open (Redis is not
-	// asked, and the FailureMode decides), else 0.
-	RedisBreakerOpen
-	// RedisBreakerOpens counts the times the breaker opened.
-	RedisBreakerOpens
-	// RedisLeased counts the units lease mode took from Redis beyond the
-	// requests that took them; RedisReturned, the unspent ones given back;
-	// RedisLapsed, the unspent ones whose time ran out first.
-	RedisLeased
-	RedisReturned
-	RedisLapsed
+	StoreErrors
+	// StoreBreakerOpen is 1 while a Store's breaker is open (its state
+	// is not asked, and its failure mode decides), else 0.
+	StoreBreakerOpen
+	// StoreBreakerOpens counts the times a Store's breaker opened.
+	StoreBreakerOpens
+	// StoreLeased counts the units lease mode took from a Store beyond the
+	// requests that took them; StoreReturned, the unspent ones given back;
+	// StoreLapsed, the unspent ones whose time ran out first.
+	StoreLeased
+	StoreReturned
+	StoreLapsed
 	numMetrics
 )
 
@@ -91,7 +92,7 @@ const (
 	EvictFresh = "fresh"
 )
 
-// The kinds of RedisErrors.
+// The kinds of StoreErrors.
 const (
 	ErrorTimeout = "timeout"
 	ErrorKey     = "key"
@@ -150,20 +151,20 @@ var infos = [numMetrics]Info{
 	Evictions: {"floodgate_evictions_total", "floodgate.evictions", Counter, "{key}",
 		"Clients' states removed, by reason: idle (IdleTTL), bound (spent, evicted at MaxKeys and remembered), fresh (evicted at MaxKeys, a new client's already).",
 		true, "reason", "floodgate.eviction.reason"},
-	RedisCalls: {"floodgate_redis_round_trips_total", "floodgate.redis.round_trips", Counter, "{call}",
-		"Round trips to Redis.", false, "", ""},
-	RedisErrors: {"floodgate_redis_errors_total", "floodgate.redis.errors", Counter, "{call}",
-		"Calls to Redis that failed (each call of a failed batch), by kind: timeout, key (an error reply about one key's data), other.",
+	StoreCalls: {"floodgate_store_round_trips_total", "floodgate.store.round_trips", Counter, "{call}",
+		"Round trips to a Store's state (Redis).", false, "", ""},
+	StoreErrors: {"floodgate_store_errors_total", "floodgate.store.errors", Counter, "{call}",
+		"Calls to a Store's state that failed (each call of a failed batch), by kind: timeout, key (an error reply about one key's data), other.",
 		false, "kind", "error.type"},
-	RedisBreakerOpen: {"floodgate_redis_breaker_open", "floodgate.redis.breaker.open", Gauge, "1",
+	StoreBreakerOpen: {"floodgate_store_breaker_open", "floodgate.store.breaker.open", Gauge, "1",
 		"1 while the breaker is open and the FailureMode decides, else 0.", false, "", ""},
-	RedisBreakerOpens: {"floodgate_redis_breaker_opens_total", "floodgate.redis.breaker.opens", Counter, "{open}",
+	StoreBreakerOpens: {"floodgate_store_breaker_opens_total", "floodgate.store.breaker.opens", Counter, "{open}",
 		"Times the breaker opened.", false, "", ""},
-	RedisLeased: {"floodgate_redis_leased_units_total", "floodgate.redis.leased", Counter, "{unit}",
-		"Units lease mode took from Redis beyond the requests that took them.", false, "", ""},
-	RedisReturned: {"floodgate_redis_returned_units_total", "floodgate.redis.returned", Counter, "{unit}",
-		"Unspent leased units given back to Redis.", false, "", ""},
-	RedisLapsed: {"floodgate_redis_lapsed_units_total", "floodgate.redis.lapsed", Counter, "{unit}",
+	StoreLeased: {"floodgate_store_leased_units_total", "floodgate.store.leased", Counter, "{unit}",
+		"Units lease mode took from a Store beyond the requests that took them.", false, "", ""},
+	StoreReturned: {"floodgate_store_returned_units_total", "floodgate.store.returned", Counter, "{unit}",
+		"Unspent leased units given back to a Store.", false, "", ""},
+	StoreLapsed: {"floodgate_store_lapsed_units_total", "floodgate.store.lapsed", Counter, "{unit}",
 		"Unspent leased units whose time ran out before they could go back.", false, "", ""},
 }
 

@@ -315,9 +315,9 @@ func TestDuplicatesSummed(t *testing.T) {
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Value: 5},
 			counts.Sample{Metric: counts.Requests, Route: "r", Label: counts.Allowed, Value: 3},
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Label: "ignored", Value: 1},
-			counts.Sample{Metric: counts.RedisCalls, Route: "ignored", Policy: "ignored", Value: 7},
-			counts.Sample{Metric: counts.RedisCalls, Value: 1},
-			counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorTimeout, Value: 4})
+			counts.Sample{Metric: counts.StoreCalls, Route: "ignored", Policy: "ignored", Value: 7},
+			counts.Sample{Metric: counts.StoreCalls, Value: 1},
+			counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: 4})
 	}))
 	got, err := collect(t, reader)
 	if err != nil {
@@ -326,8 +326,8 @@ func TestDuplicatesSummed(t *testing.T) {
 	check(t, got, map[string]int64{
 		`floodgate.requests{floodgate.limiter=twice,floodgate.result=allowed,floodgate.route=r}`: 5,
 		`floodgate.keys{floodgate.limiter=twice,floodgate.policy=p,floodgate.route=r}`:           6,
-		`floodgate.redis.round_trips{floodgate.limiter=twice}`:                                   8,
-		`floodgate.redis.errors{error.type=timeout,floodgate.limiter=twice}`:                     4,
+		`floodgate.store.round_trips{floodgate.limiter=twice}`:                                   8,
+		`floodgate.store.errors{error.type=timeout,floodgate.limiter=twice}`:                     4,
 	})
 }
 

@@ -330,14 +330,14 @@ func TestDuplicatesSummed(t *testing.T) {
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Value: 5},
 			counts.Sample{Metric: counts.Requests, Route: "r", Label: counts.Allowed, Value: 3},
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Label: "ignored", Value: 1},
-			counts.Sample{Metric: counts.RedisCalls, Route: "ignored", Policy: "ignored", Value: 7},
-			counts.Sample{Metric: counts.RedisCalls, Value: 1})
+			counts.Sample{Metric: counts.StoreCalls, Route: "ignored", Policy: "ignored", Value: 7},
+			counts.Sample{Metric: counts.StoreCalls, Value: 1})
 	}))
 	got, _, _ := scrape(t, serve(t, c, promhttp.HandlerOpts{}))
 	check(t, got, map[string]float64{
 		`floodgate_requests_total{limiter="twice",policy="",result="allowed",route="r"}`: 5,
 		`floodgate_keys{limiter="twice",policy="p",route="r"}`:                           6,
-		`floodgate_redis_round_trips_total{limiter="twice"}`:                             8,
+		`floodgate_store_round_trips_total{limiter="twice"}`:                             8,
 	})
 }
 

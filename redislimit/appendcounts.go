@@ -68,19 +68,19 @@ func (l *Limiter) failResult() result {
 //   - abandoned: the caller's context ended before Redis answered (or
 //     before the call): denied, with the context's error (see AllowN).
 //
-// Then Redis's side: counts.RedisCalls, the round trips (Stats.Calls:
+// Then Redis's side: counts.StoreCalls, the round trips (Stats.Calls:
 // batches of decisions, lease renewals and returns, whether or not they
-// failed); counts.RedisErrors, the calls that failed (Stats.Errors, each
+// failed); counts.StoreErrors, the calls that failed (Stats.Errors, each
 // call of a failed batch), by kind:
 // timeout (ran out of Timeout, Stats.Timeouts), key (an error reply about
 // one key's data, Stats.KeyErrors) and other (every other failure: a
 // broken or refused connection, a server state such as LOADING or
-// READONLY); counts.RedisBreakerOpen, 1 from the breaker's opening until
+// READONLY); counts.StoreBreakerOpen, 1 from the breaker's opening until
 // a call finds Redis back (while it is 1 the FailureMode decides, but for
 // one probe at a time once ProbeEvery has passed), else 0; and
-// counts.RedisBreakerOpens, the times it opened (Stats.Opens).
+// counts.StoreBreakerOpens, the times it opened (Stats.Opens).
 //
-// In lease mode only: counts.RedisLeased, RedisReturned and RedisLapsed,
+// In lease mode only: counts.StoreLeased, StoreReturned and StoreLapsed,
 // the units of Stats.Leased, Returned and Lapsed.
 func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
 	for r, label := range resultLabels {
@@ -91,17 +91,17 @@ func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
 		open = 1
 	}
 	dst = append(dst,
-		counts.Sample{Metric: counts.RedisCalls, Value: l.calls.Load()},
-		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorTimeout, Value: l.timeouts.Load()},
-		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorKey, Value: l.keyErrs.Load()},
-		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorOther, Value: l.otherErrs.Load()},
-		counts.Sample{Metric: counts.RedisBreakerOpen, Value: open},
-		counts.Sample{Metric: counts.RedisBreakerOpens, Value: l.opens.Load()})
+		counts.Sample{Metric: counts.StoreCalls, Value: l.calls.Load()},
+		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: l.timeouts.Load()},
+		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorKey, Value: l.keyErrs.Load()},
+		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorOther, Value: l.otherErrs.Load()},
+		counts.Sample{Metric: counts.StoreBreakerOpen, Value: open},
+		counts.Sample{Metric: counts.StoreBreakerOpens, Value: l.opens.Load()})
 	if ls := l.lease; ls != nil {
 		dst = append(dst,
-			counts.Sample{Metric: counts.RedisLeased, Value: ls.leased.Load()},
-			counts.Sample{Metric: counts.RedisReturned, Value: ls.returned.Load()},
-			counts.Sample{Metric: counts.RedisLapsed, Value: ls.lapsed.Load()})
+			counts.Sample{Metric: counts.StoreLeased, Value: ls.leased.Load()},
+			counts.Sample{Metric: counts.StoreReturned, Value: ls.returned.Load()},
+			counts.Sample{Metric: counts.StoreLapsed, Value: ls.lapsed.Load()})
 	}
 	return dst
 }

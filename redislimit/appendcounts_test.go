@@ -25,12 +25,12 @@ func (f figures) samples() []counts.Sample {
 		{Metric: counts.Requests, Label: counts.FailClosed, Value: f.failClosed},
 		{Metric: counts.Requests, Label: counts.FailLocal, Value: f.failLocal},
 		{Metric: counts.Requests, Label: counts.Abandoned, Value: f.abandoned},
-		{Metric: counts.RedisCalls, Value: f.calls},
-		{Metric: counts.RedisErrors, Label: counts.ErrorTimeout, Value: f.timeouts},
-		{Metric: counts.RedisErrors, Label: counts.ErrorKey, Value: f.keyErrs},
-		{Metric: counts.RedisErrors, Label: counts.ErrorOther, Value: f.others},
-		{Metric: counts.RedisBreakerOpen, Value: f.open},
-		{Metric: counts.RedisBreakerOpens, Value: f.opens},
+		{Metric: counts.StoreCalls, Value: f.calls},
+		{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: f.timeouts},
+		{Metric: counts.StoreErrors, Label: counts.ErrorKey, Value: f.keyErrs},
+		{Metric: counts.StoreErrors, Label: counts.ErrorOther, Value: f.others},
+		{Metric: counts.StoreBreakerOpen, Value: f.open},
+		{Metric: counts.StoreBreakerOpens, Value: f.opens},
 	}
 }
 
@@ -216,9 +216,9 @@ func TestCountsLease(t *testing.T) {
 		t.Fatalf("the test leased nothing, or returned nothing: %+v", s)
 	}
 	want := append(figures{allowed: requests, failClosed: 1, calls: s.Calls, keyErrs: 1}.samples(),
-		counts.Sample{Metric: counts.RedisLeased, Value: s.Leased},
-		counts.Sample{Metric: counts.RedisReturned, Value: s.Returned},
-		counts.Sample{Metric: counts.RedisLapsed, Value: s.Lapsed})
+		counts.Sample{Metric: counts.StoreLeased, Value: s.Leased},
+		counts.Sample{Metric: counts.StoreReturned, Value: s.Returned},
+		counts.Sample{Metric: counts.StoreLapsed, Value: s.Lapsed})
 	if got := l.AppendCounts(nil); !slices.Equal(got, want) {
 		t.Fatalf("AppendCounts =\n%+v\nwant\n%+v", got, want)
 	}

@@ -592,17 +592,17 @@ func (s *Store) AppendCounts(dst []counts.Sample) []counts.Sample {
 		dst = append(dst, counts.Sample{Metric: counts.Requests, Label: label, Value: req[r]})
 	}
 	dst = append(dst,
-		counts.Sample{Metric: counts.RedisCalls, Value: st.Calls},
-		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorTimeout, Value: st.Timeouts},
-		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorKey, Value: st.KeyErrors},
-		counts.Sample{Metric: counts.RedisErrors, Label: counts.ErrorOther, Value: st.Errors - st.Timeouts - st.KeyErrors},
-		counts.Sample{Metric: counts.RedisBreakerOpen, Value: open},
-		counts.Sample{Metric: counts.RedisBreakerOpens, Value: st.Opens})
+		counts.Sample{Metric: counts.StoreCalls, Value: st.Calls},
+		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: st.Timeouts},
+		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorKey, Value: st.KeyErrors},
+		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorOther, Value: st.Errors - st.Timeouts - st.KeyErrors},
+		counts.Sample{Metric: counts.StoreBreakerOpen, Value: open},
+		counts.Sample{Metric: counts.StoreBreakerOpens, Value: st.Opens})
 	if s.cfg.Lease.Max > 0 {
 		dst = append(dst,
-			counts.Sample{Metric: counts.RedisLeased, Value: st.Leased},
-			counts.Sample{Metric: counts.RedisReturned, Value: st.Returned},
-			counts.Sample{Metric: counts.RedisLapsed, Value: st.Lapsed})
+			counts.Sample{Metric: counts.StoreLeased, Value: st.Leased},
+			counts.Sample{Metric: counts.StoreReturned, Value: st.Returned},
+			counts.Sample{Metric: counts.StoreLapsed, Value: st.Lapsed})
 	}
 	return dst
 }

@@ -221,7 +221,7 @@ func TestRedisFailure(t *testing.T) {
 		t.Fatalf("a caller's deadline: %v, want DeadlineExceeded", err)
 	}
 	for _, smp := range st.AppendCounts(nil) {
-		if (smp.Metric == counts.RedisBreakerOpens || smp.Metric == counts.RedisBreakerOpen) && smp.Value != 0 {
+		if (smp.Metric == counts.StoreBreakerOpens || smp.Metric == counts.StoreBreakerOpen) && smp.Value != 0 {
 			t.Fatalf("a caller's deadline opened the breaker: %+v", smp)
 		}
 	}

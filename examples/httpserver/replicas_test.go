@@ -213,12 +213,12 @@ func scrapeStore(t *testing.T, s *server) storeCounts {
 			t.Fatalf("metrics line %q: %v", line, err)
 		}
 		switch {
-		case series == `floodgate_redis_round_trips_total{limiter="httpserver-redis"}`:
+		case series == `floodgate_store_round_trips_total{limiter="httpserver-redis"}`:
 			c.roundTrips = int64(v)
 		case strings.HasPrefix(series, `floodgate_requests_total{limiter="httpserver-redis",`) &&
 			strings.Contains(series, `result="fail_`):
 			c.fallbacks += int64(v)
-		case series == `floodgate_redis_leased_units_total{limiter="httpserver-redis"}`:
+		case series == `floodgate_store_leased_units_total{limiter="httpserver-redis"}`:
 			c.leased += int64(v)
 		}
 	}
