@@ -201,6 +201,20 @@ func lookup(name string, twin bool) (Factory, error) {
 	return f, nil
 }
 
+// CheckRule reports whether New would take algorithm ("" is
+// TokenBucket) and rule, with the error New would return, without
+// making a Limiter: a service that loads many rules checks them all
+// before it applies any.
+func CheckRule(algorithm string, rule Rule) error {
+	name := cmp.Or(algorithm, TokenBucket)
+	f, err := lookup(name, false)
+	if err != nil {
+		return err
+	}
+	_, err = build(name, f, rule)
+	return err
+}
+
 // build makes the Algorithm of rule r with f, the factory of the
 // algorithm name: the one place where New and SetRule both build it.
 func build(name string, f Factory, r Rule) (Algorithm, error) {

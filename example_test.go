@@ -206,12 +206,11 @@ func ExampleNewLimits() {
 	// false 2
 }
 
-// DecideTo writes each limiter's answer into a slice the caller keeps
-// (on its stack, with no copy of the request's answer) and names the one
-// that refused: a middleware's headers read every answer. On a refusal
-// the others' answers are what they would answer to one more request
-// (their Peek): 8 left, so 7 after it.
-func ExampleLimits_DecideTo() {
+// Decide writes each limiter's answer into a slice the caller keeps and
+// names the one that refused: a middleware's headers read every answer.
+// On a refusal the others' answers are what they would answer to one
+// more request (their Peek): 8 left, so 7 after it.
+func ExampleLimits_Decide() {
 	perSecond, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: time.Second}})
 	perHour, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Hour}})
 	defer perSecond.Close()
@@ -219,7 +218,7 @@ func ExampleLimits_DecideTo() {
 	limits, _ := floodgate.NewLimits(perSecond, perHour)
 	var each [2]floodgate.Decision
 	for range 3 {
-		j := limits.DecideTo("client", 1, each[:])
+		_, j := limits.Decide("client", 1, each[:])
 		fmt.Println(j, each[0].Remaining, each[1].Remaining)
 	}
 	// Output:
@@ -228,23 +227,24 @@ func ExampleLimits_DecideTo() {
 	// 1 7 0
 }
 
-// Deciding one request by several rules on keys of their own, all or
-// nothing: a gateway charges a request both to its client (10 an hour)
-// and to the route it calls (3 an hour, all clients together). The
-// fourth request is refused by the route, and the client is not charged
-// for it.
-func ExampleDecideAll() {
-	perClient, _ := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}})
-	perRoute, _ := floodgate.New(floodgate.Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 3, Period: time.Hour}})
-	defer perClient.Close()
-	defer perRoute.Close()
+// Deciding one request by several policies on keys of their own, all or
+// nothing, with a Store (in process here; redislimit's keeps the same
+// policies on Redis): a gateway charges a request both to its client
+// (10 an hour) and to the route it calls (3 an hour, all clients
+// together). The fourth request is refused by the route, and the client
+// is not charged for it.
+func ExampleLocalStore_Decide() {
+	store := floodgate.NewLocalStore(floodgate.LocalStoreConfig{})
+	defer store.Close()
+	perClient, _ := store.Policy("per-client", floodgate.TokenBucket, floodgate.Rule{Limit: 10, Period: time.Hour})
+	perRoute, _ := store.Policy("per-route", floodgate.FixedWindow, floodgate.Rule{Limit: 3, Period: time.Hour})
 	asks := []floodgate.Ask{
-		{Limiter: perClient, Key: "client-7", N: 1},
-		{Limiter: perRoute, Key: "/search", N: 1},
+		{Policy: perClient, Key: "client-7", N: 1},
+		{Policy: perRoute, Key: "/search", N: 1},
 	}
 	var each [2]floodgate.Decision
 	for range 4 {
-		j := floodgate.DecideAll(asks, each[:])
+		_, j, _ := store.Decide(context.Background(), asks, each[:])
 		fmt.Println(j, each[0].Remaining, each[1].Remaining)
 	}
 	// Output:

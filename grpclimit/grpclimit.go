@@ -46,7 +46,8 @@ type Policy struct {
 type Config struct {
 	// Methods are the limited methods by full name
 	// ("/package.Service/Method"), or whole services by their prefix
-	// ending in a slash ("/package.Service/"), each with 1 to 8 policies.
+	// ending in a slash ("/package.Service/"), each with 1 to
+	// floodgate.MaxPolicies policies.
 	// A call matches its method's entry first, then its service's.
 	Methods map[string][]Policy
 	// Default limits the calls that Methods does not match; nil lets them
@@ -71,7 +72,9 @@ type Config struct {
 	// Store, if set, keeps every policy's clients' state outside this
 	// process, so that every replica of the service that shares it shares
 	// one limit per client: redislimit.NewStore makes one on Redis. nil
-	// keeps them in process, on floodgate Limiters. On a Store each call
+	// keeps them in process, on a floodgate.LocalStore that the Limiter
+	// makes with Clock, MaxKeys and IdleTTL, and closes at Close. On a
+	// Store each call
 	// (and message, with PerMessage) is decided by all of its entry's
 	// policies together in one round trip at most (none, in a Store's
 	// lease mode, while the client's leases last), with every guarantee
@@ -128,7 +131,8 @@ type Limiter struct {
 	exempt     func(context.Context, string) bool
 	perMessage bool
 	shadow     bool
-	common     policy.Common
+	store      floodgate.Store
+	own        *floodgate.LocalStore // the Store in process, when Config gave none
 
 	mu     sync.Mutex // serialises SetMethods and Close
 	closed bool
@@ -146,12 +150,11 @@ const DefaultRoute = "default"
 
 // New validates cfg and returns a Limiter: a method name that is not
 // "/service/method" or "/service/", an entry with no policies or more than
-// 8, a bad or repeated policy name, a Tiers entry for a name that Methods
+// floodgate.MaxPolicies, a bad or repeated policy name, a Tiers entry for a name that Methods
 // does not have, a rule floodgate rejects, a bad CIDR or IPv6Prefix are
 // errors.
 func New(cfg Config) (_ *Limiter, err error) {
-	l := &Limiter{key: cfg.Key, tier: cfg.Tier, exempt: cfg.Exempt, perMessage: cfg.PerMessage, shadow: cfg.Shadow,
-		common: policy.Common{Store: cfg.Store, Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
+	l := &Limiter{key: cfg.Key, tier: cfg.Tier, exempt: cfg.Exempt, perMessage: cfg.PerMessage, shadow: cfg.Shadow, store: cfg.Store}
 	if cfg.Store != nil && (cfg.Clock != nil || cfg.MaxKeys != 0 || cfg.IdleTTL != 0) {
 		return nil, errors.New("grpclimit: Clock, MaxKeys and IdleTTL are for policies in process; with a Store, set them on the Store (its clock is Redis's, its keys expire there)")
 	}
@@ -161,7 +164,16 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
-	b := policy.NewBuilder(l.common, validName, false, nil)
+	if l.store == nil {
+		l.own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL})
+		l.store = l.own
+		defer func() {
+			if err != nil {
+				l.own.Close()
+			}
+		}()
+	}
+	b := policy.NewBuilder(l.store, validName, false, nil)
 	t, err := l.build(b, cfg.Methods, cfg.Tiers, cfg.Default)
 	if err != nil {
 		return nil, err
@@ -195,7 +207,7 @@ func (l *Limiter) SetMethods(methods map[string][]Policy, tiers map[string]map[s
 	if l.closed {
 		return errors.New("grpclimit: SetMethods after Close")
 	}
-	b := policy.NewBuilder(l.common, validName, false, l.table.Load().all)
+	b := policy.NewBuilder(l.store, validName, false, l.table.Load().all)
 	t, err := l.build(b, methods, tiers, deflt)
 	if err != nil {
 		return err
@@ -275,19 +287,25 @@ func validMethod(s string) bool {
 	return strings.HasPrefix(s, "/") && ok && service != "" && !strings.Contains(method, "/")
 }
 
-// Close stops every limiter made (their IdleTTL sweepers), and on a Store
-// closes its policies, which give back what they leased ahead; the error
-// is theirs (it says what could not go back). It is idempotent. The
-// interceptors go on limiting after Close, as floodgate's Limiter does,
-// but idle clients are no longer swept, and on a Store every call is a
-// round trip.
+// Close closes every policy made, which on a Store gives back what they
+// leased ahead (the error is theirs: it says what could not go back), and
+// the Store in process that the Limiter made, which stops its sweep of
+// idle clients. It is idempotent. In process, the interceptors go on
+// limiting after Close, as floodgate's Limiter does, but idle clients are
+// no longer swept; on a Store they must not be used after.
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
 	l.closed = true
 	var err error
 	for _, c := range policy.Closers(l.table.Load().all) {
 		err = errors.Join(err, c.Close())
+	}
+	if l.own != nil {
+		err = errors.Join(err, l.own.Close())
 	}
 	return err
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/policy"
+	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -333,7 +333,13 @@ func TestDefaultBounds(t *testing.T) {
 		for i := range 1100 {
 			l.table.Load().deflt.For("").Decide(context.Background(), "client-"+strconv.Itoa(i), 1, nil, new(floodgate.Decision))
 		}
-		if got := policy.Closers(l.table.Load().all)[0].(*floodgate.Limiter).Len(); got < tc.least || got > tc.most {
+		got := int64(-1)
+		for _, c := range l.AppendCounts(nil) {
+			if c.Metric == counts.Keys {
+				got = c.Value
+			}
+		}
+		if got < int64(tc.least) || got > int64(tc.most) {
 			t.Errorf("MaxKeys %d: %d keys held after 1,100 clients, want %d to %d", tc.cfg.MaxKeys, got, tc.least, tc.most)
 		}
 		l.Close()

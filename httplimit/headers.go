@@ -128,7 +128,7 @@ func rateLimitItems(s *policy.Set) []string {
 // and nothing else holds the object, so the bytes never change once the
 // string is made.
 func rateLimit(s *policy.Set, each []floodgate.Decision) []string {
-	var nums [2 * maxPolicies]int64
+	var nums [2 * floodgate.MaxPolicies]int64
 	n := 0
 	for k, i := range s.Shown {
 		r, t := min(max(0, each[i].Remaining), maxSF), min(ceilSeconds(each[i].ResetAfter), maxSF)
@@ -148,9 +148,6 @@ func rateLimit(s *policy.Set, each []floodgate.Decision) []string {
 	v[0] = unsafe.String(unsafe.SliceData(b), len(b))
 	return v
 }
-
-// maxPolicies is the most policies a Set holds.
-const maxPolicies = 8
 
 // The objects newValue makes: a header value's one-element slice and the
 // bytes of its string, sized so that each object fills one of the

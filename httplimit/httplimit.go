@@ -37,10 +37,11 @@ type Route struct {
 	// Pattern is an http.ServeMux pattern: "[METHOD ][HOST]/[PATH]".
 	Pattern string
 	// Policies are the route's limits, all of which must admit a request:
-	// at least one, at most 8.
+	// at least one, at most floodgate.MaxPolicies (8).
 	Policies []Policy
 	// Tiers are the route's policies for each tier that Config.Tier puts
-	// a request in (1 to 8 each, tier names as policy names are). A
+	// a request in (1 to floodgate.MaxPolicies each, tier names as
+	// policy names are). A
 	// request in a tier not here, or with no Config.Tier, is limited by
 	// Policies. Each tier's policies keep their own clients' state.
 	Tiers map[string][]Policy
@@ -85,7 +86,9 @@ type Config struct {
 	// Store, if set, keeps every policy's clients' state outside this
 	// process, so that every replica of the service that shares it shares
 	// one limit per client: redislimit.NewStore makes one on Redis. nil
-	// keeps them in process, on floodgate Limiters. On a Store each
+	// keeps them in process, on a floodgate.LocalStore that the
+	// middleware makes with Clock, MaxKeys and IdleTTL, and closes at
+	// Close. On a Store each
 	// request is decided by all of its route's policies together in one
 	// round trip at most (none, in a Store's lease mode, while the
 	// client's leases last), with every guarantee of the in-process
@@ -152,7 +155,8 @@ type Limiter struct {
 	legacy  bool
 	shadow  bool // Config.Shadow
 	show    bool // Config.ShadowHeaders
-	common  policy.Common
+	store   floodgate.Store
+	own     *floodgate.LocalStore // the Store in process, when Config gave none
 	// uncounted is Config.uncounted, which every Builder of the
 	// middleware's routes carries.
 	uncounted bool
@@ -177,12 +181,11 @@ type route = policy.Route
 
 // New validates cfg and returns the middleware. Every error names what is
 // wrong: a bad pattern, or two that conflict; a route or tier without
-// policies, or with more than 8; a bad policy or tier name; a bad rule; a
-// bad CIDR; an IPv6Prefix out of range.
+// policies, or with more than floodgate.MaxPolicies; a bad policy or tier
+// name; a bad rule; a bad CIDR; an IPv6Prefix out of range.
 func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, deny: cfg.Deny, tier: cfg.Tier, exempt: cfg.Exempt,
-		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders, uncounted: cfg.uncounted,
-		common: policy.Common{Store: cfg.Store, Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL}}
+		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders, uncounted: cfg.uncounted, store: cfg.Store}
 	if cfg.Store != nil && (cfg.Clock != nil || cfg.MaxKeys != 0 || cfg.IdleTTL != 0) {
 		return nil, errors.New("httplimit: Clock, MaxKeys and IdleTTL are for policies in process; with a Store, set them on the Store (its clock is Redis's, its keys expire there)")
 	}
@@ -202,6 +205,15 @@ func New(cfg Config) (_ *Limiter, err error) {
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
+	}
+	if l.store == nil {
+		l.own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL})
+		l.store = l.own
+		defer func() {
+			if err != nil {
+				l.own.Close()
+			}
+		}()
 	}
 	b := l.builder(nil)
 	t, err := l.build(b, cfg.Routes, cfg.Default)
@@ -255,7 +267,7 @@ func (l *Limiter) SetRoutes(routes []Route, deflt []Policy) error {
 
 // builder returns a Builder of the middleware's routes, replacing old.
 func (l *Limiter) builder(old []*route) *policy.Builder {
-	b := policy.NewBuilder(l.common, validName, l.show, old)
+	b := policy.NewBuilder(l.store, validName, l.show, old)
 	b.Uncounted = l.uncounted
 	return b
 }
@@ -271,7 +283,7 @@ func init() {
 }
 
 // build makes the table of routes and deflt; on an error it has closed
-// every Limiter it made.
+// every policy it made.
 func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *table, err error) {
 	defer func() {
 		if err != nil {
@@ -345,19 +357,25 @@ func validName(s string) bool {
 	return true
 }
 
-// Close stops every limiter the middleware made (their IdleTTL sweepers),
-// and on a Store closes its policies, which give back what they leased
-// ahead; the error is theirs (it says what could not go back). It is
-// idempotent. The middleware goes on limiting after Close, as floodgate's
-// Limiter does, but idle clients are no longer swept, and on a Store every
-// request is a round trip.
+// Close closes every policy the middleware made, which on a Store gives
+// back what they leased ahead (the error is theirs: it says what could
+// not go back), and the Store in process that it made, which stops its
+// sweep of idle clients. It is idempotent. In process, the middleware
+// goes on limiting after Close, as floodgate's Limiter does, but idle
+// clients are no longer swept; on a Store it must not be used after.
 func (l *Limiter) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
 	l.closed = true
 	var err error
 	for _, c := range policy.Closers(l.table.Load().all) {
 		err = errors.Join(err, c.Close())
+	}
+	if l.own != nil {
+		err = errors.Join(err, l.own.Close())
 	}
 	return err
 }
@@ -376,13 +394,6 @@ func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
 	}
 	return dst
 }
-
-// Middleware is Handler under another name: it has Handler's very
-// signature, the func(http.Handler) http.Handler that routers take.
-//
-// Deprecated: use Handler, which routers take as it is:
-// router.Use(lim.Handler).
-func (l *Limiter) Middleware(next http.Handler) http.Handler { return l.Handler(next) }
 
 // Handler wraps next: a request that its route's policies admit goes on
 // to next, with the RateLimit headers set; a refused one gets them, a
@@ -414,13 +425,6 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	})
 }
 
-// HandlerFunc is Handler for a function: an http.HandlerFunc is an
-// http.Handler already.
-//
-// Deprecated: use Handler, converting the function:
-// lim.Handler(http.HandlerFunc(f)).
-func (l *Limiter) HandlerFunc(next http.HandlerFunc) http.Handler { return l.Handler(next) }
-
 // check asks rt's policies about r, and also's if it is not nil, and
 // sets the answer's headers, for the policies they show. With two routes,
 // both must admit; a refusal by also leaves what rt granted spent
@@ -433,7 +437,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route,
 		tier = l.tier(r, client)
 	}
 	s := rt.For(tier)
-	var buf [8]floodgate.Decision
+	var buf [floodgate.MaxPolicies]floodgate.Decision
 	each := buf[:len(s.Names)]
 	serve := s.Decide(r.Context(), client, 1, each, d)
 	h := w.Header()

@@ -410,34 +410,6 @@ func TestPolicyQuota(t *testing.T) {
 	}
 }
 
-// TestDeprecatedEntryPoints: Middleware and HandlerFunc, kept for the
-// code that calls them, limit as Handler does.
-func TestDeprecatedEntryPoints(t *testing.T) {
-	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
-	for name, wrap := range map[string]func(*Limiter) http.Handler{
-		"Middleware":  func(l *Limiter) http.Handler { return l.Middleware(http.HandlerFunc(ok)) },
-		"HandlerFunc": func(l *Limiter) http.Handler { return l.HandlerFunc(ok) },
-	} {
-		l, err := New(Config{Default: perHour("d", 1)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := wrap(l)
-		for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
-			w := httptest.NewRecorder()
-			req := httptest.NewRequest("GET", "/x", nil)
-			h.ServeHTTP(w, req)
-			if w.Code != want {
-				t.Errorf("%s: request %d: %d, want %d", name, i, w.Code, want)
-			}
-			if w.Header().Get("RateLimit") == "" {
-				t.Errorf("%s: request %d: no RateLimit header", name, i)
-			}
-		}
-		l.Close()
-	}
-}
-
 // registered is a built-in algorithm behind a type of its own: to
 // floodgate, a registered algorithm, which MaxKeys cannot bound.
 type registered struct{ floodgate.Algorithm }

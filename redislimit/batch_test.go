@@ -72,7 +72,7 @@ func TestBatchAdmitsExactlyTheRule(t *testing.T) {
 		}
 		ps := []floodgate.StorePolicy{a, b}
 		got := hammer(func() (bool, error) {
-			d, _, err := st.Decide(context.Background(), "hot", 1, ps, nil, nil)
+			d, _, err := st.Decide(context.Background(), asksOf("hot", 1, ps, nil), nil)
 			return d.Allowed, err
 		})
 		s := a.(*storePolicy).Stats()
@@ -184,7 +184,7 @@ func TestBatchReloadsLostScripts(t *testing.T) {
 	decide := func(ps []floodgate.StorePolicy) <-chan error {
 		ch := make(chan error, 1)
 		go func() {
-			d, _, err := st.Decide(context.Background(), "k", 1, ps, nil, nil)
+			d, _, err := st.Decide(context.Background(), asksOf("k", 1, ps, nil), nil)
 			if err == nil && !d.Allowed {
 				err = errors.New("denied")
 			}

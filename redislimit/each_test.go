@@ -34,40 +34,40 @@ func TestDecideEach(t *testing.T) {
 		t.Run(alg, func(t *testing.T) {
 			a := mustPolicy(t, s, "a-"+alg, alg, floodgate.Rule{Limit: 10, Period: time.Hour})
 			b := mustPolicy(t, s, "b-"+alg, floodgate.FixedWindow, floodgate.Rule{Limit: 4, Period: time.Hour})
-			asks := []Ask{{a, "x", 3}, {b, "y", 2}}
+			asks := []testAsk{{a, "x", 3}, {b, "y", 2}}
 			each := make([]floodgate.Decision, 2)
 			for i, want := range []int{-1, -1, 1, 1} {
-				got, err := s.DecideEach(ctx, asks, nil, each)
+				got, err := decideEach(s, ctx, asks, nil, each)
 				if err != nil || got != want {
 					t.Fatalf("request %d: refused by %d (%v), want %d", i, got, err, want)
 				}
 			}
 			// a holds 4 of 10: a request of 4 is admitted, then one of 1
 			// is refused by a (the pair's refusals kept no grant).
-			if got, err := s.DecideEach(ctx, []Ask{{a, "x", 4}, {b, "z", 1}}, nil, each); got != -1 || err != nil {
+			if got, err := decideEach(s, ctx, []testAsk{{a, "x", 4}, {b, "z", 1}}, nil, each); got != -1 || err != nil {
 				t.Fatalf("4 of a's 4 left: refused by %d (%v)", got, err)
 			}
 			if each[0].Remaining != 0 {
 				t.Fatalf("a's answer %+v, want none left", each[0])
 			}
-			if got, _ := s.DecideEach(ctx, []Ask{{b, "w", 1}, {a, "x", 1}}, nil, each); got != 1 {
+			if got, _ := decideEach(s, ctx, []testAsk{{b, "w", 1}, {a, "x", 1}}, nil, each); got != 1 {
 				t.Fatalf("a spent: refused by %d, want 1", got)
 			}
 			if d, _ := b.(*storePolicy).Peek(ctx, "w"); d.Remaining != 3 {
 				t.Fatalf("w holds %d after one more, want 3: the refused request charged it", d.Remaining)
 			}
 			// Costs past a capacity, or below 1, are refused at once.
-			if got, _ := s.DecideEach(ctx, []Ask{{b, "v", 1}, {a, "x", 11}}, nil, each); got != 1 || each[1].RetryAfter != floodgate.Never {
+			if got, _ := decideEach(s, ctx, []testAsk{{b, "v", 1}, {a, "x", 11}}, nil, each); got != 1 || each[1].RetryAfter != floodgate.Never {
 				t.Fatalf("a cost of 11 on 10: refused by %d, %+v", got, each[1])
 			}
 		})
 	}
-	if _, err := s.DecideEach(ctx, nil, nil, nil); err == nil {
+	if _, err := decideEach(s, ctx, nil, nil, nil); err == nil {
 		t.Fatal("no asks: no error")
 	}
 	other := mustStore(t, srv, Config{Prefix: "other"})
 	p := mustPolicy(t, other, "p", "", floodgate.Rule{Limit: 1, Period: time.Second})
-	if _, err := s.DecideEach(ctx, []Ask{{p, "k", 1}}, nil, nil); err == nil {
+	if _, err := decideEach(s, ctx, []testAsk{{p, "k", 1}}, nil, nil); err == nil {
 		t.Fatal("another Store's policy: no error")
 	}
 }
@@ -80,12 +80,12 @@ func TestDecideEachReplicas(t *testing.T) {
 	ctx := context.Background()
 	for _, alg := range redisAlgorithms {
 		t.Run(alg, func(t *testing.T) {
-			var asks [2][]Ask
+			var asks [2][]testAsk
 			for r := range 2 {
 				s := mustStore(t, srv, Config{Timeout: 5 * time.Second, FailureMode: FailClosed, Prefix: "replicas-" + alg})
 				hot := mustPolicy(t, s, "hot", alg, floodgate.Rule{Limit: 150, Period: time.Hour})
 				side := mustPolicy(t, s, "side", floodgate.FixedWindow, floodgate.Rule{Limit: 1000, Period: time.Hour})
-				asks[r] = []Ask{{side, "s", 1}, {hot, "h", 1}}
+				asks[r] = []testAsk{{side, "s", 1}, {hot, "h", 1}}
 			}
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
@@ -95,7 +95,7 @@ func TestDecideEachReplicas(t *testing.T) {
 					defer wg.Done()
 					s := asks[g%2][0].Policy.(*storePolicy).store
 					for range 10 {
-						got, err := s.DecideEach(ctx, asks[g%2], nil, nil)
+						got, err := decideEach(s, ctx, asks[g%2], nil, nil)
 						if err != nil {
 							t.Error(err)
 							return
@@ -148,7 +148,7 @@ func TestDecideEachCluster(t *testing.T) {
 	}
 	admitted := 0
 	for range 6 {
-		got, err := s.DecideEach(ctx, []Ask{{a, keys[0], 1}, {b, keys[1], 1}}, nil, nil)
+		got, err := decideEach(s, ctx, []testAsk{{a, keys[0], 1}, {b, keys[1], 1}}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func TestDecideEachCluster(t *testing.T) {
 			k2 = k
 		}
 	}
-	got, err := untagged.DecideEach(ctx, []Ask{{ua, k1, 1}, {ub, k2, 1}}, nil, nil)
+	got, err := decideEach(untagged, ctx, []testAsk{{ua, k1, 1}, {ub, k2, 1}}, nil, nil)
 	if err != nil || got != 0 {
 		t.Fatalf("keys on two slots: refused by %d (%v), want the FailClosed refusal by 0", got, err)
 	}
@@ -211,7 +211,7 @@ func TestShadowOverCapacity(t *testing.T) {
 				shadow := []bool{false, true}
 				each := make([]floodgate.Decision, 2)
 				for i := range 7 {
-					got, err := s.DecideEach(ctx, []Ask{{a, "x", 1}, {b, "y", 3}}, shadow, each)
+					got, err := decideEach(s, ctx, []testAsk{{a, "x", 1}, {b, "y", 3}}, shadow, each)
 					want := 1 // the shadow's refusal: admitted
 					if i >= 5 {
 						want = 0 // a's 5 are spent
@@ -224,13 +224,13 @@ func TestShadowOverCapacity(t *testing.T) {
 					}
 				}
 				for i, want := range []int{1, 0} {
-					_, got, err := s.Decide(ctx, "z", 3, []floodgate.StorePolicy{a, b}, shadow, each)
+					_, got, err := s.Decide(ctx, asksOf("z", 3, []floodgate.StorePolicy{a, b}, shadow), each)
 					if err != nil || got != want {
 						t.Fatalf("Decide request %d of 3 units: refused by %d (%v), want %d", i, got, err, want)
 					}
 				}
 				// Only the shadow over capacity: it alone refuses.
-				if got, err := s.DecideEach(ctx, []Ask{{b, "w", 3}, {b, "v", 5}}, []bool{true, true}, each); err != nil || got != 0 {
+				if got, err := decideEach(s, ctx, []testAsk{{b, "w", 3}, {b, "v", 5}}, []bool{true, true}, each); err != nil || got != 0 {
 					t.Fatalf("two shadows over capacity: refused by %d (%v), want 0", got, err)
 				}
 			})
@@ -249,7 +249,7 @@ func TestDecideEachLease(t *testing.T) {
 	for _, alg := range redisAlgorithms {
 		t.Run(alg, func(t *testing.T) {
 			var stores [3]*Store
-			var asks [3][]Ask
+			var asks [3][]testAsk
 			for r := range stores {
 				s := mustStore(t, srv, Config{Timeout: 5 * time.Second, FailureMode: FailClosed, Prefix: "each-lease-" + alg, Lease: Lease{Max: 16}})
 				hot := mustPolicy(t, s, "hot", alg, floodgate.Rule{Limit: 150, Period: time.Hour})
@@ -257,18 +257,18 @@ func TestDecideEachLease(t *testing.T) {
 				for _, p := range s.live {
 					p.lease.inline = true // renewals at once, on the request's goroutine
 				}
-				stores[r], asks[r] = s, []Ask{{side, "s", 1}, {hot, "h", 1}}
+				stores[r], asks[r] = s, []testAsk{{side, "s", 1}, {hot, "h", 1}}
 			}
 			admitted := 0
 			for range 10 {
-				if got, err := stores[0].DecideEach(ctx, asks[0], nil, nil); err != nil || got >= 0 {
+				if got, err := decideEach(stores[0], ctx, asks[0], nil, nil); err != nil || got >= 0 {
 					t.Fatalf("warming: refused by %d (%v)", got, err)
 				}
 				admitted++
 			}
 			before := storeStats(stores[0]).Calls
 			for range 20 {
-				if got, err := stores[0].DecideEach(ctx, asks[0], nil, nil); err != nil || got >= 0 {
+				if got, err := decideEach(stores[0], ctx, asks[0], nil, nil); err != nil || got >= 0 {
 					t.Fatalf("refused by %d (%v)", got, err)
 				}
 				admitted++
@@ -284,7 +284,7 @@ func TestDecideEachLease(t *testing.T) {
 					defer wg.Done()
 					for i := range 10 {
 						r := (g + i) % 3
-						got, err := stores[r].DecideEach(ctx, asks[r], nil, nil)
+						got, err := decideEach(stores[r], ctx, asks[r], nil, nil)
 						if err != nil {
 							t.Error(err)
 							return
@@ -309,7 +309,7 @@ func TestDecideEachLease(t *testing.T) {
 					}
 				}
 			}
-			peek := func(a Ask) int64 {
+			peek := func(a testAsk) int64 {
 				d, err := a.Policy.(*storePolicy).Peek(ctx, a.Key)
 				if err != nil {
 					t.Fatal(err)

@@ -170,6 +170,7 @@ type Limiter struct {
 	timeout  time.Duration
 	mode     FailureMode
 	local    *floodgate.Limiter
+	twin     floodgate.StorePolicy // a Store's: local, as a policy of the Store's LocalStore
 	clock    floodgate.Clock
 	breaker  breaker
 	onError  func(error)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/plan"
 	"github.com/floodgate-go/floodgate/internal/tally"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,7 +54,8 @@ type Store struct {
 	cfg     Config
 	prefix  string
 	multi   *script
-	results *tally.Counts // the multi-policy decisions, by result
+	results *tally.Counts         // the multi-policy decisions, by result
+	local   *floodgate.LocalStore // FailLocal's policies in process
 
 	mu      sync.Mutex
 	live    map[string]*storePolicy // the live policies, by name
@@ -85,8 +87,12 @@ func NewStore(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if prefix == "" {
 		prefix = "floodgate"
 	}
-	return &Store{client: client, cfg: cfg, prefix: prefix, multi: multiScript,
-		results: tally.New(int(numResults)), live: map[string]*storePolicy{}}, nil
+	s := &Store{client: client, cfg: cfg, prefix: prefix, multi: multiScript,
+		results: tally.New(int(numResults)), live: map[string]*storePolicy{}}
+	if cfg.FailureMode == FailLocal {
+		s.local = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: cfg.Clock, MaxKeys: orDefault(cfg.LocalMaxKeys, defaultLocalKeys), IdleTTL: -1})
+	}
+	return s, nil
 }
 
 // Policy returns a new policy named name, algorithm applied to rule per
@@ -107,6 +113,10 @@ func (s *Store) Policy(name, algorithm string, rule floodgate.Rule) (floodgate.S
 		return nil, err
 	}
 	l.tagged, l.tag = true, s.cfg.HashTag
+	if err := s.twinOf(l, name, algorithm, rule); err != nil {
+		l.Close()
+		return nil, err
+	}
 	p := &storePolicy{Limiter: l, store: s, name: name}
 	s.live[name] = p
 	return p, nil
@@ -135,6 +145,20 @@ type storePolicy struct {
 	once  sync.Once
 }
 
+// twinOf gives l, a Store's policy named name, its FailLocal limiter on
+// the Store's LocalStore, under rule.
+func (s *Store) twinOf(l *Limiter, name, algorithm string, rule floodgate.Rule) error {
+	if s.local == nil {
+		return nil
+	}
+	twin, err := s.local.Policy(name, algorithm, rule)
+	if err != nil {
+		return fmt.Errorf("redislimit: Local: %w", err)
+	}
+	l.twin, l.local = twin, s.local.Limiter(twin)
+	return nil
+}
+
 // AppendCounts appends nothing: a policy's requests are its middleware's
 // counts, and what reaching Redis cost, leases included, the Store's (see
 // Store.AppendCounts); its clients' keys are in Redis, where they expire.
@@ -145,6 +169,9 @@ func (p *storePolicy) AppendCounts(dst []counts.Sample) []counts.Sample { return
 func (p *storePolicy) Close() error {
 	err := p.Limiter.Close()
 	p.once.Do(func() {
+		if p.twin != nil {
+			p.twin.Close()
+		}
 		s := p.store
 		st := p.Stats()
 		s.mu.Lock()
@@ -167,108 +194,156 @@ func addStats(a, b Stats) Stats {
 		Refills: a.Refills + b.Refills, Renewals: a.Renewals + b.Renewals, Reloads: a.Reloads + b.Reloads}
 }
 
-// maxPolicies is the most policies one Decide takes, as floodgate.Limits.
-const maxPolicies = 8
+// maxPolicies is the most asks one Decide takes.
+const maxPolicies = floodgate.MaxPolicies
 
-// Decide decides a request of cost n from key by ps together, as
-// floodgate.Store's Decide says, in at most one round trip (see Store).
-// ps must be policies of this Store.
-func (s *Store) Decide(ctx context.Context, key string, n int64, ps []floodgate.StorePolicy, shadow []bool, each []floodgate.Decision) (floodgate.Decision, int, error) {
-	if len(ps) == 0 || len(ps) > maxPolicies || shadow != nil && len(shadow) != len(ps) {
-		return floodgate.Decision{RetryAfter: floodgate.Never}, 0, fmt.Errorf("redislimit: Decide takes 1 to %d policies and as many shadow switches, got %d and %d", maxPolicies, len(ps), len(shadow))
-	}
-	var buf [maxPolicies]*Limiter
-	ls := buf[:len(ps)]
-	for i, p := range ps {
-		sp, ok := p.(*storePolicy)
-		if !ok || sp.store != s {
-			return floodgate.Decision{RetryAfter: floodgate.Never}, 0, fmt.Errorf("redislimit: Decide: policy %d is not one of this Store's", i)
-		}
-		ls[i] = sp.Limiter
-	}
-	if len(each) > len(ls) {
-		each = each[:len(ls)]
-	}
-	if len(ls) == 1 {
-		// One policy: its own Limiter decides, in its one round trip or
-		// from its lease.
-		d, err := ls[0].AllowN(ctx, key, clampCost(n))
-		if len(each) > 0 {
-			each[0] = d
-		}
-		if !d.Allowed {
-			return d, 0, err
-		}
-		return d, -1, err
-	}
-	var dec [maxPolicies]floodgate.Decision
-	var kbuf [maxPolicies]string
-	var nbuf [maxPolicies]int64
-	all, keys, ns := dec[:len(ls)], kbuf[:len(ls)], nbuf[:len(ls)]
-	for i := range ls {
-		keys[i], ns[i] = key, n
-	}
-	refused, res, err := s.decideMany(ctx, ls, keys, ns, shadow, all)
-	s.results.Inc(int(res))
-	copy(each, all)
-	return verdict(all, refused, shadow), refused, err
+// Peek returns what one request for key would be answered now (see
+// Limiter.Peek).
+func (p *storePolicy) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
+	return p.Limiter.Peek(ctx, strings.Clone(key))
 }
 
-// Ask is one part of a request that DecideEach decides: N units for Key,
-// by Policy (one of the Store's).
-type Ask struct {
-	Policy floodgate.StorePolicy
-	Key    string
-	N      int64
-}
-
-// DecideEach decides asks together, all or nothing, as Decide decides
-// one key by several policies, but each ask with a key and a cost of its
-// own: Envoy's rate-limit service decides a request's descriptors this
-// way. shadow, nil or of len(asks), marks the shadow asks; each and the
-// index returned mean what they mean for Decide.
+// Decide decides asks together, all or nothing, as floodgate.Store's
+// Decide says, in at most one round trip (see Store): each ask with a
+// key and a cost of its own, as Envoy's rate-limit service decides a
+// request's descriptors.
 //
 // Several asks go to Redis in one script, which runs each ask's policy
 // dry and charges them all only if they all admit, at one instant of
 // Redis's clock: a refusal charges nothing, at no moment. On Redis
 // Cluster their keys must then share a slot: give the Store a HashTag
 // under which they do (a request whose keys do not fails with Redis's
-// CROSSSLOT error, answered by the FailureMode). One ask is its policy's
-// AllowN. In lease mode, a request whose every ask's policy holds a lease
-// for the ask's key is decided from the leases, all or nothing, with no
-// round trip; any other goes to the one script, and the policies that
-// held none take one ahead. An ask with N below 1 or above its policy's
-// capacity is refused before any round trip: an enforced one refuses
-// the request, a shadow one only itself. At most 8 asks.
-func (s *Store) DecideEach(ctx context.Context, asks []Ask, shadow []bool, each []floodgate.Decision) (int, error) {
-	if len(asks) == 0 || len(asks) > maxPolicies || shadow != nil && len(shadow) != len(asks) {
-		return 0, fmt.Errorf("redislimit: DecideEach takes 1 to %d asks and as many shadow switches, got %d and %d", maxPolicies, len(asks), len(shadow))
+// CROSSSLOT error, answered by the FailureMode). In lease mode, a
+// request whose every ask's policy holds a lease for the ask's key is
+// decided from the leases, all or nothing, with no round trip; any other
+// goes to the one script, and the policies that held none take one
+// ahead.
+func (s *Store) Decide(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, int, error) {
+	refusal := floodgate.Decision{RetryAfter: floodgate.Never}
+	if len(asks) > maxPolicies {
+		return refusal, 0, fmt.Errorf("redislimit: Decide takes 1 to %d asks, got %d", maxPolicies, len(asks))
 	}
 	var lbuf [maxPolicies]*Limiter
-	var kbuf [maxPolicies]string
-	var nbuf [maxPolicies]int64
-	ls, keys, ns := lbuf[:len(asks)], kbuf[:len(asks)], nbuf[:len(asks)]
 	for i, a := range asks {
 		sp, ok := a.Policy.(*storePolicy)
 		if !ok || sp.store != s {
-			return 0, fmt.Errorf("redislimit: DecideEach: ask %d's policy is not one of this Store's", i)
+			return refusal, 0, fmt.Errorf("redislimit: Decide: ask %d's policy is not one of this Store's", i)
 		}
-		ls[i], keys[i], ns[i] = sp.Limiter, a.Key, a.N
+		lbuf[i] = sp.Limiter
+	}
+	if s.cfg.Lease.Max > 0 {
+		// Lease mode keeps the keys it holds leases for: its own copies,
+		// never the caller's bytes.
+		var own [maxPolicies]floodgate.Ask
+		for i, a := range asks {
+			own[i] = a
+			own[i].Key = strings.Clone(a.Key)
+		}
+		asks = own[:len(asks)]
+	}
+	var pl plan.Plan
+	err := pl.Prepare(len(asks),
+		func(i, j int) bool { return lbuf[i] == lbuf[j] && asks[i].Key == asks[j].Key },
+		func(i int) bool { return asks[i].Shadow },
+		func(i int) int64 { return asks[i].N },
+		func(i int) int64 { return lbuf[i].rs().capacity })
+	if err != nil {
+		return refusal, 0, fmt.Errorf("redislimit: Decide: %w", err)
 	}
 	var dec [maxPolicies]floodgate.Decision
-	all := dec[:len(ls)]
-	defer func() { copy(each, all) }()
-	if len(ls) == 1 {
-		d, err := ls[0].AllowN(ctx, keys[0], clampCost(ns[0]))
-		all[0] = d
-		if !d.Allowed {
-			return 0, err
+	all := dec[:len(asks)]
+	refused := pl.Refused
+	if refused >= 0 {
+		for _, i := range pl.Live[:pl.NLive] {
+			if all[i], err = lbuf[i].Peek(ctx, asks[i].Key); err != nil {
+				return refusal, 0, err
+			}
 		}
-		return -1, err
+	} else {
+		var ls [maxPolicies]*Limiter
+		var keys [maxPolicies]string
+		var ns [maxPolicies]int64
+		var sh [maxPolicies]bool
+		var live [maxPolicies]floodgate.Decision
+		var at [maxPolicies]int8 // the ask each decides
+		m := 0
+		for _, i := range pl.Live[:pl.NLive] {
+			if pl.Shadow[i] && pl.ShadowsRefused {
+				// A shadow refused before: the shadows charge nothing.
+				if all[i], err = lbuf[i].Peek(ctx, asks[i].Key); err != nil {
+					return refusal, 0, err
+				}
+				continue
+			}
+			ls[m], keys[m], ns[m], sh[m], at[m] = lbuf[i], asks[i].Key, pl.Cost[i], pl.Shadow[i], i
+			m++
+		}
+		r := -1
+		switch m {
+		case 0:
+		case 1:
+			live[0], err = ls[0].AllowN(ctx, keys[0], clampCost(ns[0]))
+			if !live[0].Allowed {
+				r = 0
+			}
+		default:
+			var res result
+			r, res, err = s.decideMany(ctx, ls[:m], keys[:m], ns[:m], sh[:m], live[:m])
+			s.results.Inc(int(res))
+			if r >= 0 && sh[r] {
+				// The shadows were not charged: what each would answer.
+				for k := range m {
+					if sh[k] {
+						live[k] = asLook(live[k], ns[k])
+					}
+				}
+			} else if r >= 0 {
+				for k := range m {
+					if k != r {
+						live[k] = asLook(live[k], ns[k])
+					}
+				}
+			}
+		}
+		if err != nil {
+			return floodgate.Decision{Limit: lbuf[0].rs().capacity}, 0, err
+		}
+		for k := range m {
+			all[at[k]] = live[k]
+		}
+		if r >= 0 {
+			for k, i := range pl.Live[:pl.NLive] {
+				if i == at[r] {
+					r = k
+					break
+				}
+			}
+		}
+		refused = pl.Refusal(r)
 	}
-	refused, res, err := s.decideMany(ctx, ls, keys, ns, shadow, all)
-	s.results.Inc(int(res))
-	return refused, err
+	for i := range all {
+		if f := int(pl.Of[i]); f != i {
+			all[i] = all[f]
+		} else if pl.Bad[i] {
+			all[i] = floodgate.Decision{Limit: lbuf[i].rs().capacity, RetryAfter: floodgate.Never}
+		}
+	}
+	copy(each, all)
+	v := plan.Verdict(len(all), refused, func(i int) bool { return asks[i].Shadow },
+		func(i int) int64 { return all[i].Remaining }, func(i int) time.Duration { return all[i].ResetAfter })
+	return all[v], refused, nil
+}
+
+// asLook turns the answer of an ask of cost n that was not charged (a
+// dry run, or units taken and given back) into what a look (one
+// request) says: exact when the cost would pass; a refusal with none
+// left when it would not.
+func asLook(d floodgate.Decision, n int64) floodgate.Decision {
+	if !d.Allowed {
+		return floodgate.Decision{Limit: d.Limit, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+	}
+	d.Remaining += n - 1
+	return d
 }
 
 // clampCost is n as AllowN's int: a cost beyond int's range is above any
@@ -278,31 +353,6 @@ func clampCost(n int64) int {
 		return -1
 	}
 	return int(n)
-}
-
-// verdict is the Decision that Decide answers, from each policy's: the
-// refusing enforced policy's; with only shadows refusing, the most
-// restrictive of the enforced ones' (the refusing shadow's when every
-// policy is a shadow); with none refusing, the most restrictive of all.
-func verdict(all []floodgate.Decision, refused int, shadow []bool) floodgate.Decision {
-	isShadow := func(i int) bool { return shadow != nil && shadow[i] }
-	if refused >= 0 && !isShadow(refused) {
-		return all[refused]
-	}
-	var best floodgate.Decision
-	found := false
-	for i, d := range all {
-		if refused >= 0 && isShadow(i) {
-			continue
-		}
-		if !found || d.Remaining < best.Remaining || d.Remaining == best.Remaining && d.ResetAfter > best.ResetAfter {
-			best, found = d, true
-		}
-	}
-	if !found {
-		return all[refused]
-	}
-	return best
 }
 
 // decideMany decides several policies' asks together, all or nothing
@@ -408,34 +458,11 @@ func (s *Store) fallback(ls []*Limiter, keys []string, ns []int64, isShadow func
 	if refused, res, ok := openOrClosed(ls, ns, isShadow, all); ok {
 		return refused, res
 	}
-	refused := -1
-	for _, shadows := range []bool{false, true} {
-		var abuf [maxPolicies]floodgate.Ask
-		var idx [maxPolicies]int
-		var dbuf [maxPolicies]floodgate.Decision
-		asks := abuf[:0]
-		for i, l := range ls {
-			if isShadow(i) != shadows {
-				continue
-			}
-			if refused >= 0 {
-				all[i] = l.local.Peek(keys[i]) // what it would say, charged nothing
-				continue
-			}
-			idx[len(asks)] = i
-			asks = append(asks, floodgate.Ask{Limiter: l.local, Key: keys[i], N: ns[i]})
-		}
-		if len(asks) == 0 {
-			continue
-		}
-		r := floodgate.DecideAll(asks, dbuf[:len(asks)])
-		for j := range asks {
-			all[idx[j]] = dbuf[j]
-		}
-		if r >= 0 {
-			refused = idx[r]
-		}
+	var abuf [maxPolicies]floodgate.Ask
+	for i, l := range ls {
+		abuf[i] = floodgate.Ask{Policy: l.twin, Key: keys[i], N: ns[i], Shadow: isShadow(i)}
 	}
+	_, refused, _ := s.local.Decide(context.Background(), abuf[:len(ls)], all)
 	return refused, resFailLocal
 }
 

@@ -114,7 +114,7 @@ func TestStoreDecideMatchesModel(t *testing.T) {
 			rclock.Set(now * 1000)
 			key := fmt.Sprintf("c%d", rng.IntN(2))
 			each := make([]floodgate.Decision, np)
-			d, refused, err := s.Decide(ctx, key, 1, ps, shadow, each)
+			d, refused, err := s.Decide(ctx, asksOf(key, 1, ps, shadow), each)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -223,4 +223,32 @@ func TestMultiShortForm(t *testing.T) {
 			}
 		}
 	}
+}
+
+// testAsk is an ask of the tests: N units for Key by Policy.
+type testAsk struct {
+	Policy floodgate.StorePolicy
+	Key    string
+	N      int64
+}
+
+// asksOf is the asks of a request of cost n from key by ps, shadow
+// marking the shadows (nil: none).
+func asksOf(key string, n int64, ps []floodgate.StorePolicy, shadow []bool) []floodgate.Ask {
+	asks := make([]floodgate.Ask, len(ps))
+	for i, p := range ps {
+		asks[i] = floodgate.Ask{Policy: p, Key: key, N: n, Shadow: shadow != nil && shadow[i]}
+	}
+	return asks
+}
+
+// decideEach decides asks on s, shadow marking the shadows (nil: none),
+// and returns the index of the ask that refused, or -1.
+func decideEach(s *Store, ctx context.Context, asks []testAsk, shadow []bool, each []floodgate.Decision) (int, error) {
+	fa := make([]floodgate.Ask, len(asks))
+	for i, a := range asks {
+		fa[i] = floodgate.Ask{Policy: a.Policy, Key: a.Key, N: a.N, Shadow: shadow != nil && shadow[i]}
+	}
+	_, j, err := s.Decide(ctx, fa, each)
+	return j, err
 }

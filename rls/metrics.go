@@ -117,29 +117,25 @@ func (s *Server) eachRule(f func(r *rule, domain, key1, key2 string)) {
 		}
 		f(r, domain, key1, key2)
 	}
-	s.mu.Lock()
-	ovs := make([]*rule, 0, len(s.overrides))
-	for _, r := range s.overrides {
-		ovs = append(ovs, r)
-	}
-	s.mu.Unlock()
-	for _, r := range ovs {
+	s.overrides.Range(func(_ override, r *rule) bool {
 		f(r, "", "override", strconv.FormatUint(uint64(r.limit.RequestsPerUnit), 10)+"/"+r.limit.Unit.String())
-	}
+		return true
+	})
 }
 
 // AppendCounts makes the Server a counts.Source (see package counts,
-// and the metrics modules that export it): each rule's limiter's series,
-// keys held, their bound and evictions, with Route the rule's domain and
-// Policy its full key as configured ("override" and its rule for a limit
-// override).
+// and the metrics modules that export it): each rule's policy's series
+// (in process, keys held, their bound and evictions), with Route the
+// rule's domain and Policy its full key as configured ("override" and
+// its rule for a limit override). The Store's own series are its own
+// counts.Source.
 func (s *Server) AppendCounts(dst []counts.Sample) []counts.Sample {
 	s.eachRule(func(r *rule, domain, key1, key2 string) {
-		if r.lim == nil {
+		if r.pol == nil {
 			return
 		}
 		start := len(dst)
-		dst = r.lim.AppendCounts(dst)
+		dst = r.pol.AppendCounts(dst)
 		name := r.limit.Key
 		if domain == "" {
 			name = key1 + ":" + key2

@@ -272,7 +272,8 @@ func TestHitsAddend(t *testing.T) {
 // own, in a known domain only; an unknown unit is refused; a new
 // override past MaxOverrides is refused, and known ones still serve.
 func TestOverride(t *testing.T) {
-	_, c := serve(t, mustConfig(t, basic), Options{Clock: floodgate.NewManualClock(unixStart), MaxOverrides: 2})
+	clock := floodgate.NewManualClock(unixStart)
+	_, c := serve(t, mustConfig(t, basic), Options{Clock: clock, MaxOverrides: 2})
 	over := func(rpu uint32, unit typev3.RateLimitUnit, kv ...string) *rlv3.RateLimitDescriptor {
 		d := desc(kv...)
 		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
@@ -291,12 +292,60 @@ func TestOverride(t *testing.T) {
 		t.Fatalf("unit 99: %v, want InvalidArgument", err)
 	}
 	ask(t, c, "d", over(5, typev3.RateLimitUnit_HOUR, "k", "o"))
-	_, err = c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{over(6, typev3.RateLimitUnit_HOUR, "k", "o")}})
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("a third override past MaxOverrides 2: %v, want ResourceExhausted", err)
+	// A third override while both windows run: over the limit, never
+	// an error that Envoy would let through unlimited.
+	if r := summary(ask(t, c, "d", over(6, typev3.RateLimitUnit_HOUR, "k", "o"), desc("big", "x"))); r != "OVER_LIMIT OVER_LIMIT/0/3580s OK/10/3580s" {
+		t.Fatalf("a third override past MaxOverrides 2: %s", r)
 	}
 	if r := summary(ask(t, c, "d", over(5, typev3.RateLimitUnit_HOUR, "k", "o"))); r != "OK OK/3/3580s" {
 		t.Fatalf("a known override after the refusal: %s", r)
+	}
+	if r := summary(ask(t, c, "d", desc("big", "x"))); r != "OK OK/9/3580s" {
+		t.Fatalf("the refused request charged another descriptor: %s", r)
+	}
+	// Once the minute's window has ended, the third takes its place; the
+	// hour's, whose window runs, keeps what its keys hold.
+	clock.Advance(time.Minute)
+	if r := summary(ask(t, c, "d", over(6, typev3.RateLimitUnit_HOUR, "k", "o"))); r != "OK OK/5/3520s" {
+		t.Fatalf("a third override once the minute ended: %s", r)
+	}
+	if r := summary(ask(t, c, "d", over(5, typev3.RateLimitUnit_HOUR, "k", "o"))); r != "OK OK/2/3520s" {
+		t.Fatalf("the hour's override after the recycling: %s", r)
+	}
+	if r := summary(ask(t, c, "d", over(2, typev3.RateLimitUnit_MINUTE, "k", "o"))); r != "OVER_LIMIT OVER_LIMIT/0/40s" {
+		t.Fatalf("the minute's override, recycled, while the two hours' run: %s", r)
+	}
+}
+
+// TestOverridesRecycle: thousands of distinct overrides, a few at a
+// time within a window, never fill the table for good, and a key of an
+// override that comes back finds what its window left.
+func TestOverridesRecycle(t *testing.T) {
+	clock := floodgate.NewManualClock(unixStart)
+	_, c := serve(t, mustConfig(t, basic), Options{Clock: clock, MaxOverrides: 16})
+	over := func(rpu uint32) *rlv3.RateLimitDescriptor {
+		d := desc("k", "o")
+		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: typev3.RateLimitUnit_SECOND}
+		return d
+	}
+	for i := range 3000 {
+		rpu := uint32(1 + i%5000)
+		if r := ask(t, c, "d", over(rpu)); r.OverallCode != pb.RateLimitResponse_OK {
+			t.Fatalf("override %d: %s", i, summary(r))
+		}
+		if i%10 == 9 {
+			clock.Advance(time.Second)
+		}
+	}
+	// 1 a second: the second request within the second is over, after
+	// the override was recycled and made again.
+	clock.Advance(time.Second)
+	ask(t, c, "d", over(1))
+	for i := range 20 {
+		ask(t, c, "d", over(uint32(100+i)))
+	}
+	if r := summary(ask(t, c, "d", over(1))); r != "OVER_LIMIT OVER_LIMIT/0/1s" {
+		t.Fatalf("a spent key of a live override: %s", r)
 	}
 }
 

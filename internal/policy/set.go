@@ -58,27 +58,21 @@ type Set struct {
 	// RateLimit value, so that an answer only appends the numbers.
 	Items []string
 
-	limits   *floodgate.Limits // in process
-	enforced *floodgate.Limits // the enforced policies alone, when some but not all are shadow
-	store    floodgate.Store   // on a Store, instead of limits
-	sps      []floodgate.StorePolicy
-	enfIdx   []int // enforced's k-th Limiter is policy enfIdx[k]
-	shadow   []bool
-	entries  []*Entry
-	route    *Route
+	store   floodgate.Store
+	local   *floodgate.LocalStore // store, when it is one: called directly, its arguments kept on the stack
+	asks    []floodgate.Ask       // each policy's, with its shadow switch; a request sets the key and cost
+	entries []*Entry
+	route   *Route
 	// uncounted makes Decide skip its counts (Builder.Uncounted).
 	uncounted bool
 }
 
-// Entry is one policy's Limiter and counts. It outlives the Set that made
-// it when a replacement keeps its route, tier and name.
+// Entry is one policy on the Store, and its counts. It outlives the Set
+// that made it when a replacement keeps its route, tier and name.
 type Entry struct {
 	// Spec is the policy as the latest Builder gave it.
 	Spec Spec
-	// L is the policy's Limiter, which holds its clients' state in
-	// process; nil on a Store.
-	L *floodgate.Limiter
-	// SP is the policy on the Store, when there is one.
+	// SP is the policy on the Store, which holds its clients' state.
 	SP    floodgate.StorePolicy
 	label string        // the policy label: the name, or "tier/name"
 	count *tally.Counts // entryDenied, entryShadow
@@ -98,53 +92,50 @@ func (r *Route) For(tier string) *Set {
 // Exempt counts one request let through by an exemption.
 func (r *Route) Exempt() { r.count.Inc(routeExempt) }
 
-// Decide decides one request for key, as its policies and their shadow
-// switches say (on the Store, with ctx, all in its one round trip), and
-// counts it under its Route: allowed when every policy
-// admitted it; denied, under the refusing policy, when an enforced policy
-// refused it; shadow_denied, under the policy that refused it, when only
-// shadow policies would have. It reports whether to serve the request,
-// and writes the refusal's answer to *refusal when not (nothing
-// otherwise).
-//
-// A request that a shadow policy refuses is charged as enforcement would
-// charge it: nothing anywhere (a refusal by Limits consumes nothing), and
-// then, if some policies are enforced, by those alone, so that it is still
-// refused if one of them refuses. each receives each policy's answer as
-// Limits.Decide gives it, the enforced ones' from the charge that decided
-// the request; with len(Names) entries or more, no Decision is copied
-// whole on an admission in process. On a Store, its Decide does all this
-// with ctx, in one round trip at most; a request whose caller gave up
-// before the Store answered is refused, and counted by the Store alone
-// (as abandoned).
+// Decide decides one request of cost n for key by the Set's policies
+// together, on the Store, as their shadow switches say (see
+// floodgate.Store's Decide), and counts it under its Route: allowed when
+// every policy admitted it; denied, under the refusing policy, when an
+// enforced policy refused it; shadow_denied, under the policy that
+// refused it, when only shadow policies would have. It reports whether
+// to serve the request, and writes the refusal's answer to *refusal
+// when not (nothing otherwise). each receives each policy's answer (see
+// floodgate.Store's Decide). A request whose caller gave up before the
+// Store answered is refused, and counted by the Store alone (as
+// abandoned).
 func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.Decision, refusal *floodgate.Decision) (serve bool) {
-	if len(each) < len(s.Names) {
-		var buf [8]floodgate.Decision
-		serve = s.Decide(ctx, key, n, buf[:len(s.Names)], refusal)
-		copy(each, buf[:])
-		return serve
+	var d floodgate.Decision
+	var j int
+	var err error
+	if s.local != nil {
+		var asks [floodgate.MaxPolicies]floodgate.Ask
+		d, j, err = s.local.Decide(ctx, s.fill(asks[:], key, n), each)
+	} else {
+		// A slice passed to an interface's method escapes: the asks and
+		// answers go through a pooled scratch, where a fresh one would
+		// cost every request some 700 bytes.
+		sc := scratches.Get().(*scratch)
+		all := sc.each[:min(len(each), len(sc.each))]
+		d, j, err = s.store.Decide(ctx, s.fill(sc.asks[:], key, n), all)
+		copy(each, all)
+		scratches.Put(sc)
 	}
-	if s.store != nil {
-		return s.decideStore(ctx, key, n, each, refusal)
-	}
-	j := s.limits.DecideTo(key, n, each)
-	if j >= 0 && s.shadow[j] && s.enforced != nil {
-		// Only a shadow refused: charge the enforced policies alone.
-		var buf [8]floodgate.Decision
-		more := buf[:len(s.enfIdx)]
-		e := s.enforced.DecideTo(key, n, more)
-		for k, i := range s.enfIdx {
-			each[i] = more[k]
-		}
-		if e >= 0 {
-			j = s.enfIdx[e]
-		}
-	}
-	serve = s.settle(j)
+	serve = err == nil && s.settle(j)
 	if !serve {
-		*refusal = each[j]
+		*refusal = d
 	}
 	return serve
+}
+
+// fill writes the Set's asks for a request of cost n from key into buf,
+// and returns them.
+func (s *Set) fill(buf []floodgate.Ask, key string, n int64) []floodgate.Ask {
+	asks := buf[:len(s.asks)]
+	copy(asks, s.asks)
+	for i := range asks {
+		asks[i].Key, asks[i].N = key, n
+	}
+	return asks
 }
 
 // settle counts a request that policy j refused, or that none did (j <
@@ -155,7 +146,7 @@ func (s *Set) settle(j int) (serve bool) {
 	case j < 0:
 		s.count(s.route.count, routeAllowed)
 		return true
-	case !s.shadow[j]:
+	case !s.asks[j].Shadow:
 		s.count(s.entries[j].count, entryDenied)
 		return false
 	}
@@ -163,25 +154,14 @@ func (s *Set) settle(j int) (serve bool) {
 	return true
 }
 
-// decideStore is Decide on the Store. each goes to the Store through a
-// pooled copy: a slice passed to an interface's method escapes, and each
-// is the caller's stack array, which the in-process path keeps off the
-// heap; a fresh copy would cost every request 384 bytes.
-func (s *Set) decideStore(ctx context.Context, key string, n int64, each []floodgate.Decision, refusal *floodgate.Decision) bool {
-	buf := decisions.Get().(*[8]floodgate.Decision)
-	tmp := buf[:min(len(each), len(buf))]
-	d, j, err := s.store.Decide(ctx, key, n, s.sps, s.shadow, tmp)
-	copy(each, tmp)
-	decisions.Put(buf)
-	serve := err == nil && s.settle(j)
-	if !serve {
-		*refusal = d
-	}
-	return serve
+// scratch is a request's asks and answers on a Store other than a
+// LocalStore.
+type scratch struct {
+	asks [floodgate.MaxPolicies]floodgate.Ask
+	each [floodgate.MaxPolicies]floodgate.Decision
 }
 
-// decisions are decideStore's buffers.
-var decisions = sync.Pool{New: func() any { return new([8]floodgate.Decision) }}
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
 // count adds one to counter i of c, unless s is uncounted.
 func (s *Set) count(c *tally.Counts, i int) {
@@ -199,8 +179,8 @@ func (s *Set) Shows() bool { return len(s.Shown) > 0 }
 // rule by SetRule, under which no client gains allowance; a route with
 // the same name keeps its counts.
 type Builder struct {
-	// Common is what every Limiter the Builder makes shares.
-	Common Common
+	// Store holds every policy the Builder makes.
+	Store floodgate.Store
 	// Valid says whether a policy or tier name is allowed.
 	Valid func(string) bool
 	// ShowShadow makes the headers describe shadow policies too.
@@ -225,10 +205,11 @@ type pendingRule struct {
 	rule floodgate.Rule
 }
 
-// NewBuilder returns a Builder for a middleware's routes; old are the
-// Routes it replaces (none for a new middleware).
-func NewBuilder(c Common, valid func(string) bool, showShadow bool, old []*Route) *Builder {
-	b := &Builder{Common: c, Valid: valid, ShowShadow: showShadow,
+// NewBuilder returns a Builder for a middleware's routes, whose policies
+// store holds; old are the Routes it replaces (none for a new
+// middleware).
+func NewBuilder(store floodgate.Store, valid func(string) bool, showShadow bool, old []*Route) *Builder {
+	b := &Builder{Store: store, Valid: valid, ShowShadow: showShadow,
 		old: map[string]*Entry{}, oldCount: map[string]*tally.Counts{}, kept: map[*Entry]bool{}}
 	for _, r := range old {
 		b.oldCount[r.Name] = r.count
@@ -248,11 +229,11 @@ func entryKey(route, tier, name string) string { return route + "\x00" + tier + 
 var ErrName = errors.New("not a valid name")
 
 // Route makes the named route with its own policies and each tier's. It
-// is an error to give no policy or more than 8 to the route or a tier, a
-// name that Valid refuses (a policy's or a tier's) or that comes twice, a
-// rule that floodgate.New refuses, or, for a policy that a replacement
-// keeps, a new algorithm (its clients' state could not be kept) or a rule
-// that its SetRule refuses.
+// is an error to give no policy or more than floodgate.MaxPolicies to the
+// route or a tier, a name that Valid refuses (a policy's or a tier's) or
+// that comes twice, a rule that the Store refuses, or, for a policy that
+// a replacement keeps, a new algorithm (its clients' state could not be
+// kept) or a rule that its SetRule would refuse.
 func (b *Builder) Route(name string, base []Spec, tiers map[string][]Spec) (*Route, error) {
 	r := &Route{Name: name, count: b.oldCount[name]}
 	if r.count == nil {
@@ -287,10 +268,12 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	if len(specs) == 0 {
 		return nil, errors.New("no policies")
 	}
-	s := &Set{route: r, uncounted: b.Uncounted, store: b.Common.Store}
+	if len(specs) > floodgate.MaxPolicies {
+		return nil, fmt.Errorf("%d policies: at most %d", len(specs), floodgate.MaxPolicies)
+	}
+	s := &Set{route: r, uncounted: b.Uncounted, store: b.Store}
+	s.local, _ = b.Store.(*floodgate.LocalStore)
 	seen := make(map[string]bool, len(specs))
-	ls := make([]*floodgate.Limiter, 0, len(specs))
-	var enforced []*floodgate.Limiter
 	for i, sp := range specs {
 		if !b.Valid(sp.Name) {
 			return nil, fmt.Errorf("policy name %q: %w", sp.Name, ErrName)
@@ -306,35 +289,9 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 		s.Names = append(s.Names, sp.Name)
 		s.Specs = append(s.Specs, sp)
 		s.entries = append(s.entries, e)
-		s.shadow = append(s.shadow, sp.Shadow)
-		if e.SP != nil {
-			s.sps = append(s.sps, e.SP)
-		} else {
-			ls = append(ls, e.L)
-		}
-		if !sp.Shadow {
-			if e.L != nil {
-				enforced = append(enforced, e.L)
-			}
-			s.enfIdx = append(s.enfIdx, i)
-		}
+		s.asks = append(s.asks, floodgate.Ask{Policy: e.SP, Shadow: sp.Shadow})
 		if !sp.Shadow || b.ShowShadow {
 			s.Shown = append(s.Shown, i)
-		}
-	}
-	if s.store != nil {
-		if len(s.sps) > 8 {
-			return nil, fmt.Errorf("%d policies: at most 8", len(s.sps))
-		}
-		return s, nil
-	}
-	var err error
-	if s.limits, err = floodgate.NewLimits(ls...); err != nil {
-		return nil, err
-	}
-	if len(enforced) > 0 && len(enforced) < len(ls) {
-		if s.enforced, err = floodgate.NewLimits(enforced...); err != nil {
-			return nil, err
 		}
 	}
 	return s, nil
@@ -352,47 +309,25 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 				sp.Name, algorithmName(e.Spec.Algorithm), algorithmName(sp.Algorithm))
 		}
 		if sp.Rule != e.Spec.Rule {
-			// Check the change now, on a Limiter of its own (New, then
-			// SetRule, which refuses what the kept one would), so that a
-			// bad rule leaves every kept policy as it was; the kept one
-			// takes it at Commit.
-			probe, err := floodgate.New(floodgate.Config{Algorithm: sp.Algorithm, Rule: e.Spec.Rule})
-			if err == nil {
-				err = probe.SetRule(sp.Rule)
-				probe.Close()
-			}
-			if err != nil {
+			// Check the change now, so that a bad rule leaves every kept
+			// policy as it was; the kept one takes it at Commit.
+			if err := b.Store.Check(sp.Algorithm, sp.Rule); err != nil {
 				return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
 			}
 			b.rules = append(b.rules, pendingRule{e, sp.Rule})
 		}
 		b.kept[e] = true
-		kept := &Entry{Spec: sp, L: e.L, SP: e.SP, label: label, count: e.count}
+		kept := &Entry{Spec: sp, SP: e.SP, label: label, count: e.count}
 		return kept, nil
 	}
 	e := &Entry{Spec: sp, label: label, count: tally.New(entryCounts)}
-	if st := b.Common.Store; st != nil {
-		p, err := st.Policy(StoreName(route, tier, sp.Name), sp.Algorithm, sp.Rule)
-		if err != nil {
-			return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
-		}
-		e.SP = p
-	} else {
-		l, err := Build1(sp, b.Common)
-		if err != nil {
-			return nil, err
-		}
-		e.L = l
+	p, err := b.Store.Policy(StoreName(route, tier, sp.Name), sp.Algorithm, sp.Rule)
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
 	}
+	e.SP = p
 	b.fresh = append(b.fresh, e)
 	return e, nil
-}
-
-func algorithmName(a string) string {
-	if a == "" {
-		return floodgate.TokenBucket
-	}
-	return a
 }
 
 // StoreName is the name of a policy on a Store: its route, its tier ("" for
@@ -401,65 +336,48 @@ func StoreName(route, tier, name string) string {
 	return route + "\x00" + tier + "\x00" + name
 }
 
-// Closer is what holds a policy's clients' state: a floodgate.Limiter, or
-// a policy on a Store.
+// Closer is what holds a policy's clients' state: its policy on the
+// Store.
 type Closer interface{ Close() error }
 
-// closer is e's Limiter or policy on a Store.
-func (e *Entry) closer() Closer {
-	if e.SP != nil {
-		return e.SP
-	}
-	return e.L
-}
-
-// Abort closes the Limiters and Store policies the Builder made, after an
-// error.
+// Abort closes the Store policies the Builder made, after an error.
 func (b *Builder) Abort() {
 	for _, e := range b.fresh {
-		e.closer().Close()
+		e.SP.Close()
 	}
 }
 
-// Commit gives each kept policy its new rule, by floodgate's SetRule
-// (which Route checked it takes), and returns the Limiters of the replaced
-// routes that no new route kept, for the caller to Close once the new
-// routes serve. Between the first SetRule and the new routes' start, a
+// Commit gives each kept policy its new rule, by its SetRule (which Route
+// checked it takes), and returns the policies of the replaced routes that
+// no new route kept, for the caller to Close once the new routes serve. Between the first SetRule and the new routes' start, a
 // request may meet a kept policy's new rule under the old routes: each
 // policy's own decisions keep SetRule's contract throughout.
 //
-// It returns an error only if a SetRule refuses a rule that a Limiter of
-// the same algorithm took in Route, which no built-in algorithm does; the
-// policies before it have their new rules then.
+// It returns an error only if a SetRule refuses a rule that the Store's
+// Check took in Route; the policies before it have their new rules then.
 func (b *Builder) Commit() ([]Closer, error) {
 	for _, p := range b.rules {
-		var err error
-		if p.e.SP != nil {
-			err = p.e.SP.SetRule(p.rule)
-		} else {
-			err = p.e.L.SetRule(p.rule)
-		}
-		if err != nil {
+		if err := p.e.SP.SetRule(p.rule); err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.e.Spec.Name, err)
 		}
 	}
 	var retired []Closer
 	for _, e := range b.old {
 		if !b.kept[e] {
-			retired = append(retired, e.closer())
+			retired = append(retired, e.SP)
 		}
 	}
 	return retired, nil
 }
 
 // Closers returns what holds the state of every policy of routes: their
-// Limiters, or their policies on a Store.
+// policies on the Store.
 func Closers(routes []*Route) []Closer {
 	var all []Closer
 	for _, r := range routes {
 		for _, s := range r.sets() {
 			for _, e := range s.entries {
-				all = append(all, e.closer())
+				all = append(all, e.SP)
 			}
 		}
 	}
@@ -504,11 +422,7 @@ func (s *Set) appendCounts(dst []counts.Sample) []counts.Sample {
 			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.Denied, Value: e.count.Value(entryDenied)},
 			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.ShadowDenied, Value: e.count.Value(entryShadow)})
 		from := len(dst)
-		if e.SP != nil {
-			dst = e.SP.AppendCounts(dst)
-		} else {
-			dst = e.L.AppendCounts(dst)
-		}
+		dst = e.SP.AppendCounts(dst)
 		for i := from; i < len(dst); i++ {
 			dst[i].Route, dst[i].Policy = route, e.label
 		}

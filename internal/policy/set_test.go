@@ -19,9 +19,23 @@ func perHour(name string, limit int64, shadow bool) Spec {
 	return Spec{Name: name, Rule: floodgate.Rule{Limit: limit, Period: time.Hour}, Shadow: shadow}
 }
 
+// storeFor is a new LocalStore on clock, closed when t ends.
+func storeFor(t *testing.T, clock floodgate.Clock) *floodgate.LocalStore {
+	s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: clock})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// storeOf is the Store of r's policies.
+func storeOf(r *Route) floodgate.Store { return r.base.store }
+
 func build(t *testing.T, clock floodgate.Clock, old []*Route, base []Spec, tiers map[string][]Spec) (*Route, *Builder) {
 	t.Helper()
-	b := NewBuilder(Common{Clock: clock}, valid, false, old)
+	var store floodgate.Store = storeFor(t, clock)
+	if len(old) > 0 {
+		store = storeOf(old[0])
+	}
+	b := NewBuilder(store, valid, false, old)
 	r, err := b.Route("r", base, tiers)
 	if err != nil {
 		t.Fatal(err)
@@ -80,11 +94,11 @@ func TestDecideMixedShadow(t *testing.T) {
 		"floodgate_keys|r|burst|":                        1,
 		"floodgate_keys|r|hour|":                         1,
 		"floodgate_evictions_total|r|hour|idle":          0,
-		"floodgate_keys_max|r|hour|":                     int64(DefaultMaxKeys(perHour("hour", 3, false))),
+		"floodgate_keys_max|r|hour|":                     1 << 20, /* 64 MiB of 64-byte keys */
 		"floodgate_evictions_total|r|burst|bound":        0,
 		"floodgate_evictions_total|r|burst|fresh":        0,
 		"floodgate_evictions_total|r|burst|idle":         0,
-		"floodgate_keys_max|r|burst|":                    int64(DefaultMaxKeys(perHour("burst", 2, true))),
+		"floodgate_keys_max|r|burst|":                    1 << 20,
 		"floodgate_evictions_total|r|hour|bound":         0,
 		"floodgate_evictions_total|r|hour|fresh":         0,
 	} {
@@ -160,7 +174,7 @@ func TestTiers(t *testing.T) {
 	if got["floodgate_requests_total|r|pro/p|denied"] != 2 || got["floodgate_requests_total|r|p|denied"] != 14 {
 		t.Errorf("denials by tier: %v", got)
 	}
-	b := NewBuilder(Common{Clock: clock}, valid, false, nil)
+	b := NewBuilder(storeFor(t, clock), valid, false, nil)
 	defer b.Abort()
 	if _, err := b.Route("r", []Spec{perHour("p", 1, false)}, map[string][]Spec{"": {perHour("p", 1, false)}}); err == nil {
 		t.Error("an empty tier name was accepted")
@@ -181,9 +195,9 @@ func TestReplaceKeepsState(t *testing.T) {
 	s.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision))
 	s.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision))
 	s.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision)) // denied by p
-	old := s.entries[0].L
+	old := s.entries[0].SP
 
-	bad := NewBuilder(Common{Clock: clock}, valid, false, []*Route{r})
+	bad := NewBuilder(storeOf(r), valid, false, []*Route{r})
 	if _, err := bad.Route("r", []Spec{{Name: "p", Rule: floodgate.Rule{Limit: 2, Period: time.Hour}, Algorithm: floodgate.FixedWindow}}, nil); err == nil {
 		t.Error("a kept policy's algorithm changed without an error")
 	}
@@ -195,7 +209,7 @@ func TestReplaceKeepsState(t *testing.T) {
 	}
 	bad.Abort()
 
-	b := NewBuilder(Common{Clock: clock}, valid, false, []*Route{r})
+	b := NewBuilder(storeOf(r), valid, false, []*Route{r})
 	r2, err := b.Route("r", []Spec{perHour("p", 2, true)}, nil) // q dropped; p now a shadow
 	if err != nil {
 		t.Fatal(err)
@@ -204,13 +218,13 @@ func TestReplaceKeepsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(retired) != 1 || retired[0] != r.For("").entries[1].L {
-		t.Fatalf("retired %v, want q's Limiter alone", retired)
+	if len(retired) != 1 || retired[0] != r.For("").entries[1].SP {
+		t.Fatalf("retired %v, want q's policy alone", retired)
 	}
 	retired[0].Close()
 	s2 := r2.For("")
-	if s2.entries[0].L != old {
-		t.Fatal("p's Limiter was not kept")
+	if s2.entries[0].SP != old {
+		t.Fatal("p's policy was not kept")
 	}
 	if serve := s2.Decide(context.Background(), "k", 1, nil, new(floodgate.Decision)); !serve {
 		t.Fatal("p as a shadow refused")

@@ -1,0 +1,155 @@
+// Package plan prepares the asks of one decision for a Store, so that
+// every Store answers a request alike: it merges the asks that repeat a
+// policy and key into one of their summed cost, sets aside those that no
+// state can admit, and maps the answer of the asks that a Store decides
+// back onto every ask. floodgate's in-process Store and redislimit's use
+// it; it knows neither, only the asks' indices.
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Max is the most asks one decision takes (floodgate.MaxPolicies).
+const Max = 8
+
+// Plan is one decision's asks, prepared. An ask decides for itself and
+// for the later asks of its policy and key (Of); of the asks that
+// decide, those whose cost no state can admit (Bad) are answered before
+// the Store is asked, and the rest (Live) are decided by the Store,
+// together.
+type Plan struct {
+	// N is the number of asks.
+	N int
+	// Of is, for each ask, the ask that decides it: itself, or the first
+	// before it of the same policy and key.
+	Of [Max]int8
+	// Cost is, for an ask that decides, the summed cost of every ask it
+	// decides (math.MaxInt64 past that).
+	Cost [Max]int64
+	// Bad marks the asks that decide and whose Cost is below 1 (an ask's
+	// N below 1) or above their policy's capacity.
+	Bad [Max]bool
+	// Shadow marks the shadow asks.
+	Shadow [Max]bool
+	// Live are the asks that decide and are not Bad, in order; NLive
+	// their number.
+	Live  [Max]int8
+	NLive int
+	// Refused is the first Bad enforced ask (the request is refused
+	// before the Store is asked, and nothing is charged), or -1.
+	Refused int
+	// ShadowsRefused says a shadow ask is Bad: the shadows refuse, as a
+	// shadow refusal does, before the Store is asked. The Store decides
+	// the enforced asks alone, and charges no shadow.
+	ShadowsRefused bool
+	// badShadow is the first Bad shadow ask, or -1.
+	badShadow int
+}
+
+// ErrAsks is wrapped by Prepare's errors.
+var ErrAsks = errors.New("bad asks")
+
+// Prepare fills p for n asks: same reports whether asks j < i name one
+// policy and key; shadow, cost and capacity say what they say of ask i.
+// It is an error to give no ask, more than Max, or two asks of one
+// policy and key of which one is a shadow and the other is not.
+func (p *Plan) Prepare(n int, same func(i, j int) bool, shadow func(i int) bool, cost, capacity func(i int) int64) error {
+	if n < 1 || n > Max {
+		return fmt.Errorf("%w: a decision takes 1 to %d asks, got %d", ErrAsks, Max, n)
+	}
+	p.N, p.NLive, p.Refused, p.badShadow, p.ShadowsRefused = n, 0, -1, -1, false
+	for i := range n {
+		p.Of[i], p.Shadow[i], p.Bad[i] = int8(i), shadow(i), false
+		c := cost(i)
+		if c < 1 {
+			c = 0 // below 1 stays below 1, whatever is added
+		}
+		p.Cost[i] = c
+		for j := range i {
+			if int(p.Of[j]) != j || !same(i, j) {
+				continue
+			}
+			if p.Shadow[j] != p.Shadow[i] {
+				return fmt.Errorf("%w: asks %d and %d name one policy and key, one as a shadow and one enforced", ErrAsks, j, i)
+			}
+			p.Of[i] = int8(j)
+			switch {
+			case c == 0 || p.Cost[j] == 0:
+				p.Cost[j] = 0
+			case p.Cost[j] > math.MaxInt64-c:
+				p.Cost[j] = math.MaxInt64
+			default:
+				p.Cost[j] += c
+			}
+			break
+		}
+	}
+	for i := range n {
+		if int(p.Of[i]) != i {
+			continue
+		}
+		if p.Cost[i] < 1 || p.Cost[i] > capacity(i) {
+			p.Bad[i] = true
+			switch {
+			case !p.Shadow[i] && p.Refused < 0:
+				p.Refused = i
+			case p.Shadow[i] && p.badShadow < 0:
+				p.badShadow, p.ShadowsRefused = i, true
+			}
+			continue
+		}
+		p.Live[p.NLive] = int8(i)
+		p.NLive++
+	}
+	return nil
+}
+
+// Refusal is the index of the ask that refused the request, from
+// live, the index in Live of the ask that refused among the live ones
+// (-1 for none): the first enforced ask that refused, else the first
+// shadow, a Bad one included, else -1.
+func (p *Plan) Refusal(live int) int {
+	if p.Refused >= 0 {
+		return p.Refused
+	}
+	r := -1
+	if live >= 0 {
+		r = int(p.Live[live])
+		if !p.Shadow[r] {
+			return r
+		}
+	}
+	if b := p.badShadow; b >= 0 && (r < 0 || b < r) {
+		return b
+	}
+	return r
+}
+
+// Verdict is the index of the answer that stands for the whole request
+// (see floodgate.Store's Decide), of n answers whose Remaining and
+// ResetAfter say what they say, given the ask that refused (-1 for
+// none): the refusing enforced ask's; with only shadows refusing, the
+// most restrictive enforced answer (the refusing shadow's when every
+// ask is a shadow); with none refusing, the most restrictive of all.
+func Verdict(n, refused int, shadow func(i int) bool, remaining func(i int) int64, reset func(i int) time.Duration) int {
+	if refused >= 0 && !shadow(refused) {
+		return refused
+	}
+	best := -1
+	for i := range n {
+		if refused >= 0 && shadow(i) {
+			continue
+		}
+		if best < 0 || remaining(i) < remaining(best) || remaining(i) == remaining(best) && reset(i) > reset(best) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return refused
+	}
+	return best
+}

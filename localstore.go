@@ -1,0 +1,368 @@
+package floodgate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/plan"
+)
+
+// LocalStoreConfig configures a LocalStore. The zero value is the
+// middlewares' defaults.
+type LocalStoreConfig struct {
+	// Clock is every policy's clock; nil means SystemClock().
+	Clock Clock
+	// MaxKeys bounds each policy's keys (see Config.MaxKeys): 0 is a
+	// bound that keeps each policy within 64 MiB (1,048,576 keys of a
+	// bucket or a window; fewer of a sliding log, which keeps an entry
+	// per request in its window, and never fewer than 1,024), negative
+	// is none. A registered algorithm cannot be bounded: give it -1.
+	MaxKeys int
+	// IdleTTL is how long a key's state must have been what a new key's
+	// would be before the Store forgets it: 0 is a minute, negative
+	// never. Any value keeps every limit exact (a forgotten state was a
+	// new one); one goroutine sweeps every policy, twice an IdleTTL.
+	IdleTTL time.Duration
+}
+
+// DefaultIdleTTL is LocalStoreConfig.IdleTTL's default.
+const DefaultIdleTTL = time.Minute
+
+// The default bound on a policy's keys (LocalStoreConfig.MaxKeys 0):
+// what its states may hold, and what a key of the bound costs at most
+// (measured by the middlewares' heap tests): a state inline in the
+// table, or held as an object (the sliding log's, beside 16 bytes per
+// entry it keeps), each with its share of the table and 8 bytes of
+// sketch.
+const (
+	defaultMemory  = 64 << 20
+	inlineKeyBytes = 64
+	objectKeyBytes = 512
+	logEntryBytes  = 16
+)
+
+// defaultMaxKeys is the bound on the keys of a policy of algorithm and
+// rule that keeps them within defaultMemory.
+func defaultMaxKeys(algorithm string, rule Rule) int {
+	per := inlineKeyBytes
+	switch {
+	case algorithm == SlidingLog:
+		per = objectKeyBytes + logEntryBytes*int(min(rule.Limit, defaultMemory))
+	case !isBuiltin(algorithm):
+		per = objectKeyBytes
+	}
+	return max(1024, defaultMemory/per)
+}
+
+// isBuiltin reports whether name is one of floodgate's own algorithms:
+// the ones MaxKeys can bound.
+func isBuiltin(name string) bool {
+	switch name {
+	case TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog:
+		return true
+	}
+	return false
+}
+
+// LocalStore is the Store that keeps its policies' state in this
+// process, each policy on a Limiter of its own: the middlewares' and
+// Envoy's rate-limit service's Store when none is given. It is exact
+// on one replica, and decides a request of several asks in
+// nanoseconds, with no lock: each ask takes from its key's state at
+// once, and an ask refused gives back what the asks before it took (see
+// Limits), so that between a grant and its refund a concurrent request
+// may find less, never more. A sliding log's refund is inexact (see
+// Limits): a request of a log and other algorithms is exact when the
+// log's ask comes last.
+//
+// Make one with NewLocalStore and Close it when done; it is safe for
+// concurrent use.
+type LocalStore struct {
+	clock   Clock
+	maxKeys int
+	ttl     time.Duration
+
+	mu   sync.Mutex
+	live map[string]*localPolicy
+
+	stop  chan struct{}
+	swept chan struct{}
+	once  sync.Once
+
+	twins bool // an algorithm may name a mutex twin: set only by tests
+}
+
+// NewLocalStore returns a LocalStore configured by cfg (see
+// LocalStoreConfig), which holds nothing until its first policy: with
+// an IdleTTL, one goroutine that Close stops.
+func NewLocalStore(cfg LocalStoreConfig) *LocalStore {
+	s := &LocalStore{clock: cfg.Clock, maxKeys: cfg.MaxKeys, ttl: cfg.IdleTTL, live: map[string]*localPolicy{}}
+	if s.ttl == 0 {
+		s.ttl = DefaultIdleTTL
+	}
+	if s.ttl > 0 {
+		s.stop, s.swept = make(chan struct{}), make(chan struct{})
+		go s.sweep(time.NewTicker(max(s.ttl/2, time.Millisecond)))
+	}
+	return s
+}
+
+// sweep forgets, every tick, the keys of every live policy that have
+// been idle for the Store's IdleTTL, until Close.
+func (s *LocalStore) sweep(t *time.Ticker) {
+	defer close(s.swept)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.sweepNow()
+	}
+}
+
+// sweepNow forgets the keys of every live policy that have been idle for
+// the Store's IdleTTL, each at its clock's now.
+func (s *LocalStore) sweepNow() {
+	for _, p := range s.policies() {
+		if now := p.l.now(); now >= math.MinInt64+int64(s.ttl) {
+			p.l.evictIdleAt(now - int64(s.ttl))
+		}
+	}
+}
+
+// policies returns the live policies.
+func (s *LocalStore) policies() []*localPolicy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ps := make([]*localPolicy, 0, len(s.live))
+	for _, p := range s.live {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// Close stops the Store's sweep of idle keys. Its policies go on
+// deciding after it; only idle keys are no longer forgotten. It is
+// idempotent.
+func (s *LocalStore) Close() error {
+	s.once.Do(func() {
+		if s.stop != nil {
+			close(s.stop)
+			<-s.swept
+		}
+	})
+	return nil
+}
+
+// config is the Limiter of a policy of algorithm and rule.
+func (s *LocalStore) config(algorithm string, rule Rule) (Config, error) {
+	algorithm = cmp.Or(algorithm, TokenBucket)
+	maxKeys := s.maxKeys
+	switch {
+	case maxKeys == 0:
+		maxKeys = defaultMaxKeys(algorithm, rule)
+	case maxKeys < 0:
+		maxKeys = 0 // no bound, on purpose
+	}
+	if maxKeys > 0 && !isBuiltin(algorithm) {
+		if _, err := lookup(algorithm, s.twins); err == nil && !isTwin(algorithm) {
+			// floodgate refuses to bound what it cannot evict exactly, and
+			// its error names its own knob, MaxKeys 0, which here means the
+			// default bound: name the Store's instead.
+			return Config{}, fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; "+
+				"set the Store's (or the middleware's) MaxKeys to -1 (no bound: its 0 means the default bound) and bound the keys with IdleTTL", algorithm)
+		}
+	}
+	return Config{Algorithm: algorithm, Rule: rule, Clock: s.clock, MaxKeys: maxKeys, twins: s.twins}, nil
+}
+
+// Check reports whether Policy would take algorithm and rule: what New
+// takes (see CheckRule), and for a registered algorithm, a Store with
+// no bound on keys.
+func (s *LocalStore) Check(algorithm string, rule Rule) error {
+	if _, err := s.config(algorithm, rule); err != nil {
+		return err
+	}
+	return CheckRule(algorithm, rule)
+}
+
+// Policy returns a new policy named name: a Limiter of algorithm and
+// rule, with the Store's Clock, MaxKeys and IdleTTL. It is an error to
+// give the name of a live policy of the Store, or what New refuses.
+func (s *LocalStore) Policy(name, algorithm string, rule Rule) (StorePolicy, error) {
+	cfg, err := s.config(algorithm, rule)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live[name] != nil {
+		return nil, fmt.Errorf("floodgate: a live policy of the Store is named %q already", name)
+	}
+	l, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p := &localPolicy{store: s, name: name, l: l}
+	s.live[name] = p
+	return p, nil
+}
+
+// Limiter returns the Limiter that holds p's state, or nil if p is not a
+// policy of this Store: for what a Store does not do, such as Reset or
+// Wait.
+func (s *LocalStore) Limiter(p StorePolicy) *Limiter {
+	if lp, ok := p.(*localPolicy); ok && lp.store == s {
+		return lp.l
+	}
+	return nil
+}
+
+// AppendCounts appends nothing: a LocalStore's counts are its
+// policies' (their keys and evictions), which their middleware reports.
+func (s *LocalStore) AppendCounts(dst []counts.Sample) []counts.Sample { return dst }
+
+// localPolicy is a LocalStore's policy: a Limiter.
+type localPolicy struct {
+	store *LocalStore
+	name  string
+	l     *Limiter
+	once  sync.Once
+}
+
+// Peek is the Limiter's Peek.
+func (p *localPolicy) Peek(_ context.Context, key string) (Decision, error) {
+	return p.l.Peek(key), nil
+}
+
+// SetRule is the Limiter's SetRule.
+func (p *localPolicy) SetRule(r Rule) error { return p.l.SetRule(r) }
+
+// AppendCounts appends the policy's keys, their bound and its evictions.
+func (p *localPolicy) AppendCounts(dst []counts.Sample) []counts.Sample { return p.l.AppendCounts(dst) }
+
+// Close frees the policy's name in its Store; its clients' state goes
+// with it.
+func (p *localPolicy) Close() error {
+	p.once.Do(func() {
+		s := p.store
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.live[p.name] == p {
+			delete(s.live, p.name)
+		}
+	})
+	return p.l.Close()
+}
+
+// errNotMine is the error of an ask whose policy another Store made.
+var errNotMine = errors.New("floodgate: Decide: an ask's policy is not one of this Store's")
+
+// Decide decides asks together, all or nothing, as Store's Decide says,
+// in process: it never waits, and so never returns ctx's error.
+func (s *LocalStore) Decide(_ context.Context, asks []Ask, each []Decision) (Decision, int, error) {
+	var ls [MaxPolicies]*Limiter
+	if len(asks) > MaxPolicies {
+		return Decision{RetryAfter: Never}, 0, fmt.Errorf("floodgate: Decide takes 1 to %d asks, got %d", MaxPolicies, len(asks))
+	}
+	for i := range asks {
+		p, ok := asks[i].Policy.(*localPolicy)
+		if !ok || p.store != s {
+			return Decision{RetryAfter: Never}, 0, errNotMine
+		}
+		ls[i] = p.l
+	}
+	if len(asks) == 1 && len(each) > 0 {
+		// One ask, whose answer goes to each: it is the request's.
+		a := &asks[0]
+		ls[0].allowAt(a.Key, ls[0].now(), a.N, nil, &each[0])
+		if each[0].Allowed {
+			return each[0], -1, nil
+		}
+		return each[0], 0, nil
+	}
+	var p plan.Plan
+	err := p.Prepare(len(asks),
+		func(i, j int) bool { return ls[i] == ls[j] && asks[i].Key == asks[j].Key },
+		func(i int) bool { return asks[i].Shadow },
+		func(i int) int64 { return asks[i].N },
+		func(i int) int64 { return ls[i].rules.Load().capacity })
+	if err != nil {
+		return Decision{RetryAfter: Never}, 0, fmt.Errorf("floodgate: Decide: %w", err)
+	}
+	var buf [MaxPolicies]Decision
+	all := buf[:len(asks)]
+	refused := p.Refused
+	if refused >= 0 {
+		for _, i := range p.Live[:p.NLive] {
+			all[i] = ls[i].Peek(asks[i].Key)
+		}
+	} else {
+		refused = p.Refusal(decideLive(&p, ls[:len(asks)], asks, all))
+	}
+	for i := range all {
+		if f := int(p.Of[i]); f != i {
+			all[i] = all[f]
+		} else if p.Bad[i] {
+			all[i] = Decision{Limit: ls[i].rules.Load().capacity, RetryAfter: Never}
+		}
+	}
+	copy(each, all)
+	v := plan.Verdict(len(all), refused, func(i int) bool { return asks[i].Shadow },
+		func(i int) int64 { return all[i].Remaining }, func(i int) time.Duration { return all[i].ResetAfter })
+	return all[v], refused, nil
+}
+
+// decideLive decides p's live asks on their Limiters ls, writing each
+// one's answer to all: the enforced asks together, all or nothing, then,
+// if they admitted and no shadow refused before (p.ShadowsRefused), the
+// shadows together. An ask refused gives back what the asks of its group
+// before it took, and every ask that charges nothing answers with a
+// Peek. It returns the index in p.Live of the ask that refused, or -1.
+func decideLive(p *plan.Plan, ls []*Limiter, asks []Ask, all []Decision) int {
+	var taken [MaxPolicies]grant
+	refused := -1
+	for _, shadows := range [2]bool{false, true} {
+		first := -1 // the group's first ask in Live
+		for k, i := range p.Live[:p.NLive] {
+			if p.Shadow[i] != shadows {
+				continue
+			}
+			if refused >= 0 || shadows && p.ShadowsRefused {
+				all[i] = ls[i].Peek(asks[i].Key) // a refused enforced ask: charged nothing
+				continue
+			}
+			if first < 0 {
+				first = k
+			}
+			l := ls[i]
+			l.allowAt(asks[i].Key, l.now(), p.Cost[i], &taken[i], &all[i])
+			if all[i].Allowed {
+				continue
+			}
+			refused = k
+			for _, j := range p.Live[first:k] {
+				if p.Shadow[j] == shadows {
+					ls[j].giveBack(&taken[j])
+					all[j] = ls[j].Peek(asks[j].Key)
+				}
+			}
+		}
+	}
+	return refused
+}
+
+// isTwin reports whether name is a built-in algorithm's mutex twin, which
+// MaxKeys bounds as it bounds the algorithm.
+func isTwin(name string) bool {
+	_, ok := twins[name]
+	return ok
+}

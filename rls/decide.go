@@ -1,0 +1,134 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"github.com/floodgate-go/floodgate"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// How a descriptor's answer in sc.ds was reached.
+const (
+	charged     uint8 = iota // it decided the request, and charged it: Remaining is what is left
+	peeked                   // it was not charged: the answer is what one more request would find
+	refusedHere              // it refused the request
+)
+
+// decide decides the request's descriptors on the Store: the enforced
+// and shadow ones in one Decide (the enforced all or nothing, then the
+// shadows all or nothing among themselves: a shadow refuses nothing, and
+// if one would, none is charged), and the checks by a look each, after.
+// The descriptors that name one rule and key (and are enforced, or
+// shadows, both) ask as one, for all their hits at once. A descriptor
+// whose rule admits nothing (requests_per_unit 0), or whose limit
+// override the table cannot hold, refuses before the Store is asked. It
+// reports whether an enforced descriptor refused.
+func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error) {
+	n := len(sc.kind)
+	sc.state = grow(sc.state, n)
+	sc.first, sc.cost = grow(sc.first, n), grow(sc.cost, n)
+	sc.asks, sc.askOf = sc.asks[:0], sc.askOf[:0]
+	shadowsOut := false // a shadow refused before the Store is asked: no shadow is charged
+	for i := range n {
+		sc.first[i], sc.cost[i] = i, sc.hits[i]
+		k := sc.kind[i]
+		if k != kindEnforced && k != kindShadow && k != kindFull {
+			continue
+		}
+		for j := range i {
+			if sc.first[j] == j && sc.kind[j] == k && sc.rules[j] == sc.rules[i] && sc.keyOf(j) == sc.keyOf(i) {
+				sc.first[i] = j
+				sc.cost[j] = addHits(sc.cost[j], sc.hits[i])
+				break
+			}
+		}
+		if sc.first[i] == i && (k == kindFull || sc.rules[i].zero()) {
+			sc.ds[i], sc.state[i] = floodgate.Decision{RetryAfter: floodgate.Never}, refusedHere
+			if k == kindShadow {
+				shadowsOut = true
+			} else {
+				over = true
+			}
+		}
+	}
+	look := func(i int) error {
+		d, err := sc.rules[i].pol.Peek(ctx, sc.keyOf(i))
+		sc.ds[i], sc.state[i] = d, peeked
+		return err
+	}
+	for i := range n {
+		k := sc.kind[i]
+		if (k != kindEnforced && k != kindShadow) || sc.first[i] != i || sc.rules[i].zero() {
+			continue
+		}
+		if over || k == kindShadow && shadowsOut {
+			if err := look(i); err != nil {
+				return over, contextStatus(err)
+			}
+			continue
+		}
+		sc.asks = append(sc.asks, floodgate.Ask{Policy: sc.rules[i].pol, Key: sc.keyOf(i), N: clampHits(sc.cost[i]), Shadow: k == kindShadow})
+		sc.askOf = append(sc.askOf, i)
+	}
+	if len(sc.asks) > floodgate.MaxPolicies {
+		return false, status.Errorf(codes.InvalidArgument, "rls: %d limited descriptors in one request, more than the %d one decision takes", len(sc.asks), floodgate.MaxPolicies)
+	}
+	if len(sc.asks) > 0 {
+		sc.each = grow(sc.each, len(sc.asks))
+		_, j, err := s.store.Decide(ctx, sc.asks, sc.each)
+		if err != nil {
+			return false, contextStatus(err)
+		}
+		over = j >= 0 && !sc.asks[j].Shadow
+		for k, i := range sc.askOf {
+			d := sc.each[k]
+			switch {
+			case k == j:
+				sc.ds[i], sc.state[i] = d, refusedHere
+			case j < 0 || sc.asks[j].Shadow && !sc.asks[k].Shadow:
+				sc.ds[i], sc.state[i] = d, charged
+			default:
+				sc.ds[i], sc.state[i] = d, peeked
+			}
+		}
+	}
+	// The checks are looked at after every charge.
+	for i, k := range sc.kind {
+		if k == kindCheck {
+			if sc.rules[i].zero() {
+				sc.ds[i], sc.state[i] = floodgate.Decision{RetryAfter: floodgate.Never}, peeked
+			} else if err := look(i); err != nil {
+				return over, contextStatus(err)
+			}
+		}
+	}
+	for i, f := range sc.first {
+		if f != i {
+			sc.ds[i], sc.state[i] = sc.ds[f], sc.state[f]
+		}
+	}
+	return over, nil
+}
+
+// addHits is a + b, at most math.MaxUint64.
+func addHits(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
+}
+
+// contextStatus is the gRPC status of a decision the caller gave up on,
+// or that the Store could not make.
+func contextStatus(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, "rls: the caller's deadline passed before the Store answered")
+	}
+	if errors.Is(err, context.Canceled) {
+		return status.Error(codes.Canceled, "rls: the caller gave up before the Store answered")
+	}
+	return status.Errorf(codes.Unavailable, "rls: %v", err)
+}

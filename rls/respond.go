@@ -1,0 +1,113 @@
+package rls
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// respond builds the response from each descriptor's answer, and counts.
+func (s *Server) respond(sc *scratch, ds []*rlv3.RateLimitDescriptor, over bool) *pb.RateLimitResponse {
+	n := len(sc.kind)
+	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
+	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n) // one allocation for all
+	now := s.clock.Now()
+	minIdx, minLeft := -1, uint32(math.MaxUint32)
+	for i := range n {
+		st := &statuses[i]
+		resp.Statuses[i] = st
+		st.Code = pb.RateLimitResponse_OK
+		r, d, hits := sc.rules[i], &sc.ds[i], sc.hits[i]
+		switch sc.kind[i] {
+		case kindNone:
+			continue
+		case kindUnlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		st.CurrentLimit = r.pbLim
+		st.DurationUntilReset = r.reset(now, d)
+		stats := &r.stats
+		if r.detailed != nil {
+			if c := r.detailed.get(sc.detailedLabel(r.limit, ds[i].GetEntries())); c != nil {
+				stats = c
+			}
+		}
+		var left int64
+		var overHere bool
+		switch sc.state[i] {
+		case refusedHere:
+			overHere = true
+		case peeked:
+			left = remainingNow(d)
+			overHere = uint64(left) < sc.cost[i]
+		default:
+			left = d.Remaining
+		}
+		if overHere {
+			left = 0
+			if sc.kind[i] == kindShadow {
+				stats.add(statShadow, hits)
+			} else {
+				st.Code = pb.RateLimitResponse_OVER_LIMIT
+			}
+			stats.add(statOver, hits)
+		} else {
+			stats.add(statWithin, hits)
+			// near_limit as envoyproxy/ratelimit counts it: the hits that
+			// landed past the ratio's share of the limit.
+			nearFloor := int64(math.Floor(float64(float32(r.limit.RequestsPerUnit) * float32(s.near))))
+			if used := int64(r.limit.RequestsPerUnit) - left; used > nearFloor && hits > 0 {
+				stats.add(statNear, uint64(min(int64(min(hits, math.MaxInt64)), used-nearFloor)))
+			}
+		}
+		stats.add(statTotal, hits)
+		st.LimitRemaining = uint32(min(max(left, 0), math.MaxUint32))
+		// The headers describe the descriptor with the least left, or
+		// the last one over its limit, as envoyproxy/ratelimit picks it.
+		if st.LimitRemaining < minLeft || st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			minIdx, minLeft = i, st.LimitRemaining
+		}
+	}
+	if over {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		if s.opts.Shadow {
+			resp.OverallCode = pb.RateLimitResponse_OK
+		}
+	}
+	if s.opts.Headers && minIdx >= 0 {
+		st := &statuses[minIdx]
+		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
+			{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
+			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)},
+		}
+	}
+	return resp
+}
+
+// remainingNow is what a Peek says is left before one more request.
+func remainingNow(d *floodgate.Decision) int64 {
+	if !d.Allowed {
+		return 0
+	}
+	return d.Remaining + 1
+}
+
+// reset is the status's duration_until_reset: for a fixed window, the
+// whole seconds to the window's end, as envoyproxy/ratelimit computes it
+// (unit − now mod unit, on the Unix clock); for the other algorithms,
+// the time until the key is whole again, rounded up to a second.
+func (r *rule) reset(now int64, d *floodgate.Decision) *durationpb.Duration {
+	if r.fixed {
+		sec := now / int64(time.Second)
+		return &durationpb.Duration{Seconds: r.unit - sec%r.unit}
+	}
+	return &durationpb.Duration{Seconds: int64((d.ResetAfter + time.Second - 1) / time.Second)}
+}

@@ -1,0 +1,319 @@
+package rls
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/puzpuzpuz/xsync/v4"
+)
+
+// Options configures a Server. The zero value serves in process, with
+// envoyproxy/ratelimit's defaults.
+type Options struct {
+	// Shadow puts every rule in shadow mode (envoyproxy/ratelimit's
+	// SHADOW_MODE): each request is decided and counted, and the overall
+	// code is OK. The descriptors' statuses still say what was decided.
+	Shadow bool
+	// NearLimitRatio is the share of a rule's limit past which admitted
+	// hits count as near_limit (NEAR_LIMIT_RATIO); 0 means 0.8. It must
+	// lie in [0, 1].
+	NearLimitRatio float64
+	// Headers adds the RateLimit headers to every response
+	// (LIMIT_RESPONSE_HEADERS_ENABLED), describing the descriptor with
+	// the least left: RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset, unless named otherwise below.
+	Headers                                   bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// Clock is the limiters' clock in process, in nanoseconds since the
+	// Unix epoch, so that windows are aligned as envoyproxy/ratelimit
+	// aligns them; nil is UnixClock(). Tests give a
+	// floodgate.ManualClock set to a Unix time. With a Store it only
+	// times the recycling of limit overrides (see MaxOverrides).
+	Clock floodgate.Clock
+	// MaxDescriptors is the most descriptors one request may carry; 0
+	// means 64. A request with more is refused with InvalidArgument. Of
+	// them, at most floodgate.MaxPolicies (8) distinct rules and keys
+	// may be limited (a request's limited descriptors are decided
+	// together, all or nothing): a request with more is refused with
+	// InvalidArgument too.
+	MaxDescriptors int
+	// MaxOverrides is the most distinct per-descriptor limit overrides
+	// (requests_per_unit and unit) the server keeps a policy for at once;
+	// 0 means 1,024. An override is a fixed window, and once its last
+	// request's window has ended it holds nothing a new one would not:
+	// a new override past the bound takes the place of such an idle one.
+	// While every one in the table has a window still running, a request
+	// with a new one is over the limit (OVER_LIMIT, with the override's
+	// limit and nothing remaining): never unlimited, and no key gains
+	// allowance.
+	MaxOverrides int
+	// MaxDetailed is the most series a rule with detailed_metric keeps,
+	// one for each pair of its first two levels' key_value in the
+	// requests (a share_threshold level's pattern stands for its
+	// values); 0 means 1,000. Past it, a request counts in the rule's own
+	// series, labelled as configured: clients that send a new value each
+	// time grow the metrics no further. So does a request whose two
+	// levels' names exceed 256 bytes together.
+	MaxDetailed int
+	// MaxKeys bounds the keys each rule holds in process, as
+	// floodgate.LocalStoreConfig.MaxKeys does: 0 is a bound that keeps
+	// each rule within 64 MiB, negative none. It is for the Store in
+	// process: with a Store, it must be 0.
+	MaxKeys int
+	// Store, if set, keeps every rule's counts there instead of in
+	// process: redislimit.NewStore keeps them on Redis, shared by every
+	// replica of the service. Each rule is a policy of the Store, named
+	// by its place in the descriptor tree, and a request's limited
+	// descriptors are decided together by the Store's Decide, in one
+	// round trip at most. On Redis Cluster, give the Store a HashTag
+	// under which a request's keys share a slot: HashTag does (every key
+	// of a domain in one slot). The Store's own configuration says what
+	// happens while it cannot reach its state (redislimit's FailureMode),
+	// and whether it leases (redislimit's Lease). Close closes the
+	// Server's policies, which returns their leases; the Store stays the
+	// caller's. nil keeps the counts in process, on a
+	// floodgate.LocalStore with Clock and MaxKeys that the Server closes
+	// at Close.
+	Store floodgate.Store
+}
+
+// HashTag is redislimit.Config.HashTag for a Store of a Server: the
+// domain of a key the Server made, so that every key of a domain, and
+// so every descriptor of a request, shares one Redis Cluster slot.
+func HashTag(key string) string {
+	domain, _, ok := config.CutField(key)
+	if !ok {
+		return key
+	}
+	return domain
+}
+
+// Server is Envoy's rate-limit service. Make one with New; it is safe for
+// concurrent use, and SetConfig changes its rules while it serves.
+type Server struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	opts  Options
+	clock floodgate.Clock
+	near  float64
+	store floodgate.Store
+	own   *floodgate.LocalStore // the Store in process, when Options gave none
+
+	// mu serializes SetConfig, Close, and each rule's first use with the
+	// snapshot they read; a request that finds its rule made takes no
+	// lock.
+	mu     sync.Mutex
+	snap   atomic.Pointer[snapshot]
+	closed bool
+
+	// The limit overrides in use, at most Options.MaxOverrides of them;
+	// ovMu serializes the making and recycling of one.
+	overrides *xsync.Map[override, *rule]
+	ovCount   atomic.Int64
+	ovMu      sync.Mutex
+
+	loads, loadErrors atomic.Int64
+	serviceErrors     atomic.Int64
+}
+
+// snapshot is one configuration and the policies of its rules that have
+// been used.
+type snapshot struct {
+	cfg   *config.Config
+	rules []atomic.Pointer[rule] // by config.Limit.Index; nil until first used
+}
+
+// New returns a Server deciding by cfg. Close it when done.
+func New(cfg *config.Config, opts Options) (*Server, error) {
+	if cfg == nil {
+		return nil, errors.New("rls: New needs a configuration")
+	}
+	if r := opts.NearLimitRatio; r < 0 || r > 1 || math.IsNaN(r) {
+		return nil, fmt.Errorf("rls: NearLimitRatio must lie in [0, 1], got %v", r)
+	}
+	if opts.MaxDescriptors < 0 || opts.MaxOverrides < 0 || opts.MaxDetailed < 0 {
+		return nil, errors.New("rls: MaxDescriptors, MaxOverrides and MaxDetailed must be 0 (the default) or positive")
+	}
+	if opts.Store != nil && opts.MaxKeys != 0 {
+		return nil, errors.New("rls: MaxKeys is for the Store in process; with a Store, bound its keys there")
+	}
+	s := &Server{opts: opts, clock: opts.Clock, near: opts.NearLimitRatio, store: opts.Store,
+		overrides: xsync.NewMap[override, *rule]()}
+	if s.clock == nil {
+		s.clock = UnixClock()
+	}
+	if s.near == 0 {
+		s.near = 0.8
+	}
+	if s.opts.MaxDescriptors == 0 {
+		s.opts.MaxDescriptors = 64
+	}
+	if s.opts.MaxOverrides == 0 {
+		s.opts.MaxOverrides = 1024
+	}
+	if s.opts.MaxDetailed == 0 {
+		s.opts.MaxDetailed = 1000
+	}
+	if s.opts.LimitHeader == "" {
+		s.opts.LimitHeader = "RateLimit-Limit"
+	}
+	if s.opts.RemainingHeader == "" {
+		s.opts.RemainingHeader = "RateLimit-Remaining"
+	}
+	if s.opts.ResetHeader == "" {
+		s.opts.ResetHeader = "RateLimit-Reset"
+	}
+	if s.store == nil {
+		s.own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: s.clock, MaxKeys: opts.MaxKeys})
+		s.store = s.own
+	}
+	if err := s.Check(cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.snap.Store(&snapshot{cfg: cfg, rules: make([]atomic.Pointer[rule], cfg.Len())})
+	s.loads.Add(1)
+	return s, nil
+}
+
+// unixClock reads Unix nanoseconds that never step: the wall clock's
+// reading at start, plus Go's monotonic time since.
+type unixClock struct {
+	start time.Time
+	unix  int64
+}
+
+func (c *unixClock) Now() int64 { return c.unix + int64(time.Since(c.start)) }
+
+// UnixClock returns a clock of nanoseconds since the Unix epoch that
+// moves with the monotonic clock: read once from the wall clock, then
+// never stepped by NTP or an operator, so that no window is shortened
+// or lengthened while it runs.
+func UnixClock() floodgate.Clock {
+	now := time.Now()
+	return &unixClock{start: now, unix: now.UnixNano()}
+}
+
+// SetConfig makes cfg the Server's configuration for every request that
+// starts after it returns. A rule that keeps its place in the descriptor
+// tree and its algorithm keeps every key's state: its policy takes the
+// new limit by SetRule, so no client gains allowance from the reload. A
+// rule whose algorithm changes starts afresh. If a rule of cfg cannot be
+// held (see Check), SetConfig returns the error and changes nothing.
+// Requests go on meanwhile: the lock it holds is only taken by a rule's
+// first request, and the policies it drops are closed after it is
+// released.
+func (s *Server) SetConfig(cfg *config.Config) error {
+	if cfg == nil {
+		return errors.New("rls: SetConfig needs a configuration")
+	}
+	if err := s.Check(cfg); err != nil {
+		return err
+	}
+	var dropped []*rule
+	defer func() {
+		for _, r := range dropped {
+			r.close()
+		}
+	}()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("rls: SetConfig after Close")
+	}
+	old := s.snap.Load()
+	next := &snapshot{cfg: cfg, rules: make([]atomic.Pointer[rule], cfg.Len())}
+	for i := range old.rules {
+		r := old.rules[i].Load()
+		if r == nil {
+			continue
+		}
+		nl := cfg.Same(r.limit)
+		if nl == nil || nl.Unlimited || nl.Algorithm != r.limit.Algorithm || r.zero() != (nl.RequestsPerUnit == 0) {
+			dropped = append(dropped, r)
+			continue
+		}
+		if !r.zero() && ruleOf(nl) != ruleOf(r.limit) && r.pol.SetRule(ruleOf(nl)) != nil {
+			dropped = append(dropped, r) // Check took the rule: not reached; the rule would start afresh
+			continue
+		}
+		next.rules[nl.Index].Store(r.reconfigured(nl, s.opts.MaxDetailed))
+	}
+	s.snap.Store(next)
+	s.loads.Add(1)
+	return nil
+}
+
+// Check reports whether the Server's Store can hold every rule of cfg
+// (see floodgate.Store's Check): in process, what floodgate.New takes;
+// on Redis, what redislimit's Policy takes (Redis bounds some rules, as
+// a sliding counter's Limit × Period, and a Lease must be able to save
+// round trips under each bucket's rule). The error names the first rule
+// refused, by its file's key. New and SetConfig check; a tool that
+// validates config files may too.
+func (s *Server) Check(cfg *config.Config) error {
+	type shape struct {
+		alg  string
+		rule floodgate.Rule
+	}
+	seen := map[shape]error{}
+	for i := range cfg.Len() {
+		l := cfg.Rule(i)
+		if l.Unlimited || l.RequestsPerUnit == 0 {
+			continue
+		}
+		k := shape{l.Algorithm, ruleOf(l)}
+		err, done := seen[k]
+		if !done {
+			err = s.store.Check(l.Algorithm, k.rule)
+			seen[k] = err
+		}
+		if err != nil {
+			return fmt.Errorf("rls: rule %s (%d per %s, %s): %w", l.Key, l.RequestsPerUnit, l.Unit, l.Algorithm, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the Server's policies, which on Redis returns their
+// unspent leases, and the Store in process it made. It must not be used
+// after. Close is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	var all []*rule
+	if snap := s.snap.Load(); snap != nil {
+		for i := range snap.rules {
+			if r := snap.rules[i].Load(); r != nil {
+				all = append(all, r)
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.ovMu.Lock()
+	s.overrides.Range(func(o override, r *rule) bool {
+		all = append(all, r)
+		s.overrides.Delete(o)
+		return true
+	})
+	s.ovMu.Unlock()
+	var err error
+	for _, r := range all {
+		err = errors.Join(err, r.close())
+	}
+	if s.own != nil {
+		err = errors.Join(err, s.own.Close())
+	}
+	return err
+}
