@@ -45,14 +45,17 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
@@ -86,6 +89,9 @@ type addrs struct{ grpc, http, debug string }
 
 // run serves until ctx ends, then stops the servers gracefully. ready, if
 // not nil, is called once every server listens.
+//
+// The first configuration is loaded before anything serves; the watcher
+// starts once the Server exists, and applies each change after it.
 func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready func(addrs)) error {
 	set, err := readSettings(getenv)
 	if err != nil {
@@ -97,75 +103,24 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 
 	dir := set.configDir()
-	ticks := time.NewTicker(250 * time.Millisecond)
-	defer ticks.Stop()
-	first := make(chan error, 1)
-	var srv *rls.Server
-	var once sync.Once
-	healthy := &healthState{grpc: health.NewServer(), needConfig: set.healthyWithConfig}
-	watchCtx, stopWatch := context.WithCancel(context.Background())
-	watched := make(chan struct{})
-	defer func() { stopWatch(); <-watched }()
-	var initial *config.Config
-	apply := func(c *config.Config, err error) {
-		isFirst := false
-		once.Do(func() {
-			initial, isFirst = c, true
-			first <- err
-		})
-		if isFirst { // the first load, before the server exists
-			return
+	initial, sum, firstErr := loadDir(dir, set.ignoreDot)
+	if firstErr != nil {
+		if !set.forceStart {
+			return fmt.Errorf("configuration in %s: %w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without one)", dir, firstErr)
 		}
-		if err != nil {
-			srv.ConfigFailed(err)
-			log.Error("configuration not loaded: the one before stays", "err", err)
-			return
-		}
-		if err := srv.SetConfig(c); err != nil {
-			srv.ConfigFailed(err)
-			log.Error("configuration not loaded: the one before stays", "err", err)
-			return
-		}
-		healthy.configLoaded(c.Domains() > 0)
-		log.Info("configuration loaded", "domains", c.Domains(), "rules", c.Len())
-	}
-	// The watcher applies the first load before the Server exists; it
-	// waits for srv below before it looks again.
-	srvReady := make(chan struct{})
-	go func() {
-		defer close(watched)
-		ticked := make(chan time.Time)
-		go func() {
-			<-srvReady
-			for {
-				select {
-				case t := <-ticks.C:
-					select {
-					case ticked <- t:
-					case <-watchCtx.Done():
-						return
-					}
-				case <-watchCtx.Done():
-					return
-				}
-			}
-		}()
-		config.Watch(watchCtx, dir, set.ignoreDot, ticked, apply)
-	}()
-	firstErr := <-first
-	if firstErr != nil && !set.forceStart {
-		close(srvReady)
-		return fmt.Errorf("configuration in %s: %w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without one)", dir, firstErr)
-	}
-	if initial == nil {
 		initial, _ = config.Load(nil)
 	}
+	var stopWatch func() // the watcher is stopped last, after the Server's Close
+	defer func() {
+		if stopWatch != nil {
+			stopWatch()
+		}
+	}()
 	var store *redislimit.Store
 	if set.redis != nil {
 		client := set.redis.client()
 		defer client.Close()
 		if store, err = redislimit.NewStore(client, set.redis.store); err != nil {
-			close(srvReady)
 			return err
 		}
 		set.options.Store = store
@@ -176,12 +131,12 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		cancel()
 		log.Info("limits on Redis", "redis", set.redis.addrs, "cluster", set.redis.cluster, "lease_max", set.redis.store.Lease.Max)
 	}
-	srv, err = rls.New(initial, set.options)
+	srv, err := rls.New(initial, set.options)
 	if err != nil {
-		close(srvReady)
 		return err
 	}
 	defer srv.Close()
+	healthy := &healthState{grpc: health.NewServer(), needConfig: set.healthyWithConfig}
 	if firstErr != nil {
 		srv.ConfigFailed(firstErr)
 		log.Error("starting without a configuration", "dir", dir, "err", firstErr)
@@ -189,7 +144,8 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		healthy.configLoaded(initial.Domains() > 0)
 		log.Info("configuration loaded", "domains", initial.Domains(), "rules", initial.Len())
 	}
-	close(srvReady)
+	w := &watcher{dir: dir, ignoreDot: set.ignoreDot, srv: srv, healthy: healthy, log: log, firstSum: sum, firstErr: firstErr}
+	stopWatch = w.start()
 
 	// gRPC: the service and health.
 	// Stream workers: a request is served on a goroutine kept for the
@@ -280,6 +236,123 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		l.stop()
 	}
 	return err
+}
+
+// testTicks, a seam for the tests (nil in the binary, read as run
+// starts), makes the watcher's ticks, and returns what stops them, in
+// place of a ticker's every 250 ms.
+var testTicks func() (ticks <-chan time.Time, stop func())
+
+// watcher applies to a Server each change to the runtime directory after
+// the first configuration, which run loaded before building the Server.
+type watcher struct {
+	dir       string
+	ignoreDot bool
+	srv       *rls.Server
+	healthy   *healthState
+	log       *slog.Logger
+
+	// What run loaded: the digest of its files, or why it did not load.
+	// config.Watch loads what it finds at once; its first load, if it
+	// finds what run did, is not applied again (SetConfig would keep
+	// every rule's state, but count a second load and log it).
+	firstSum [sha256.Size]byte
+	firstErr error
+	seenOne  bool // config.Watch's goroutine alone reads and writes it
+}
+
+// start starts watching on a ticker's every 250 ms, which picks a change
+// up within a second, and returns the function that stops the watcher
+// and returns once it has stopped: no call to the Server follows.
+func (w *watcher) start() (stop func()) {
+	var ticks <-chan time.Time
+	var stopTicks func()
+	if testTicks != nil {
+		ticks, stopTicks = testTicks()
+	} else {
+		t := time.NewTicker(250 * time.Millisecond)
+		ticks, stopTicks = t.C, t.Stop
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		config.Watch(ctx, w.dir, w.ignoreDot, ticks, w.apply)
+	}()
+	return func() {
+		cancel()
+		<-done
+		stopTicks()
+	}
+}
+
+// apply is config.Watch's: a configuration loaded, or why not.
+func (w *watcher) apply(c *config.Config, err error) {
+	if !w.seenOne {
+		w.seenOne = true
+		if w.sameAsFirst(err) {
+			return
+		}
+	}
+	if err == nil {
+		err = w.srv.SetConfig(c)
+	}
+	if err != nil {
+		w.srv.ConfigFailed(err)
+		w.log.Error("configuration not loaded: the one before stays", "err", err)
+		return
+	}
+	w.healthy.configLoaded(c.Domains() > 0)
+	w.log.Info("configuration loaded", "domains", c.Domains(), "rules", c.Len())
+}
+
+// sameAsFirst reports whether the watcher's first load, whose error is
+// err, found what run loaded: the same error, or files with the same
+// digest. It reads the files again, without parsing them, after the
+// watcher read them: files that changed meanwhile differ from run's
+// (the watcher's load is applied, and the change is loaded at the next
+// tick), or changed back to them (the Server holds what they say).
+func (w *watcher) sameAsFirst(err error) bool {
+	if err != nil || w.firstErr != nil {
+		return err != nil && w.firstErr != nil && err.Error() == w.firstErr.Error()
+	}
+	files, err := readDir(w.dir, w.ignoreDot)
+	return err == nil && digest(files) == w.firstSum
+}
+
+// loadDir loads the configuration in dir, as config.Watch loads it, and
+// returns it with the digest of its files.
+func loadDir(dir string, ignoreDot bool) (*config.Config, [sha256.Size]byte, error) {
+	files, err := readDir(dir, ignoreDot)
+	if err != nil {
+		return nil, [sha256.Size]byte{}, err
+	}
+	c, err := config.Load(files)
+	return c, digest(files), err
+}
+
+// readDir reads the files of the configuration in dir as config.Watch
+// reads them: the root's link resolved once, so that a root swapped
+// meanwhile is read whole, then every file below it (config.ReadDir).
+func readDir(dir string, ignoreDot bool) ([]config.File, error) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil, err
+	}
+	return config.ReadDir(real, ignoreDot)
+}
+
+// digest is a SHA-256 of files: each one's name, quoted, its length and
+// its bytes.
+func digest(files []config.File) [sha256.Size]byte {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%q %d\n", f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // healthState is the service's health, for gRPC and /healthcheck:

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -77,6 +78,16 @@ func start(t *testing.T, env map[string]string) (addrs, *lockedBuffer) {
 		}
 	})
 	return a, logs
+}
+
+// manualTicks makes the watcher of every run the test starts tick only
+// when the test sends on ticks; stopped is closed once run stops them.
+// Call it before starting run.
+func manualTicks(t *testing.T) (ticks chan time.Time, stopped chan struct{}) {
+	ticks, stopped = make(chan time.Time), make(chan struct{})
+	testTicks = func() (<-chan time.Time, func()) { return ticks, sync.OnceFunc(func() { close(stopped) }) }
+	t.Cleanup(func() { testTicks = nil })
+	return ticks, stopped
 }
 
 func runtimeDir(t *testing.T, files map[string]string) string {
@@ -263,4 +274,61 @@ func TestStartWithoutConfig(t *testing.T) {
 	}
 	writeConfig(t, root, "bad.yaml", "domain: fixed\n")
 	waitFor(t, "health after a config loads", func() bool { code, _ := get(t, "http://"+a.http+"/healthcheck"); return code == 200 })
+}
+
+// apiConfig is a configuration of one rule of n a year; each n writes a
+// file of its own size, so that the watcher sees it change whatever the
+// grain of the file system's clock.
+func apiConfig(n int) string {
+	return fmt.Sprintf("domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: %d}\n", n)
+}
+
+// metricLine reports whether the debug port's /metrics holds line whole.
+func metricLine(t *testing.T, a addrs, line string) bool {
+	t.Helper()
+	_, body := get(t, "http://"+a.debug+"/metrics")
+	return strings.Contains(body, "\n"+line+"\n")
+}
+
+// TestFirstConfigOnce: run loads the first configuration itself, before
+// it serves; the watcher's first look, which finds the same files, or
+// the same error, applies nothing again (no second load counted or
+// logged); a change at a later tick is applied.
+func TestFirstConfigOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, first string
+		env         map[string]string
+		wantLog     string // run's word of the first configuration
+		wantMetric  string
+	}{
+		{"loads", apiConfig(3), nil, `msg="configuration loaded"`, "ratelimit_service_config_load_success 1"},
+		{"fails", "domain: [\n", map[string]string{"FORCE_START_WITHOUT_INITIAL_CONFIG": "true"},
+			`msg="starting without a configuration"`, "ratelimit_service_config_load_error 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ticks, _ := manualTicks(t)
+			root := runtimeDir(t, map[string]string{"api.yaml": tc.first})
+			env := map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current")}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			a, logs := start(t, env)
+			// config.Watch looks, then waits for a tick: once it takes
+			// one, its first look is over.
+			ticks <- time.Time{}
+			l := logs.String()
+			if n := strings.Count(l, `msg="configuration`) + strings.Count(l, `msg="starting`); n != 1 || !strings.Contains(l, tc.wantLog) {
+				t.Fatalf("after the watcher's first look: %d words of a configuration, want run's alone (%s):\n%s", n, tc.wantLog, l)
+			}
+			if !metricLine(t, a, tc.wantMetric) {
+				t.Fatalf("after the watcher's first look: no %s", tc.wantMetric)
+			}
+			writeConfig(t, root, "api.yaml", apiConfig(40))
+			ticks <- time.Time{} // a look that finds the change
+			ticks <- time.Time{} // which has ended
+			if !strings.Contains(logs.String(), `msg="configuration loaded" domains=1 rules=1`) || strings.Contains(logs.String(), "not loaded") {
+				t.Fatalf("a change at a later tick:\n%s", logs)
+			}
+		})
+	}
 }
