@@ -91,7 +91,11 @@ type addrs struct{ grpc, http, debug string }
 // not nil, is called once every server listens.
 //
 // The first configuration is loaded before anything serves; the watcher
-// starts once the Server exists, and applies each change after it.
+// starts once the Server exists, and applies each change after it. On
+// the way out, the order matters: the servers finish what they hold,
+// then the watcher stops (a change it applied later would find the
+// Server closed), then the Server closes (its policies return their
+// leases to Redis), and last the Redis client closes.
 func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready func(addrs)) error {
 	set, err := readSettings(getenv)
 	if err != nil {
@@ -110,16 +114,10 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}
 		initial, _ = config.Load(nil)
 	}
-	var stopWatch func() // the watcher is stopped last, after the Server's Close
-	defer func() {
-		if stopWatch != nil {
-			stopWatch()
-		}
-	}()
 	var store *redislimit.Store
 	if set.redis != nil {
 		client := set.redis.client()
-		defer client.Close()
+		defer client.Close() // after the Server's Close, which returns its leases through it
 		if store, err = redislimit.NewStore(client, set.redis.store); err != nil {
 			return err
 		}
@@ -135,7 +133,14 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
+	defer func() {
+		if err := srv.Close(); err != nil {
+			log.Error("closing the rate-limit service", "err", err)
+		}
+		if testClosed != nil {
+			testClosed()
+		}
+	}()
 	healthy := &healthState{grpc: health.NewServer(), needConfig: set.healthyWithConfig}
 	if firstErr != nil {
 		srv.ConfigFailed(firstErr)
@@ -145,7 +150,8 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		log.Info("configuration loaded", "domains", initial.Domains(), "rules", initial.Len())
 	}
 	w := &watcher{dir: dir, ignoreDot: set.ignoreDot, srv: srv, healthy: healthy, log: log, firstSum: sum, firstErr: firstErr}
-	stopWatch = w.start()
+	stopWatch := w.start()
+	defer stopWatch() // before the Server's Close, deferred above, runs
 
 	// gRPC: the service and health.
 	// Stream workers: a request is served on a goroutine kept for the
@@ -238,10 +244,14 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	return err
 }
 
-// testTicks, a seam for the tests (nil in the binary, read as run
-// starts), makes the watcher's ticks, and returns what stops them, in
-// place of a ticker's every 250 ms.
-var testTicks func() (ticks <-chan time.Time, stop func())
+// testTicks and testClosed are the tests' seams, nil in the binary, and
+// read by run only as it starts and stops. testTicks makes the watcher's
+// ticks, and returns what stops them, in place of a ticker's every
+// 250 ms; testClosed is called once the Server is closed.
+var (
+	testTicks  func() (ticks <-chan time.Time, stop func())
+	testClosed func()
+)
 
 // watcher applies to a Server each change to the runtime directory after
 // the first configuration, which run loaded before building the Server.

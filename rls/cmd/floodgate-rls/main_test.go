@@ -55,6 +55,20 @@ func writeConfig(t *testing.T, root, name, data string) {
 // system) until the test ends.
 func start(t *testing.T, env map[string]string) (addrs, *lockedBuffer) {
 	t.Helper()
+	a, logs, stop := serve(t, env)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("run after cancel: %v", err)
+		}
+	})
+	return a, logs
+}
+
+// serve runs the server with env (and loopback ports chosen by the
+// system), and returns what stops it: it ends run's context and returns
+// what run returned. The test's end stops it, if the test did not.
+func serve(t *testing.T, env map[string]string) (addrs, *lockedBuffer, func() error) {
+	t.Helper()
 	base := map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0",
 		"DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0", "LOG_LEVEL": "info"}
 	for k, v := range env {
@@ -65,19 +79,15 @@ func start(t *testing.T, env map[string]string) (addrs, *lockedBuffer) {
 	got := make(chan addrs, 1)
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, func(k string) string { return base[k] }, logs, func(a addrs) { got <- a }) }()
-	var a addrs
+	stop := sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
 	select {
-	case a = <-got:
+	case a := <-got:
+		return a, logs, stop
 	case err := <-done:
 		t.Fatalf("run: %v\n%s", err, logs)
+		return addrs{}, nil, nil
 	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run after cancel: %v", err)
-		}
-	})
-	return a, logs
 }
 
 // manualTicks makes the watcher of every run the test starts tick only
@@ -330,5 +340,55 @@ func TestFirstConfigOnce(t *testing.T) {
 				t.Fatalf("a change at a later tick:\n%s", logs)
 			}
 		})
+	}
+}
+
+// TestStopWatcherBeforeClose: on the way out, the watcher stops before
+// the Server closes. A change written, and a tick sent, once the Server
+// is closed find no watcher to take them: one still running would load
+// the change and call SetConfig on the closed Server, which fails ("rls:
+// SetConfig after Close"), and log that the configuration was not
+// loaded.
+func TestStopWatcherBeforeClose(t *testing.T) {
+	ticks, stopped := manualTicks(t)
+	root := runtimeDir(t, map[string]string{"api.yaml": apiConfig(3)})
+	var late bool
+	var hookErr error
+	testClosed = func() {
+		tmp := filepath.Join(root, ".tmp-late")
+		if hookErr = os.WriteFile(tmp, []byte(apiConfig(500)), 0o644); hookErr == nil {
+			hookErr = os.Rename(tmp, filepath.Join(root, "current", "config", "api.yaml"))
+		}
+		select {
+		case ticks <- time.Time{}:
+			late = true
+		case <-stopped:
+		}
+	}
+	t.Cleanup(func() { testClosed = nil })
+	a, logs, stop := serve(t, map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current")})
+
+	// While serving, the ticks sent here are the watcher's: after its
+	// first look (over once it takes a tick), a change, and a look that
+	// loads it (over once it takes the next).
+	ticks <- time.Time{}
+	writeConfig(t, root, "api.yaml", apiConfig(40))
+	ticks <- time.Time{}
+	ticks <- time.Time{}
+	if !metricLine(t, a, "ratelimit_service_config_load_success 2") {
+		t.Fatalf("a change while serving was not loaded:\n%s", logs)
+	}
+
+	if err := stop(); err != nil {
+		t.Fatalf("run after cancel: %v\n%s", err, logs)
+	}
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if late {
+		t.Error("the watcher took a tick after the Server closed")
+	}
+	if l := logs.String(); strings.Contains(l, "not loaded") || strings.Contains(l, "after Close") || strings.Contains(l, "level=ERROR") {
+		t.Errorf("an error on the way out:\n%s", l)
 	}
 }
