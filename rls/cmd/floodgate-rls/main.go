@@ -74,6 +74,8 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
+// main serves until SIGTERM or an interrupt, and exits 1 with the error
+// if the settings, the first configuration or a server fails.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -377,6 +379,8 @@ type healthState struct {
 	ok         bool
 }
 
+// configLoaded records that a configuration loaded, and whether it holds
+// a domain.
 func (h *healthState) configLoaded(nonEmpty bool) {
 	h.mu.Lock()
 	h.hasConfig = nonEmpty
@@ -384,6 +388,7 @@ func (h *healthState) configLoaded(nonEmpty bool) {
 	h.set()
 }
 
+// stopping reports the service unhealthy for good: it is draining.
 func (h *healthState) stopping() {
 	h.mu.Lock()
 	h.draining = true
@@ -391,6 +396,8 @@ func (h *healthState) stopping() {
 	h.set()
 }
 
+// set works out the health from what was recorded, and tells the gRPC
+// health service.
 func (h *healthState) set() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -403,6 +410,7 @@ func (h *healthState) set() {
 	h.grpc.SetServingStatus("", st)
 }
 
+// ServeHTTP answers /healthcheck: 200 "OK" while healthy, else 500.
 func (h *healthState) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	h.mu.Lock()
 	ok := h.ok
