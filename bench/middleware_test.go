@@ -244,6 +244,9 @@ func floodgateStore(b *testing.B, c *redis.Client, prefix string, lease redislim
 		if err := l.Close(); err != nil {
 			b.Error(err)
 		}
+		if err := store.Close(); err != nil {
+			b.Error(err)
+		}
 	})
 	return l.Handler
 }

@@ -75,7 +75,7 @@ func TestBatchAdmitsExactlyTheRule(t *testing.T) {
 			d, _, err := st.Decide(context.Background(), asksOf("hot", 1, ps, nil), nil)
 			return d.Allowed, err
 		})
-		s := a.(*storePolicy).Stats()
+		s := st.Stats()
 		if got != 300 || s.Errors != 0 || s.Fallbacks != 0 || s.Calls > goroutines*each {
 			t.Fatalf("admitted %d of %d, want 300; Stats %+v", got, goroutines*each, s)
 		}
@@ -84,9 +84,10 @@ func TestBatchAdmitsExactlyTheRule(t *testing.T) {
 }
 
 // TestBatchCallerGivesUp: a caller whose context ends while its call is in
-// flight in a batch of several, or queued for the next batch, returns the
-// context's error at once, and the other calls of its batch are decided on
-// Redis.
+// flight, or queued for the next batch, returns the context's error at
+// once; the batches go on to their own deadline, and the other calls are
+// decided on Redis; the queued call is never sent, and the call in
+// flight, which Redis ran, is given back: neither keeps a charge.
 func TestBatchCallerGivesUp(t *testing.T) {
 	srv := redistest.Start(t)
 	l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 100, Period: time.Hour}, Timeout: 10 * time.Second})
@@ -106,40 +107,31 @@ func TestBatchCallerGivesUp(t *testing.T) {
 		return ch
 	}
 	state := func(queued, inflight int) func() bool {
-		return func() bool { q, in := batchState(&l.batch); return q == queued && in == inflight }
+		return func() bool { q, in := batchState(&l.s.batch); return q == queued && in == inflight }
 	}
 	srv.Pause()
 	defer srv.Resume()
 
-	// In flight: two lone calls fill the batches in flight, each under
-	// its caller's context; the quitter and three others queue behind
-	// them. The first lone call's deadline ends its batch, which hands
-	// the queue, as the next batch, to the quitter, whom Redis then holds.
+	// In flight: two lone calls fill the batches in flight; the first
+	// has a deadline, which ends while Redis holds its call: its caller
+	// returns at once, and its batch goes on.
 	short, cancelShort := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancelShort()
 	lone := allow(short, "lone")
 	waitUntil(t, "the first lone call in flight", 10*time.Second, state(0, 1))
 	others := []<-chan answer{allow(context.Background(), "other")}
 	waitUntil(t, "the second lone call in flight", 10*time.Second, state(0, 2))
-	ctx, cancel := context.WithCancel(context.Background())
-	quitter := allow(ctx, "quitter")
-	waitUntil(t, "the quitter queued", 10*time.Second, state(1, 2))
-	for i := 0; i < 3; i++ {
-		others = append(others, allow(context.Background(), "other"))
-	}
-	waitUntil(t, "the quitter's batch in flight", 10*time.Second, state(0, 2))
 	if a := <-lone; !errors.Is(a.err, context.DeadlineExceeded) || a.d.Allowed {
 		t.Fatalf("the lone call: %+v, %v; want a denial with its deadline", a.d, a.err)
 	}
-	cancel()
-	if a := <-quitter; !errors.Is(a.err, context.Canceled) || a.d.Allowed {
-		t.Fatalf("the quitter in flight: %+v, %v; want a denial with context.Canceled", a.d, a.err)
+	if q, in := batchState(&l.s.batch); q != 0 || in != 2 {
+		t.Fatalf("%d queued, %d batches in flight: the lone caller's deadline ended its batch", q, in)
 	}
 
-	// Queued: the quitter's call waits first in the queue behind two
+	// Queued: the quitter's call waits first in the queue behind the two
 	// batches in flight; the next batch goes to one of the others.
-	ctx, cancel = context.WithCancel(context.Background())
-	quitter = allow(ctx, "quitter")
+	ctx, cancel := context.WithCancel(context.Background())
+	quitter := allow(ctx, "quitter")
 	waitUntil(t, "the quitter queued", 10*time.Second, state(1, 2))
 	for i := 0; i < 2; i++ {
 		others = append(others, allow(context.Background(), "other"))
@@ -157,9 +149,15 @@ func TestBatchCallerGivesUp(t *testing.T) {
 		}
 	}
 	waitUntil(t, "no batch in flight", 10*time.Second, state(0, 0))
+	waitUntil(t, "the refund", 10*time.Second, func() bool { return l.Stats().Refunded == 1 })
 	s := l.Stats()
-	if s.Abandoned != 3 || s.Errors != 0 || s.Fallbacks != 0 || s.Opens != 0 {
-		t.Fatalf("Stats %+v; want 3 abandoned, no failure", s)
+	if s.Abandoned != 2 || s.Errors != 0 || s.Fallbacks != 0 || s.Opens != 0 {
+		t.Fatalf("Stats %+v; want 2 abandoned, 1 refunded, no failure", s)
+	}
+	for _, key := range []string{"lone", "quitter"} {
+		if d, err := l.Peek(context.Background(), key); err != nil || d.Remaining != 99 {
+			t.Fatalf("%s: %+v, %v; want 99 left after a peeked request: the abandoned call kept its charge", key, d, err)
+		}
 	}
 }
 
@@ -179,7 +177,6 @@ func TestBatchReloadsLostScripts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l0 := a.(*storePolicy).Limiter
 	both, one := []floodgate.StorePolicy{a, b}, []floodgate.StorePolicy{a}
 	decide := func(ps []floodgate.StorePolicy) <-chan error {
 		ch := make(chan error, 1)
@@ -204,25 +201,25 @@ func TestBatchReloadsLostScripts(t *testing.T) {
 	if err := c.ScriptLoad(ctx, gcraScript.src).Err(); err != nil {
 		t.Fatal(err)
 	}
-	before := l0.Stats()
+	before := st.Stats()
 	srv.Pause()
 	defer srv.Resume()
 	var calls []<-chan error
 	for i := 0; i < 2; i++ { // the two batches in flight, one policy each
 		calls = append(calls, decide(one))
-		waitUntil(t, "a batch in flight", 10*time.Second, func() bool { q, in := batchState(&l0.batch); return q == 0 && in == i+1 })
+		waitUntil(t, "a batch in flight", 10*time.Second, func() bool { q, in := batchState(&st.batch); return q == 0 && in == i+1 })
 	}
 	for i := 0; i < 6; i++ { // the next batch: three of each
 		calls = append(calls, decide([][]floodgate.StorePolicy{both, one}[i%2]))
 	}
-	waitUntil(t, "6 calls queued", 10*time.Second, func() bool { q, _ := batchState(&l0.batch); return q == 6 })
+	waitUntil(t, "6 calls queued", 10*time.Second, func() bool { q, _ := batchState(&st.batch); return q == 6 })
 	srv.Resume()
 	for i, ch := range calls {
 		if err := <-ch; err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	s := l0.Stats()
+	s := st.Stats()
 	if s.Loads-before.Loads != 3 || s.Calls-before.Calls != 3 || s.Errors != 0 || s.Fallbacks != 0 {
 		t.Fatalf("Stats before %+v, after %+v; want 3 loads in 3 round trips, no failure", before, s)
 	}

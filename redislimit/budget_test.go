@@ -7,35 +7,33 @@ import (
 	"time"
 )
 
-// TestBudgetContext: a call whose caller's context cannot end gets a
-// context whose Deadline is its own Timeout from now (or the caller's,
-// if sooner) and whose values are the caller's; it is never done before
-// that deadline, and then ends with DeadlineExceeded. Calls of one
-// stretch share a Done channel; a caller whose context can end gets
-// context.WithTimeout's, which its cancel ends.
+// TestBudgetContext: a batch's context has its deadline, its first
+// caller's values and never its cancellation; it is never done before
+// its deadline, and then ends with DeadlineExceeded. Batches whose
+// deadlines fall in one stretch share a Done channel; a deadline past
+// Timeout gets context.WithDeadline's.
 func TestBudgetContext(t *testing.T) {
 	const d = 40 * time.Millisecond
 	b := &budgets{d: d, grain: d / 2} // a wide stretch: the first two calls share it on a loaded machine too
 	type key struct{}
-	parent := context.WithValue(context.Background(), key{}, "v")
-	before := time.Now()
-	ctx, cancel := b.with(parent, d)
+	parent, cancelParent := context.WithCancel(context.WithValue(context.Background(), key{}, "v"))
+	dl := time.Now().Add(d)
+	ctx, cancel := b.with(parent, dl)
 	defer cancel()
-	after := time.Now()
-	dl, ok := ctx.Deadline()
-	if !ok || dl.Before(before.Add(d)) || dl.After(after.Add(d)) {
-		t.Fatalf("Deadline %v, %v; want within [%v, %v]", dl, ok, before.Add(d), after.Add(d))
+	if got, ok := ctx.Deadline(); !ok || !got.Equal(dl) {
+		t.Fatalf("Deadline %v, %v; want %v", got, ok, dl)
 	}
 	if ctx.Value(key{}) != "v" {
 		t.Fatal("the caller's value is lost")
 	}
+	cancelParent()
 	if ctx.Err() != nil {
-		t.Fatalf("Err %v before the deadline", ctx.Err())
+		t.Fatalf("Err %v before the deadline: the caller's cancellation reached the batch", ctx.Err())
 	}
-	ctx2, cancel2 := b.with(context.Background(), d)
+	ctx2, cancel2 := b.with(context.Background(), time.Now().Add(d))
 	defer cancel2()
 	if ctx2.Done() != ctx.Done() {
-		t.Fatal("two calls a moment apart have stretches of their own: a timer each")
+		t.Fatal("two batches a moment apart have stretches of their own: a timer each")
 	}
 	<-ctx.Done()
 	if now := time.Now(); now.Before(dl) {
@@ -44,42 +42,32 @@ func TestBudgetContext(t *testing.T) {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("Err %v, want DeadlineExceeded", ctx.Err())
 	}
-	ctx3, cancel3 := b.with(context.Background(), d)
+	ctx3, cancel3 := b.with(context.Background(), time.Now().Add(d))
 	defer cancel3()
 	if ctx3.Done() == ctx.Done() || ctx3.Err() != nil {
-		t.Fatal("a call after the stretch ended got the ended one")
+		t.Fatal("a batch after the stretch ended got the ended one")
 	}
-
-	// The caller's sooner deadline wins; a context that can end, or
-	// another budget, goes to context.WithTimeout.
+	// An earlier deadline than the stretch's gets a stretch of its own,
+	// which does not replace the later one.
 	soon := time.Now().Add(d / 4)
-	ctx4, cancel4 := b.with(deadlineOnly{context.Background(), soon}, d)
+	ctx4, cancel4 := b.with(context.Background(), soon)
 	defer cancel4()
-	if got, _ := ctx4.Deadline(); !got.Equal(soon) {
-		t.Fatalf("Deadline %v, want the caller's %v", got, soon)
+	if got, _ := ctx4.Deadline(); !got.Equal(soon) || ctx4.Done() == ctx3.Done() {
+		t.Fatalf("Deadline %v, want %v, on a stretch of its own", got, soon)
 	}
-	can, stop := context.WithCancel(context.Background())
-	ctx5, cancel5 := b.with(can, d)
-	if _, own := ctx5.(*budgetCtx); own {
-		t.Fatal("a context that can end got a shared stretch, which its end would not reach")
+	ctx5, cancel5 := b.with(context.Background(), time.Now().Add(d))
+	defer cancel5()
+	if ctx5.Done() != ctx3.Done() {
+		t.Fatal("an early deadline replaced the current stretch")
 	}
-	stop()
-	if ctx5.Err() == nil {
-		t.Fatal("the caller's cancel did not end its call's context")
+	// Past Timeout: context.WithDeadline's.
+	far := time.Now().Add(2 * d)
+	ctx6, cancel6 := b.with(context.Background(), far)
+	if _, ok := ctx6.(*budgetCtx); ok {
+		t.Fatal("a deadline past Timeout shares a stretch")
 	}
-	cancel5()
-	ctx6, cancel6 := b.with(context.Background(), 2*d)
-	defer cancel6()
-	if _, own := ctx6.(*budgetCtx); own {
-		t.Fatal("a budget other than Timeout got the Timeout's stretch")
+	cancel6()
+	if ctx6.Err() == nil {
+		t.Fatal("its cancel did not end it")
 	}
 }
-
-// deadlineOnly is a context with a deadline and no Done, as a caller's
-// own type may be.
-type deadlineOnly struct {
-	context.Context
-	at time.Time
-}
-
-func (c deadlineOnly) Deadline() (time.Time, bool) { return c.at, true }

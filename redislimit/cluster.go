@@ -11,21 +11,21 @@ import (
 // may be a master that died: its replica is promoted a few seconds later,
 // but go-redis's ClusterClient learns of the new map only from a MOVED or
 // ASK reply (a dead node sends none) or every ClusterStateReloadInterval
-// (60 s by default). So the Limiter asks it to reload its map, at most once
+// (60 s by default). So the Store asks it to reload its map, at most once
 // per ProbeEvery: decisions resume within about two probes of the
 // promotion, with the client's default settings.
-func (l *Limiter) serverFailed() {
-	cc, ok := l.client.(*redis.ClusterClient)
+func (s *Store) serverFailed() {
+	cc, ok := s.client.(*redis.ClusterClient)
 	if !ok {
 		return
 	}
-	now := l.clock.Now()
-	last := l.reloaded.Load()
-	if last != 0 && now-last < l.breaker.every {
+	now := s.set.clock.Now()
+	last := s.reloaded.Load()
+	if last != 0 && now-last < s.breaker.every {
 		return
 	}
-	if l.reloaded.CompareAndSwap(last, now) {
-		l.reloads.Add(1)
+	if s.reloaded.CompareAndSwap(last, now) {
+		s.reloads.Add(1)
 		cc.ReloadState(context.Background())
 	}
 }

@@ -74,8 +74,8 @@ func TestNewRejects(t *testing.T) {
 	// The rounding New allows: a step of a millisecond or more, rounded
 	// up to the next microsecond, slows the rule by under 0.1%.
 	l, err := New(c, Config{Rule: floodgate.Rule{Limit: 3, Period: time.Second}})
-	if err != nil || l.rs().interval != 333334 {
-		t.Fatalf("3 per second: %v, interval %dµs; want 333334", err, l.rs().interval)
+	if err != nil || l.p.rs().interval != 333334 {
+		t.Fatalf("3 per second: %v, interval %dµs; want 333334", err, l.p.rs().interval)
 	}
 }
 
@@ -167,7 +167,7 @@ func TestLeaseRefusesShortBatches(t *testing.T) {
 	if err := l.SetRule(million); err == nil || err.Error() != want {
 		t.Fatalf("SetRule's error is\n\t%v\nwant\n\t%s", err, want)
 	}
-	if got := l.rs().rule; got != (floodgate.Rule{Limit: 1000, Period: time.Second}) {
+	if got := l.p.rs().rule; got != (floodgate.Rule{Limit: 1000, Period: time.Second}) {
 		t.Fatalf("a refused SetRule left the rule %+v", got)
 	}
 }

@@ -53,7 +53,7 @@ func TestDecideEach(t *testing.T) {
 			if got, _ := decideEach(s, ctx, []testAsk{{b, "w", 1}, {a, "x", 1}}, nil, each); got != 1 {
 				t.Fatalf("a spent: refused by %d, want 1", got)
 			}
-			if d, _ := b.(*storePolicy).Peek(ctx, "w"); d.Remaining != 3 {
+			if d, _ := b.(*policy).Peek(ctx, "w"); d.Remaining != 3 {
 				t.Fatalf("w holds %d after one more, want 3: the refused request charged it", d.Remaining)
 			}
 			// Costs past a capacity, or below 1, are refused at once.
@@ -93,7 +93,7 @@ func TestDecideEachReplicas(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					s := asks[g%2][0].Policy.(*storePolicy).store
+					s := asks[g%2][0].Policy.(*policy).s
 					for range 10 {
 						got, err := decideEach(s, ctx, asks[g%2], nil, nil)
 						if err != nil {
@@ -110,7 +110,7 @@ func TestDecideEachReplicas(t *testing.T) {
 			if got := admitted.Load(); got != 150 {
 				t.Fatalf("admitted %d pairs, want exactly 150", got)
 			}
-			d, err := asks[0][0].Policy.(*storePolicy).Peek(ctx, "s")
+			d, err := asks[0][0].Policy.(*policy).Peek(ctx, "s")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,16 +134,17 @@ func TestDecideEachCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	a := mustPolicy(t, s, "a", floodgate.TokenBucket, floodgate.Rule{Limit: 5, Period: time.Hour})
 	b := mustPolicy(t, s, "b", floodgate.FixedWindow, floodgate.Rule{Limit: 3, Period: time.Hour})
 	var keys []string // keys whose own hashes fall on different slots
 	for i := 0; len(keys) < 2; i++ {
 		k := fmt.Sprintf("domain/%d", i)
-		if len(keys) == 0 || cl.Slot(a.(*storePolicy).Key(k)) == cl.Slot(b.(*storePolicy).Key(keys[0])) {
+		if len(keys) == 0 || cl.Slot(a.(*policy).Key(k)) == cl.Slot(b.(*policy).Key(keys[0])) {
 			keys = append(keys, k)
 		}
 	}
-	if cl.Slot(a.(*storePolicy).Key(keys[0])) != cl.Slot(b.(*storePolicy).Key(keys[1])) {
+	if cl.Slot(a.(*policy).Key(keys[0])) != cl.Slot(b.(*policy).Key(keys[1])) {
 		t.Fatal("keys of one tag on different slots")
 	}
 	admitted := 0
@@ -159,7 +160,7 @@ func TestDecideEachCluster(t *testing.T) {
 	if admitted != 3 {
 		t.Fatalf("admitted %d, want 3", admitted)
 	}
-	if d, _ := a.(*storePolicy).Peek(ctx, keys[0]); d.Remaining != 1 {
+	if d, _ := a.(*policy).Peek(ctx, keys[0]); d.Remaining != 1 {
 		t.Fatalf("a would leave %d after one more, want 1: a refused pair kept its charge", d.Remaining)
 	}
 	// Without a tag, two keys on different slots cannot share a script.
@@ -167,6 +168,7 @@ func TestDecideEachCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { untagged.Close() })
 	ua := mustPolicy(t, untagged, "a", "", floodgate.Rule{Limit: 5, Period: time.Hour})
 	ub := mustPolicy(t, untagged, "b", "", floodgate.Rule{Limit: 5, Period: time.Hour})
 	var k1, k2 string
@@ -175,7 +177,7 @@ func TestDecideEachCluster(t *testing.T) {
 		switch {
 		case k1 == "":
 			k1 = k
-		case cl.Slot(ua.(*storePolicy).Key(k1)) != cl.Slot(ub.(*storePolicy).Key(k)):
+		case cl.Slot(ua.(*policy).Key(k1)) != cl.Slot(ub.(*policy).Key(k)):
 			k2 = k
 		}
 	}
@@ -255,7 +257,7 @@ func TestDecideEachLease(t *testing.T) {
 				hot := mustPolicy(t, s, "hot", alg, floodgate.Rule{Limit: 150, Period: time.Hour})
 				side := mustPolicy(t, s, "side", floodgate.FixedWindow, floodgate.Rule{Limit: 1000, Period: time.Hour})
 				for _, p := range s.live {
-					p.lease.inline = true // renewals at once, on the request's goroutine
+					p.s.lease.inline = true // renewals at once, on the request's goroutine
 				}
 				stores[r], asks[r] = s, []testAsk{{side, "s", 1}, {hot, "h", 1}}
 			}
@@ -310,7 +312,7 @@ func TestDecideEachLease(t *testing.T) {
 				}
 			}
 			peek := func(a testAsk) int64 {
-				d, err := a.Policy.(*storePolicy).Peek(ctx, a.Key)
+				d, err := a.Policy.(*policy).Peek(ctx, a.Key)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// errKind is the kind of a failed round trip (see Limiter.failed).
+// errKind is the kind of a failed round trip (see Store.failed).
 type errKind uint8
 
 const (
@@ -20,17 +20,17 @@ const (
 
 // failed counts a round trip that failed with err, by its kind, and
 // returns the kind.
-func (l *Limiter) failed(err error) errKind {
-	l.errs.Add(1)
+func (s *Store) failed(err error) errKind {
+	s.errs.Add(1)
 	switch {
 	case keyError(err):
-		l.keyErrs.Add(1)
+		s.keyErrs.Add(1)
 		return keyErr
 	case isTimeout(err):
-		l.timeouts.Add(1)
+		s.timeouts.Add(1)
 		return timeoutErr
 	}
-	l.otherErrs.Add(1)
+	s.otherErrs.Add(1)
 	return otherErr
 }
 

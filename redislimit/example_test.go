@@ -44,6 +44,7 @@ func ExampleNewStore() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer store.Close() // after lim's, before rdb's: in lease mode it gives back what was leased
 	lim, err := httplimit.New(httplimit.Config{
 		Store: store,
 		Routes: []httplimit.Route{{Pattern: "/api/", Policies: []httplimit.Policy{
@@ -54,8 +55,8 @@ func ExampleNewStore() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer lim.Close() // before rdb.Close: in lease mode it gives back what was leased
-	_ = lim.Handler   // http.ListenAndServe(addr, lim.Handler(mux))
+	defer lim.Close()
+	_ = lim.Handler // http.ListenAndServe(addr, lim.Handler(mux))
 }
 
 // A weighted request, and the answer's headers.

@@ -389,7 +389,7 @@ func TestFaceCloseReturnsLeases(t *testing.T) {
 			if err := a.lim.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if st := p.Stats(); st.Leased == 0 {
+			if st := a.store.Stats(); st.Leased == 0 {
 				t.Fatalf("nothing was leased: %+v", st)
 			}
 			d, err := p.Peek(context.Background(), "127.0.0.1")
@@ -397,14 +397,14 @@ func TestFaceCloseReturnsLeases(t *testing.T) {
 				t.Fatal(err)
 			}
 			if d.Remaining != limit-20-1 {
-				t.Fatalf("after 20 admitted and Close, Redis has %d left (after a peeked request), want %d: %+v", d.Remaining, limit-20-1, p.Stats())
+				t.Fatalf("after 20 admitted and Close, Redis has %d left (after a peeked request), want %d: %+v", d.Remaining, limit-20-1, a.store.Stats())
 			}
 		})
 	}
 }
 
 // onlyPolicy is the one live policy of s.
-func onlyPolicy(t testing.TB, s *Store) *storePolicy {
+func onlyPolicy(t testing.TB, s *Store) *policy {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -431,7 +431,7 @@ func TestFaceLeaseTwoPolicies(t *testing.T) {
 	for range 3 {
 		r := newFaceReplica(t, srv, scfg, cfg)
 		for _, p := range r.store.live {
-			p.lease.inline = true // renewals at once, on the request's goroutine
+			p.s.lease.inline = true // renewals at once, on the request's goroutine
 		}
 		reps = append(reps, r)
 	}
@@ -472,19 +472,19 @@ func TestFaceLeaseTwoPolicies(t *testing.T) {
 // TestFaceRotatingClients: a client that rotates its address against a
 // Redis-backed route costs Redis one key per address per policy, which
 // expires with the rule's window, and the replica's lease state stays
-// within LocalMaxKeys.
+// within Lease.MaxKeys.
 func TestFaceRotatingClients(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
-	a := newFaceReplica(t, srv, Config{Prefix: "rotate", Lease: Lease{Max: 16}, LocalMaxKeys: 100},
+	a := newFaceReplica(t, srv, Config{Prefix: "rotate", Lease: Lease{Max: 16, MaxKeys: 100}},
 		httplimit.Config{TrustedProxies: []string{"127.0.0.1/32"},
 			Default: []httplimit.Policy{{Name: "p", Rule: floodgate.Rule{Limit: 10, Period: 10 * time.Second}}}})
 	for i := range 500 {
 		a.get(t, "/", "X-Forwarded-For", fmt.Sprintf("198.51.%d.%d", i/250, i%250))
 	}
 	p := onlyPolicy(t, a.store)
-	if n := p.lease.size.Load(); n > 100 {
-		t.Errorf("%d clients' lease states held, LocalMaxKeys is 100", n)
+	if n := p.s.lease.size.Load(); n > 100 {
+		t.Errorf("%d clients' lease states held, Lease.MaxKeys is 100", n)
 	}
 	keys, err := c.Keys(context.Background(), "rotate:*").Result()
 	if err != nil {

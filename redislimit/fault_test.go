@@ -214,7 +214,7 @@ func TestShortDeadlinesNeverOpenTheBreaker(t *testing.T) {
 			wg.Wait()
 			// An abandoned call may still be on its way: its batch is sent
 			// by a goroutine that its caller did not wait for.
-			waitUntil(t, "no batch in flight", 10*time.Second, func() bool { q, in := batchState(&l.batch); return q == 0 && in == 0 })
+			waitUntil(t, "no batch in flight", 10*time.Second, func() bool { q, in := batchState(&l.s.batch); return q == 0 && in == 0 })
 			s := l.Stats()
 			if s.Opens != 0 || s.Errors != 0 || s.Fallbacks != 0 {
 				t.Fatalf("the attacker's deadlines counted against Redis: %+v", s)
@@ -253,7 +253,7 @@ func TestKeyErrorsOpenNoBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	var reported []error
-	l.onError = func(err error) { reported = append(reported, err) }
+	l.s.set.onError = func(err error) { reported = append(reported, err) }
 	for i := 0; i < 10; i++ {
 		for _, k := range []string{"list", "garbage"} {
 			if d, err := l.Allow(ctx, k); err != nil || d.Allowed {

@@ -12,7 +12,7 @@
 -- how to read the TAT after a rule change (see "Rule changes" below).
 --
 -- Lease mode adds credits: units a replica leased and gave back unspent.
--- The TAT moves back for them only if they are its last slots (no lease
+-- The TAT moves back for them, whole, only if they are its last slots (no lease
 -- was taken since); otherwise later leases of other replicas lie after
 -- them, and they are kept beside the TAT instead, as groups of a count and
 -- the end of the slots they held, after the key's 32 bytes (16 bytes per
@@ -205,13 +205,16 @@ local changed = converted and dry == 0
 if give > 0 and stored and tat > now then
   local top = math.min(gtop, tat)
   local g = valid(give, top)
-  if g > 0 then
+  if gtop == tat and (#groups == 0 or groups[#groups][2] <= tat - give * interval) then
+    -- The returned units are the last slots of the TAT, nobody's since:
+    -- they leave it whole, as if never taken, the slot under way
+    -- included (a refund of a request just charged; a lease gives back
+    -- no more than its slots still ahead).
     changed = true
-    if gtop == tat and (#groups == 0 or groups[#groups][2] <= tat - g * interval) then
-      -- The returned units are the last slots of the TAT, nobody's
-      -- since: they leave it, as if never taken.
-      tat = tat - g * interval
-    else
+    tat = tat - give * interval
+  elseif g > 0 then
+    changed = true
+    do
       local i = #groups + 1
       while i > 1 and groups[i - 1][2] > top do
         groups[i] = groups[i - 1]

@@ -235,9 +235,9 @@ func TestLeaseCloseWaitsForRefill(t *testing.T) {
 			t.Fatalf("Close returned (%v) with a refill in flight", err)
 		default:
 		}
-		l.lease.mu.Lock()
-		defer l.lease.mu.Unlock()
-		return l.lease.closing && l.lease.flights > 0
+		l.s.lease.mu.Lock()
+		defer l.s.lease.mu.Unlock()
+		return l.s.lease.closing && l.s.lease.flights > 0
 	})
 	srv.Resume()
 	if err := <-closed; err != nil {

@@ -37,11 +37,11 @@ func replicaOn(t testing.TB, c redis.UniversalClient, cfg Config, clock, redisCl
 		cfg.Timeout = 10 * time.Second
 	}
 	l, err := newLimiter(c, cfg, func(l *Limiter) {
-		l.redisClock = redisClock
-		l.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
-		l.box(l.rs())
-		if l.lease != nil {
-			l.lease.inline = true // renewals and returns at once, in order, on the manual clock
+		l.s.redisClock = redisClock
+		l.s.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
+		l.p.box(l.p.rs())
+		if l.s.lease != nil {
+			l.s.lease.inline = true // renewals and returns at once, in order, on the manual clock
 		}
 	})
 	if err != nil {
@@ -54,7 +54,7 @@ func replicaOn(t testing.TB, c redis.UniversalClient, cfg Config, clock, redisCl
 // heldUnits is what l holds for key: its lease and the batch renewed
 // ahead.
 func heldUnits(l *Limiter, key string) int64 {
-	st, ok := l.lease.states.Load(key)
+	st, ok := l.p.stateOK(key)
 	if !ok {
 		return 0
 	}
@@ -62,6 +62,23 @@ func heldUnits(l *Limiter, key string) int64 {
 	for _, g := range []*grant{st.g.Load(), st.next.Load()} {
 		if g != nil {
 			held += max(0, g.units.Load())
+		}
+	}
+	return held
+}
+
+// spendable is what l could spend for key now: its lease's and the
+// batch renewed ahead's usable units, under the rule in force.
+func spendable(l *Limiter, key string) int64 {
+	st, ok := l.p.stateOK(key)
+	if !ok {
+		return 0
+	}
+	now, skew := l.s.leaseNow()
+	held := int64(0)
+	for _, g := range []*grant{st.g.Load(), st.next.Load()} {
+		if g != nil && g.gen == l.p.rs().gen {
+			held += l.s.lease.usable(g, g.units.Load(), now, skew)
 		}
 	}
 	return held
@@ -122,7 +139,7 @@ func TestLeaseConformsToRule(t *testing.T) {
 					if burst := time.Duration(rule.Capacity() * interval * 1000); cfg.Lease.TTL/2 > burst {
 						cfg.Lease.TTL = 2 * burst
 					}
-					floor, _ := newLeases(cfg.Lease, 1).floor()
+					floor, _ := newLeases(nil, cfg.Lease).floor()
 					cfg.Lease.Max = max(cfg.Lease.Max, ceilDiv(floor, interval*1000))
 				}
 				probe := mustNew(t, c, cfg)
@@ -143,7 +160,7 @@ func TestLeaseConformsToRule(t *testing.T) {
 					i := rng.IntN(len(reps))
 					switch r := rng.IntN(40); {
 					case r == 0:
-						reps[i].sweep(clock.Now())
+						reps[i].s.lease.sweep(clock.Now())
 						continue
 					case r == 1:
 						if err := reps[i].Close(); err != nil {
@@ -416,7 +433,7 @@ func TestLeaseSingleFlight(t *testing.T) {
 	// Wait until every goroutine is in the key's refill: one leads, the
 	// others wait for it.
 	waitFor(t, func() bool {
-		st, ok := l.lease.states.Load("k")
+		st, ok := l.p.stateOK("k")
 		return ok && st.flight.Load() != nil && st.waiting.Load() == goroutines-1
 	})
 	if calls := l.Stats().Calls; calls != 2 {
@@ -516,12 +533,12 @@ func TestLeaseSweepReturns(t *testing.T) {
 			}
 		}
 		held := heldUnits(l, "k")
-		l.sweep(clock.Now())
+		l.s.lease.sweep(clock.Now())
 		if l.Stats().Returned != 0 {
 			t.Fatalf("%s: a lease within its TTL was returned", alg)
 		}
 		clock.Advance(time.Second)
-		l.sweep(clock.Now())
+		l.s.lease.sweep(clock.Now())
 		if s := l.Stats(); s.Returned != held || held == 0 {
 			t.Fatalf("%s: %d units held; %d returned after the TTL", alg, held, s.Returned)
 		}
@@ -529,8 +546,8 @@ func TestLeaseSweepReturns(t *testing.T) {
 			t.Fatalf("%s: after the return: %+v, %v; want %d remaining after the request Peek answers for", alg, p, err, rule.Limit-31)
 		}
 		clock.Advance(time.Second)
-		l.sweep(clock.Now())
-		if _, ok := l.lease.states.Load("k"); ok || l.lease.size.Load() != 0 {
+		l.s.lease.sweep(clock.Now())
+		if _, ok := l.p.stateOK("k"); ok || l.s.lease.size.Load() != 0 {
 			t.Fatalf("%s: an idle key's state outlived two TTLs", alg)
 		}
 	}
@@ -595,7 +612,7 @@ func TestLeasePeekAndReset(t *testing.T) {
 		if err := l.Reset(ctx, "k"); err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := l.lease.states.Load("k"); ok {
+		if _, ok := l.p.stateOK("k"); ok {
 			t.Fatalf("%s: Reset left the lease", alg)
 		}
 		if p, err := l.Peek(ctx, "k"); err != nil || p.Remaining != 99 {
@@ -604,14 +621,14 @@ func TestLeasePeekAndReset(t *testing.T) {
 	}
 }
 
-// TestLeaseBound: at most LocalMaxKeys keys hold a lease; the others are
-// decided by a round trip each.
+// TestLeaseBound: at most Lease.MaxKeys keys hold a lease; the others
+// are decided by a round trip each.
 func TestLeaseBound(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
 	ctx := context.Background()
 	clock := floodgate.NewManualClock(epoch)
-	l := replica(t, c, Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, Lease: Lease{Max: 100}, LocalMaxKeys: 10}, clock)
+	l := replica(t, c, Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, Lease: Lease{Max: 100, MaxKeys: 10}}, clock)
 	for i := 0; i < 100; i++ {
 		for j := 0; j < 3; j++ {
 			if d, err := l.Allow(ctx, fmt.Sprint("key-", i)); err != nil || !d.Allowed {
@@ -619,7 +636,7 @@ func TestLeaseBound(t *testing.T) {
 			}
 		}
 	}
-	if n := l.lease.states.Size(); n != 10 || l.lease.size.Load() != 10 {
+	if n := l.s.lease.states.Size(); n != 10 || l.s.lease.size.Load() != 10 {
 		t.Fatalf("%d keys hold state; want 10", n)
 	}
 	// 10 keys with leases: 2 round trips each (1 + a batch of 1, then
@@ -805,7 +822,8 @@ func TestLeaseRenewsAhead(t *testing.T) {
 // TestLeaseCallerDeadline: a caller whose deadline ends before its refill's
 // round trip does is abandoned, but the round trip is the key's: it runs
 // to its own budget and its batch is kept, so callers sending deadlines
-// too short for a round trip cannot drain a shared key's allowance.
+// too short for a round trip cannot drain a shared key's allowance; and
+// the abandoned request keeps no charge: its unit joins the batch.
 func TestLeaseCallerDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
@@ -835,11 +853,10 @@ func TestLeaseCallerDeadline(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// An abandoned request's own unit was charged (its script ran); no
-		// batch is lost.
-		if admitted+abandoned+p.Remaining+1 != rule.Limit || s.Opens != 0 {
+		// An abandoned request keeps no charge; no batch is lost.
+		if admitted+p.Remaining+1 != rule.Limit || s.Opens != 0 || abandoned == 0 {
 			t.Fatalf("%s: %d admitted, %d abandoned, %d left after Close: %d units lost; %+v",
-				alg, admitted, abandoned, p.Remaining+1, rule.Limit-admitted-abandoned-p.Remaining-1, s)
+				alg, admitted, abandoned, p.Remaining+1, rule.Limit-admitted-p.Remaining-1, s)
 		}
 		t.Logf("%s: %d admitted from leases, %d abandoned while their round trip ran, %d round trips", alg, admitted, abandoned, s.Calls)
 	}
@@ -916,7 +933,7 @@ func TestLeaseWindowEnd(t *testing.T) {
 		t.Fatal("no lease held")
 	}
 	clock.Advance(500 * time.Millisecond) // the window is over
-	l.sweep(clock.Now())
+	l.s.lease.sweep(clock.Now())
 	if s := l.Stats(); s.Returned != 0 || s.Calls != calls {
 		t.Fatalf("an ended window's batch went back: %+v", s)
 	}

@@ -34,8 +34,8 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 	for trial := 0; trial < trials; trial++ {
 		rule := floodgate.Rule{Limit: int64(1 + rng.IntN(300)), Period: periods[rng.IntN(len(periods))]}
 		l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: rule, Prefix: fmt.Sprintf("logdiff%d", trial)})
-		l.margin = int64(time.Hour / time.Millisecond)
-		l.box(l.rs())
+		l.s.margin = int64(time.Hour / time.Millisecond)
+		l.p.box(l.p.rs())
 		clock := floodgate.NewManualClock(0)
 		ref, err := floodgate.New(floodgate.Config{Algorithm: floodgate.SlidingLog, Rule: effective(t, l, floodgate.SlidingLog, rule), Clock: clock})
 		if err != nil {
@@ -43,7 +43,7 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 		}
 		start := int64(1_700_000_000_000_000) + rng.Int64N(1_000_000_000)
 		now := start
-		gap := max(1, l.rs().interval/rule.Limit) // µs between requests at the rule's rate
+		gap := max(1, l.p.rs().interval/rule.Limit) // µs between requests at the rule's rate
 		for i := 0; i < ops; i++ {
 			switch r := rng.IntN(100); {
 			case r < 60:
@@ -51,9 +51,9 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 			case r < 90:
 				now += rng.Int64N(gap/4 + 1)
 			case r < 95:
-				now += rng.Int64N(l.rs().interval + 1)
+				now += rng.Int64N(l.p.rs().interval + 1)
 			default:
-				now = max(start, now-rng.Int64N(l.rs().interval/2+1))
+				now = max(start, now-rng.Int64N(l.p.rs().interval/2+1))
 			}
 			clock.Set(now)
 			var got, want floodgate.Decision
@@ -98,8 +98,8 @@ func TestLogLease(t *testing.T) {
 	ctx := context.Background()
 	rule := floodgate.Rule{Limit: 100, Period: 10 * time.Second} // T = 10^7 µs
 	l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: rule})
-	l.rs().hold = 2_000_000 // 2 s
-	l.box(l.rs())
+	l.p.rs().hold = 2_000_000 // 2 s
+	l.p.box(l.p.rs())
 	const t0 = int64(1_700_000_000_000_000)
 	key := l.Key("k")
 	do := func(cl call, now int64) reply {
@@ -327,21 +327,21 @@ func TestLogScriptMatchesModel(t *testing.T) {
 	for trial := 0; trial < trials; trial++ {
 		rule := floodgate.Rule{Limit: int64(1 + rng.IntN(60)), Period: time.Duration(1+rng.IntN(500)) * time.Millisecond}
 		l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: rule, Prefix: fmt.Sprintf("logmodel%d", trial)})
-		l.margin = int64(time.Hour / time.Millisecond)
-		l.rs().hold = 1 + rng.Int64N(l.rs().interval)
-		l.box(l.rs())
-		m := &logModel{T: l.rs().interval, N: rule.Limit, hold: l.rs().hold}
+		l.s.margin = int64(time.Hour / time.Millisecond)
+		l.p.rs().hold = 1 + rng.Int64N(l.p.rs().interval)
+		l.p.box(l.p.rs())
+		m := &logModel{T: l.p.rs().interval, N: rule.Limit, hold: l.p.rs().hold}
 		key := l.Key("k")
 		now := int64(1_700_000_000_000_000) + rng.Int64N(1_000_000_000)
 		var stamps []int64 // the lease stamps replies gave
 		for i := 0; i < ops; i++ {
 			switch r := rng.IntN(20); {
 			case r < 12:
-				now += rng.Int64N(l.rs().interval/rule.Limit + 1)
+				now += rng.Int64N(l.p.rs().interval/rule.Limit + 1)
 			case r < 14:
-				now += rng.Int64N(2*l.rs().interval + 1)
+				now += rng.Int64N(2*l.p.rs().interval + 1)
 			case r < 15:
-				now -= rng.Int64N(l.rs().interval/4 + 1)
+				now -= rng.Int64N(l.p.rs().interval/4 + 1)
 			}
 			var cl call
 			switch r := rng.IntN(10); {
@@ -355,7 +355,7 @@ func TestLogScriptMatchesModel(t *testing.T) {
 					cl.want = rng.Int64N(40)
 				}
 				if rng.IntN(4) == 0 {
-					cl.give, cl.gk = 1+rng.Int64N(rule.Limit), now+rng.Int64N(l.rs().hold+1) // mostly nothing there
+					cl.give, cl.gk = 1+rng.Int64N(rule.Limit), now+rng.Int64N(l.p.rs().hold+1) // mostly nothing there
 					if len(stamps) > 0 && rng.IntN(2) == 0 {
 						cl.gk = stamps[rng.IntN(len(stamps))]
 					}
@@ -378,7 +378,7 @@ func TestLogScriptMatchesModel(t *testing.T) {
 			}
 			if got != want {
 				t.Fatalf("trial %d (%+v, T %dµs, hold %dµs), op %d %+v at %d: script %v, model %v",
-					trial, rule, l.rs().interval, l.rs().hold, i, cl, now, got, want)
+					trial, rule, l.p.rs().interval, l.p.rs().hold, i, cl, now, got, want)
 			}
 			if r.extra > 0 {
 				stamps = append(stamps, r.k)
@@ -396,7 +396,7 @@ func TestLogScriptMatchesModel(t *testing.T) {
 			ttl, _ := c.PTTL(ctx, key).Result()
 			if r.d.Allowed && cl.n > 0 && !cl.dry {
 				end := m.entries[len(m.entries)-1].stamp + m.T
-				exp := time.Duration((end-now+999)/1000+l.margin) * time.Millisecond
+				exp := time.Duration((end-now+999)/1000+l.s.margin) * time.Millisecond
 				if ttl > exp || ttl < exp-time.Second {
 					t.Fatalf("trial %d op %d: TTL %v; want %v", trial, i, ttl, exp)
 				}
@@ -448,8 +448,8 @@ func TestLogLeaseAloneNearTheLimit(t *testing.T) {
 	c := client(t, srv)
 	ctx := context.Background()
 	l := mustNew(t, c, Config{Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 10, Period: 10 * time.Second}})
-	l.rs().hold = 1_000_000
-	l.box(l.rs())
+	l.p.rs().hold = 1_000_000
+	l.p.box(l.p.rs())
 	const t0 = int64(1_700_000_000_000_000)
 	for i := int64(0); i < 5; i++ {
 		if r, err := decideAt(ctx, l, "k", call{n: 1}, t0+i); err != nil || !r.d.Allowed {

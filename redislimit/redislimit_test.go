@@ -36,13 +36,13 @@ var redisAlgorithms = []string{floodgate.TokenBucket, floodgate.LeakyBucket, flo
 // decideAt is l's call c for key with Redis's clock, as the scripts see
 // it, at now µs: l's redisClock, set to now.
 func decideAt(ctx context.Context, l *Limiter, key string, c call, now int64) (reply, error) {
-	rc, ok := l.redisClock.(*floodgate.ManualClock)
+	rc, ok := l.s.redisClock.(*floodgate.ManualClock)
 	if !ok {
 		rc = floodgate.NewManualClock(0)
-		l.redisClock = rc
+		l.s.redisClock = rc
 	}
 	rc.Set(now * 1000)
-	return l.decide(ctx, key, c)
+	return l.p.decide(ctx, l.p.Key(key), key, c)
 }
 
 // effective is the in-process rule that decides as the script does, with
@@ -50,12 +50,17 @@ func decideAt(ctx context.Context, l *Limiter, key string, c call, now int64) (r
 // Redis's: the step the Limiter holds in whole microseconds becomes the
 // same number of nanoseconds.
 func effective(t testing.TB, l *Limiter, alg string, r floodgate.Rule) floodgate.Rule {
+	return effectiveOf(t, l.p, alg, r)
+}
+
+// effectiveOf is effective for a policy.
+func effectiveOf(t testing.TB, p *policy, alg string, r floodgate.Rule) floodgate.Rule {
 	t.Helper()
 	switch alg {
 	case floodgate.TokenBucket, floodgate.LeakyBucket:
-		return floodgate.Rule{Limit: 1, Period: time.Duration(l.rs().interval), Burst: r.Capacity()}
+		return floodgate.Rule{Limit: 1, Period: time.Duration(p.rs().interval), Burst: r.Capacity()}
 	case floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog:
-		return floodgate.Rule{Limit: r.Limit, Period: time.Duration(l.rs().interval)}
+		return floodgate.Rule{Limit: r.Limit, Period: time.Duration(p.rs().interval)}
 	}
 	t.Fatalf("effective: no rule for %q", alg)
 	return floodgate.Rule{}
@@ -104,8 +109,8 @@ func TestScriptMatchesInProcess(t *testing.T) {
 					rule = randomRule(rng, alg)
 					l, err = New(c, Config{Algorithm: alg, Rule: rule, Prefix: fmt.Sprintf("diff%d", trial)})
 				}
-				l.margin = int64(time.Hour / time.Millisecond) // the test's clock is not Redis's
-				l.box(l.rs())
+				l.s.margin = int64(time.Hour / time.Millisecond) // the test's clock is not Redis's
+				l.p.box(l.p.rs())
 				clock := floodgate.NewManualClock(0)
 				ref, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: effective(t, l, alg, rule), Clock: clock})
 				if err != nil {
@@ -113,15 +118,15 @@ func TestScriptMatchesInProcess(t *testing.T) {
 				}
 				start := int64(1_700_000_000_000_000) + rng.Int64N(1_000_000_000)
 				now := start
-				step := max(1, l.rs().interval/int64(1+rng.IntN(4)))
+				step := max(1, l.p.rs().interval/int64(1+rng.IntN(4)))
 				for i := 0; i < 120; i++ {
 					switch r := rng.IntN(10); {
 					case r < 6:
 						now += rng.Int64N(step + 1)
 					case r < 8:
-						now += rng.Int64N(3*l.rs().interval + 1)
+						now += rng.Int64N(3*l.p.rs().interval + 1)
 					case r < 9:
-						now = max(start, now-rng.Int64N(l.rs().interval+1)) // Redis's clock may step back
+						now = max(start, now-rng.Int64N(l.p.rs().interval+1)) // Redis's clock may step back
 					}
 					clock.Set(now)
 					key := fmt.Sprintf("client-%d", rng.IntN(3))

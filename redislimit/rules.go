@@ -3,14 +3,13 @@ package redislimit
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/redis/go-redis/v9"
 )
 
-// rules is one rule in force, in every form a call needs. The Limiter holds
+// rules is one rule in force, in every form a call needs. The policy holds
 // the current one and SetRule replaces it whole; a call reads it once, so
 // that its arguments, its reply's Limit and a lease it takes are all of one
 // rule. A rules is never changed once published (but for tests' box).
@@ -26,7 +25,7 @@ type rules struct {
 	argv [argHistory]any
 	// history is what the rule changed from, oldest first, and hist its
 	// arguments to the scripts, boxed; pruneAt (µs of Redis's clock, as
-	// Limiter.redisNow reads it) is when its oldest change may go, 0
+	// Store.redisNow reads it) is when its oldest change may go, 0
 	// without a history.
 	history []change
 	hist    []any
@@ -51,7 +50,7 @@ const maxHistory = 16
 // parseRule validates r for algorithm name as New does, and returns the
 // script and kind that decide it, with its step in µs.
 func parseRule(name string, r floodgate.Rule) (s *script, kind scriptKind, interval int64, err error) {
-	if _, err := floodgate.New(floodgate.Config{Algorithm: name, Rule: r}); err != nil {
+	if err := floodgate.CheckRule(name, r); err != nil {
 		return nil, 0, 0, fmt.Errorf("redislimit: %w", err)
 	}
 	capacity := r.Capacity()
@@ -95,16 +94,16 @@ func parseRule(name string, r floodgate.Rule) (s *script, kind scriptKind, inter
 		name, floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog)
 }
 
-// newRules is rule r, of step interval µs, as l's calls need it, with
+// newRules is rule r, of step interval µs, as p's calls need it, with
 // history h.
-func (l *Limiter) newRules(r floodgate.Rule, interval int64, h []change, gen int64) *rules {
+func (p *policy) newRules(r floodgate.Rule, interval int64, h []change, gen int64) *rules {
 	rs := &rules{rule: r, interval: interval, capacity: r.Capacity(), history: h, gen: gen}
-	if l.kind == kindLog {
+	if p.kind == kindLog {
 		rs.hold = interval // how far ahead a lease is stamped; without leases, only in range
 	}
-	if ls := l.lease; ls != nil {
+	if ls := p.s.lease; ls != nil {
 		rs.target = ls.ttl / 2
-		switch l.kind {
+		switch p.kind {
 		case kindBucket:
 			rs.step = interval * 1000
 		case kindLog:
@@ -126,110 +125,55 @@ func (l *Limiter) newRules(r floodgate.Rule, interval int64, h []change, gen int
 		}
 		rs.pruneAt = h[0].expires
 	}
-	l.box(rs)
+	p.box(rs)
 	return rs
 }
 
 // box boxes rs's arguments to the scripts; tests call it again after
 // changing the margin or the hold.
-func (l *Limiter) box(rs *rules) {
+func (p *policy) box(rs *rules) {
 	rs.argv = [argHistory]any{}
 	rs.argv[argNow] = int64(nowTIME)
-	rs.argv[argKind] = int64(l.kind)
+	rs.argv[argKind] = int64(p.kind)
 	rs.argv[argInterval] = rs.interval
 	rs.argv[argCapacity] = rs.capacity
-	rs.argv[argMargin] = l.margin
+	rs.argv[argMargin] = p.s.margin
 	rs.argv[argParam] = rs.hold
 }
 
-// rs is the rule in force.
-func (l *Limiter) rs() *rules { return l.cur.Load() }
-
-// SetRule makes r the rule of every key from now on, in Redis and, if
-// Config.Local was nil, in the FailLocal limiter. It validates r as New
-// does and returns New's error for a rule New would refuse (with the
-// Limiter's algorithm); then nothing changes. It is safe to call at any
-// time, from any goroutine, beside any other method; calls to SetRule are
-// applied one at a time. A rule with the same step and capacity in
-// microseconds as the one in force changes nothing in Redis.
-//
-// No key gains allowance from the change. At its instant T, each key holds
-// at most min(what it held, the new capacity), and from then on it refills
-// at the new rate; a key created after the change starts full under the
-// new rule. What a key held, and holds after, is:
-//
-//   - token_bucket, leaky_bucket: its tokens at T, whole and the fraction
-//     of one it is refilling; it holds min(tokens, new capacity), with the
-//     fraction scaled to the new step (dropped when it cannot be exactly),
-//     and refills at the new rate from there.
-//   - fixed_window, sliding_counter: the largest cost a request at T could
-//     take (0 if T lies in a window before the key's own). The key moves to
-//     the new period's window of T, with min(held, new Limit) left in it
-//     and no previous window's count.
-//   - sliding_log: Limit minus the cost in the window where a request at T
-//     is charged. The key holds one entry, stamped at T (or at its latest
-//     entry, if later), of the cost that leaves it min(held, new Limit).
-//
-// T is Redis's clock when SetRule asks it (TIME, within Timeout); if
-// Redis does not answer, it is this machine's clock, corrected by what
-// the last answer said of the two clocks' difference. Redis holds each key
-// with the rule it was written under and the instant it was written at,
-// and the Limiter sends its calls the rules it changed from, with the
-// instants of the changes, until every key written under them has expired
-// (at most 16 changes; a key untouched across more holds nothing at the
-// 16th from the latest). A key's first call after the change converts it,
-// in the script, atomically: from the rule it was written under, at each
-// change since, exactly as if it had been converted at the change.
-//
-// Across replicas: a replica converts a key written under a rule of its
-// own history at that history's changes, and a key written by a replica
-// that ran another rule (during a rollout, before or after its change) at
-// the call's own instant, from whatever rule the key holds: a conversion
-// never adds to what a key holds, and a key always refills at the rate of
-// the rule it was last written under. So while replicas run different
-// rules, a key's allowance never exceeds the largest of their capacities,
-// it refills at most at the fastest of their rates (the windows, whose
-// counts restart at each rule's boundaries: at most at the sum of their
-// rates), and once every replica runs the new rule, every key holds at
-// most what the contract says, less what the replicas that had not yet
-// changed admitted after T.
-//
-// In lease mode, every batch this replica holds is dropped at the change
-// (its units lapse, and count in Stats.Lapsed), cached denials are
-// forgotten, and a return or renewal sent under the old rule does nothing
-// to a key converted since: no unit leased under the old rule is spent
-// after SetRule returns, but for requests that race it.
-func (l *Limiter) SetRule(r floodgate.Rule) error {
-	s, _, interval, err := parseRule(l.name, r)
+// SetRule changes the policy's rule: see Limiter.SetRule, which is the
+// one policy's of a Limiter.
+func (p *policy) SetRule(r floodgate.Rule) error {
+	sc, _, interval, err := parseRule(p.alg, r)
 	if err != nil {
 		return err
 	}
-	if s != l.script {
+	if sc != p.script {
 		return fmt.Errorf("redislimit: rule %+v would change the algorithm's script", r) // parseRule keeps the algorithm: cannot happen
 	}
-	if l.lease != nil {
-		if err := l.lease.check(l.kind, r.Capacity(), interval); err != nil {
+	if ls := p.s.lease; ls != nil {
+		if err := ls.check(p.kind, r.Capacity(), interval); err != nil {
 			return err
 		}
 	}
-	l.setMu.Lock()
-	defer l.setMu.Unlock()
-	if l.localFollows {
-		if err := l.local.SetRule(r); err != nil {
+	p.setMu.Lock()
+	defer p.setMu.Unlock()
+	if t := p.twin.Load(); t != nil && p.localRule == nil {
+		if err := t.pol.SetRule(r); err != nil {
 			return fmt.Errorf("redislimit: Local: %w", err)
 		}
 	}
-	cur := l.rs()
+	cur := p.rs()
 	if interval == cur.interval && r.Capacity() == cur.capacity {
-		l.cur.Store(l.newRules(r, interval, cur.history, cur.gen))
+		p.cur.Store(p.newRules(r, interval, cur.history, cur.gen))
 		return nil
 	}
-	at := l.changeInstant()
+	at := p.s.changeInstant()
 	h := append([]change(nil), cur.history...)
 	if len(h) > 0 {
 		at = max(at, h[len(h)-1].end) // changes keep their order on the clock
 	}
-	h = append(h, change{interval: cur.interval, capacity: cur.capacity, end: at, expires: at + l.ttlMax(cur)})
+	h = append(h, change{interval: cur.interval, capacity: cur.capacity, end: at, expires: at + p.ttlMax(cur)})
 	if len(h) > maxHistory {
 		// The oldest are cut short: one change of no known rule, which
 		// lasts as long as the longest of theirs.
@@ -240,87 +184,78 @@ func (l *Limiter) SetRule(r floodgate.Rule) error {
 		}
 		h = append([]change{c}, h[cut:]...)
 	}
-	l.cur.Store(l.newRules(r, interval, h, cur.gen+1))
-	l.retireLeases()
+	// A new gen: every batch and cached denial of the old rule is spent
+	// or answered no more (see take and cachedDenial).
+	p.cur.Store(p.newRules(r, interval, h, cur.gen+1))
 	return nil
 }
 
 // ttlMax is the longest a key written under rs lives in Redis, µs: its
 // TTL's longest, plus a second for the rounding and the clocks.
-func (l *Limiter) ttlMax(rs *rules) int64 {
+func (p *policy) ttlMax(rs *rules) int64 {
 	life := 2 * rs.interval // the sliding counter: two windows; the log: a window after a stamp at most a window ahead
-	if l.kind == kindBucket {
+	if p.kind == kindBucket {
 		life = rs.interval * rs.capacity
 	}
-	return life + (l.margin+1000)*1000
+	return life + (p.s.margin+1000)*1000
 }
 
-// changeInstant is the instant of a change, on Redis's clock: TIME,
-// within Timeout; else this machine's clock and the last offset seen.
-// (With a test's clock, that clock's now.)
-func (l *Limiter) changeInstant() int64 {
-	if now := l.scriptNow(); now != nowTIME {
+// offsetFresh is how long a difference of the two clocks read from
+// Redis's TIME serves changeInstant before it asks again.
+const offsetFresh = time.Second
+
+// changeInstant is the instant of a change, on Redis's clock: this
+// machine's, and the difference that Redis's TIME gave, asked again
+// (within Timeout) when the last was read more than offsetFresh ago; if
+// Redis does not answer, the last difference known. (With a test's
+// clock, that clock's now.)
+func (s *Store) changeInstant() int64 {
+	if now := s.scriptNow(); now != nowTIME {
 		return now
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	if at := s.offsetAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < offsetFresh {
+		return s.redisNow()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.set.timeout)
 	defer cancel()
 	before := time.Now()
 	cmd := redis.NewTimeCmd(ctx, "time")
-	if err := l.client.Process(ctx, noRetry{cmd}); err == nil {
+	if err := s.client.Process(ctx, noRetry{cmd}); err == nil {
 		t := cmd.Val()
 		// The server read its clock between the call and its answer: the
 		// midpoint's offset is off by at most half the round trip.
 		mid := before.Add(time.Since(before) / 2)
-		l.offset.Store(t.UnixMicro() - mid.UnixMicro())
+		s.offset.Store(t.UnixMicro() - mid.UnixMicro())
+		s.offsetAt.Store(mid.UnixNano())
 		return t.UnixMicro()
 	}
-	return l.redisNow()
+	return s.redisNow()
 }
 
 // redisNow is Redis's clock now as this machine sees it, µs. (With a
 // test's clock, that clock's now.)
-func (l *Limiter) redisNow() int64 {
-	if now := l.scriptNow(); now != nowTIME {
+func (s *Store) redisNow() int64 {
+	if now := s.scriptNow(); now != nowTIME {
 		return now
 	}
-	return time.Now().UnixMicro() + l.offset.Load()
+	return time.Now().UnixMicro() + s.offset.Load()
 }
 
 // prune drops from rs's history the changes whose keys have all expired
 // by now (Redis's clock, µs, as redisNow reads it), if it is still the
 // rule in force. Calls find it due (rs.pruneAt) and call it; a rule that
 // lost the race is left as it is.
-func (l *Limiter) prune(rs *rules, now int64) {
-	if now < rs.pruneAt || !l.setMu.TryLock() {
+func (p *policy) prune(rs *rules, now int64) {
+	if now < rs.pruneAt || !p.setMu.TryLock() {
 		return
 	}
-	defer l.setMu.Unlock()
-	if l.rs() != rs {
+	defer p.setMu.Unlock()
+	if p.rs() != rs {
 		return
 	}
 	h := rs.history
 	for len(h) > 0 && h[0].expires <= now {
 		h = h[1:]
 	}
-	l.cur.Store(l.newRules(rs.rule, rs.interval, append([]change(nil), h...), rs.gen))
-}
-
-// retireLeases drops every batch this replica holds and every cached
-// denial, after the rule changed: what a batch held was leased under the
-// old rule, and is not spent under the new one. Its units lapse: giving
-// them back would only find keys converted since, which take no return.
-func (l *Limiter) retireLeases() {
-	ls := l.lease
-	if ls == nil {
-		return
-	}
-	ls.states.Range(func(_ string, st *leaseState) bool {
-		for _, p := range []*atomic.Pointer[grant]{&st.g, &st.next} {
-			if g := p.Swap(nil); g != nil {
-				ls.lapse(g)
-			}
-		}
-		st.deniedUntil.Store(0)
-		return true
-	})
+	p.cur.Store(p.newRules(rs.rule, rs.interval, append([]change(nil), h...), rs.gen))
 }

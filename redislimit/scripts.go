@@ -104,112 +104,76 @@ const (
 // production, where the scripts read Redis's clock; with a test's
 // redisClock, its reading in µs, which the scripts then take for Redis's
 // clock. Everything that needs Redis's now as the scripts see it asks here.
-func (l *Limiter) scriptNow() int64 {
-	if l.redisClock == nil {
+func (s *Store) scriptNow() int64 {
+	if s.redisClock == nil {
 		return nowTIME
 	}
-	return l.redisClock.Now() / 1000
+	return s.redisClock.Now() / 1000
 }
 
-// run is one call on Redis: EVALSHA, and EVAL when Redis has lost the
-// script, within the budget. A call within Timeout goes in a batch with the
-// calls in flight beside it (see batcher), and one with a budget of its
-// own alone.
-func (l *Limiter) run(ctx context.Context, key string, c call) (reply, error) {
-	mayEnd := ctx.Done() != nil
-	ctx, cancel := l.budget.with(ctx, c.budget)
-	defer cancel()
-	// An IntSliceCmd reads the reply's integers as they come; a Cmd would
-	// box each in an interface (an allocation apiece above 255), then copy
-	// them out.
-	args := l.shortArgs(key, c)
-	if args == nil {
-		args = l.args(key, c)
-	}
-	if c.budget == l.timeout {
-		v, err := l.batch.do(ctx, mayEnd, args, l.script.src)
-		if err != nil {
-			return reply{}, err
-		}
-		return decode(v, c.rs)
-	}
-	l.calls.Add(1) // a budget of its own (a lease's refill): alone
-	cmd, err := evalAs(l, ctx, func(ctx context.Context, cmd redis.Cmder) error {
-		return l.client.Process(ctx, noRetry{cmd})
-	}, args, redis.NewIntSliceCmd)
-	if err != nil {
-		return reply{}, err
-	}
-	return decode(cmd.Val(), c.rs)
-}
-
-// eval sends args (EVALSHA) by process, and again as EVAL with the whole
-// script if Redis has lost it (NOSCRIPT: it ran nothing).
-func (l *Limiter) eval(ctx context.Context, process func(context.Context, redis.Cmder) error, args []any) (*redis.Cmd, error) {
-	return evalAs(l, ctx, process, args, redis.NewCmd)
-}
-
-// evalAs is eval with the command that newCmd makes, which reads the reply.
-func evalAs[C redis.Cmder](l *Limiter, ctx context.Context, process func(context.Context, redis.Cmder) error, args []any,
-	newCmd func(context.Context, ...any) C) (C, error) {
-	cmd := newCmd(ctx, args...)
+// eval sends args (EVALSHA of the script src) by process, and again as
+// EVAL with the whole script if Redis has lost it (NOSCRIPT: it ran
+// nothing).
+func (s *Store) eval(ctx context.Context, process func(context.Context, redis.Cmder) error, args []any, src string) (*redis.Cmd, error) {
+	cmd := redis.NewCmd(ctx, args...)
 	err := process(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		l.loads.Add(1)
-		args[0], args[1] = "eval", l.script.src
-		cmd = newCmd(ctx, args...)
+		s.loads.Add(1)
+		args[0], args[1] = "eval", src
+		cmd = redis.NewCmd(ctx, args...)
 		err = process(ctx, cmd)
 	}
 	return cmd, err
 }
 
-// args are the EVALSHA arguments of call c on key, under its rule c.rs:
-// ARGV in the scripts' layout (see argN), from the call's own fields and
-// the rule's, which rs.argv holds boxed, and the rule's history.
-func (l *Limiter) args(key string, c call) []any {
+// args are the EVALSHA arguments of call c on the Redis key rkey, under
+// its rule c.rs: ARGV in the scripts' layout (see argN), from the call's
+// own fields and the rule's, which rs.argv holds boxed, and the rule's
+// history.
+func (p *policy) args(rkey string, c call) []any {
 	rs := c.rs
 	if rs.pruneAt != 0 {
-		if t := l.redisNow(); t >= rs.pruneAt {
-			l.prune(rs, t) // the next calls carry less; this one, what it has
+		if t := p.s.redisNow(); t >= rs.pruneAt {
+			p.prune(rs, t) // the next calls carry less; this one, what it has
 		}
 	}
 	args := make([]any, 3+argHistory, 3+argHistory+len(rs.hist))
-	args[0], args[1], args[2] = "evalsha", l.script.sha, 1
+	args[0], args[1], args[2] = "evalsha", p.script.sha, 1
 	argv := args[3:] // argv[i] is ARGV[i]; argv[0], KEYS[1]
 	copy(argv, rs.argv[:])
-	argv[0] = l.Key(key)
+	argv[0] = rkey
 	argv[argN], argv[argDry], argv[argWant], argv[argGive], argv[argGK] = c.n, b2i(c.dry), c.want, c.give, c.gk
-	if now := l.scriptNow(); now != nowTIME {
+	if now := p.s.scriptNow(); now != nowTIME {
 		argv[argNow] = now // a test's clock; rs.argv holds nowTIME, boxed
 	}
 	return append(args, rs.hist...)
 }
 
-// shortArgs are the EVALSHA arguments of call c on key in the scripts'
+// shortArgs are the EVALSHA arguments of call c on rkey in the scripts'
 // short form (see args.lua): n, kind, interval and capacity alone, for a
 // plain request (no peek, no lease) on Redis's clock, under a rule with no
 // history, the default margin and no param (every kind but the log). It
 // returns nil for any other call, which args encodes whole.
-func (l *Limiter) shortArgs(key string, c call) []any {
-	if !l.plain(c) {
+func (p *policy) shortArgs(rkey string, c call) []any {
+	if !p.plain(c) {
 		return nil
 	}
 	rs := c.rs
-	return []any{"evalsha", l.script.sha, 1, l.Key(key), c.n, rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity]}
+	return []any{"evalsha", p.script.sha, 1, rkey, c.n, rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity]}
 }
 
 // plain reports whether call c goes in the scripts' short form (see
 // shortArgs).
-func (l *Limiter) plain(c call) bool {
+func (p *policy) plain(c call) bool {
 	rs := c.rs
 	return c.n >= 1 && !c.dry && c.want == 0 && c.give == 0 && len(rs.hist) == 0 && rs.pruneAt == 0 &&
-		l.margin == ttlMargin && rs.hold == 0 && l.redisClock == nil
+		p.s.margin == ttlMargin && rs.hold == 0 && p.s.redisClock == nil
 }
 
-// reply reads the script's answer: {allowed, remaining, retry_after,
+// readReply reads the script's answer: {allowed, remaining, retry_after,
 // reset_after, extra, horizon, k}, the waits in µs, -1 for a wait too long
 // to represent.
-func (l *Limiter) reply(cmd *redis.Cmd, rs *rules) (reply, error) {
+func readReply(cmd *redis.Cmd, rs *rules) (reply, error) {
 	v, err := cmd.Int64Slice()
 	if err != nil {
 		return reply{}, err

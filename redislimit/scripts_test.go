@@ -36,19 +36,19 @@ func TestScriptNow(t *testing.T) {
 		// log's stamp of a lease, a hold (T) after it on a new key.
 		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 1, Period: time.Millisecond}, Prefix: "now"})
 		span := func(now int64) (lo, hi int64) {
-			switch l.kind {
+			switch l.p.kind {
 			case kindFixedWindow, kindSlidingCounter:
-				return now / l.rs().interval, now / l.rs().interval
+				return now / l.p.rs().interval, now / l.p.rs().interval
 			case kindLog:
-				return now + l.rs().hold, now + l.rs().hold
+				return now + l.p.rs().hold, now + l.p.rs().hold
 			}
 			return now, now
 		}
-		if l.redisClock != nil || l.scriptNow() != nowTIME {
-			t.Fatalf("%s: a Limiter from New sends now %d, not TIME", alg, l.scriptNow())
+		if l.s.redisClock != nil || l.s.scriptNow() != nowTIME {
+			t.Fatalf("%s: a Limiter from New sends now %d, not TIME", alg, l.s.scriptNow())
 		}
 		before := redisTime()
-		r, err := l.decide(ctx, "time", call{n: 1})
+		r, err := l.p.decide(ctx, l.p.Key("time"), "time", call{n: 1})
 		after := redisTime()
 		if err != nil || !r.redis || !r.d.Allowed {
 			t.Fatalf("%s: %+v, %v, %+v", alg, r, err, l.Stats())
@@ -66,11 +66,11 @@ func TestScriptNow(t *testing.T) {
 
 		// A malformed now, through the production path (EVALSHA, EVAL on
 		// NOSCRIPT): an error reply that lists it, and no key.
-		l.redisClock = nil
+		l.s.redisClock = nil
 		for _, bad := range []any{"nan", "inf", "-2", "1.5", "", "x", "TIME", "1e300", strconv.FormatInt(1<<52+1, 10)} {
-			args := l.args("bad-now", call{n: 1, rs: l.rs()})
+			args := l.p.args(l.p.Key("bad-now"), call{n: 1, rs: l.p.rs()})
 			args[3+argNow] = bad
-			_, err := l.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error { return c.Process(ctx, cmd) }, args)
+			_, err := l.s.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error { return c.Process(ctx, cmd) }, args, l.p.script.src)
 			if err == nil || !strings.Contains(err.Error(), "floodgate: bad arguments") || !strings.Contains(err.Error(), fmt.Sprintf(", %v, ", bad)) {
 				t.Errorf("%s: now %q: got %v, want a floodgate error that lists it", alg, bad, err)
 			}
@@ -126,10 +126,10 @@ func TestArgsAllocations(t *testing.T) {
 	defer c.Close()
 	for _, alg := range redisAlgorithms {
 		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}})
-		if a := testing.AllocsPerRun(100, func() { _ = l.args("client-42", call{n: 1, rs: l.rs()}) }); a > 4 {
+		if a := testing.AllocsPerRun(100, func() { _ = l.p.args(l.p.Key("client-42"), call{n: 1, rs: l.p.rs()}) }); a > 4 {
 			t.Errorf("%s: a request's arguments take %v allocations; want at most 4", alg, a)
 		}
-		if a := testing.AllocsPerRun(100, func() { _ = l.args("client-42", call{give: 3, gk: 1_700_000_000_000_000, rs: l.rs()}) }); a > 5 {
+		if a := testing.AllocsPerRun(100, func() { _ = l.p.args(l.p.Key("client-42"), call{give: 3, gk: 1_700_000_000_000_000, rs: l.p.rs()}) }); a > 5 {
 			t.Errorf("%s: a return's arguments take %v allocations; want at most 5", alg, a)
 		}
 	}
@@ -152,15 +152,15 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 5, Period: 10 * time.Millisecond}, Prefix: "fast"})
 		other := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 3, Period: 10 * time.Millisecond}, Prefix: "fast"})
 		clock := floodgate.NewManualClock(0)
-		l.redisClock, other.redisClock = clock, clock
+		l.s.redisClock, other.s.redisClock = clock, clock
 		// run is the call, and the key's value and TTL read in the same
 		// pipeline, right after the script: at most rtt after it.
 		run := func(l *Limiter, key string, cl call, general bool) (v []int64, value string, ttl, rtt time.Duration) {
-			args := l.args(key, cl)
+			args := l.p.args(l.p.Key(key), cl)
 			if general {
 				args = append(args, int64(0), int64(0), int64(0))
 			}
-			args[0], args[1] = "eval", l.script.src
+			args[0], args[1] = "eval", l.p.script.src
 			p := c.Pipeline()
 			script, get, pttl := p.Do(ctx, args...), p.Get(ctx, l.Key(key)), p.PTTL(ctx, l.Key(key))
 			start := time.Now()
@@ -189,7 +189,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 			if rng.IntN(20) == 0 {
 				lim = other
 			}
-			cl := call{n: 1 + rng.Int64N(lim.rs().capacity), dry: rng.IntN(10) == 0, rs: lim.rs()}
+			cl := call{n: 1 + rng.Int64N(lim.p.rs().capacity), dry: rng.IntN(10) == 0, rs: lim.p.rs()}
 			fast, a, ta, ra := run(lim, "a", cl, false)
 			general, b, tb, rb := run(lim, "b", cl, true)
 			if fmt.Sprint(fast) != fmt.Sprint(general) {
@@ -235,20 +235,20 @@ func TestShortForm(t *testing.T) {
 	}
 	for _, alg := range redisAlgorithms {
 		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 10, Period: time.Second}})
-		rs := l.rs()
-		plain := l.shortArgs("k", call{n: 1, rs: rs})
+		rs := l.p.rs()
+		plain := l.p.shortArgs(l.p.Key("k"), call{n: 1, rs: rs})
 		if (plain != nil) != (alg != floodgate.SlidingLog) || plain != nil && len(plain) != 8 {
 			t.Errorf("%s: a plain request's arguments %v", alg, plain)
 		}
 		for _, cl := range []call{{n: 1, dry: true, rs: rs}, {n: 1, want: 5, rs: rs}, {give: 2, rs: rs}} {
-			if a := l.shortArgs("k", cl); a != nil {
+			if a := l.p.shortArgs(l.p.Key("k"), cl); a != nil {
 				t.Errorf("%s: %+v in the short form", alg, cl)
 			}
 		}
 		if err := l.SetRule(floodgate.Rule{Limit: 20, Period: time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		if a := l.shortArgs("k", call{n: 1, rs: l.rs()}); a != nil {
+		if a := l.p.shortArgs(l.p.Key("k"), call{n: 1, rs: l.p.rs()}); a != nil {
 			t.Errorf("%s: a request under a rule with a history in the short form", alg)
 		}
 		// The short form decides as the whole: a real round trip each.

@@ -52,8 +52,8 @@ func runSteps(t *testing.T, l *Limiter, clock *floodgate.ManualClock, t0 int64, 
 			t.Fatalf("step %d (+%dµs): AllowN(%q, %d) = %+v, %v; want Allowed %v (RetryAfter %v)",
 				i, s.at, s.key, s.n, d, err, s.allowed, s.retry)
 		}
-		if d.Limit != l.rs().capacity {
-			t.Fatalf("step %d: Limit %d, the rule's capacity is %d", i, d.Limit, l.rs().capacity)
+		if d.Limit != l.p.rs().capacity {
+			t.Fatalf("step %d: Limit %d, the rule's capacity is %d", i, d.Limit, l.p.rs().capacity)
 		}
 	}
 	if s := l.Stats(); s.Errors != 0 || s.Fallbacks != 0 {
@@ -229,7 +229,7 @@ func TestSetRuleRefused(t *testing.T) {
 		clock := floodgate.NewManualClock(epoch)
 		rule := floodgate.Rule{Limit: 2, Period: time.Hour}
 		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Prefix: "refused"}, clock)
-		before := l.rs()
+		before := l.p.rs()
 		for _, r := range rules {
 			if _, err := New(c, Config{Algorithm: alg, Rule: r}); err == nil {
 				t.Fatalf("%s: New accepts %+v", alg, r)
@@ -238,7 +238,7 @@ func TestSetRuleRefused(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), "redislimit: ") {
 				t.Fatalf("%s: SetRule(%+v) = %v, want New's error", alg, r, err)
 			}
-			if l.rs() != before {
+			if l.p.rs() != before {
 				t.Fatalf("%s: a refused rule changed the Limiter", alg)
 			}
 		}
@@ -254,7 +254,7 @@ func TestSetRuleRefused(t *testing.T) {
 		if err := l.SetRule(floodgate.Rule{Limit: 4, Period: 2 * time.Hour, Burst: 2}); err != nil {
 			t.Fatal(err)
 		}
-		if h := l.rs().history; len(h) != 0 {
+		if h := l.p.rs().history; len(h) != 0 {
 			t.Fatalf("%s: the same step and capacity made a history %+v", alg, h)
 		}
 	}
@@ -284,7 +284,7 @@ func TestSetRuleHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := l.rs().history
+	h := l.p.rs().history
 	if len(h) != maxHistory || h[0].interval != 0 || h[0].end != h[1].end-1000 {
 		t.Fatalf("history %+v: want %d changes, cut short at the first", h, maxHistory)
 	}
@@ -292,7 +292,7 @@ func TestSetRuleHistory(t *testing.T) {
 	if d, err := l.Allow(ctx, "old"); err != nil || d.Allowed {
 		t.Fatalf("a key from before the cut: %+v, %v; want a denial", d, err)
 	}
-	if d, err := l.AllowN(ctx, "fresh", int(l.rs().capacity)); err != nil || !d.Allowed {
+	if d, err := l.AllowN(ctx, "fresh", int(l.p.rs().capacity)); err != nil || !d.Allowed {
 		t.Fatalf("a new key: %+v, %v", d, err)
 	}
 	// Past the longest TTL of those rules, the history goes, at a call.
@@ -300,7 +300,7 @@ func TestSetRuleHistory(t *testing.T) {
 	if _, err := l.Allow(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	if h := l.rs().history; len(h) != 0 {
+	if h := l.p.rs().history; len(h) != 0 {
 		t.Fatalf("history after every key expired: %+v", h)
 	}
 }
@@ -317,7 +317,7 @@ func TestSetRuleInstant(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := time.Now().UnixMicro()
-	if h := l.rs().history; len(h) != 1 || h[0].end < before-1000 || h[0].end > after+1000 {
+	if h := l.p.rs().history; len(h) != 1 || h[0].end < before-1000 || h[0].end > after+1000 {
 		t.Fatalf("history %+v: want one change between %d and %d", h, before, after)
 	}
 
@@ -383,11 +383,12 @@ func TestSetRuleLease(t *testing.T) {
 			if err := l.SetRule(floodgate.Rule{Limit: 5, Period: time.Hour}); err != nil {
 				t.Fatal(err)
 			}
-			if got := heldUnits(l, "k"); got != 0 {
-				t.Fatalf("%d units still leased after the change", got)
+			if got := spendable(l, "k"); got != 0 {
+				t.Fatalf("%d units still spendable after the change", got)
 			}
+			l.s.lease.sweep(clock.Now()) // the bookkeeper finds them
 			if s := l.Stats(); s.Lapsed-lapsed != held {
-				t.Fatalf("lapsed %d at the change, want the %d held", s.Lapsed-lapsed, held)
+				t.Fatalf("lapsed %d after the change, want the %d held", s.Lapsed-lapsed, held)
 			}
 			n := 0
 			for range 20 {
@@ -411,7 +412,7 @@ func TestSetRuleLease(t *testing.T) {
 			// A return sent under the old rule finds the key converted and
 			// gives it nothing; one of a grant of the old gen lapses here.
 			lapsed = l.Stats().Lapsed
-			if _, err := l.giveBack(ctx, []giveBack{{key: "k", units: 3, k: 0, gen: 0}}); err != nil {
+			if _, err := l.s.lease.giveBack(ctx, []giveBack{{p: l.p, rkey: l.Key("k"), units: 3, k: 0, gen: 0}}); err != nil {
 				t.Fatal(err)
 			}
 			if s := l.Stats(); s.Lapsed-lapsed != 3 {

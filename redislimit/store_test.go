@@ -19,6 +19,7 @@ func mustStore(t testing.TB, srv *redistest.Server, cfg Config) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() }) // after its policies' users, before its client
 	return s
 }
 
@@ -70,17 +71,19 @@ func TestStoreDecideMatchesModel(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
 	s := mustStore(t, srv, Config{Prefix: "multi"})
+	s.margin = int64(time.Hour / time.Millisecond) // the test's clock is not Redis's
 	rng := rand.New(rand.NewPCG(34, 1))
 	decisions := 0
 	var outcomes [3]int // admitted, refused by an enforced policy, by a shadow
 	for trial := range trials {
 		np := 2 + rng.IntN(3)
 		var ps []floodgate.StorePolicy
-		var ls []*Limiter
+		var ls []*policy
 		var ref []*floodgate.Limiter
 		shadow := make([]bool, np)
 		clock := floodgate.NewManualClock(0)  // the model's: 1 ns for 1 µs
 		rclock := floodgate.NewManualClock(0) // Redis's, as the scripts see it
+		s.redisClock = rclock
 		var desc []string
 		for i := range np {
 			alg := redisAlgorithms[rng.IntN(len(redisAlgorithms))]
@@ -90,12 +93,9 @@ func TestStoreDecideMatchesModel(t *testing.T) {
 				rule = randomRule(rng, alg)
 				p, err = s.Policy(fmt.Sprintf("t%d/p%d", trial, i), alg, rule)
 			}
-			sp := p.(*storePolicy)
-			sp.margin = int64(time.Hour / time.Millisecond) // the test's clock is not Redis's
-			sp.box(sp.rs())
-			sp.redisClock = rclock
-			ps, ls = append(ps, p), append(ls, sp.Limiter)
-			r, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: effective(t, sp.Limiter, alg, rule), Clock: clock})
+			sp := p.(*policy)
+			ps, ls = append(ps, p), append(ls, sp)
+			r, err := floodgate.New(floodgate.Config{Algorithm: alg, Rule: effectiveOf(t, sp, alg, rule), Clock: clock})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,16 +156,8 @@ func TestStoreDecideMatchesModel(t *testing.T) {
 	t.Logf("%d decisions as the model's: admitted, refused, shadow-refused %v", decisions, outcomes)
 }
 
-// storeStats is the Store's Stats over its policies, closed ones included.
-func storeStats(s *Store) Stats {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.retired
-	for _, p := range s.live {
-		st = addStats(st, p.Stats())
-	}
-	return st
-}
+// storeStats is the Store's Stats.
+func storeStats(s *Store) Stats { return s.Stats() }
 
 // TestMultiShortForm holds the multi-policy script's short form, and its
 // fast path for windows, to its whole form, call by call: the same

@@ -34,6 +34,7 @@ func store(t testing.TB, c redis.UniversalClient, cfg redislimit.Config) *redisl
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() }) // after the Server's, before the client's
 	return s
 }
 

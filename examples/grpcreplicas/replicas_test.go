@@ -48,6 +48,7 @@ type replica struct {
 	addr   string
 	srv    *grpc.Server
 	lim    *grpclimit.Limiter
+	store  *redislimit.Store
 	client *redis.Client
 	served chan error
 }
@@ -69,16 +70,18 @@ func startReplica(t *testing.T, redisAddr string, lease int64) *replica {
 		Store:   store,
 	})
 	if err != nil {
+		store.Close()
 		client.Close()
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		lim.Close()
+		store.Close()
 		client.Close()
 		t.Fatal(err)
 	}
-	r := &replica{addr: ln.Addr().String(), lim: lim, client: client, served: make(chan error, 1),
+	r := &replica{addr: ln.Addr().String(), lim: lim, store: store, client: client, served: make(chan error, 1),
 		srv: grpc.NewServer(grpc.UnaryInterceptor(lim.UnaryServerInterceptor()))}
 	healthpb.RegisterHealthServer(r.srv, health.NewServer())
 	go func() { r.served <- r.srv.Serve(ln) }()
@@ -88,7 +91,8 @@ func startReplica(t *testing.T, redisAddr string, lease int64) *replica {
 
 // stop shuts the replica down as a server should: GracefulStop (the calls
 // in flight finish), then the interceptors' Close, which returns the units
-// leased ahead, then the Redis client. It is idempotent.
+// leased ahead, then the Store's, which stops its bookkeeper, then the
+// Redis client. It is idempotent.
 func (r *replica) stop(t *testing.T) {
 	t.Helper()
 	if r.srv == nil {
@@ -100,6 +104,9 @@ func (r *replica) stop(t *testing.T) {
 	}
 	if err := r.lim.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+	if err := r.store.Close(); err != nil {
+		t.Errorf("store Close: %v", err)
 	}
 	if err := r.client.Close(); err != nil {
 		t.Errorf("redis client Close: %v", err)
@@ -118,6 +125,7 @@ func available(t *testing.T, redisAddr, method, key string) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer store.Close()
 	// The name under which grpclimit put the policy on its Store.
 	p, err := store.Policy(fgpolicy.StoreName(method, "", policy[method]), "", rule)
 	if err != nil {

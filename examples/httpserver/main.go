@@ -117,6 +117,9 @@ func run(o options) (err error) {
 		if err != nil {
 			return err
 		}
+		// After the middleware's Close (deferred later, so run sooner),
+		// and before the client's: it stops the Store's bookkeeper.
+		defer func() { err = errors.Join(err, store.Close()) }()
 		cfg.Store = store
 	}
 	lim, err := httplimit.New(cfg)

@@ -123,6 +123,14 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		if store, err = redislimit.NewStore(client, set.redis.store); err != nil {
 			return err
 		}
+		// After the Server's Close (deferred later, so run sooner), and
+		// before the client's: it stops the Store's bookkeeper and
+		// returns what is still leased.
+		defer func() {
+			if err := store.Close(); err != nil {
+				log.Error("closing the Redis store", "err", err)
+			}
+		}()
 		set.options.Store = store
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		if err := client.Ping(ctx).Err(); err != nil {

@@ -1,0 +1,244 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/plan"
+)
+
+// maxPolicies is the most asks one Decide takes.
+const maxPolicies = floodgate.MaxPolicies
+
+// Decide decides asks together, all or nothing, as floodgate.Store's
+// Decide says, in at most one round trip (see Store): each ask with a
+// key and a cost of its own, as Envoy's rate-limit service decides a
+// request's descriptors, or one key by every policy of a route, as the
+// middlewares do.
+//
+// Several asks go to Redis in one script, which runs each ask's policy
+// dry and charges them all only if they all admit, at one instant of
+// Redis's clock: a refusal charges nothing, at no moment. On Redis
+// Cluster their keys must then share a slot: give the Store a HashTag
+// under which they do (a request whose keys do not fails with Redis's
+// CROSSSLOT error, answered by the FailureMode). One ask is its policy's
+// own script. In lease mode, a request whose every ask's policy holds a
+// lease for the ask's key is decided from the leases, all or nothing,
+// with no round trip; any other goes to the one script, and the policies
+// that held none take one ahead.
+//
+// A request whose ctx ends before Redis answers is refused with ctx's
+// error, and keeps no charge: a call still queued is not sent, and one
+// that Redis had already run is given back, in a round trip of its own,
+// as a lease's unspent units are (Stats.Refunded counts them). The
+// buckets and the windows take the units back exactly; a sliding log
+// takes them back unless a later request of the key was charged at the
+// same instant (then the refund lapses, which under-admits). Only when
+// Redis does not answer within Timeout is whether the call ran unknown;
+// its caller had left, so no request was served on it.
+func (s *Store) Decide(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, int, error) {
+	refusal := floodgate.Decision{RetryAfter: floodgate.Never}
+	if len(asks) > maxPolicies {
+		return refusal, 0, fmt.Errorf("redislimit: Decide takes 1 to %d asks, got %d", maxPolicies, len(asks))
+	}
+	var ps [maxPolicies]*policy
+	for i := range asks {
+		p, ok := asks[i].Policy.(*policy)
+		if !ok || p.s != s {
+			return refusal, 0, errNotMine
+		}
+		ps[i] = p
+	}
+	var pl plan.Plan
+	err := pl.Prepare(len(asks),
+		func(i, j int) bool { return ps[i] == ps[j] && asks[i].Key == asks[j].Key },
+		func(i int) bool { return asks[i].Shadow },
+		func(i int) int64 { return asks[i].N },
+		func(i int) int64 { return ps[i].rs().capacity })
+	if err != nil {
+		return refusal, 0, fmt.Errorf("redislimit: Decide: %w", err)
+	}
+	var dec [maxPolicies]floodgate.Decision
+	all := dec[:len(asks)]
+	refused, res, err := s.decidePlan(ctx, &pl, ps[:len(asks)], asks, all)
+	s.results.Inc(int(res))
+	if err != nil {
+		return floodgate.Decision{Limit: ps[0].rs().capacity}, 0, err
+	}
+	for i := range all {
+		if f := int(pl.Of[i]); f != i {
+			all[i] = all[f]
+		} else if pl.Bad[i] {
+			all[i] = floodgate.Decision{Limit: ps[i].rs().capacity, RetryAfter: floodgate.Never}
+		}
+	}
+	copy(each, all)
+	v := plan.Verdict(len(all), refused, func(i int) bool { return asks[i].Shadow },
+		func(i int) int64 { return all[i].Remaining }, func(i int) time.Duration { return all[i].ResetAfter })
+	return all[v], refused, nil
+}
+
+// decidePlan decides pl's asks, writing each live ask's answer to all,
+// and returns the ask that refused (-1 for none), the decision's result
+// and the caller's context's error, if it gave up first.
+func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, asks []floodgate.Ask, all []floodgate.Decision) (int, result, error) {
+	var ms [maxPolicies]*policy
+	var keys [maxPolicies]string
+	var ns [maxPolicies]int64
+	var sh [maxPolicies]bool
+	var at [maxPolicies]int8 // the ask each decides
+	m := 0
+	for _, i := range pl.Live[:pl.NLive] {
+		if pl.Refused >= 0 || pl.Shadow[i] && pl.ShadowsRefused {
+			// Refused before the Store was asked: what it would answer.
+			d, err := ps[i].Peek(ctx, asks[i].Key)
+			if err != nil {
+				return 0, resAbandoned, err
+			}
+			all[i] = d
+			continue
+		}
+		ms[m], keys[m], ns[m], sh[m], at[m] = ps[i], asks[i].Key, pl.Cost[i], pl.Shadow[i], i
+		m++
+	}
+	if pl.Refused >= 0 {
+		return pl.Refused, resDenied, nil
+	}
+	r, res := -1, resAllowed
+	var live [maxPolicies]floodgate.Decision
+	var err error
+	switch m {
+	case 0:
+	case 1:
+		live[0], res, err = s.decideOne(ctx, ms[0], keys[0], ns[0])
+		if !live[0].Allowed {
+			r = 0
+		}
+	default:
+		r, res, err = s.decideMany(ctx, ms[:m], keys[:m], ns[:m], sh[:m], live[:m])
+	}
+	if err != nil {
+		return 0, res, err
+	}
+	for k := range m {
+		all[at[k]] = live[k]
+	}
+	if r >= 0 {
+		for k, i := range pl.Live[:pl.NLive] {
+			if i == at[r] {
+				r = k
+				break
+			}
+		}
+	}
+	refused := pl.Refusal(r)
+	if refused >= 0 && !pl.Shadow[refused] && res == resAllowed {
+		res = resDenied
+	}
+	return refused, res, nil
+}
+
+// decideMany decides several policies' asks together, all or nothing
+// (see Decide): from their leases when each holds one, else by the
+// multi-policy script, or by the FailureMode. The costs are within each
+// policy's capacity (see decidePlan). Each ask not charged answers as a
+// look (see asLook).
+func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
+	var need uint16 // the policies whose leases could not answer
+	if s.lease != nil {
+		refused, ok, missed := s.fromLeases(ps, keys, ns, shadow, all)
+		if ok {
+			looks(ns, shadow, refused, all)
+			return refused, decided(refused < 0 || shadow[refused]), nil
+		}
+		need = missed
+	}
+	var refused int
+	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
+		refused, err = s.runMany(ctx, ps, keys, ns, shadow, all)
+		return err
+	})
+	switch o {
+	case tripAnswered:
+		if s.lease != nil {
+			s.askLeases(ps, keys, need)
+		}
+		looks(ns, shadow, refused, all)
+		return refused, decided(refused < 0 || shadow[refused]), nil
+	case tripAbandoned:
+		for i, p := range ps {
+			all[i] = floodgate.Decision{Limit: p.rs().capacity}
+		}
+		s.abandoned.Add(1)
+		return 0, resAbandoned, callerErr
+	}
+	return s.fallbackMany(ctx, ps, keys, ns, shadow, all)
+}
+
+// looks turns the answers of the asks that a decision did not charge
+// into looks (see asLook): every ask but the refusing one when an
+// enforced ask refused, every shadow but the refusing one when a shadow
+// did.
+func looks(ns []int64, shadow []bool, refused int, all []floodgate.Decision) {
+	if refused < 0 {
+		return
+	}
+	for k := range all {
+		if k != refused && (shadow[k] || !shadow[refused]) {
+			all[k] = asLook(all[k], ns[k])
+		}
+	}
+}
+
+// asLook turns the answer of an ask of cost n that was not charged (a
+// dry run, or units taken and given back) into what a look (one
+// request) says: exact when the cost would pass; a refusal with none
+// left when it would not.
+func asLook(d floodgate.Decision, n int64) floodgate.Decision {
+	if !d.Allowed {
+		return floodgate.Decision{Limit: d.Limit, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+	}
+	d.Remaining += n - 1
+	return d
+}
+
+// fallbackMany is the FailureMode's answer for several policies' asks,
+// all or nothing as the script's: FailOpen admits, FailClosed refuses (by
+// the first enforced policy), and FailLocal decides by the policies'
+// in-process limiters, on the Store's LocalStore, as floodgate decides
+// asks there.
+func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
+	s.fallbacks.Add(1)
+	switch s.set.mode {
+	case FailOpen:
+		for i, p := range ps {
+			c := p.rs().capacity
+			all[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - ns[i]}
+		}
+		return -1, resFailOpen, nil
+	case FailClosed:
+		refused := 0
+		for i := range ps {
+			if !shadow[i] {
+				refused = i
+				break
+			}
+		}
+		for i, p := range ps {
+			all[i] = floodgate.Decision{Limit: p.rs().capacity, RetryAfter: time.Duration(s.breaker.every)}
+		}
+		return refused, resFailClosed, nil
+	}
+	var asks [maxPolicies]floodgate.Ask
+	for i, p := range ps {
+		t, err := p.local()
+		if err != nil { // Check took the rule: not reached
+			return 0, resFailLocal, err
+		}
+		asks[i] = floodgate.Ask{Policy: t.pol, Key: keys[i], N: ns[i], Shadow: shadow[i]}
+	}
+	_, refused, err := s.localStore().Decide(ctx, asks[:len(ps)], all)
+	return refused, resFailLocal, err
+}

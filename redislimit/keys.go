@@ -1,0 +1,38 @@
+package redislimit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+)
+
+// Key returns the Redis key that holds key's state: the policy's head
+// ("<Prefix>:<algorithm>:" for a Limiter, "<Prefix>:<policy>:<algorithm>:"
+// for a Store's policy) and 32 hex digits of key's SHA-256, in braces for
+// a Store's policy, after its tag's with Config.HashTag.
+func (p *policy) Key(key string) string {
+	var h [32]byte
+	hashInto(&h, key)
+	if p.tag != nil {
+		var t [32]byte
+		hashInto(&t, p.tag(key))
+		return p.keyHead + "{" + string(t[:]) + "}:" + string(h[:])
+	}
+	if p.tagged {
+		return p.keyHead + "{" + string(h[:]) + "}"
+	}
+	return p.keyHead + string(h[:])
+}
+
+// keyHash is the 32 hex digits of key's SHA-256 that name its state in
+// Redis (see Key).
+func keyHash(key string) string {
+	var h [32]byte
+	hashInto(&h, key)
+	return string(h[:])
+}
+
+// hashInto writes key's hash (see keyHash) into h.
+func hashInto(h *[32]byte, key string) {
+	sum := sha256.Sum256([]byte(key))
+	hex.Encode(h[:], sum[:16])
+}

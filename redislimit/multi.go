@@ -1,0 +1,95 @@
+package redislimit
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+//go:embed multi.lua
+var multiSource string
+
+// multiScript is every kind's script as a function of (KEYS, ARGV), and
+// then multi.lua, which calls them.
+var multiScript = func() *script {
+	var b strings.Builder
+	for _, k := range []struct {
+		name string
+		s    *script
+	}{{"gcra", gcraScript}, {"window", windowScript}, {"log", logScript}} {
+		fmt.Fprintf(&b, "local function %s(KEYS, ARGV)\n%s\nend\n", k.name, k.s.src)
+	}
+	b.WriteString(multiSource)
+	src := b.String()
+	return &script{src: src, sha: sha1hex(src)}
+}()
+
+// The multi-policy script's reply: the index of the policy that refused
+// (-1 for none), then seven values a policy, as each kind's script
+// answers.
+const multiValues = 7
+
+// runMany is the multi-policy round trip, with a key and a cost for each
+// policy, within Timeout, in a batch with the Store's other calls in
+// flight (see batcher).
+func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, error) {
+	rf := refund{n: len(ps), multi: true}
+	args := make([]any, 3, 3+len(ps)+2+len(ps)*(1+argHistory))
+	args[0], args[1], args[2] = "evalsha", multiScript.sha, len(ps)
+	hash := ""
+	for i, p := range ps {
+		rf.ps[i], rf.rss[i], rf.shadow[i] = p, p.rs(), shadow[i]
+		if p.tag != nil {
+			args = append(args, p.Key(keys[i]))
+			continue
+		}
+		if i == 0 || keys[i] != keys[i-1] || hash == "" {
+			hash = keyHash(keys[i])
+		}
+		args = append(args, p.keyHead+"{"+hash+"}")
+	}
+	flags := make([]byte, len(ps))
+	for i := range ps {
+		flags[i] = '0'
+		if shadow[i] {
+			flags[i] = '1'
+		}
+	}
+	args = append(args, s.scriptNow(), string(flags))
+	short := true
+	for i, p := range ps {
+		short = short && p.plain(call{n: ns[i], rs: rf.rss[i]})
+	}
+	if short {
+		// The short form: four arguments a policy instead of twelve, and
+		// the script's fast path for windows (see multi.lua).
+		args = append(args, "s")
+		for i := range ps {
+			rs := rf.rss[i]
+			args = append(args, ns[i], rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity])
+		}
+	} else {
+		for i, p := range ps {
+			a := p.args("", call{n: ns[i], rs: rf.rss[i]})[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
+			args = append(args, len(a))
+			args = append(args, a...)
+		}
+	}
+	v, err := s.batch.do(ctx, args, multiScript.src, time.Now().Add(s.set.timeout), &rf)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1+multiValues*len(ps) || v[0] < -1 || v[0] >= int64(len(ps)) {
+		return 0, fmt.Errorf("redislimit: the multi-policy script answered %d values, not %d", len(v), 1+multiValues*len(ps))
+	}
+	for i := range ps {
+		r := v[1+multiValues*i : 1+multiValues*(i+1)]
+		all[i] = floodgate.Decision{Allowed: r[0] == 1, Limit: rf.rss[i].capacity, Remaining: r[1],
+			RetryAfter: fromMicros(r[2]), ResetAfter: fromMicros(r[3])}
+	}
+	return int(v[0]), nil
+}

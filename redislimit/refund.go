@@ -1,0 +1,142 @@
+package redislimit
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// giveBack is units that a call took from key rkey of policy p, going
+// back to Redis under the rule of gen, to where k says they were charged
+// (see call's gk): a lease's unspent units, or a request's whose caller
+// left (a refund).
+type giveBack struct {
+	p     *policy
+	rkey  string
+	units int64
+	k     int64
+	gen   int64
+}
+
+// backOf is what goes back of units charged to rkey of p by a call whose
+// script answered vals (its seven values), under rs: to the slots that
+// ended at the TAT the call left (the buckets), to the window it charged
+// (the windows), or to the entry it stamped (the log).
+func backOf(p *policy, rkey string, units int64, vals []int64, rs *rules) giveBack {
+	return giveBack{p: p, rkey: rkey, units: units, k: chargedAt(p.kind, vals[6], vals[5]), gen: rs.gen}
+}
+
+// chargedAt is where a call charged, from its reply's k and horizon, as
+// a return's gk names it: the TAT it left (the buckets), its window (the
+// windows), or its entry's stamp (the log, whose reply's k is the stamp
+// plus the hold).
+func chargedAt(kind scriptKind, k, horizon int64) int64 {
+	switch kind {
+	case kindBucket:
+		return k + horizon
+	case kindLog:
+		return k - horizon
+	}
+	return k
+}
+
+// refund gives back, in a round trip of its own, what a call of args
+// charged, which Redis answered with val after its caller had left (see
+// Store.Decide): a call of one policy, its cost; the multi-policy
+// script, each charged policy's.
+func (s *Store) refund(args []any, rf refund, val []int64) {
+	var back []giveBack
+	switch {
+	case !rf.multi:
+		if len(val) != multiValues || val[0] != 1 {
+			return // refused: nothing was charged
+		}
+		n, _ := args[4].(int64) // KEYS[1], then ARGV[1]: the cost, in both forms
+		back = append(back, backOf(rf.ps[0], args[3].(string), n+val[4], val, rf.rss[0]))
+	default:
+		if len(val) != 1+multiValues*rf.n {
+			return
+		}
+		refused := int(val[0])
+		pos := 3 + rf.n + 2 // after evalsha, its SHA, the key count, the keys, now and the flags
+		short := args[pos] == "s"
+		pos++
+		for i := range rf.n {
+			var n int64
+			if short {
+				n, _ = args[pos+4*i].(int64)
+			} else {
+				c, _ := args[pos-1].(int)
+				n, _ = args[pos].(int64)
+				pos += 1 + c
+			}
+			if refused >= 0 && !(rf.shadow[refused] && !rf.shadow[i]) {
+				continue // not charged
+			}
+			back = append(back, backOf(rf.ps[i], args[3+i].(string), n, val[1+multiValues*i:1+multiValues*(i+1)], rf.rss[i]))
+		}
+	}
+	if len(back) == 0 {
+		return
+	}
+	s.refunds.Add(1)
+	go func() {
+		defer s.refunds.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), s.set.timeout)
+		defer cancel()
+		var units int64
+		for _, b := range back {
+			units += b.units
+		}
+		lost, _ := s.sendBack(ctx, back)
+		s.refunded.Add(units - lost)
+	}()
+}
+
+// sendBack returns back to Redis in pipelines, and says how many units
+// could not go back, with the first error: those are lost, which
+// under-admits. Units taken under a rule changed since go nowhere (the
+// keys they were charged to are converted, or will be, and take no
+// return): they count as lost.
+func (s *Store) sendBack(ctx context.Context, back []giveBack) (int64, error) {
+	var lost int64
+	kept := back[:0:0]
+	for _, b := range back {
+		if rs := b.p.rs(); b.gen != rs.gen {
+			lost += b.units
+			continue
+		}
+		kept = append(kept, b)
+	}
+	back = kept
+	var firstErr error
+	for start := 0; start < len(back); start += 512 {
+		part := back[start:min(len(back), start+512)]
+		pipe := s.client.Pipeline()
+		cmds := make([]*redis.Cmd, len(part))
+		for i, b := range part {
+			cmds[i] = redis.NewCmd(ctx, b.p.args(b.rkey, call{give: b.units, gk: b.k, rs: b.p.rs()})...)
+			_ = pipe.Process(ctx, noRetry{cmds[i]})
+		}
+		s.calls.Add(1)
+		_, _ = pipe.Exec(ctx)
+		for i, b := range part {
+			err := cmds[i].Err()
+			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+				_, err = s.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
+					return s.client.Process(ctx, noRetry{cmd})
+				}, cmds[i].Args(), b.p.script.src)
+			}
+			if err != nil {
+				lost += b.units
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+		}
+	}
+	if firstErr != nil {
+		s.failed(firstErr)
+	}
+	return lost, firstErr
+}
