@@ -21,21 +21,29 @@ type ID struct {
 // Hasher makes IDs with random keys of its own. A key of at most 16 bytes
 // (an address, most ids) is read as two words that hold every byte of it,
 // and each half of the ID is one 128-bit multiply of those words with two
-// random keys, folded: keys of one length differ in the words, and the
-// length goes into the mix. A longer key takes two passes of hash/maphash
-// (AES-based where the CPU has AES) with two seeds. Either way, nothing
-// but the random keys tells where a key lands, and the key is not stored.
+// random keys, folded, then offset by a random key of the key's length:
+// keys of one length differ in the words, and keys of two lengths whose
+// words agree (a word reads up to 8 bytes, so "1000" and "10000" share
+// theirs) differ by random offsets. A longer key takes two passes of
+// hash/maphash (AES-based where the CPU has AES) with two seeds. Either
+// way, nothing but the random keys tells where a key lands, and the key
+// is not stored.
 type Hasher struct {
 	a, b           maphash.Seed
 	k1, k2, k3, k4 uint64
+	byLen          [17][2]uint64 // the offsets of each length up to 16
 }
 
 // NewHasher returns a Hasher with fresh random keys.
 func NewHasher() *Hasher {
 	a, b := maphash.MakeSeed(), maphash.MakeSeed()
-	return &Hasher{a: a, b: b,
+	h := &Hasher{a: a, b: b,
 		k1: maphash.String(a, "k1"), k2: maphash.String(a, "k2"),
 		k3: maphash.String(b, "k3"), k4: maphash.String(b, "k4")}
+	for n := range h.byLen {
+		h.byLen[n] = [2]uint64{maphash.Comparable(a, n), maphash.Comparable(b, n)}
+	}
+	return h
 }
 
 // ID returns key's identity. Hi is always odd, so that 0 and tombHi never
@@ -53,10 +61,10 @@ func (h *Hasher) ID(key string) ID {
 	case n > 0:
 		a = uint64(key[0])<<16 | uint64(key[n>>1])<<8 | uint64(key[n-1])
 	}
-	b ^= uint64(n)
 	h1, l1 := bits.Mul64(a^h.k1, b^h.k2)
 	h2, l2 := bits.Mul64(a^h.k3, b^h.k4)
-	return ID{Hi: (h1 ^ l1) | 1, Lo: h2 ^ l2}
+	off := &h.byLen[n]
+	return ID{Hi: (h1 ^ l1 ^ off[0]) | 1, Lo: h2 ^ l2 ^ off[1]}
 }
 
 func le64(s string) uint64 {

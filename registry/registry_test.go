@@ -103,3 +103,26 @@ func TestLoadAllocatesNothing(t *testing.T) {
 		t.Fatalf("Load allocates %.1f times per call", allocs)
 	}
 }
+
+// TestHasherLengths: keys whose words agree but whose lengths differ,
+// which a length folded into a word once made one identity whatever the
+// seeds ("1000" and "10000"; "10000000" and "100000000"), have
+// identities of their own, and no two keys of a dense set share one.
+func TestHasherLengths(t *testing.T) {
+	h := NewHasher()
+	for _, pair := range [][2]string{{"1000", "10000"}, {"10000000", "100000000"}, {"3222", "32222"}, {"", "\x00"}} {
+		if h.ID(pair[0]) == h.ID(pair[1]) {
+			t.Errorf("%q and %q share an identity", pair[0], pair[1])
+		}
+	}
+	seen := map[ID]string{}
+	for i := range 200_000 {
+		for _, k := range []string{strconv.Itoa(i), strconv.Itoa(i) + "0", "1." + strconv.Itoa(i)} {
+			id := h.ID(k)
+			if o, ok := seen[id]; ok && o != k {
+				t.Fatalf("%q and %q share an identity", o, k)
+			}
+			seen[id] = k
+		}
+	}
+}
