@@ -61,6 +61,7 @@ test-full:
 # without it.
 test-heap:
 	$(GO) test -count=1 -run 'Memory|HeapBound' . ./httplimit
+	cd redislimit && $(GO) test -count=1 -run 'Memory|HeapBound' .
 	cd rls && $(GO) test -count=1 -run 'HeapBound' .
 
 # The lock-free packages and the stress suite with -tags chaos, which

@@ -159,6 +159,13 @@ func (b *batcher) start(s *slot, mayEnd bool, batch []*slot) {
 	b.lead(batch, false)
 }
 
+// busy reports whether a batch is in flight, or a call queued.
+func (b *batcher) busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.inflight > 0 || len(b.queue) > 0
+}
+
 // take removes the next batch from the queue; b.mu is held.
 func (b *batcher) take() []*slot {
 	n := min(len(b.queue), maxBatch)

@@ -28,6 +28,7 @@ func mustNew(t testing.TB, c redis.UniversalClient, cfg Config) *Limiter {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { l.Close() })
 	return l
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,6 @@ type Store struct {
 
 	mu         sync.Mutex
 	live       map[string]*policy // the live policies, by name
-	ids        uint64             // policies made, for their seeds
 	standalone bool               // a Limiter's: its one policy's keys carry no policy hash and no braces
 	refunds    sync.WaitGroup     // refunds in flight, which Close waits for
 	closed     atomic.Bool
@@ -172,9 +172,7 @@ func (s *Store) newPolicy(name, algorithm string, rule floodgate.Rule, localRule
 	if s.live[name] != nil {
 		return nil, fmt.Errorf("redislimit: a live policy of the Store is named %q already", name)
 	}
-	s.ids++
-	p := &policy{s: s, name: name, alg: algorithm, script: sc, kind: kind, localRule: localRule,
-		seed: s.hasher.ID(fmt.Sprint(s.ids)).Lo}
+	p := &policy{s: s, name: name, alg: algorithm, script: sc, kind: kind, localRule: localRule, seed: rand.Uint64()}
 	if s.standalone {
 		p.keyHead = s.set.prefix + ":" + algorithm + ":"
 	} else {
@@ -208,7 +206,8 @@ func (s *Store) Check(algorithm string, rule floodgate.Rule) error {
 
 // Close closes every live policy, which returns their unspent leases to
 // Redis (see Limiter.Close), stops the bookkeeper, and waits for the
-// refunds in flight (see Decide), each within Timeout. Then it sends
+// batches in flight and the refunds they ask (see Decide), each within
+// Timeout. Then it sends
 // nothing more, and the client may be closed. Its policies still decide
 // after it, each request by a round trip. It is idempotent; the error
 // says how many units could not go back.
@@ -228,12 +227,18 @@ func (s *Store) Close() error {
 		for _, p := range ps {
 			errs = append(errs, p.Close())
 		}
+		// The batches in flight, whose callers may all have left, may yet
+		// answer with a charge to refund: their refunds are waited for too.
+		deadline := time.Now().Add(s.set.timeout)
+		for s.batch.busy() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
 		waited := make(chan struct{})
 		go func() {
 			s.refunds.Wait()
 			close(waited)
 		}()
-		timer := time.NewTimer(s.set.timeout)
+		timer := time.NewTimer(max(time.Until(deadline), 0) + s.set.timeout)
 		select {
 		case <-waited:
 		case <-timer.C:

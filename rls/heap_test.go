@@ -9,7 +9,10 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls/config"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // TestHeapBoundMillionRules: a configuration of a million rules (one
@@ -62,4 +65,48 @@ func heapAfterGC() int {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int(m.HeapAlloc)
+}
+
+// TestHeapBoundIdleRulesOnRedis: 10,000 rules on a Store on Redis in
+// lease mode, each used once (a check, which makes its policy and holds
+// no key), cost the Server no goroutine beyond the Store's and at most
+// 2 KiB of heap each: a rule is its policy's rule and scripts, and its
+// counts. Without the race detector, as the others here.
+func TestHeapBoundIdleRulesOnRedis(t *testing.T) {
+	if raceDetector {
+		t.Skip("a heap figure under the race detector means nothing: make test runs this test without -race")
+	}
+	srv := redistest.Start(t)
+	const rules = 10_000
+	var y bytes.Buffer
+	y.WriteString("domain: idle\ndescriptors:\n")
+	for i := range rules {
+		fmt.Fprintf(&y, "  - key: rule\n    value: r%d\n    rate_limit: {unit: second, requests_per_unit: 1000}\n", i)
+	}
+	cfg, err := config.Load([]config.File{{Name: "idle.yaml", Data: y.Bytes()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: "idle", FailureMode: redislimit.FailClosed, Lease: redislimit.Lease{Max: 1000}})
+	goroutines := runtime.NumGoroutine()
+	before := heapAfterGC()
+	s, c := serve(t, cfg, Options{Store: st})
+	served := runtime.NumGoroutine() // the gRPC server's own
+	for i := range rules {
+		d := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "rule", Value: fmt.Sprint("r", i)}},
+			HitsAddend: &wrapperspb.UInt64Value{Value: 0}}
+		if r := ask(t, c, "idle", d); r.OverallCode != pb.RateLimitResponse_OK || r.Statuses[0].LimitRemaining != 1000 {
+			t.Fatalf("rule %d: %s", i, summary(r))
+		}
+	}
+	held := heapAfterGC() - before
+	if g := runtime.NumGoroutine(); g > served+16 {
+		t.Fatalf("%d goroutines with %d rules in use, %d before (%d without the Server)", g, rules, served, goroutines)
+	}
+	per := held / rules
+	t.Logf("%d rules used once, then idle: %d bytes of heap each; %d goroutines, %d before", rules, per, runtime.NumGoroutine(), served)
+	if per > 2048 {
+		t.Errorf("an idle rule holds %d bytes, above 2 KiB", per)
+	}
+	runtime.KeepAlive(s)
 }
