@@ -154,9 +154,20 @@
 // Wait and WaitN reserve and then block until the request may pass, in
 // the order reserved, as golang.org/x/time/rate's do; only the token and
 // leaky buckets reserve (ErrCannotWait otherwise). NewLimits decides a
-// request against several Limiters, all or nothing ("10 a second and
-// 1,000 an hour"). SetRule changes every key's rule while the Limiter
-// serves, with no key gaining allowance from the change.
+// request of one key against several Limiters, all or nothing ("10 a
+// second and 1,000 an hour"). SetRule changes every key's rule while the
+// Limiter serves, with no key gaining allowance from the change.
+//
+// # Stores
+//
+// A Store holds named policies and decides a request by several of them
+// at once, each ask with a key and a cost of its own, all or nothing,
+// with shadow asks that count what they would refuse (see Store.Decide).
+// httplimit, grpclimit and Envoy's rate-limit service (package rls)
+// decide every request through one, so that their policies live in
+// process or on Redis alike: NewLocalStore keeps them in this process,
+// each on a Limiter, and redislimit.NewStore on Redis, shared by every
+// replica.
 //
 // # Clocks
 //

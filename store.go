@@ -75,6 +75,9 @@ type Store interface {
 	// without charging it may answer that instead for an ask whose N is
 	// above 1: a refusal with Remaining 0, when that cost would not pass.
 	//
+	// Decide keeps no reference to an ask's Key once it returns: a caller
+	// may pass a view of a buffer it reuses.
+	//
 	// The error is ctx's when the caller gave up before the Store could
 	// decide; the request is then refused, and keeps no charge (see the
 	// Store's own documentation for what that takes). A Store that cannot
@@ -93,7 +96,8 @@ type Store interface {
 // StorePolicy is one policy of a Store (see Store.Policy).
 type StorePolicy interface {
 	// Peek returns what one request for key would be answered now, and
-	// charges nothing. Its error is as Decide's.
+	// charges nothing. It keeps no reference to key; its error is as
+	// Decide's.
 	Peek(ctx context.Context, key string) (Decision, error)
 	// SetRule changes the policy's rule while it serves, with Limiter's
 	// SetRule contract: no key gains allowance from the change. Its

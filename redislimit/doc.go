@@ -1,26 +1,36 @@
 // Package redislimit keeps floodgate's rules in Redis, so that every
 // replica of a service shares one limit per client.
 //
+// A Store (NewStore) is the floodgate.Store that httplimit, grpclimit and
+// Envoy's rate-limit service (package rls) take: a set of named policies
+// on one Redis client, all served by the Store's one engine (see Store).
+// A Limiter (New) is a Store of one policy, for a rule in your own code.
+//
 // # Decisions
 //
-// A Limiter decides each request in one round trip: one Lua script, run
+// Each request is decided in one round trip: one Lua script, run
 // atomically by Redis, reads the client's state, decides, and writes the
 // new state only when it admits (a denial or a Peek writes nothing, unless
-// the rule changed since the key was written). A script is sent by its
-// SHA (EVALSHA), and whole only when Redis has lost it: on a new server,
-// and after a restart, a failover or SCRIPT FLUSH (Stats.Loads).
+// the rule changed since the key was written). A request of several
+// policies' asks is one script too, which charges all or none (see
+// Store.Decide). A script is sent by its SHA (EVALSHA), and whole only
+// when Redis has lost it: on a new server, and after a restart, a
+// failover or SCRIPT FLUSH (Stats.Loads).
 //
-// The calls in flight at once on a Limiter (or a Store's policy) go to
+// The calls in flight at once on a Store, of every policy and key, go to
 // Redis together, as one pipeline: one write and one read on each side
 // for all of them, where a call apiece would cost each its own. There is
 // no timer: a call that finds fewer than two batches in flight is sent at
 // once, with whatever calls are waiting, so a lone caller sends a plain
 // command, and under many callers a round trip carries many decisions
-// (Stats.Calls counts round trips). A batch of several calls has
-// Config.Timeout, whatever its callers' contexts: a caller whose context ends first returns its
-// context's error, and its call may still run, as it may when a deadline
-// ends mid-round-trip; a batch that fails fails each of its calls, and
-// each is answered by the FailureMode.
+// (Stats.Calls counts round trips). Each call has Config.Timeout from
+// when it was made, queued and sent; a batch runs until its earliest
+// call's, whatever its callers' cancellations, with its first caller's
+// context values (a trace span reaches go-redis's hooks). A caller whose
+// context ends first returns its context's error: its call is not sent
+// if it was queued, and if Redis had run it, what it charged is given
+// back. A batch that fails fails each of its calls, and each is answered
+// by the FailureMode.
 //
 // Time is Redis's own clock, which the script reads (TIME), so the
 // application servers' clocks may disagree. The state is integers in
@@ -58,14 +68,15 @@
 //
 // Each call has Config.Timeout for Redis (100 ms by default), and is never
 // retried by go-redis: a script that timed out may already have charged
-// its request. When Redis fails or runs out of Timeout, the Limiter
-// decides by its FailureMode: FailLocal, the default, with an in-process
-// limiter on Config.Local (each replica then applies that rule on its
-// own), FailOpen or FailClosed. After Config.BreakAfter consecutive
-// failures a circuit breaker stops calling Redis until a probe, one call
-// every Config.ProbeEvery, finds it back; on a Redis Cluster, a failure
-// also has the client reload its slot map, at most once per ProbeEvery.
-// An error reply about one key's data (WRONGTYPE on a key something else
+// its request. When Redis fails or runs out of Timeout, the Store decides
+// by its FailureMode: FailLocal, the default, with an in-process limiter
+// of each policy's rule (a Limiter's Config.Local; each replica then
+// applies the rule on its own), FailOpen or FailClosed. After
+// Config.BreakAfter consecutive failures, of any of the Store's policies,
+// the Store's one circuit breaker stops calling Redis until a probe, one
+// call every Config.ProbeEvery, finds it back; on a Redis Cluster, a
+// failure also has the client reload its slot map, at most once per
+// ProbeEvery. An error reply about one key's data (WRONGTYPE on a key something else
 // wrote) is answered by the FailureMode but opens the breaker for no one;
 // a call whose caller's context ended first is denied, and counts against
 // no breaker (see Limiter.AllowN). Stats and Limiter.AppendCounts count
@@ -75,15 +86,17 @@
 //
 // With Config.Lease.Max set, each replica takes a busy key's allowance
 // from Redis in batches, in the round trip of the request that needed one,
-// and spends them in process with no round trip, while one background
-// goroutine takes the next batches ahead. Every unit admitted was taken
-// from Redis first, so the replicas together never pass the rule; a unit
-// stays spendable for Lease.TTL at most, and never past the instant Redis
-// would have given it back, timed on this machine's monotonic clock from
-// the sending of the round trip that took it (never on Config.Clock, which
-// times only the breaker and FailLocal); unspent units go back to Redis
-// after a TTL, and at Close, which first waits for the round trips in
-// flight. New refuses a Lease whose batches could not outlast their
+// and spends them in process with no round trip, while the Store's one
+// bookkeeper goroutine takes the next batches ahead, for every policy.
+// Every unit admitted was taken from Redis first, so the replicas
+// together never pass the rule; a unit stays spendable for Lease.TTL at
+// most, and never past the instant Redis would have given it back, timed
+// on this machine's monotonic clock from the sending of the round trip
+// that took it, and not after a suspension of the host (never on
+// Config.Clock, which times only the breaker and FailLocal); unspent
+// units go back to Redis after a TTL, and at Close, which first waits
+// for the round trips in flight. Lease mode keeps each key's hash, never
+// the key. New refuses a Lease whose batches could not outlast their
 // renewal (for the buckets, Lease.Max steps of the rule must last 40 ms
 // with the default TTL), since it would cost round trips instead of saving
 // them. See Lease.
@@ -93,8 +106,9 @@
 // NewStore makes a floodgate.Store, which httplimit and grpclimit take in
 // their Config (Store) to keep every policy on Redis: their routes, tiers,
 // shadows, keys, headers and counts work as in process, and every replica
-// shares one limit per client. Each policy is a Limiter with the Store's
-// Config and its own rule. A request is decided by all of its route's
+// shares one limit per client. Each policy has the Store's Config and its
+// own rule, and costs nothing while idle: no goroutine, timer or channel,
+// a few hundred bytes. A request is decided by all of its route's
 // policies in one round trip: one script over the client's keys, which
 // share a Redis Cluster slot (see Store), charges them all or none, so a
 // refusal is charged nowhere at no moment. In lease mode a client whose
