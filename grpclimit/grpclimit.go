@@ -164,9 +164,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
-	if l.store == nil {
-		l.own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: cfg.Clock, MaxKeys: cfg.MaxKeys, IdleTTL: cfg.IdleTTL})
-		l.store = l.own
+	if l.store, l.own = policy.LocalFor(l.store, cfg.Clock, cfg.MaxKeys, cfg.IdleTTL); l.own != nil {
 		defer func() {
 			if err != nil {
 				l.own.Close()

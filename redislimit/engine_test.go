@@ -189,16 +189,8 @@ func TestLeaseSuspendedHost(t *testing.T) {
 		mono := floodgate.NewManualClock(epoch) // stops while suspended
 		wall := floodgate.NewManualClock(epoch) // runs on, as Redis's clock does
 		rule := floodgate.Rule{Limit: 10, Period: time.Second}
-		l, err := newLimiter(c, Config{Algorithm: alg, Rule: rule, Prefix: "suspend", Timeout: 10 * time.Second, FailureMode: FailClosed,
-			Lease: Lease{Max: 8, TTL: time.Hour}}, func(l *Limiter) {
-			l.s.redisClock, l.s.wallClock = mono, wall
-			l.s.margin = int64(1000 * time.Hour / time.Millisecond)
-			l.p.box(l.p.rs())
-			l.s.lease.inline = true
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		l := replicaWall(t, c, Config{Algorithm: alg, Rule: rule, Prefix: "suspend", FailureMode: FailClosed,
+			Lease: Lease{Max: 8, TTL: time.Hour}}, mono, mono, wall)
 		if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
 			t.Fatalf("%s: %+v, %v", alg, d, err)
 		}

@@ -102,17 +102,9 @@ func (ls *leases) askRenewal(st *leaseState, rs *rules, now int64) {
 		ls.renewAhead([]*leaseState{st})
 		return
 	}
-	due := now + int64(renewEvery(rs.target))
 	ls.qmu.Lock()
 	ls.renew = append(ls.renew, st)
-	wake := ls.due == 0 || due < ls.due
-	if wake {
-		ls.due = due
-	}
-	ls.qmu.Unlock()
-	if wake {
-		ls.wake()
-	}
+	ls.dueBy(now + int64(renewEvery(rs.target)))
 }
 
 // queueBack hands b, units to go back to Redis, to the bookkeeper, which
@@ -141,7 +133,13 @@ func (ls *leases) queueBack(b giveBack) {
 		return
 	}
 	ls.back = append(ls.back, b)
-	due := now + int64(renewEvery(b.p.rs().target))
+	ls.dueBy(now + int64(renewEvery(b.p.rs().target)))
+}
+
+// dueBy has the bookkeeper take its queued renewals and returns by due
+// (lease ns), waking it if it would take them later; ls.qmu is held, and
+// released.
+func (ls *leases) dueBy(due int64) {
 	wake := ls.due == 0 || due < ls.due
 	if wake {
 		ls.due = due

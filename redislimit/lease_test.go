@@ -32,12 +32,22 @@ func replica(t testing.TB, c redis.UniversalClient, cfg Config, clock *floodgate
 // Redis's clock, which the scripts and the leases read.
 func replicaOn(t testing.TB, c redis.UniversalClient, cfg Config, clock, redisClock *floodgate.ManualClock) *Limiter {
 	t.Helper()
+	return replicaWall(t, c, cfg, clock, redisClock, nil)
+}
+
+// replicaWall is replicaOn with wallClock as the clock that counts a
+// suspended host's time (see leaseNow): nil, none.
+func replicaWall(t testing.TB, c redis.UniversalClient, cfg Config, clock, redisClock, wallClock *floodgate.ManualClock) *Limiter {
+	t.Helper()
 	cfg.Clock = clock
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
 	}
 	l, err := newLimiter(c, cfg, func(l *Limiter) {
 		l.s.redisClock = redisClock
+		if wallClock != nil {
+			l.s.wallClock = wallClock
+		}
 		l.s.margin = int64(1000 * time.Hour / time.Millisecond) // the test's clock is not Redis's
 		l.p.box(l.p.rs())
 		if l.s.lease != nil {

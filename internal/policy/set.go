@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
@@ -328,6 +329,17 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 	e.SP = p
 	b.fresh = append(b.fresh, e)
 	return e, nil
+}
+
+// LocalFor returns store, or, when it is nil, a new LocalStore of the
+// middleware's in-process settings, which the middleware owns and closes
+// (own is nil otherwise).
+func LocalFor(store floodgate.Store, clock floodgate.Clock, maxKeys int, idleTTL time.Duration) (s floodgate.Store, own *floodgate.LocalStore) {
+	if store != nil {
+		return store, nil
+	}
+	own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: clock, MaxKeys: maxKeys, IdleTTL: idleTTL})
+	return own, own
 }
 
 // StoreName is the name of a policy on a Store: its route, its tier ("" for
