@@ -187,16 +187,19 @@ func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, 
 		d.Remaining += r.extra
 	}
 	if cerr != nil {
-		// Its caller left: the request keeps no charge. Its units join
-		// the batch it took, or go back to Redis with what was held.
-		if g != nil {
-			ls.putBack(st, g, n)
+		// Its caller left: the request keeps no charge. What it took from
+		// Redis joins the batch it took, whose slots it precedes (the
+		// buckets) or whose window it shares (the windows); the log's,
+		// stamped before the batch's, goes back to Redis. What it took of
+		// the old lease is held there again.
+		if g != nil && p.kind != kindLog {
+			ls.putBack(st, g, n-held)
 		} else {
 			ls.queueBack(giveBack{p: p, rkey: st.rkey, units: n - held, k: chargedAt(p.kind, r.k, r.horizon), gen: rs.gen})
-			if held > 0 {
-				old.units.Store(held)
-				p.install(st, old, now)
-			}
+		}
+		if held > 0 {
+			old.units.Store(held)
+			p.install(st, old, now)
 		}
 		return p.abandon(), resAbandoned, cerr
 	}
