@@ -244,3 +244,11 @@ func decideEach(s *Store, ctx context.Context, asks []testAsk, shadow []bool, ea
 	_, j, err := s.Decide(ctx, fa, each)
 	return j, err
 }
+
+// TestMultiBoundIsMaxPolicies: the multi-policy script takes as many
+// policies as a decision may have, floodgate.MaxPolicies, and no more.
+func TestMultiBoundIsMaxPolicies(t *testing.T) {
+	if want := fmt.Sprintf("P >= 1 and P <= %d and", floodgate.MaxPolicies); !strings.Contains(multiSource, want) {
+		t.Fatalf("multi.lua does not bound P by %d (want %q)", floodgate.MaxPolicies, want)
+	}
+}
