@@ -481,3 +481,48 @@ BenchmarkMiddleware/scenario=redis-clients-1/impl=throttled-redis/g=64-2  1  800
 		}
 	}
 }
+
+// TestIdleTable: BenchmarkIdle's table has a row per scenario with the
+// medians over its passes (a pass that could not read the process's CPU
+// counts only in the others), each beside issue 41's target and the
+// figure before that issue's engine; a scenario without such a figure
+// shows none, and the table is numbered and explained like the others.
+func TestIdleTable(t *testing.T) {
+	d := parseString(t, `BenchmarkIdle/scenario=rules-1000/impl=floodgate-rls-lease-2  1  10000000000 ns/op  0.3000 idle-cpu-%  0 goroutines-added  1248 heap-B/rule  27.90 rss-MB  1000 B/op  10 allocs/op
+BenchmarkIdle/scenario=rules-10000/impl=floodgate-rls-lease-2  1  10000000000 ns/op  0.5600 idle-cpu-%  0 goroutines-added  1134 heap-B/rule  55.40 rss-MB
+BenchmarkIdle/scenario=rules-1000/impl=floodgate-rls-lease-2  1  10000000000 ns/op  0.5000 idle-cpu-%  2 goroutines-added  1300 heap-B/rule  28.10 rss-MB
+BenchmarkIdle/scenario=rules-10000/impl=floodgate-rls-lease-2  1  10000000000 ns/op  1 goroutines-added  1100 heap-B/rule  55.00 rss-MB
+BenchmarkIdle/scenario=rules-1000/impl=floodgate-rls-lease-2  1  10000000000 ns/op  0.4000 idle-cpu-%  1 goroutines-added  1200 heap-B/rule  28.00 rss-MB
+BenchmarkIdle/scenario=rules-10000/impl=floodgate-rls-lease-2  1  10000000000 ns/op  0.6000 idle-cpu-%  0 goroutines-added  1120 heap-B/rule  56.00 rss-MB
+BenchmarkIdle/scenario=rules-5/impl=floodgate-rls-lease-2  1  10000000000 ns/op  0.1000 idle-cpu-%  0 goroutines-added  900.4 heap-B/rule  20.00 rss-MB
+`)
+	tb := idleTable(d)
+	want := [][]string{
+		{"rules-1000", "0.40", "≤ 1.00", "35.40, 23.60", "+1", "≤ +16", "+1000", "1248", "≤ 2048", "237581", "28.0", "44.5"},
+		{"rules-10000", "0.58", "≤ 1.00", "195.00", "+0", "≤ +16", "+10000", "1120", "≤ 2048", "236988", "55.4", "204.6"},
+		{"rules-5", "0.10", "≤ 1.00", "–", "+0", "≤ +16", "–", "900", "≤ 2048", "–", "20.0", "–"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+	md := summary(d, "bench-raw.txt", nil)
+	for _, want := range []string{
+		"## 1. Idle rules: what floodgate-rls holds and spends while nobody asks\n\nfloodgate-rls as a process",
+		"at commit 554c3c8",
+		"The team's targets (issue 41)",
+		"| scenario    | idle CPU (% of a core) | target |       before | goroutines added |",
+		"| rules-1000  |                   0.40 | ≤ 1.00 | 35.40, 23.60 |               +1 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	if tb := idleTable(parseString(t, raw)); len(tb.rows) != 0 {
+		t.Errorf("an idle table without BenchmarkIdle: %q", tb.rows)
+	}
+}

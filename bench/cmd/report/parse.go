@@ -28,6 +28,10 @@ const (
 	unitSrvCPU = "server-cpu-ns/req"
 	unitOwnCPU = "own-cpu-ns/req"
 	unitRPCCPU = "grpc-cpu-ns/req"
+	unitIdle   = "idle-cpu-%"
+	unitAdded  = "goroutines-added"
+	unitBRule  = "heap-B/rule"
+	unitRSS    = "rss-MB"
 	floodgate  = "floodgate-"
 )
 
