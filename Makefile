@@ -124,8 +124,11 @@ fuzz:
 # $(RESULTS)/. A failing benchmark (only a limiter that admits past its
 # rule fails one) stops no pass, and the run then exits 1.
 # `make bench-full` is the long run for a quiet many-core machine.
+# BENCHES names the families a pass runs; BenchmarkIdle (Idle) leaves
+# floodgate-rls idle for 10 s in each of its two scenarios whatever
+# BENCHTIME says, some 27 s of each pass on 2 cores.
 GOROUTINES ?= 1,4,64
-BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS)$$
+BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|Idle)$$
 
 bench:
 	GO='$(GO)' BENCHSTAT='$(BENCHSTAT)' COUNT='$(COUNT)' BENCHTIME='$(BENCHTIME)' GOROUTINES='$(GOROUTINES)' \

@@ -127,3 +127,35 @@ func goModLine(t *testing.T) string {
 	}
 	return m[1]
 }
+
+// TestBenchesAgree checks that bench/run.sh's default BENCHES is the
+// Makefile's, which it repeats for a run without make (and for make
+// bench-smoke, which passes none): a family added to one and not the
+// other would run in one pipeline and not in the other.
+func TestBenchesAgree(t *testing.T) {
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, err := os.ReadFile("run.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^BENCHES\s*\?=\s*(\S+)$`).FindSubmatch(mk)
+	s := regexp.MustCompile(`(?m)^: "\$\{BENCHES:=(\S+)\}"$`).FindSubmatch(sh)
+	if m == nil || s == nil {
+		t.Fatalf("no BENCHES default found: Makefile %q, run.sh %q", m, s)
+	}
+	inMake := strings.ReplaceAll(string(m[1]), "$$", "$")  // make's escape
+	inShell := strings.ReplaceAll(string(s[1]), `\$`, "$") // the shell's
+	if inMake != inShell {
+		t.Errorf("BENCHES differ: the Makefile's %q, run.sh's %q", inMake, inShell)
+	}
+	re, err := regexp.Compile(inMake)
+	if err != nil {
+		t.Fatalf("BENCHES %q: %v", inMake, err)
+	}
+	if !re.MatchString("BenchmarkIdle") {
+		t.Errorf("BENCHES %q does not run BenchmarkIdle", inMake)
+	}
+}

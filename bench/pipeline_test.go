@@ -46,7 +46,7 @@ func TestBenchPipeline(t *testing.T) {
 	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware"}
 	withRedis := false
 	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
-		families = append(families, "Redis", "RLS")
+		families = append(families, "Redis", "RLS", "Idle")
 		withRedis = true
 	}
 	for _, f := range families {
@@ -68,6 +68,10 @@ func TestBenchPipeline(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(out, name)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s was not written: %v", name, err)
 		}
+	}
+	// BenchmarkIdle's figures reach the summary only through its own table.
+	if md, err := os.ReadFile(filepath.Join(out, "summary.md")); withRedis && err == nil && !bytes.Contains(md, []byte("| rules-10000 |")) {
+		t.Errorf("summary.md has no row of BenchmarkIdle's table:\n%s", tail(string(md), 40))
 	}
 }
 
