@@ -168,8 +168,8 @@ var mwRedisHourly = floodgate.Rule{Limit: 3_600_000_000, Period: time.Hour}
 // process, the floors a Redis-backed middleware is read against; then,
 // each on a go-redis client of its own with the same options (redis),
 // floodgate's httplimit on redislimit.NewStore, a round trip per request,
-// in lease mode, and a round trip per request for a route of two
-// policies; ulule/limiter's stdlib middleware on its Redis store (a fixed
+// in lease mode, a round trip per request for a route of two policies,
+// and for two policies in flight at once (two tiers); ulule/limiter's stdlib middleware on its Redis store (a fixed
 // window, INCRBY in a script); throttled's HTTPRateLimiterCtx with GCRA on
 // its go-redis v9 store (a read, then a compare-and-swap script, retried
 // while other requests of the client win it). Every peer that has a Redis
@@ -195,6 +195,22 @@ var redisMiddlewares = []struct {
 	{"floodgate-redis-2policies", true, func(b *testing.B, c *redis.Client) func(http.Handler) http.Handler {
 		return floodgateStore(b, c, "bench-fg-2p", redislimit.Lease{},
 			fghttp.Policy{Name: "default", Rule: mwRedisRule}, fghttp.Policy{Name: "hourly", Rule: mwRedisHourly})
+	}},
+	// Calls of two policies in flight at once: every client's request is
+	// decided by one policy, that of its tier, and half the clients are
+	// in each tier. A Store's calls share one pipeline whatever their
+	// policies.
+	{"floodgate-redis-2tiers", true, func(b *testing.B, c *redis.Client) func(http.Handler) http.Handler {
+		return floodgateStoreConfig(b, c, "bench-fg-2t", redislimit.Lease{}, fghttp.Config{
+			Routes: []fghttp.Route{{Pattern: "/", Policies: []fghttp.Policy{{Name: "default", Rule: mwRedisRule}},
+				Tiers: map[string][]fghttp.Policy{"odd": {{Name: "odd", Rule: mwRedisRule}}}}},
+			Tier: func(r *http.Request, client string) string {
+				if client != "" && (client[len(client)-1]-'0')%2 == 1 {
+					return "odd"
+				}
+				return ""
+			},
+		})
 	}},
 	{"ulule-redis", true, func(b *testing.B, c *redis.Client) func(http.Handler) http.Handler {
 		store, err := ululeredis.NewStoreWithOptions(c, ulule.StoreOptions{Prefix: "bench-ulule", MaxRetry: ulule.DefaultMaxRetry})
@@ -232,11 +248,18 @@ var redisMiddlewares = []struct {
 // lease-mode run in six under make bench saw a request refused while its
 // key's refill waited).
 func floodgateStore(b *testing.B, c *redis.Client, prefix string, lease redislimit.Lease, ps ...fghttp.Policy) func(http.Handler) http.Handler {
+	return floodgateStoreConfig(b, c, prefix, lease, fghttp.Config{Default: ps})
+}
+
+// floodgateStoreConfig is floodgateStore with the middleware's routes
+// and policies as cfg gives them.
+func floodgateStoreConfig(b *testing.B, c *redis.Client, prefix string, lease redislimit.Lease, cfg fghttp.Config) func(http.Handler) http.Handler {
 	store, err := redislimit.NewStore(c, redislimit.Config{Prefix: prefix, Timeout: 10 * time.Second, FailureMode: redislimit.FailClosed, Lease: lease})
 	if err != nil {
 		b.Fatal(err)
 	}
-	l, err := fghttp.New(fghttp.Config{Store: store, Default: ps})
+	cfg.Store = store
+	l, err := fghttp.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -684,7 +684,7 @@ func redisMiddlewareTable(d *dataset) table {
 	t := table{
 		title: "HTTP middleware on Redis: httplimit on redislimit's Store vs ulule and throttled",
 		note: "One redis-server on loopback, started by the benchmark; 64 requests at once (g) from random clients of 1 or 1,000, every one admitted, each through the middleware to a handler that writes \"ok\". " +
-			"floodgate is httplimit in process, bare no middleware; floodgate-redis is httplimit on redislimit.NewStore, a round trip per request, -lease in lease mode, -2policies a route of two policies decided together. " +
+			"floodgate is httplimit in process, bare no middleware; floodgate-redis is httplimit on redislimit.NewStore, a round trip per request, -lease in lease mode, -2policies a route of two policies decided together, -2tiers two policies in flight at once (each client's request decided by its tier's policy; half the clients in each tier), whose calls share the Store's one pipeline. " +
 			"rt/req is the round trips the middleware's go-redis client made per request (a pipeline is one; lease renewals count); scripts/req and cmds/req are the scripts, and every command, that Redis ran per request (INFO commandstats: a script's own commands count); p50, p99 and p99.9 are one request's latency in µs. " +
 			"× best peer is req/s ÷ the faster of ulule-redis and throttled-redis; p99 ÷ in-process is the p99 ÷ floodgate's in process. " +
 			"The team's targets: floodgate-redis ≥ 1× the best peer; floodgate-redis-lease ≥ 20× and p99 ≤ 2× in process.",
