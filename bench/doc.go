@@ -20,10 +20,16 @@
 // request at a time (floodgate's httplimit, go-chi/httprate, go-limiter's
 // httplimit), and on one redis-server it starts, 64 requests at once:
 // httplimit on redislimit.NewStore (a round trip per request, lease mode,
-// and a route of two policies), ulule/limiter's stdlib middleware on its
-// Redis store, and throttled's on its go-redis v9 store, with round trips,
-// Redis's scripts and commands, and latency per request. BenchmarkRedis
-// compares redislimit with go-redis/redis_rate on the same footing.
+// a route of two policies, and two policies in flight at once), ulule/
+// limiter's stdlib middleware on its Redis store, and throttled's on its
+// go-redis v9 store, with round trips, Redis's scripts and commands, and
+// latency per request. BenchmarkRedis compares redislimit with
+// go-redis/redis_rate on the same footing. BenchmarkRLS runs Envoy's
+// rate-limit services as processes on one redis-server, envoyproxy/
+// ratelimit (built from its module at a pinned version) and floodgate-rls
+// (per request, in lease mode and in process), with each one's CPU a
+// request; BenchmarkIdle, what floodgate-rls's rules cost while nobody
+// asks for them (CPU, goroutines, heap a rule).
 //
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
 // puts implementations side by side; BenchmarkPaired times the sliding log
