@@ -224,7 +224,7 @@ func TestLeaseKeepsNoKeysMemory(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
 	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 100, Period: time.Hour}, Prefix: "bigkeys", Timeout: 10 * time.Second,
-		FailureMode: FailClosed, Lease: Lease{Max: 10}})
+		FailureMode: FailClosed, Lease: Lease{Max: 10, TTL: time.Hour}}) // no lease ends while the test runs
 	const keys, size = 300, 1 << 20
 	var before, after runtime.MemStats
 	runtime.GC()
