@@ -144,26 +144,31 @@ func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, ask
 // (see Decide): from their leases when each holds one, else by the
 // multi-policy script, or by the FailureMode. The costs are within each
 // policy's capacity (see decidePlan). Each ask not charged answers as a
-// look (see asLook).
+// look (see asLook). In lease mode, the script's round trip also takes
+// a batch for each policy whose lease could not answer, if it charges
+// the request, so that the client's next requests find one.
 func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
-	var need uint16 // the policies whose leases could not answer
+	var lz leasing
 	if s.lease != nil {
 		refused, ok, missed := s.fromLeases(ps, keys, ns, shadow, all)
 		if ok {
 			looks(ns, shadow, refused, all)
 			return refused, decided(refused < 0 || shadow[refused]), nil
 		}
-		need = missed
+		lz.prepare(s, ps, keys, missed)
+		defer lz.done()
 	}
 	var refused int
+	var replies [maxPolicies]reply
 	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
-		refused, err = s.runMany(ctx, ps, keys, ns, shadow, all)
+		refused, err = s.runMany(ctx, ps, keys, ns, shadow, lz.wants[:len(ps)], all, replies[:len(ps)])
 		return err
 	})
 	switch o {
 	case tripAnswered:
 		if s.lease != nil {
-			s.askLeases(ps, keys, need)
+			lz.install(ps, replies[:len(ps)], all)
+			s.askLeases(ps, keys, lz.still)
 		}
 		looks(ns, shadow, refused, all)
 		return refused, decided(refused < 0 || shadow[refused]), nil
@@ -175,6 +180,103 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 		return 0, resAbandoned, callerErr
 	}
 	return s.fallbackMany(ctx, ps, keys, ns, shadow, all)
+}
+
+// leasing is what a multi-policy round trip leases: a batch for each
+// policy whose lease could not answer (missed, bit i for policy i), of
+// wants[i] units beyond the request's cost, for its key's state sts[i],
+// timed from now and skew; still marks the policies that take none in
+// it, and ask for one ahead after (see askLeases).
+type leasing struct {
+	ls       *leases
+	sts      [maxPolicies]*leaseState
+	wants    [maxPolicies]int64
+	now      int64
+	skew     int64
+	still    uint16
+	tracked  bool
+	holders  [maxPolicies]*policy
+	nholders int
+}
+
+// prepare sizes the batches of the policies missed marks, as a renewal
+// ahead would, and counts the round trip among lease mode's, which Close
+// waits for.
+func (lz *leasing) prepare(s *Store, ps []*policy, keys []string, missed uint16) {
+	ls := s.lease
+	lz.ls, lz.still = ls, missed
+	if missed == 0 || ls.closed.Load() {
+		return
+	}
+	lz.now, lz.skew = s.leaseNow()
+	for i, p := range ps {
+		if missed&(1<<i) == 0 || p.closed.Load() {
+			continue
+		}
+		st := p.state(keys[i])
+		if st == nil {
+			if st = p.newState(keys[i], s.hasher.ID(keys[i])); st == nil {
+				continue
+			}
+		}
+		st.lastUsed.Store(lz.now)
+		if nx := st.next.Load(); nx != nil || st.dead.Load() {
+			continue // a batch taken ahead, which askLeases looks at
+		}
+		rs := p.rs()
+		g := st.g.Load()
+		spent, held := int64(0), int64(0)
+		if g != nil && g.gen == rs.gen {
+			u := max(0, g.units.Load())
+			spent = g.taken - u - g.decayed.Load()
+			held = ls.usable(g, u, lz.now, lz.skew)
+		} else {
+			g = nil
+		}
+		if want := min(ls.want(rs, st, g, spent, lz.now), ls.max-held); want > 0 {
+			lz.sts[i], lz.wants[i] = st, want
+			lz.still &^= 1 << i
+			lz.holders[lz.nholders] = p
+			lz.nholders++
+			p.flights.Add(1) // its Close waits for the batch, and returns it
+		}
+	}
+	if lz.nholders > 0 {
+		lz.tracked = ls.enter()
+	}
+}
+
+// install makes each batch that the round trip took its key's lease, or
+// its next one, and adds its units to the policy's answer; a policy that
+// wanted one and took none (the request was refused, or Redis had too
+// little left) is asked for one ahead.
+func (lz *leasing) install(ps []*policy, replies []reply, all []floodgate.Decision) {
+	ls := lz.ls
+	for i, p := range ps {
+		st := lz.sts[i]
+		if st == nil {
+			continue
+		}
+		r := replies[i]
+		if r.extra <= 0 {
+			lz.still |= 1 << i
+			continue
+		}
+		ls.leased.Add(r.extra)
+		st.batch.Store(r.extra)
+		p.install(st, ls.newGrant(p.kind, r, lz.now, lz.skew), lz.now)
+		all[i].Remaining += r.extra
+	}
+}
+
+// done ends the round trip's count among lease mode's.
+func (lz *leasing) done() {
+	for _, p := range lz.holders[:lz.nholders] {
+		p.flights.Add(-1)
+	}
+	if lz.tracked {
+		lz.ls.exit()
+	}
 }
 
 // looks turns the answers of the asks that a decision did not charge

@@ -460,3 +460,51 @@ func TestIdlePoliciesHeapBound(t *testing.T) {
 	t.Logf("%d idle policies: %d bytes of heap each, %d goroutines (%d before); %d units leased, %d returned",
 		rules, per, runtime.NumGoroutine(), goroutines, st.Leased, st.Returned)
 }
+
+// TestDecideLeasesInItsRoundTrip: in lease mode, a request of several
+// policies whose leases cannot answer takes a batch for each of them in
+// its own round trip, when it charges: once it returns, each holds one,
+// and the next request is decided from them, Redis stalled or not. A
+// refused request charges nothing.
+func TestDecideLeasesInItsRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	s := mustStore(t, srv, Config{Timeout: 200 * time.Millisecond, FailureMode: FailClosed, BreakAfter: 1000, Lease: Lease{Max: 1000}})
+	rule := floodgate.Rule{Limit: 100_000, Period: time.Hour}
+	a := mustPolicy(t, s, "a", floodgate.FixedWindow, rule).(*policy)
+	b := mustPolicy(t, s, "b", floodgate.SlidingCounter, rule).(*policy)
+	c := mustPolicy(t, s, "c", floodgate.TokenBucket, rule).(*policy)
+	ctx := context.Background()
+	asks := []floodgate.Ask{{Policy: a, Key: "x", N: 1}, {Policy: b, Key: "y", N: 1}, {Policy: c, Key: "z", N: 1}}
+	calls := s.Stats().Calls
+	if _, j, err := s.Decide(ctx, asks, nil); err != nil || j != -1 {
+		t.Fatal(j, err)
+	}
+	if got := s.Stats().Calls - calls; got != 1 {
+		t.Fatalf("the first request made %d round trips, want 1", got)
+	}
+	for _, ask := range asks {
+		p := ask.Policy.(*policy)
+		if st := p.state(ask.Key); st == nil || st.g.Load() == nil {
+			t.Fatalf("%s holds no lease once the first request returned", p.name)
+		}
+	}
+	srv.Pause()
+	d, j, err := s.Decide(ctx, asks, nil)
+	srv.Resume()
+	if err != nil || j != -1 || !d.Allowed {
+		t.Fatalf("the second request, Redis stalled: %+v, %d, %v; want it admitted from the leases", d, j, err)
+	}
+	// A request that an enforced policy refuses charges nothing (a batch
+	// the bookkeeper takes ahead for the key meanwhile is counted as
+	// remaining by Peek).
+	tight := mustPolicy(t, s, "tight", floodgate.FixedWindow, floodgate.Rule{Limit: 1, Period: time.Hour}).(*policy)
+	if _, j, err := s.Decide(ctx, []floodgate.Ask{{Policy: tight, Key: "w", N: 1}}, nil); err != nil || j != -1 {
+		t.Fatalf("the tight policy's one: refused by %d, %v", j, err)
+	}
+	if _, j, err := s.Decide(ctx, []floodgate.Ask{{Policy: a, Key: "w", N: 1}, {Policy: tight, Key: "w", N: 1}}, nil); err != nil || j != 1 {
+		t.Fatalf("past the tight policy's limit: refused by %d, %v", j, err)
+	}
+	if d, _ := a.Peek(ctx, "w"); d.Remaining != rule.Limit-1 {
+		t.Fatalf("the refused request charged a: %+v", d)
+	}
+}

@@ -384,9 +384,11 @@ func (p *policy) couldServe(key string, n int64) bool {
 }
 
 // askLeases has each policy that need marks (bit i for policy i) take a
-// lease for its key ahead, after a request that went to Redis because it
-// held none that could answer: the key's next requests then find one.
-// The others' leases answered, and are renewed as they run low.
+// lease for its key ahead, by the bookkeeper, after a request that went
+// to Redis because it held none that could answer and whose round trip
+// took none (it was refused, or Redis had too little left): the key's
+// next requests then find one. The others' leases answered, or were
+// taken in the round trip, and are renewed as they run low.
 func (s *Store) askLeases(ps []*policy, keys []string, need uint16) {
 	ls := s.lease
 	for i, p := range ps {

@@ -34,9 +34,12 @@ var multiScript = func() *script {
 const multiValues = 7
 
 // runMany is the multi-policy round trip, with a key and a cost for each
-// policy, within Timeout, in a batch with the Store's other calls in
-// flight (see batcher).
-func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, error) {
+// policy, and wants[i] units to lease beyond the cost for policy i if it
+// charges the request (nil: none), within Timeout, in a batch with the
+// Store's other calls in flight (see batcher). It writes each policy's
+// answer to all, and its reply (the units it leased) to replies.
+func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, wants []int64,
+	all []floodgate.Decision, replies []reply) (int, error) {
 	rf := refund{n: len(ps), multi: true}
 	args := make([]any, 3, 3+len(ps)+2+len(ps)*(1+argHistory))
 	args[0], args[1], args[2] = "evalsha", multiScript.sha, len(ps)
@@ -60,9 +63,14 @@ func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []i
 		}
 	}
 	args = append(args, s.scriptNow(), string(flags))
+	calls := make([]call, len(ps))
 	short := true
 	for i, p := range ps {
-		short = short && p.plain(call{n: ns[i], rs: rf.rss[i]})
+		calls[i] = call{n: ns[i], rs: rf.rss[i]}
+		if wants != nil {
+			calls[i].want = wants[i]
+		}
+		short = short && p.plain(calls[i])
 	}
 	if short {
 		// The short form: four arguments a policy instead of twelve, and
@@ -74,7 +82,7 @@ func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []i
 		}
 	} else {
 		for i, p := range ps {
-			a := p.args("", call{n: ns[i], rs: rf.rss[i]})[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
+			a := p.args("", calls[i])[4:] // ARGV, after evalsha, its SHA, 1 and KEYS[1]
 			args = append(args, len(a))
 			args = append(args, a...)
 		}
@@ -87,9 +95,14 @@ func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []i
 		return 0, fmt.Errorf("redislimit: the multi-policy script answered %d values, not %d", len(v), 1+multiValues*len(ps))
 	}
 	for i := range ps {
-		r := v[1+multiValues*i : 1+multiValues*(i+1)]
-		all[i] = floodgate.Decision{Allowed: r[0] == 1, Limit: rf.rss[i].capacity, Remaining: r[1],
-			RetryAfter: fromMicros(r[2]), ResetAfter: fromMicros(r[3])}
+		r, err := decode(v[1+multiValues*i:1+multiValues*(i+1)], rf.rss[i])
+		if err != nil {
+			return 0, err
+		}
+		all[i] = r.d
+		if replies != nil {
+			replies[i] = r
+		}
 	}
 	return int(v[0]), nil
 }

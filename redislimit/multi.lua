@@ -14,7 +14,9 @@
 --          for an enforced policy.
 -- ARGV[3]  then, for each policy in turn, c, the number of its arguments
 --          (at least 11), and its c arguments: the request's cost, not
---          dry, no lease.
+--          dry, no return, and want, the units a policy leases beyond
+--          the request's cost if it charges it (lease mode's batch for
+--          a policy that held none: 0 for none).
 --          Or the short form: 's', then for each policy its four of the
 --          short form of args.lua (n, kind, interval, capacity: a plain
 --          request, margin 1000, no param nor history).
@@ -27,7 +29,8 @@
 -- same. This is Envoy's rate-limit service's common request: a few
 -- descriptors, each a fixed window.
 --
--- A policy that refuses writes nothing (a dry run writes nothing), so:
+-- A policy that refuses writes nothing (a dry run writes nothing, and
+-- leases nothing: want counts only in a policy's real run), so:
 --
 --   - without shadows, every policy but the last runs dry; if they all
 --     admit, the last decides for real, and if it admits too, the others
@@ -41,8 +44,9 @@
 -- from 0, of the first enforced policy that refused (nothing was
 -- charged), else of the first shadow that refused (only the enforced
 -- were charged), else -1 (every policy was). A policy that charged
--- nothing answers with its dry run. An error reply of a policy's script
--- is the reply.
+-- answers with its real run (its extra units leased, if it wanted), one
+-- that charged nothing with its dry run. An error reply of a policy's
+-- script is the reply.
 
 local P, now, flags = #KEYS, tonumber(ARGV[1]), ARGV[2]
 if not (P >= 1 and P <= 8 and now and (now == -1 or (now >= 0 and now <= 2^52 and now % 1 == 0))
@@ -138,7 +142,7 @@ else
     local a = {}
     for j = 1, c do a[j] = ARGV[pos + j] end
     a[6] = now
-    if not kinds[tonumber(a[7])] or tonumber(a[2]) ~= 0 or tonumber(a[3]) ~= 0 or tonumber(a[4]) ~= 0 then
+    if not kinds[tonumber(a[7])] or tonumber(a[2]) ~= 0 or tonumber(a[4]) ~= 0 then
       return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' is no plain request')
     end
     argvs[i] = a

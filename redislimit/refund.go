@@ -43,7 +43,8 @@ func chargedAt(kind scriptKind, k, horizon int64) int64 {
 // refund gives back, in a round trip of its own, what a call of args
 // charged, which Redis answered with val after its caller had left (see
 // Store.Decide): a call of one policy, its cost; the multi-policy
-// script, each charged policy's.
+// script, each charged policy's; with what each leased beside it, which
+// no caller is left to install.
 func (s *Store) refund(args []any, rf refund, val []int64) {
 	var back []giveBack
 	switch {
@@ -73,7 +74,8 @@ func (s *Store) refund(args []any, rf refund, val []int64) {
 			if refused >= 0 && !(rf.shadow[refused] && !rf.shadow[i]) {
 				continue // not charged
 			}
-			back = append(back, backOf(rf.ps[i], args[3+i].(string), n, val[1+multiValues*i:1+multiValues*(i+1)], rf.rss[i]))
+			vals := val[1+multiValues*i : 1+multiValues*(i+1)]
+			back = append(back, backOf(rf.ps[i], args[3+i].(string), n+vals[4], vals, rf.rss[i])) // the cost, and what it leased
 		}
 	}
 	if len(back) == 0 {
