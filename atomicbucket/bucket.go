@@ -84,6 +84,47 @@ func (b *Bucket) AllowN(now, n int64) (d Decision, live bool) {
 	}
 }
 
+// ChargeN takes n units at now whatever the bucket holds: a cost already
+// spent, which no refusal could undo. A bucket that held fewer than n is
+// left owing the rest, refuses every request until the debt is paid back
+// at the rule's rate, and then refills as usual (see the package's Debt).
+//
+// The Decision is the bucket's state after the charge: Allowed true (the
+// units were taken), Limit the capacity, Remaining the whole tokens left
+// (0 while it owes), Owed the whole units owed (⌈(TAT − now − tau) /
+// interval⌉ when positive, else 0), RetryAfter the wait until a request
+// of cost 1 could pass (0 if one could now), and ResetAfter the wait until
+// the bucket is full.
+//
+// An error, with the zero Decision and nothing charged: for n < 1; with
+// ErrDebtBound when the debt would pass what the state holds (the error
+// says how much more may be charged); and ErrEarlyCharge for a reading
+// before the bucket's range, where AllowN answers Never. live is false
+// when the bucket is retired, or retires because now lies past its range;
+// then nothing was charged and the caller charges Successor.
+func (b *Bucket) ChargeN(now, n int64) (d Decision, live bool, err error) {
+	t, pos := b.p.ticks(now, b.origin)
+	for {
+		w := b.tat.Load()
+		if isRetired(w) || pos != inRange {
+			next, d, live, err := b.p.chargeAt(w, t, pos, n)
+			if next == w || b.tat.CompareAndSwap(w, next) {
+				return d, live, err
+			}
+			continue
+		}
+		next, ok := b.p.charge(w, t, n)
+		if !ok {
+			return Decision{}, true, b.p.chargeError(w, t, n)
+		}
+		chaos.Yield()
+		if b.tat.CompareAndSwap(w, next) {
+			return b.p.charged(next, t), true, nil
+		}
+		chaos.Retried()
+	}
+}
+
 // Take is AllowN without the Decision: it reports only whether n tokens
 // were taken, which is all Allow needs, and skips computing the rest.
 func (b *Bucket) Take(now, n int64) (allowed, live bool) {
@@ -167,7 +208,11 @@ func (b *Bucket) Peek(now int64) (d Decision, live bool) {
 	return b.p.peek(b.tat.Load(), t, pos)
 }
 
-// Refund gives back n tokens that an earlier AllowN on this bucket granted.
+// Refund gives back n tokens that an earlier AllowN or ChargeN on this
+// bucket took, for 1 ≤ n ≤ the capacity (any other n changes nothing). It
+// is exact, in debt too: the TAT moves back by n intervals, so a refund
+// after a charge into debt, at a frozen clock, leaves the bucket as if the
+// n had never been charged (how a settlement gives back an over-estimate).
 // It reports false when the bucket has since been retired: the refund then
 // belongs to Successor, which carries the grant. After a reset, which
 // forgot the grant, it reports true and does nothing.

@@ -38,6 +38,16 @@ func (b *MutexBucket) AllowN(now, n int64) (Decision, bool) {
 	return d, live
 }
 
+// ChargeN is Bucket.ChargeN under a mutex.
+func (b *MutexBucket) ChargeN(now, n int64) (d Decision, live bool, err error) {
+	t, pos := b.p.ticks(now, b.origin)
+	b.mu.Lock()
+	next, d, live, err := b.p.chargeAt(b.tat, t, pos, n)
+	b.tat = next
+	b.mu.Unlock()
+	return d, live, err
+}
+
 // Take is Bucket.Take under a mutex.
 func (b *MutexBucket) Take(now, n int64) (allowed, live bool) {
 	t, pos := b.p.ticks(now, b.origin)

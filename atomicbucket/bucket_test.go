@@ -156,8 +156,9 @@ func TestTable(t *testing.T) {
 		{150 * time.Millisecond, -5, dec(false, 3, 0, Never, 250*time.Millisecond)},
 		{10 * time.Second, 3, dec(true, 3, 0, 0, 300*time.Millisecond)},
 		{10*time.Second + 250*time.Millisecond, 2, dec(true, 3, 0, 0, 250*time.Millisecond)},
-		// The clock moves back 1s: the bucket owes more, mints nothing.
-		{9*time.Second + 250*time.Millisecond, 1, dec(false, 3, 0, 1050*time.Millisecond, 1250*time.Millisecond)},
+		// The clock moves back 1s: the bucket owes more, mints nothing;
+		// the reading finds it 950ms past empty, 10 units owed rounded up.
+		{9*time.Second + 250*time.Millisecond, 1, Decision{Limit: 3, RetryAfter: 1050 * time.Millisecond, ResetAfter: 1250 * time.Millisecond, Owed: 10}},
 	}
 	p := mustParams(t, 10, time.Second, 3)
 	const origin = 1_000_000

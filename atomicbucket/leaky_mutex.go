@@ -103,6 +103,41 @@ func (m *LeakyMutex) judge(level, n int64) (int64, Decision) {
 	return raised, m.answer(true, raised)
 }
 
+// ChargeN raises the level by n at now whatever it holds: Bucket.ChargeN,
+// from the level's point of view. The level may then stand above the
+// capacity; it drains at the rate like any level, and no request conforms
+// until it is back within the capacity by the request's cost. A level
+// that would empty past the state's range (2^61 ticks after the origin) is
+// refused with ErrDebtBound, and nothing changes.
+func (m *LeakyMutex) ChargeN(now, n int64) (d Decision, live bool, err error) {
+	t, pos := m.p.ticks(now, m.origin)
+	if pos == pastRange {
+		_, live := m.AllowN(now, n) // retires the meter
+		return Decision{}, live, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.retired:
+		return Decision{}, false, nil
+	case pos == tooEarly:
+		return Decision{}, true, ErrEarlyCharge
+	}
+	level := m.drained(t)
+	// The level may rise until it empties at maxT: n intervals at most
+	// (maxT − t − level) / interval. t + level ≤ maxT holds for every
+	// level the meter has stored.
+	if n < 1 || n > (maxT-t-level)/m.p.interval {
+		return Decision{}, true, m.p.chargeError(t+level, t, n)
+	}
+	m.level, m.lct = level+n*m.p.interval, t
+	d = m.answer(true, m.level)
+	if over := m.level + m.p.interval - m.p.tau(); over > 0 {
+		d.RetryAfter = m.p.duration(over) // until a request of 1 conforms
+	}
+	return d, true, nil
+}
+
 // ReserveN raises the level by n at now if it will have drained enough
 // within maxWait for the request to conform, and returns the wait and the
 // instant the raised level drains to zero, which CancelReservation needs:
@@ -173,7 +208,8 @@ func (m *LeakyMutex) Peek(now int64) (Decision, bool) {
 	return d, true
 }
 
-// Refund lowers the level by n that an earlier AllowN raised it by.
+// Refund lowers the level by n that an earlier AllowN or ChargeN raised it
+// by, exactly, above the capacity too (Bucket.Refund).
 func (m *LeakyMutex) Refund(n int64) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -1,6 +1,7 @@
 package atomicbucket
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -15,8 +16,20 @@ const Never = decision.Never
 
 // Decision is the outcome of one request: whether it passed, the capacity
 // that applied, the whole tokens left, the wait before the same request
-// could pass, and the wait until the bucket is full.
+// could pass, the wait until the bucket is full, and the whole units the
+// bucket owes (Owed: ⌈(TAT − t − tau) / interval⌉ when positive, else 0;
+// see the package's Debt).
 type Decision = decision.Decision
+
+// ErrDebtBound is the error of a charge that would leave a bucket owing
+// more than its state can hold (see the package's Debt): nothing is
+// charged then. It is the same value as floodgate.ErrDebtBound.
+var ErrDebtBound = decision.ErrDebtBound
+
+// ErrEarlyCharge is the error of a charge at a clock reading too far before
+// the state's origin for the state to hold it (the reading at which
+// AllowN answers Never): nothing is charged then.
+var ErrEarlyCharge = errors.New("the clock reading lies too far before the state's origin for a charge at it to be held")
 
 // The state of a bucket is one int64, its theoretical arrival time (TAT) in
 // ticks since the bucket's origin; a tick is 1/scale ns. The ranges below
@@ -197,10 +210,15 @@ func (p *Params) denied(w, t, n int64) Decision {
 // validCost reports whether one request may ask for n.
 func (p *Params) validCost(n int64) bool { return n >= 1 && n <= p.capacity }
 
-// fill sets Remaining and ResetAfter for a bucket that owes debt ticks.
+// fill sets Remaining, Owed and ResetAfter for a bucket that owes debt
+// ticks (its TAT less t): the whole tokens it holds, or, past the empty
+// bucket, the whole units it owes, rounded up.
 func (p *Params) fill(d *Decision, debt int64) {
-	if tau := p.tau(); debt < tau {
+	switch tau := p.tau(); {
+	case debt < tau:
 		d.Remaining = (tau - debt) / p.interval
+	case debt > tau: // ≤ 2^62 + 2^60: no overflow
+		d.Owed = (debt - tau + p.interval - 1) / p.interval
 	}
 	d.ResetAfter = p.duration(debt)
 }
@@ -304,7 +322,9 @@ func (p *Params) peek(w, t int64, pos position) (Decision, bool) {
 	return p.denied(w, t, 1), true
 }
 
-// refund gives back n tokens taken by an earlier grant. A retired word
+// refund gives back n tokens taken by an earlier grant or charge: the TAT
+// moves back by exactly n × interval, in debt or not, unless that passes
+// floorTAT, where the bucket is full at every reading. A retired word
 // sends the refund on to its successor (live false), which carries the
 // grant, except after a reset, which forgot it.
 func (p *Params) refund(w, n int64) (next int64, live bool) {
@@ -315,6 +335,61 @@ func (p *Params) refund(w, n int64) (next int64, live bool) {
 		return w, true
 	}
 	return max(w-n*p.interval, floorTAT), true
+}
+
+// charge is take for a cost that cannot be refused: the TAT after n more
+// units at t whatever the bucket holds, so that it may owe. ok is false,
+// and nothing may be written, for n < 1 or when the TAT would pass maxT,
+// the most a state holds: a charge is refused whole, never wrapped.
+func (p *Params) charge(w, t, n int64) (next int64, ok bool) {
+	base := max(w, t) // ≤ maxT: every stored TAT is
+	hi, lo := bits.Mul64(uint64(n), uint64(p.interval))
+	if n < 1 || hi != 0 || lo > uint64(maxT-base) {
+		return w, false
+	}
+	return base + int64(lo), true
+}
+
+// charged is the answer to a charge that left the TAT at next: Allowed,
+// and RetryAfter the wait until a request of cost 1 conforms.
+func (p *Params) charged(next, t int64) Decision {
+	d := Decision{Allowed: true, Limit: p.capacity}
+	debt := next - t
+	p.fill(&d, debt)
+	if wait := debt + p.interval - p.tau(); wait > 0 {
+		d.RetryAfter = p.duration(wait)
+	}
+	return d
+}
+
+// chargeError says why charge refused n at t with the TAT at w.
+func (p *Params) chargeError(w, t, n int64) error {
+	if n < 1 {
+		return fmt.Errorf("a charge must be of at least 1 unit, got %d", n)
+	}
+	room := (maxT - max(w, t)) / p.interval
+	return fmt.Errorf("%w: a charge of %d units at this reading, where at most %d more can be charged "+
+		"(a bucket's debt runs at most 2^61 ticks of 1/%d ns past its origin, %v after this reading)",
+		ErrDebtBound, n, room, p.scale, p.duration(maxT-t))
+}
+
+// chargeAt is the transition of ChargeN at (t, pos): the word after a
+// charge of n, the answer, whether the state was live, and the error of
+// a charge refused. A retired word, and a reading past the range, are
+// handled as allow handles them (the latter retires the state).
+func (p *Params) chargeAt(w, t int64, pos position, n int64) (next int64, d Decision, live bool, err error) {
+	switch {
+	case isRetired(w) || pos == pastRange:
+		next, _, live = p.allow(w, t, pos, n)
+		return next, Decision{}, live, nil
+	case pos == tooEarly:
+		return w, Decision{}, true, ErrEarlyCharge
+	}
+	next, ok := p.charge(w, t, n)
+	if !ok {
+		return w, Decision{}, true, p.chargeError(w, t, n)
+	}
+	return next, p.charged(next, t), true, nil
 }
 
 // reserve is take for a request that may wait: it admits n at t whatever

@@ -96,6 +96,36 @@ func (p *Params) AllowWord(w *atomic.Uint64, origin, now, n int64) (Decision, wo
 	}
 }
 
+// ChargeWord is Bucket.ChargeN on the word w. A reading past the word's
+// range reports word.Rebase, and a mark word.Gone, with no error; a
+// reading too far before the origin returns ErrEarlyCharge (word.Live),
+// n < 1 an error, and a charge past the bound an error wrapping
+// ErrDebtBound. In each of those cases nothing is charged.
+func (p *Params) ChargeWord(w *atomic.Uint64, origin, now, n int64) (Decision, word.Status, error) {
+	t, pos := p.ticks(now, origin)
+	if pos == pastRange {
+		return Decision{}, word.Rebase, nil
+	}
+	for {
+		v := w.Load()
+		switch {
+		case word.IsMark(v):
+			return Decision{}, word.Gone, nil
+		case pos != inRange:
+			return Decision{}, word.Live, ErrEarlyCharge
+		}
+		next, ok := p.charge(int64(v), t, n)
+		if !ok {
+			return Decision{}, word.Live, p.chargeError(int64(v), t, n)
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, uint64(next)) {
+			return p.charged(next, t), word.Live, nil
+		}
+		chaos.Retried()
+	}
+}
+
 // PeekValue is what Bucket.Peek answers for a bucket whose word is v.
 func (p *Params) PeekValue(v uint64, origin, now int64) Decision {
 	t, pos := p.ticks(now, origin)

@@ -4,6 +4,7 @@
 package decision
 
 import (
+	"errors"
 	"math"
 	"time"
 )
@@ -19,4 +20,9 @@ type Decision struct {
 	Remaining  int64
 	RetryAfter time.Duration
 	ResetAfter time.Duration
+	Owed       int64
 }
+
+// ErrDebtBound is the error of a charge that would leave a key owing more
+// than its state can hold: nothing is charged then.
+var ErrDebtBound = errors.New("the charge would leave the key owing more than its state can hold")
