@@ -4,33 +4,38 @@ package atomicwindow
 // at the instant T of the change is its allowance at T: the largest cost
 // a request at T could take (Decision.Remaining of a Peek at T; for the
 // sliding counter, N − curr − ceil(prev × (T − e) / T)), and 0 when T lies
-// in a window before the state's own, which refuses every request. The
-// converted state of rule q lies in q's window of T, k' = floor(T / T'),
-// with no previous count and a current count of N' − min(held, N'): at T
-// it holds exactly min(held, N'), and from then on its windows open at the
-// new period. No key gains allowance from the change; the sliding counter
+// in a window before the state's own, which refuses every request; and
+// what it owes at T, its Decision.Owed (0 unless a charge put it in
+// debt). The converted state of rule q lies in q's window of T, k' =
+// floor(T / T'), with no previous count and a current count of
+// N' − min(held, N') + min(owed, MaxCount' − N'): at T it holds exactly
+// min(held, N'), and owes what the key owed, in units, as far as q's
+// bound holds it (a debt above that bound is dropped: the count
+// saturates, never wraps). From then on its windows open at the new
+// period. No key gains allowance from the change; the sliding counter
 // keeps the converted count one window more, weighted down as the next
 // window goes by, as it does any count.
 
-// held is the allowance of the live word w at window rel, offset e.
-func (p *Params) held(w uint64, rel, e int64, pos position) int64 {
+// held is the allowance and the debt of the live word w at window rel,
+// offset e.
+func (p *Params) held(w uint64, rel, e int64, pos position) (held, owed int64) {
 	if pos == tooEarly {
-		return 0
-	}
-	if ks, _, _ := p.unpack(w); pos == inRange && rel < ks {
-		return 0
+		return 0, 0
 	}
 	d, _ := p.peek(w, rel, e, pos)
-	if d.Allowed {
-		return d.Remaining + 1 // a Peek's Remaining is after its one unit
+	if ks, _, _ := p.unpack(w); pos == inRange && rel < ks {
+		return 0, d.Owed
 	}
-	return d.Remaining
+	if d.Allowed {
+		return d.Remaining + 1, 0 // a Peek's Remaining is after its one unit
+	}
+	return d.Remaining, d.Owed
 }
 
 // converted is the word, relative to origin q.Origin(at), of a state of
-// rule q that holds held at its window of at.
-func (q *Params) converted(held int64) uint64 {
-	return q.pack(0, q.limit-min(held, q.limit), 0)
+// rule q that holds held and owes owed at its window of at.
+func (q *Params) converted(held, owed int64) uint64 {
+	return q.pack(0, q.limit-min(held, q.limit)+min(owed, q.MaxCount()-q.limit), 0)
 }
 
 // ConvertValue returns the word, under rule q relative to origin
@@ -43,7 +48,9 @@ func (p *Params) ConvertValue(v uint64, origin, at int64, q *Params) uint64 {
 
 // FullAt returns the instant from which a window of rule p that is spent
 // at now answers as new: the end of the last window in which a count made
-// at now weighs (see floodgate's MaxKeys).
+// at now weighs (see floodgate's MaxKeys). It is the instant of a count
+// within the limit; a key whose state is known to be in debt reports its
+// own, later, instant (SpentValue).
 func (p *Params) FullAt(now int64) int64 {
 	return p.SpentValue(p.pack(0, 1, 0), p.Origin(now))
 }

@@ -16,6 +16,28 @@
 // window's count is no longer held, and charging the request to a later
 // window would let the older window pass more than N by request time.
 //
+// # Debt
+//
+// ChargeN (ChargeWord on an inline word) charges a cost already incurred
+// and cannot be refused: the count of the window of the reading may pass
+// the limit N, and the key then owes the excess (Decision.Owed). While it
+// owes, every admission is refused, and a denial's RetryAfter is the
+// exact wait until the request fits. The fixed window pays its debt at
+// the window's end: the next window starts at 0 whatever the last one
+// held. The sliding counter pays it as it ages out: the window's count
+// becomes the previous one, weighted by the part of it still inside the
+// sliding window, so the estimate falls through the next window and the
+// debt is gone by its end at the latest; what a key owes at e into a
+// window is max(0, ceil(prev × (T − e) / T) + curr − N).
+//
+// A debt is bounded by what a count can hold, Params.MaxCount: at least
+// 256 times the limit for limits up to 2^31 − 2 (fixed) and 2,046
+// (sliding), at least 4 times it up to 2^45 − 2 and 2^21 − 2, and never
+// less than the limit itself. A charge that would take a window's count
+// past the bound charges nothing and is an error wrapping ErrDebtBound,
+// never a wrap. A Refund (the settle of an over-estimate) takes back from
+// a window in debt exactly what it gives back.
+//
 // Most users want the root package, floodgate, which registers these as
 // "fixed_window" and "sliding_counter".
 package atomicwindow

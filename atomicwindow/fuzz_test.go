@@ -39,3 +39,39 @@ func FuzzTwins(f *testing.F) {
 		})
 	})
 }
+
+// FuzzCharge feeds the same operations to the three forms of a window
+// (Window, MutexWindow, and a word inline in a table), for both kinds, and
+// requires the same answers: charges into debt, at the bound and past it,
+// costs below 1, admissions and Take while in debt, refunds of debts,
+// peeks, and the clock moving back a little and forward near and far
+// (successors, rebases). The seed corpus charges in every entry.
+func FuzzCharge(f *testing.F) {
+	// Each entry: kind and limit, period, the clock's start, then the
+	// operations (see runCharges).
+	f.Add([]byte{4, 3, 0, 0, 154, 10, 12, 55, 19, 10, 253, 247, 4, 24, 14, 3, 13})              // fixed 1,000/h: debt, refusals, paid at the window's end, the bound
+	f.Add([]byte{5, 2, 0, 0, 154, 10, 19, 10, 246, 246, 246, 246, 246, 10, 55, 19, 10, 29, 10}) // sliding 1,000/s: a debt ages out
+	f.Add([]byte{0, 1, 0, 0, 4, 24, 14, 13, 10, 55, 255, 10, 19, 10})                           // fixed 1/ms: the bound, one past, a refund of all
+	f.Add([]byte{1, 1, 0, 0, 4, 24, 14, 10, 56, 10, 88, 10, 4, 98, 14, 10, 97, 33})             // sliding 1/ms: far jumps in debt
+	f.Add([]byte{8, 2, 0, 128, 154, 4, 24, 14, 10, 29, 10, 255, 0})                             // fixed at the largest limit, whose bound is the limit
+	f.Add([]byte{9, 2, 0, 128, 154, 4, 24, 14, 10, 19, 14, 10, 29, 10, 255, 0})                 // sliding at the largest limit: owing beside a full prev
+	f.Add([]byte{3, 3, 255, 255, 19, 33, 247, 33, 53, 10, 206, 10, 154, 247, 14, 24})           // sliding 5/h: a charge read before the state's window
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 4 {
+			return
+		}
+		kind := Fixed
+		if data[0]&1 == 1 {
+			kind = Sliding
+		}
+		limits := []int64{1, 5, 1000, 1000, maxLimit(kind)}
+		periods := []time.Duration{3, time.Millisecond, time.Second, time.Hour, 30 * 24 * time.Hour}
+		limit, period := limits[int(data[0]>>1)%len(limits)], periods[int(data[1])%len(periods)]
+		p, err := NewParams(kind, limit, period)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := int64(int16(binary.LittleEndian.Uint16(data[2:4]))) * int64(period) / 3
+		runCharges(t, p, now, data[4:])
+	})
+}

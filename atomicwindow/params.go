@@ -15,8 +15,13 @@ const Never = decision.Never
 
 // Decision is the outcome of one request: whether it passed, the limit per
 // window that applied, the whole requests left, the wait before the same
-// request could pass, and the wait until the key is back to full capacity.
+// request could pass, the wait until the key is back to full capacity, and
+// what the key owes (see ChargeN).
 type Decision = decision.Decision
+
+// ErrDebtBound is wrapped by the error of a charge that would take its
+// window's count past Params.MaxCount: nothing is charged then.
+var ErrDebtBound = decision.ErrDebtBound
 
 // Kind selects the window algorithm.
 type Kind uint8
@@ -44,16 +49,54 @@ const (
 //	bits [c, 2c)      prev, the previous window's count (Sliding only)
 //	bits [0, c)       curr, the current window's count
 //
-// c = bits.Len(N+1), so a count never fills its field and an all-ones
-// payload is free to mean "reset". A state serves requests whose window lies
-// within ±maxRel of its own; a later one moves its origin (carrying the
-// counts exactly when they still matter), an earlier one is denied with
-// Never.
+// A count may pass N (a charge that cannot be refused leaves the key in
+// debt), up to MaxCount = 2^c − 2, so a count never fills its field and an
+// all-ones payload is free to mean "reset". With b = bits.Len(N+1), the
+// bits that N itself needs, and per = 1 count (Fixed) or 2 (Sliding):
+//
+//	c = b + debtBits                 when per·c leaves wideRelBits of index,
+//	  = max((63 − wideRelBits)/per, b + minDebtBits)             otherwise,
+//
+// then capped so that the index keeps minRelBits, and never below b. So,
+// for N+1 below
+//
+//	Fixed  Sliding  c                 MaxCount          index bits
+//	2^31   2^11     b + 8             ≥ 256·(N+2) − 2   ≥ 24
+//	2^37   2^17     39, 19            ≥ 4·(N+2) − 2     24, 25
+//	2^45   2^21     b + 2             ≥ 4·(N+2) − 2     23…16, 23…17
+//	2^47   2^23     47, 23            ≥ N               16, 17
+//
+// (1,000: MaxCount 262,142 for both; 1,000,000: 268,435,454 Fixed,
+// 4,194,302 Sliding). Ordinary rules keep 24 bits of index or more; only
+// limits too large for that give up index bits, down to the floor, to
+// keep a debt of three times the limit, and at the very top of the range
+// the bound comes down to the limit itself.
+//
+// A state serves requests whose window lies within ±maxRel of its own; a
+// later one moves its origin (carrying the counts exactly when they still
+// matter), an earlier one is denied with Never.
 const (
-	retiredBit = 1 << 63
-	resetWord  = math.MaxUint64 // retired by a reset: the successor is new
-	minRelBits = 16             // at least 2^14 windows before a state moves its origin
+	retiredBit  = 1 << 63
+	resetWord   = math.MaxUint64 // retired by a reset: the successor is new
+	minRelBits  = 16             // at least 2^14 windows before a state moves its origin
+	wideRelBits = 24             // kept whenever the limit leaves minDebtBits beside it
+	debtBits    = 8              // a count holds 256 times the limit and more, room permitting
+	minDebtBits = 2              // else four times, down to the minRelBits floor
 )
+
+// countBits is c, the bits of one count, for a limit of kind (see above).
+func countBits(kind Kind, limit int64) int {
+	per := 1
+	if kind == Sliding {
+		per = 2
+	}
+	b := bits.Len64(uint64(limit) + 1)
+	c := b + debtBits
+	if wide := (63 - wideRelBits) / per; c > wide {
+		c = max(wide, b+minDebtBits)
+	}
+	return max(b, min(c, (63-minRelBits)/per))
+}
 
 // Params is a validated window rule. The zero value is not valid; use
 // NewParams.
@@ -71,7 +114,8 @@ type Params struct {
 // Supported range: limit ≥ 1 and period ≥ 1ns; limit at most 2^23 − 2
 // (8,388,606) for Sliding and 2^47 − 2 for Fixed, so that the window index
 // keeps at least 16 bits beside the counts. Every limit up to 1,000,000 with
-// any period from 1ns to the largest time.Duration is inside.
+// any period from 1ns to the largest time.Duration is inside. How far past
+// the limit a charge may take a window is MaxCount.
 func NewParams(kind Kind, limit int64, period time.Duration) (Params, error) {
 	switch {
 	case kind != Fixed && kind != Sliding:
@@ -88,7 +132,7 @@ func NewParams(kind Kind, limit int64, period time.Duration) (Params, error) {
 	if limit > maxLimit {
 		return Params{}, fmt.Errorf("limit %d does not fit the packed window state (at most %d)", limit, maxLimit)
 	}
-	c := bits.Len64(uint64(limit) + 1)
+	c := countBits(kind, limit)
 	cb := c
 	if kind == Sliding {
 		cb = 2 * c
@@ -96,6 +140,14 @@ func NewParams(kind Kind, limit int64, period time.Duration) (Params, error) {
 	wb := 63 - cb
 	return Params{limit: limit, period: int64(period), maxRel: 1 << (wb - 2), c: uint8(c), cb: uint8(cb), kind: kind}, nil
 }
+
+// MaxCount returns the most a window's count can hold, the bound of a
+// debt: a charge that would take its window's count past it is refused
+// with ErrDebtBound. It is 2^c − 2 for the c bits of a count that the
+// limit gets: at least 256·(N+2) − 2 when N+1 < 2^31 (Fixed) or 2^11
+// (Sliding), at least 4·(N+2) − 2 when N+1 < 2^45 (Fixed) or 2^21
+// (Sliding), and never less than N (N itself at the largest limits).
+func (p *Params) MaxCount() int64 { return 1<<p.c - 2 }
 
 func (p *Params) cMask() uint64 { return 1<<p.c - 1 }
 
@@ -167,7 +219,7 @@ func (p *Params) advance(ks, curr, prev, rel int64) (int64, int64) {
 // fits reports whether a request of cost n fits beside counts curr and
 // prev at offset e.
 func (p *Params) fits(curr, prev, e, n int64) bool {
-	if curr+n > p.limit {
+	if n > p.limit-curr { // curr may exceed N (a debt), n any int64
 		return false
 	}
 	if p.kind == Fixed || prev == 0 {
@@ -189,7 +241,9 @@ func (p *Params) weighted(prev, e int64) int64 {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(prev), uint64(p.period-e))
-	q, r := bits.Div64(hi, lo, uint64(p.period)) // hi < T since prev < 2^23
+	// hi < T whatever prev (a debt may put it far above N): prev < 2^64 and
+	// T − e ≤ T, so prev × (T − e) < 2^64 × T.
+	q, r := bits.Div64(hi, lo, uint64(p.period))
 	if r != 0 {
 		q++
 	}
@@ -197,10 +251,14 @@ func (p *Params) weighted(prev, e int64) int64 {
 }
 
 // answer builds the Decision for counts (curr, prev) at offset e: after
-// the grant when allowed, as they stand when denied.
+// the grant when allowed, as they stand when denied. Owed is what the
+// estimate, with the previous window's share rounded up as for Remaining,
+// stands above N.
 func (p *Params) answer(allowed bool, curr, prev, e, n int64) Decision {
 	d := Decision{Allowed: allowed, Limit: p.limit}
-	d.Remaining = max(0, p.limit-curr-p.weighted(prev, e))
+	w := p.weighted(prev, e)
+	d.Remaining = max(0, p.limit-curr-w)
+	d.Owed = max(0, curr+w-p.limit)
 	switch {
 	case curr > 0 && p.kind == Sliding:
 		d.ResetAfter = time.Duration(2*p.period - e)
@@ -215,6 +273,10 @@ func (p *Params) answer(allowed bool, curr, prev, e, n int64) Decision {
 
 // retryAfter is the shortest wait after which a request of cost n, denied
 // at offset e with counts (curr, prev), would pass if nothing else came.
+// It is exact for counts above N too (a debt): the Fixed window's next one
+// starts at 0; the sliding estimate only falls until the end of the next
+// window, where neither count weighs, so the wait is found in this window
+// or the next, at most 2T − e away.
 func (p *Params) retryAfter(curr, prev, e, n int64) time.Duration {
 	if n < 1 || n > p.limit {
 		return Never
@@ -353,6 +415,59 @@ func (p *Params) refund(w uint64, rel int64, n int64) (next uint64, live bool) {
 		prev = max(0, prev-n)
 	}
 	return p.pack(ks, curr, prev), true
+}
+
+// charge is the transition of ChargeN at window rel, offset e, for n ≥ 1:
+// n goes into the window of the reading, or into the state's own window
+// when the reading's lies before it (its count is no longer held, and a
+// cost already incurred is counted later rather than not at all), past N
+// if it must. A charge that would take the count past MaxCount changes
+// nothing and returns an error wrapping ErrDebtBound, with the key as it
+// stands in d (Allowed false).
+func (p *Params) charge(w uint64, rel, e int64, pos position, n int64) (next uint64, d Decision, live bool, err error) {
+	if isRetired(w) || pos == pastRange {
+		next, _, live = p.allow(w, rel, e, pos, n)
+		return next, Decision{}, live, nil
+	}
+	ks, curr, prev := p.unpack(w)
+	var ahead int64 // windows from the reading's to the one charged
+	at := e         // the offset at which the answer is reckoned
+	if rel < ks {
+		ahead, at = ks-rel, 0
+		if ahead < 0 { // the subtraction overflowed: a reading too early
+			ahead = math.MaxInt64
+		}
+	} else {
+		curr, prev = p.advance(ks, curr, prev, rel)
+		ks = rel
+	}
+	if n > p.MaxCount()-curr {
+		err = fmt.Errorf("atomicwindow: a charge of %d on a window count of %d would pass %d, the most a window of limit %d holds: %w",
+			n, curr, p.MaxCount(), p.limit, ErrDebtBound)
+		next = w
+	} else {
+		curr += n
+		next = p.pack(ks, curr, prev)
+	}
+	d = p.answer(err == nil, curr, prev, at, 1)
+	d.RetryAfter = 0
+	if !p.fits(curr, prev, at, 1) {
+		d.RetryAfter = p.retryAfter(curr, prev, at, 1)
+	}
+	if ahead > 0 {
+		d.RetryAfter = p.untilWindow(ahead, e, d.RetryAfter)
+		d.ResetAfter = p.untilWindow(ahead, e, d.ResetAfter)
+	}
+	return next, d, true, err
+}
+
+// checkCharge is the error of a charge of n < 1, which charges nothing
+// whatever the state holds.
+func checkCharge(n int64) error {
+	if n < 1 {
+		return fmt.Errorf("atomicwindow: a charge must be at least 1, got %d", n)
+	}
+	return nil
 }
 
 // retireIdle retires a state that answers at window rel as a new one would,

@@ -90,9 +90,55 @@ func (s *Window) Peek(now int64) (Decision, bool) {
 	return s.p.peek(s.word.Load(), rel, e, pos)
 }
 
-// Refund takes back n that AllowN(now, n) granted, from the window it was
-// charged to. It reports false when the state has since been retired
-// carrying its counts: the refund then belongs to Successor.
+// ChargeN charges n (n ≥ 1) at now whatever the window holds: a cost
+// already incurred, which cannot be refused. The count of the window of
+// now may pass N; the key is then in debt, and every admission is refused
+// until the debt is paid: for Fixed at the end of the window (the next
+// one starts at 0), for Sliding as the debt ages out (the previous
+// window's count weighs less as the window slides, and nothing at the end
+// of the next window). A reading from a window before the state's (a
+// clock read overtaken by another's) charges the state's window: the
+// reading's count is no longer held, and the cost is counted later
+// rather than not at all; a Refund at the same reading then finds
+// nothing to take back.
+//
+// Its Decision is the state after the charge: Allowed true, Limit N,
+// Remaining what a request could still take now (0 in debt), Owed the
+// whole units owed (Fixed: max(0, curr − N); Sliding: max(0,
+// ceil(prev × (T − e) / T) + curr − N), the estimate's excess with the
+// previous window's share rounded up as for Remaining), RetryAfter the
+// wait until a request of cost 1 could pass (0 if it could now), and
+// ResetAfter the wait until the key is back to full.
+//
+// A charge that would take the window's count past Params.MaxCount
+// charges nothing and returns an error wrapping ErrDebtBound, with d the
+// key as it stands (Allowed false); n < 1 is an error too, with d zero.
+// live is false, and nothing is charged, when the state is retired: the
+// charge then belongs to Successor.
+func (s *Window) ChargeN(now, n int64) (d Decision, live bool, err error) {
+	if err := checkCharge(n); err != nil {
+		return Decision{}, true, err
+	}
+	rel, e, pos := s.p.locate(now, s.origin)
+	for {
+		w := s.word.Load()
+		next, d, live, err := s.p.charge(w, rel, e, pos, n)
+		if next == w {
+			return d, live, err
+		}
+		chaos.Yield()
+		if s.word.CompareAndSwap(w, next) {
+			return d, live, err
+		}
+		chaos.Retried()
+	}
+}
+
+// Refund takes back n that AllowN(now, n) granted, or that ChargeN(now,
+// n) charged, from the window it was charged to: exactly, count − n, in
+// debt too (a settle giving back an over-estimate), never below 0. It
+// reports false when the state has since been retired carrying its
+// counts: the refund then belongs to Successor.
 func (s *Window) Refund(now, n int64) bool {
 	rel, _, pos := s.p.locate(now, s.origin)
 	for {

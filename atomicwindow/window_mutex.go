@@ -56,6 +56,19 @@ func (s *MutexWindow) Peek(now int64) (Decision, bool) {
 	return s.p.peek(s.word, rel, e, pos)
 }
 
+// ChargeN is Window.ChargeN under a mutex.
+func (s *MutexWindow) ChargeN(now, n int64) (d Decision, live bool, err error) {
+	if err := checkCharge(n); err != nil {
+		return Decision{}, true, err
+	}
+	rel, e, pos := s.p.locate(now, s.origin)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, d, live, err := s.p.charge(s.word, rel, e, pos, n)
+	s.word = next
+	return d, live, err
+}
+
 // Refund is Window.Refund under a mutex.
 func (s *MutexWindow) Refund(now, n int64) bool {
 	rel, _, pos := s.p.locate(now, s.origin)

@@ -171,8 +171,20 @@ func (m *model) allowN(now, n int64) Decision {
 		d.RetryAfter = m.search(now, func(t int64) bool { return m.fits(t, n) })
 	}
 	d.Remaining = m.remaining(now)
+	d.Owed = m.owed(now)
 	d.ResetAfter = m.search(now, func(t int64) bool { return m.remaining(t) == m.limit })
 	return d
+}
+
+// owed is ceil(estimate − N), or 0 when the estimate is at most N.
+func (m *model) owed(now int64) int64 {
+	over := new(big.Rat).Sub(m.estimate(now, 0), big.NewRat(m.limit, 1))
+	if over.Sign() <= 0 {
+		return 0
+	}
+	q := new(big.Int).Sub(over.Num(), big.NewInt(1))
+	q.Div(q, over.Denom())
+	return q.Int64() + 1
 }
 
 func TestTable(t *testing.T) {

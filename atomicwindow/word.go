@@ -118,7 +118,35 @@ func (p *Params) PeekValue(v uint64, origin, now int64) Decision {
 	return d
 }
 
-// RefundWord is Window.Refund on the word w, for a grant at now.
+// ChargeWord is Window.ChargeN on the word w. With an error (n < 1, or a
+// charge past MaxCount) nothing changed and the status is Live.
+func (p *Params) ChargeWord(w *atomic.Uint64, origin, now, n int64) (Decision, word.Status, error) {
+	if err := checkCharge(n); err != nil {
+		return Decision{}, word.Live, err
+	}
+	rel, e, pos := p.locate(now, origin)
+	if pos == pastRange {
+		return Decision{}, word.Rebase, nil
+	}
+	for {
+		v := w.Load()
+		if word.IsMark(v) {
+			return Decision{}, word.Gone, nil
+		}
+		next, d, _, err := p.charge(v, rel, e, pos, n)
+		if next == v {
+			return d, word.Live, err
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, next) {
+			return d, word.Live, nil
+		}
+		chaos.Retried()
+	}
+}
+
+// RefundWord is Window.Refund on the word w, for a grant or a charge at
+// now.
 func (p *Params) RefundWord(w *atomic.Uint64, origin, now, n int64) word.Status {
 	rel, _, pos := p.locate(now, origin)
 	for {
@@ -161,6 +189,12 @@ func (p *Params) EvictWord(w *atomic.Uint64, origin int64) int64 {
 // counts weigh in, or, with no count, the start of its own window (before
 // which it refuses readings). It may lie in the past: a request whose
 // reading is older still finds the window closed or counted until then.
+//
+// A sliding counter whose latest count is a debt (above N) reports one
+// window more: the state made again from the instant (NewWord, NewSpent)
+// holds N in the window before its end, which as the next window slides
+// weighs less than the debt does; a window later, it refuses all the
+// debt would, and more, never less.
 func (p *Params) SpentValue(v uint64, origin int64) int64 {
 	ks, curr, prev := p.unpack(v)
 	lag := int64(0)
@@ -169,6 +203,9 @@ func (p *Params) SpentValue(v uint64, origin int64) int64 {
 		lag = p.lag()
 	case prev > 0:
 		lag = 1
+	}
+	if p.kind == Sliding && (curr > p.limit || curr == 0 && prev > p.limit) {
+		lag++
 	}
 	k := origin + ks
 	switch {
