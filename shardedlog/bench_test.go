@@ -72,3 +72,44 @@ func BenchmarkLogTake(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLogCharge measures ChargeN beside AllowN on one key, each on
+// a log of its own, the lock-free log against its mutex twin:
+//
+//	room  a window that holds about a hundredth of its limit: both claim
+//	full  demand twice the limit: half of AllowN's calls are denials,
+//	      while every ChargeN claims and keeps the key owing about N
+//
+// The time is a counter that moves on by step per call.
+func BenchmarkLogCharge(b *testing.B) {
+	for _, sc := range []struct {
+		name  string
+		limit int64
+		per   time.Duration
+		step  int64
+	}{
+		{"room", 1_000_000, time.Millisecond, 100},
+		{"full", 100, 10 * time.Microsecond, 50},
+	} {
+		p := mustParams(b, sc.limit, sc.per)
+		for _, op := range []string{"allow", "charge"} {
+			for _, m := range debtMakers(b) {
+				b.Run("scenario="+sc.name+"/op="+op+"/impl="+m.name, func(b *testing.B) {
+					s := m.new(p, 0)
+					b.ReportAllocs()
+					now := int64(0)
+					for b.Loop() {
+						now += sc.step
+						if op == "charge" {
+							if _, _, err := s.ChargeN(now, 1); err != nil {
+								b.Fatal(err)
+							}
+						} else {
+							s.AllowN(now, 1)
+						}
+					}
+				})
+			}
+		}
+	}
+}

@@ -10,7 +10,9 @@ import "github.com/floodgate-go/floodgate/internal/chaos"
 // exactly min(held, N'), and that cost leaves the window at c + T', the
 // new rule's pace. The old entries' own times are not kept: under a
 // shorter period some of them would leave sooner than they would have,
-// handing back more than the key held.
+// handing back more than the key held. A key that owes (held below 0)
+// owes as much under the new rule, up to its bound: the entry then costs
+// min(N' − held, q.Bound()).
 
 // ConvertTo retires l whatever it holds, in the same 16-byte CAS at the
 // head as it reads the window (so no claim lands between them), and
@@ -32,7 +34,7 @@ func (l *Log) ConvertTo(at int64, q Params) *Log {
 		// The successor is named before the retirement, so that no caller
 		// that meets the retired log can name another; the log is live
 		// until the CAS, and no one asks a live log for its successor.
-		c := holding(q, o.charged, q.limit-min(held, q.limit))
+		c := holding(q, o.charged, converted(q, held))
 		l.next.Store(c)
 		chaos.Yield()
 		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
@@ -52,8 +54,14 @@ func (m *MutexLog) ConvertTo(at int64, q Params) *MutexLog {
 	charged := max(at, m.newest)
 	w, _ := m.window(charged)
 	m.retired, m.reset = true, true
-	m.next = mutexHolding(q, charged, q.limit-min(m.p.limit-w, q.limit))
+	m.next = mutexHolding(q, charged, converted(q, m.p.limit-w))
 	return m.next
+}
+
+// converted is the cost that the log of rule q converted from one that
+// held held holds (see above).
+func converted(q Params, held int64) int64 {
+	return min(q.limit-min(held, q.limit), q.Bound())
 }
 
 // FullAt returns the instant from which a log of rule p spent at now

@@ -18,10 +18,41 @@
 //
 // Memory follows the live entries: a ring starts at two entries, grows
 // with the window and shrinks back when the window empties, and never
-// needs more than twice N+2 entries of 16 bytes (see Log). A floodgate
+// needs more than the power of two at or above twice N+2 entries of 16
+// bytes, or twice Params.Bound+2 for a key in debt (see Log). A floodgate
 // Limiter of the sliding log was measured at about 294 bytes per key at a
 // million keys, each holding one entry, against 36 for the token bucket,
 // whose state is one word inline in the table.
+//
+// # Debt
+//
+// ChargeN takes a cost already spent, which cannot be refused: it is an
+// entry like a grant's, charged at max(now, the newest entry's time), but
+// without the limit's check, so that the cost in the window may pass N.
+// The key then owes the excess, which every Decision reports (Owed, the
+// cost in the window that ends where a request would be charged, less N,
+// or 0). While it owes, every admission is refused, since nothing fits
+// beside more than N, and a denial's RetryAfter is the exact wait until
+// enough has aged out for the request to fit. The debt ages out with the
+// entries that carry it: a key owes nothing a period after its last
+// charge, however much it owed.
+//
+// The bound. The window may hold at most Params.Bound after a charge:
+// 256 times the limit, and at most 4,194,302, the largest limit, so that
+// a ring of the entries it can hold stays within what the entries' 24-bit
+// index tells apart. A charge past it charges nothing and returns an
+// error wrapping ErrDebtBound that names the bound, never a wrap. Since
+// every entry that carries cost costs at least 1, the bound is also what
+// a key in debt can cost in memory: a ring of at most the power of two at
+// or above 2(Bound+2) entries of 16 bytes, 8 MiB for a limit of 1,000,
+// 128 MiB at the largest bound, reached only by as many separate charges
+// within one period.
+//
+// Reserve, then settle. AllowGrant admits an estimate and returns the
+// Grant of its entry; RefundGrant gives back part of it when the cost
+// turns out lower, exactly, if no entry of the key was charged after it,
+// and reports whether it did; an overrun is a ChargeN. MutexLog lapses
+// in exactly the cases Log does.
 //
 // Most users want the root package, floodgate, which registers the log as
 // "sliding_log".

@@ -19,8 +19,15 @@ import (
 // to twice what it keeps when every entry it holds but the oldest is still
 // in the window, and shrinks to four times what it keeps when fewer than a
 // sixteenth are (the gap keeps a window that swings with its traffic from
-// being copied back and forth); a copy leaves out the entries whose cost
-// was refunded, so it never needs more than twice N+2 entries of 16 bytes.
+// being copied back and forth). A copy keeps the oldest entry or the
+// boundary, the entries that carry cost, and the newest: each of those
+// costs at least 1 and the window holds at most W, so a grow keeps at most
+// W+2 and the ring never needs more than the power of two at or above
+// 2(W+2) entries of 16 bytes. W is N for a key that is only granted, and
+// Params.Bound (256N, at most 4,194,302) for one that is charged: a key
+// in debt, charged many small costs, can take that much, up to 2^23
+// entries (128 MiB) at the largest bound; 2^23 is half the range of the
+// entries' 24-bit index, which is what a ring may span.
 // An idle log is retired by eviction, and its successor holds one entry. A
 // ring is replaced by sealing its next slot (a CAS like a claim, so no
 // claim can land after it) and copying its frozen entries; any goroutine
@@ -34,11 +41,19 @@ import (
 // reads the log again. Denials write nothing.
 //
 // Weighted cost. Each entry carries its cumulative cost, so one CAS admits
-// a cost of any size exactly. A refund (the global cap refused the request)
-// zeroes the newest entry's cost if that entry is the request's own (same
-// time, same cost); if another request of the key was admitted in between,
-// or a ring copy races the refund, the refund is dropped: the key is then
-// charged for a request the global cap refused, and never the other way.
+// a cost of any size exactly. Cumulative costs wrap at 2^38, far above any
+// difference the log takes between two entries of one window (at most
+// Params.Bound). A refund (the global cap refused the request, or a settle
+// gives back an over-estimate) can change only the newest entry, since
+// every later one counts from it: it gives back exactly what it names if
+// the entry is still the newest, and otherwise lapses, and the key is
+// then charged the whole cost, never less (see Refund and RefundGrant).
+// A refund is a claim of its own (see refund), so it lands or lapses
+// whole, whatever runs beside it.
+//
+// Debt. ChargeN takes a cost past the limit, up to Params.Bound in the
+// window; the window then holds more than N, so every admission is
+// refused until enough of it has aged out.
 type Log struct {
 	// head is a guess at the ring's head, packed with the log2 of the
 	// capacity of the ring it was made on (see guess): a claim reads it
@@ -235,6 +250,7 @@ func (l *Log) decision(v *view, o outcome, t, n int64, allowed bool) (Decision, 
 		return d, true
 	}
 	d.Remaining = max(0, l.p.limit-w)
+	d.Owed = max(0, w-l.p.limit)
 	if w > 0 {
 		d.ResetAfter = l.p.after(v.prevTs, t)
 	}
@@ -266,30 +282,49 @@ func (l *Log) current() (v view, retired bool) {
 	}
 }
 
-// step is one attempt of AllowN, Take or Peek. done is false when the
-// caller must try again; live is false when the log is retired.
-func (l *Log) step(t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
+// op is what one evaluation of a request does with it.
+type op uint8
+
+const (
+	opAllow  op = iota // AllowN: claim what fits the limit, and answer
+	opTake             // Take: claim what fits the limit
+	opPeek             // Peek: answer only
+	opCharge           // ChargeN: claim what fits the bound, and answer
+	opRefund           // refund: claim an entry of cost −n at the newest's time (see refund)
+)
+
+// step is one attempt of AllowN, Take, Peek or ChargeN. done is false
+// when the caller must try again; live is false when the log is retired.
+// A grant or charge made writes its entry to *g, when g is not nil.
+func (l *Log) step(t, n int64, op op, g *Grant) (d Decision, allowed, live, done bool) {
 	v, retired := l.current()
 	if retired {
 		return d, false, false, true
 	}
-	return l.decide(&v, t, n, claim, answer)
+	return l.decide(&v, t, n, op, g)
 }
 
-// decide is step on the view v, read from a live ring.
-func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allowed, live, done bool) {
+// decide is step on the view v, read from a live ring. A charge that does
+// not fit returns the window as it stands (see standing).
+func (l *Log) decide(v *view, t, n int64, op op, g *Grant) (d Decision, allowed, live, done bool) {
 	lost := 0
 	for first := true; ; first = false {
 		o, ok := l.evaluate(v, t)
 		if !ok {
 			return d, false, true, false
 		}
-		fits := n >= 1 && n <= l.p.limit && int64(o.window)+n <= l.p.limit
-		if !fits || !claim {
-			if answer {
+		fits := l.p.fits(int64(o.window), n, op)
+		if !fits || op == opPeek {
+			switch op {
+			case opAllow, opPeek:
 				d, ok = l.decision(v, o, t, n, fits)
+			case opCharge:
+				d, ok = l.standing(v, o, t)
 			}
 			return d, fits, true, ok
+		}
+		if first && !v.settled() {
+			return d, false, true, false
 		}
 		c := v.r.mask + 1
 		if v.h >= c && o.b == v.lo {
@@ -308,7 +343,18 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 				return d, false, true, false
 			}
 		}
-		newMeta := metaOf(v.h, v.prevCum+uint64(n))
+		cum := v.prevCum + uint64(n)
+		switch op {
+		case opCharge:
+			// Answered before the claim: once it lands, later claims may
+			// overwrite the entries the answer reads.
+			if d, ok = l.chargeDecision(v, o, t, n); !ok {
+				return d, false, true, false
+			}
+		case opRefund:
+			cum = v.prevCum - uint64(n)
+		}
+		newMeta := metaOf(v.h, cum)
 		chaos.Yield()
 		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, uint64(o.charged), newMeta) {
 			l.advance(v.r, v.h, first)
@@ -319,10 +365,26 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 			if tail := v.r.tail.Load(); tail+tailEvery <= o.b {
 				v.r.tail.CompareAndSwap(tail, o.b)
 			}
-			if answer {
+			switch op {
+			case opAllow:
 				d, _ = l.decision(v, o, t, n, true)
+			case opRefund:
+				// The refund has landed; the entry it refunded, now the one
+				// before the newest, is brought down to the newest's count
+				// (see settled, which any claim runs if this one does not).
+				chaos.Yield()
+				cas128(v.r.slot(v.h-1), uint64(v.prevTs), metaOf(v.h-1, v.prevCum), uint64(v.prevTs), metaOf(v.h-1, cum))
+			}
+			if g != nil {
+				*g = Grant{ts: o.charged, cum: cum & cumMask, cost: n}
 			}
 			return d, true, true, true
+		}
+		if op == opRefund {
+			// Another entry, or a seal, took the slot: the entry to refund
+			// may no longer be the newest. The caller reads the log again.
+			chaos.Lost("log.refund")
+			return d, false, true, false
 		}
 		chaos.Lost("log.step")
 		if steppedAside(&lost) {
@@ -339,10 +401,11 @@ func (l *Log) decide(v *view, t, n int64, claim, answer bool) (d Decision, allow
 
 // moveOn moves the view on past its head, which another claim has just
 // taken, keeping b as a lower bound for the boundary. It reports false if
-// the slots moved on further: the caller reads the ring again.
+// the slots moved on further, or if that claim was a refund's, whose
+// entry before it may be unsettled: the caller reads the ring again.
 func (v *view) moveOn(b uint64) bool {
 	ts, m := read(v.r.slot(v.h))
-	if m>>seqShift != v.h&seqMask {
+	if m>>seqShift != v.h&seqMask || below(cumOf(m), v.prevCum) {
 		return false
 	}
 	next, nm := read(v.r.slot(v.h + 1))
@@ -355,6 +418,38 @@ func (v *view) moveOn(b uint64) bool {
 	v.curTs, v.curMeta = uint64(next), nm
 	v.from = b
 	return true
+}
+
+// below reports whether cumulative count a is below b: a refund's entry
+// is the only one whose count is below the entry's before it, by at most
+// the bound, where every other difference between neighbours is a cost
+// within it.
+func below(a, b uint64) bool { return (a-b)&cumMask >= 1<<(cumBits-1) }
+
+// settled reports whether the newest entry of v is settled: not a
+// refund's entry whose refunded entry, the one before it, still carries
+// the count from before the refund. If it is one, settled brings that
+// count down to the newest's and reports false: the caller reads the ring
+// again. A claim runs it first, so that no entry lands after an unsettled
+// one, and only the newest can be unsettled: every reader but a claim
+// takes such a pair as it is (see refund).
+func (v *view) settled() bool {
+	if v.h < 2 {
+		return true // the base alone
+	}
+	j := v.h - 2
+	m := v.r.slot(j).meta.Load()
+	if m>>seqShift != j&seqMask {
+		return false // a lap went by, or a seal: the view is stale
+	}
+	if !below(v.prevCum, cumOf(m)) {
+		return true
+	}
+	chaos.Mark("log.settle")
+	if ts, m2 := read(v.r.slot(j)); m2 == m {
+		cas128(v.r.slot(j), uint64(ts), m, uint64(ts), metaOf(j, v.prevCum))
+	}
+	return false
 }
 
 // seal closes the ring at its head so that no claim can land after it.
@@ -424,11 +519,15 @@ func (l *Log) help(v *view) {
 // it, and consumes nothing on denial. live is false once the log retired.
 func (l *Log) AllowN(now, n int64) (Decision, bool) {
 	for {
-		if d, _, live, done := l.step(now, n, true, true); done {
+		if d, _, live, done := l.step(now, n, opAllow, nil); done {
 			return d, live
 		}
 	}
 }
+
+// takeRing is the largest ring on which Take's one-entry bound cannot
+// wrap (see Take).
+const takeRing = 1 << 16
 
 // Take is AllowN reduced to its verdict. A grant that one entry shows to
 // fit is claimed here, with one 16-byte CAS and a handful of loads; the
@@ -443,14 +542,19 @@ func (l *Log) AllowN(now, n int64) (Decision, bool) {
 // prevCum − cum(lo+1) bounds the window's cost from above: if the request
 // fits beside that bound, it fits. Only a window within n of full needs
 // the exact boundary: Take then hands the view it read to decide, which
-// searches from the tail hint.
+// searches from the tail hint. The bound spans up to cap − 2 entries of at
+// most Params.Bound each, below 2^38, where cumulative counts wrap, only
+// on rings of up to takeRing entries; on larger ones (windows of more
+// than 2^15 entries) every claim goes through decide.
 //
 // Each slot is read meta first, then time, without a second look at the
 // meta: the CAS on slot h checks the slot it writes, and claims are made
 // in index order, so the entries before h and slot h+1 can be overwritten
-// only after slot h has changed, when the CAS fails. (A refund may change
-// the newest entry's cost between the reads and the CAS; the grant then
-// keeps the refunded cost, as when the refund comes second: see Log.)
+// only after slot h has changed, when the CAS fails. A claim reads the
+// head's slot before the newest's, and the newest's before the one before
+// it (see refund): no entry's count changes once a claim has read it
+// as the newest, and one that lands on an unsettled refund's entry goes
+// to decide, which settles it first.
 //
 // A claim that loses its CAS carries on from the slot it lost: that slot
 // now holds the winner's entry, the newest, and the head is the next. A
@@ -502,7 +606,8 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 			h = r.hint.Load()
 			continue
 		}
-		fits := o == 0 || p.expired(ots, charged) // else the ring is full of live entries
+		// Past takeRing, the bound below could wrap: decide searches.
+		fits := mask < takeRing && (o == 0 || p.expired(ots, charged)) // else the ring is full of live entries
 		if fits && (cumOf(pm)-cumOf(om))&cumMask+uint64(n) > uint64(p.limit) {
 			fits = false // the window may be within n of full
 		}
@@ -524,6 +629,9 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 			}
 			return l.takeFrom(view{r: r, h: h, lo: lowest(h, mask), prevTs: pts, prevCum: cumOf(pm), curTs: ts, curMeta: m}, now, n)
 		}
+		if pp := r.slotIn(h-2, mask).meta.Load(); h >= 2 && pp>>seqShift == (h-2)&seqMask && below(cumOf(pm), cumOf(pp)) {
+			return l.takeSlow(now, n) // the newest is unsettled: decide settles it
+		}
 		chaos.Yield()
 		if cas128(r.slotIn(h, mask), ts, m, uint64(charged), metaOf(h, cumOf(pm)+uint64(n))) {
 			l.advance(r, h, h == exact)
@@ -539,7 +647,7 @@ func (l *Log) Take(now, n int64) (allowed, live bool) {
 
 // takeFrom is Take's path through decide, from the view v.
 func (l *Log) takeFrom(v view, now, n int64) (allowed, live bool) {
-	if _, allowed, live, done := l.decide(&v, now, n, true, false); done {
+	if _, allowed, live, done := l.decide(&v, now, n, opTake, nil); done {
 		return allowed, live
 	}
 	return l.takeSlow(now, n)
@@ -548,7 +656,7 @@ func (l *Log) takeFrom(v view, now, n int64) (allowed, live bool) {
 // takeSlow is Take through step, for what the claim above leaves.
 func (l *Log) takeSlow(now, n int64) (allowed, live bool) {
 	for {
-		if _, allowed, live, done := l.step(now, n, true, false); done {
+		if _, allowed, live, done := l.step(now, n, opTake, nil); done {
 			return allowed, live
 		}
 	}
@@ -557,35 +665,23 @@ func (l *Log) takeSlow(now, n int64) (allowed, live bool) {
 // Peek returns what AllowN(now, 1) would answer, and consumes nothing.
 func (l *Log) Peek(now int64) (Decision, bool) {
 	for {
-		if d, _, live, done := l.step(now, 1, false, true); done {
+		if d, _, live, done := l.step(now, 1, opPeek, nil); done {
 			return d, live
 		}
 	}
 }
 
-// Refund zeroes the newest entry's cost if it is the one AllowN(now, n)
-// just admitted: charged at now, with cost n. Otherwise it does nothing
-// (see Log). It always reports true: a retired log's successor starts
-// empty, so there is nothing to forward.
+// Refund gives back the whole cost of the newest entry if it is the one
+// AllowN(now, n) just admitted: charged at now, with cost n, and not
+// refunded since (or one like it: same time, same cost, which no window
+// tells apart). Otherwise it does nothing: the key then keeps the charge
+// (see Log). It always reports true: a retired log's successor holds no
+// entry of this one's, so there is nothing to forward.
 func (l *Log) Refund(now, n int64) bool {
-	for {
-		v, retired := l.current()
-		if retired || v.h-1 <= v.lo || v.prevTs != now {
-			return true
-		}
-		_, before, got := v.r.entryAt(v.h - 2)
-		if !got {
-			continue
-		}
-		if (v.prevCum-before)&cumMask != uint64(n) {
-			return true
-		}
-		e := v.r.slot((v.h - 1))
-		oldMeta := metaOf(v.h-1, v.prevCum)
-		if cas128(e, uint64(v.prevTs), oldMeta, uint64(v.prevTs), metaOf(v.h-1, before)) {
-			return true
-		}
+	if n >= 1 {
+		l.refund(now, uint64(n), uint64(n), 0, false)
 	}
+	return true
 }
 
 // RetireIdle retires the log if at now it holds no cost in its window, as

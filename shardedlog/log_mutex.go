@@ -3,14 +3,16 @@ package shardedlog
 import (
 	"math"
 	"sync"
+	"time"
 )
 
 // MutexLog is the sliding window log in its plain form, behind a mutex: a
 // slice of (time, cost) entries, summed over the window on every request.
 // It is written apart from Log, with the same semantics (charging at the
-// newest entry's time, the refund rule, retirement), so that the tests can
-// hold the lock-free log against it; the root package also serves
-// "sliding_log" with it on machines without a 16-byte CAS.
+// newest entry's time, charges and their bound, the refund rules and when
+// they lapse, retirement), so that the tests can hold the lock-free log
+// against it; the root package also serves "sliding_log" with it on
+// machines without a 16-byte CAS.
 type MutexLog struct {
 	mu      sync.Mutex
 	p       Params
@@ -19,10 +21,17 @@ type MutexLog struct {
 	buf     []logEntry
 	total   int64 // the cost of entries
 	newest  int64 // the newest entry's time, or the time the log opened
-	retired bool
-	carry   int64 // once retired: the instant it went idle
-	reset   bool  // once retired: by a reset
-	next    *MutexLog
+	// cum is the cost charged since the log opened, less refunds: the
+	// newest entry's cumulative cost, as Log counts it (a Grant's).
+	cum uint64
+	// refunded says a refund gave back part of the newest entry: no
+	// refund matches it again (on Log, the newest is then the refund's
+	// entry, of cost 0).
+	refunded bool
+	retired  bool
+	carry    int64 // once retired: the instant it went idle
+	reset    bool  // once retired: by a reset
+	next     *MutexLog
 }
 
 type logEntry struct{ ts, cost int64 }
@@ -63,9 +72,9 @@ func (m *MutexLog) window(charged int64) (sum int64, first int) {
 	return sum, first
 }
 
-func (m *MutexLog) answer(t, n int64, allowed bool) (Decision, bool) {
+func (m *MutexLog) answer(t, n int64, allowed bool) (Decision, Grant, bool) {
 	if m.retired {
-		return Decision{}, false
+		return Decision{}, Grant{}, false
 	}
 	charged := max(t, m.newest)
 	w, first := m.window(charged)
@@ -74,29 +83,49 @@ func (m *MutexLog) answer(t, n int64, allowed bool) (Decision, bool) {
 	if fits {
 		d.Remaining = m.p.limit - w - n
 		d.ResetAfter = m.p.after(charged, t)
+		var g Grant
 		if allowed {
-			m.push(logEntry{charged, n})
-			m.newest = charged
-			m.trim()
+			m.add(charged, n)
+			g = Grant{ts: charged, cum: m.cum & cumMask, cost: n}
 		}
-		return d, true
+		return d, g, true
 	}
-	d.Remaining = max(0, m.p.limit-w)
+	return m.denial(t, n, w, first), Grant{}, true
+}
+
+// denial is the answer to a request of cost n at t that does not fit
+// beside the cost w in the window, whose first entry is first.
+func (m *MutexLog) denial(t, n, w int64, first int) Decision {
+	d := Decision{Limit: m.p.limit, Remaining: max(0, m.p.limit-w), Owed: max(0, w-m.p.limit)}
 	if w > 0 {
 		d.ResetAfter = m.p.after(m.newest, t)
 	}
 	if n < 1 || n > m.p.limit {
 		d.RetryAfter = Never
-		return d, true
+		return d
 	}
-	need, gone := w+n-m.p.limit, int64(0)
+	d.RetryAfter = m.until(t, w+n-m.p.limit, first, m.newest)
+	return d
+}
+
+// until is the wait from t until need of the cost in the window, whose
+// first entry is first, has left it, or, past what the entries hold, until
+// an entry charged at last leaves it.
+func (m *MutexLog) until(t, need int64, first int, last int64) time.Duration {
+	gone := int64(0)
 	for _, e := range m.entries[first:] {
 		if gone += e.cost; gone >= need {
-			d.RetryAfter = m.p.after(e.ts, t)
-			break
+			return m.p.after(e.ts, t)
 		}
 	}
-	return d, true
+	return m.p.after(last, t)
+}
+
+// add charges an entry of cost n at charged, the newest.
+func (m *MutexLog) add(charged, n int64) {
+	m.push(logEntry{charged, n})
+	m.newest = charged
+	m.trim()
 }
 
 // push appends an entry, reusing the room that dropped entries left at the
@@ -110,6 +139,8 @@ func (m *MutexLog) push(e logEntry) {
 	m.buf = append(m.buf, e)
 	m.entries = m.buf[m.start:]
 	m.total += e.cost
+	m.cum += uint64(e.cost)
+	m.refunded = false
 }
 
 // trim drops the entries that have left every window still to come: those
@@ -125,7 +156,8 @@ func (m *MutexLog) trim() {
 func (m *MutexLog) AllowN(now, n int64) (Decision, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.answer(now, n, true)
+	d, _, live := m.answer(now, n, true)
+	return d, live
 }
 
 // Take is AllowN reduced to its verdict.
@@ -138,18 +170,87 @@ func (m *MutexLog) Take(now, n int64) (bool, bool) {
 func (m *MutexLog) Peek(now int64) (Decision, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.answer(now, 1, false)
+	d, _, live := m.answer(now, 1, false)
+	return d, live
 }
 
 // Refund is Log.Refund under a mutex.
 func (m *MutexLog) Refund(now, n int64) bool {
+	if n < 1 {
+		return true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if k := len(m.entries) - 1; !m.retired && k >= 0 && m.entries[k].ts == now && m.entries[k].cost == n {
-		m.entries[k].cost = 0
-		m.total -= n
+	if k := len(m.entries) - 1; m.refundable() && m.entries[k].ts == now && m.entries[k].cost == n {
+		m.give(n)
 	}
 	return true
+}
+
+// AllowGrant is Log.AllowGrant under a mutex.
+func (m *MutexLog) AllowGrant(now, n int64) (Decision, Grant, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.answer(now, n, true)
+}
+
+// RefundGrant is Log.RefundGrant under a mutex: it lapses in the same
+// cases.
+func (m *MutexLog) RefundGrant(g Grant, n int64) (bool, error) {
+	if err := g.check(n); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := len(m.entries) - 1
+	if !m.refundable() || m.entries[k].ts != g.ts || m.entries[k].cost != g.cost || m.cum&cumMask != g.cum {
+		return false, nil
+	}
+	m.give(n)
+	return true, nil
+}
+
+// refundable reports whether a refund may give back part of the newest
+// entry: the log is live, has one, and has not refunded it.
+func (m *MutexLog) refundable() bool { return !m.retired && len(m.entries) > 0 && !m.refunded }
+
+// give gives back n of the newest entry's cost.
+func (m *MutexLog) give(n int64) {
+	m.entries[len(m.entries)-1].cost -= n
+	m.total -= n
+	m.cum -= uint64(n)
+	m.refunded = true
+}
+
+// ChargeN is Log.ChargeN under a mutex.
+func (m *MutexLog) ChargeN(now, n int64) (Decision, bool, error) {
+	if n < 1 {
+		return Decision{}, true, m.p.chargeError(n, 0)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.retired {
+		return Decision{}, false, nil
+	}
+	charged := max(now, m.newest)
+	w, first := m.window(charged)
+	N := m.p.limit
+	if !m.p.fits(w, n, opCharge) {
+		d := Decision{Limit: N, Remaining: max(0, N-w), Owed: max(0, w-N)}
+		if w > 0 {
+			d.ResetAfter = m.p.after(m.newest, now)
+		}
+		if need := w + 1 - N; need > 0 {
+			d.RetryAfter = m.until(now, need, first, m.newest)
+		}
+		return d, true, m.p.chargeError(n, w)
+	}
+	d := Decision{Allowed: true, Limit: N, Remaining: max(0, N-w-n), Owed: max(0, w+n-N), ResetAfter: m.p.after(charged, now)}
+	if need := w + n + 1 - N; need > 0 {
+		d.RetryAfter = m.until(now, need, first, charged)
+	}
+	m.add(charged, n)
+	return d, true, nil
 }
 
 // RetireIdle is Log.RetireIdle under a mutex.

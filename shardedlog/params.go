@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/decision"
 )
 
 // Params is a validated rule for the sliding window log: at most Limit
@@ -14,9 +16,20 @@ type Params struct {
 	period int64
 }
 
-// maxLogLimit keeps the ring (at most the power of two above Limit+1
-// entries) within what the 24-bit entry sequence tells apart.
+// maxLogLimit keeps the ring (at most the power of two at or above twice
+// the window's cost plus 2, see Bound) within what the 24-bit entry
+// sequence tells apart: a ring of at most 2^23 entries, half the
+// sequence's range, so that an index a lap ahead is never taken for one
+// behind.
 const maxLogLimit = 1<<22 - 2
+
+// debtFactor is how many limits a window may hold after a charge (see
+// Bound), below maxLogLimit.
+const debtFactor = 256
+
+// ErrDebtBound is wrapped by the error of a charge that would leave more
+// cost in the window than Params.Bound: nothing is charged then.
+var ErrDebtBound = decision.ErrDebtBound
 
 // NewParams validates a rule of limit per period for the sliding log.
 // Supported range: limit from 1 to 4,194,302 and any positive period.
@@ -30,6 +43,38 @@ func NewParams(limit int64, period time.Duration) (Params, error) {
 		return Params{}, fmt.Errorf("period must be positive, got %v", period)
 	}
 	return Params{limit: limit, period: int64(period)}, nil
+}
+
+// Bound returns the most cost the window may hold after a charge, the
+// bound of a debt: 256 times the limit, and at most 4,194,302 (the largest
+// limit), so that a key may owe up to Bound − Limit. Every entry costs at
+// least 1 but a refunded one, so the window never holds more than Bound
+// entries that carry cost, and the ring never more than the power of two
+// at or above 2(Bound+2) entries (see Log).
+func (p *Params) Bound() int64 { return min(maxLogLimit, debtFactor*p.limit) }
+
+// fits reports whether a request of cost n beside a window that holds w
+// fits the rule, for op: a grant's cost must fit the limit, a charge's the
+// bound; a refund always fits.
+func (p *Params) fits(w, n int64, op op) bool {
+	switch op {
+	case opCharge:
+		b := p.Bound()
+		return n >= 1 && n <= b && w+n <= b
+	case opRefund:
+		return true
+	}
+	return n >= 1 && n <= p.limit && w+n <= p.limit
+}
+
+// chargeError is the error of a charge of n, which charges nothing: below
+// 1, or past the bound beside a window that holds w.
+func (p *Params) chargeError(n, w int64) error {
+	if n < 1 {
+		return fmt.Errorf("shardedlog: a charge must be at least 1, got %d", n)
+	}
+	return fmt.Errorf("shardedlog: a charge of %d beside the %d the window holds would pass %d, the most a sliding log of limit %d holds in a window (%d times the limit, at most %d): %w",
+		n, w, p.Bound(), p.limit, debtFactor, maxLogLimit, ErrDebtBound)
 }
 
 // expired reports whether an entry charged at ts has left the window that
