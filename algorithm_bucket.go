@@ -163,3 +163,18 @@ func (s *leakyState) ReserveN(now, n int64, maxWait time.Duration) (time.Duratio
 	return s.m().ReserveN(now, n, maxWait)
 }
 func (s *leakyState) CancelReservation(tat, n int64) bool { return s.m().CancelReservation(tat, n) }
+
+func (s *bucketState) ChargeN(now, n int64) (Decision, bool, error) {
+	d, live, err := s.b().ChargeN(now, n)
+	return fromCore(d), live, err
+}
+
+func (s *mutexState) ChargeN(now, n int64) (Decision, bool, error) {
+	d, live, err := s.b().ChargeN(now, n)
+	return fromCore(d), live, err
+}
+
+func (s *leakyState) ChargeN(now, n int64) (Decision, bool, error) {
+	d, live, err := s.m().ChargeN(now, n)
+	return fromCore(d), live, err
+}

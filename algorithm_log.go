@@ -116,3 +116,47 @@ func (s *mutexLogState) RetireIdle(now int64) bool { return s.l().RetireIdle(now
 func (s *mutexLogState) Retire()                   { s.l().Retire() }
 func (s *mutexLogState) Evict(now int64) int64     { return s.l().Evict(now) }
 func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l().Successor(now)) }
+
+func (s *logState) ChargeN(now, n int64) (Decision, bool, error) {
+	d, live, err := s.l().ChargeN(now, n)
+	return fromCore(d), live, err
+}
+
+func (s *mutexLogState) ChargeN(now, n int64) (Decision, bool, error) {
+	d, live, err := s.l().ChargeN(now, n)
+	return fromCore(d), live, err
+}
+
+// logGrant names the entry a log's grant made, for an exact refund of
+// part of it (Reservation.Settle).
+type logGrant = shardedlog.Grant
+
+// granter is a state whose grants name their entry, so that a refund of
+// part of one is exact: the sliding log and its twin. Refund gives back a
+// grant whole; refundGrant gives back m of it, and lapses (the key keeps
+// the cost, stricter, never looser) once a later entry of the key was
+// charged after it.
+type granter interface {
+	allowGrant(now, n int64) (Decision, logGrant, bool)
+	refundGrant(g logGrant, m int64) bool
+}
+
+func (s *logState) allowGrant(now, n int64) (Decision, logGrant, bool) {
+	d, g, live := s.l().AllowGrant(now, n)
+	return fromCore(d), g, live
+}
+
+func (s *logState) refundGrant(g logGrant, m int64) bool {
+	ok, err := s.l().RefundGrant(g, m)
+	return ok && err == nil
+}
+
+func (s *mutexLogState) allowGrant(now, n int64) (Decision, logGrant, bool) {
+	d, g, live := s.l().AllowGrant(now, n)
+	return fromCore(d), g, live
+}
+
+func (s *mutexLogState) refundGrant(g logGrant, m int64) bool {
+	ok, err := s.l().RefundGrant(g, m)
+	return ok && err == nil
+}

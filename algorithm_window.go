@@ -111,3 +111,13 @@ func (s *mutexWindowState) Evict(now int64) int64     { return s.w().Evict(now) 
 func (s *mutexWindowState) Successor(now int64) State {
 	return (*mutexWindowState)(s.w().Successor(now))
 }
+
+func (s *windowState) ChargeN(now, n int64) (Decision, bool, error) {
+	d, live, err := s.w().ChargeN(now, n)
+	return fromCore(d), live, err
+}
+
+func (s *mutexWindowState) ChargeN(now, n int64) (Decision, bool, error) {
+	d, live, err := s.w().ChargeN(now, n)
+	return fromCore(d), live, err
+}

@@ -20,11 +20,17 @@ type Decision struct {
 	Remaining  int64         // whole requests of cost 1 still allowed now, after this decision
 	RetryAfter time.Duration // 0 when allowed; else the shortest wait after which the same request could pass
 	ResetAfter time.Duration // time until the key is back to full capacity
+	// Owed is what the key owes, in whole units, when more was taken
+	// than it held: by charges (Limiter.Charge, Reservation.Settle), by
+	// requests that Wait holds for later, or by a request whose clock
+	// reading is older than the key's latest. No request is admitted
+	// until it is paid back. 0 when the key owes nothing.
+	Owed int64
 }
 
 // fromCore converts the algorithm packages' Decision field by field: a
 // whole-struct conversion goes through memory, and its mixed-width copies
 // stall store forwarding on the hot path (measured: about 10 ns per call).
 func fromCore(d decision.Decision) Decision {
-	return Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+	return Decision{Allowed: d.Allowed, Limit: d.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Owed: d.Owed}
 }

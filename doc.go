@@ -158,6 +158,37 @@
 // second and 1,000 an hour"). SetRule changes every key's rule while the
 // Limiter serves, with no key gaining allowance from the change.
 //
+// # Costs known after the work
+//
+// Some costs are known only when a request ends: the tokens a model
+// streamed, the bytes sent. Charge takes such a cost whatever the key
+// holds, and Reserve admits an estimate that Reservation.Settle later
+// corrects to the cost. A key that held less than it was charged owes
+// the rest: it refuses every request until the debt is paid back, and
+// every Decision says what it owes (Decision.Owed). How each algorithm
+// pays it back:
+//
+//   - TokenBucket and LeakyBucket: at the rule's rate, as tokens refill; a
+//     key owing d admits its next request after (d + 1) × Period / Limit.
+//   - FixedWindow: at the window's end; the next window starts empty.
+//   - SlidingCounter and SlidingLog: as the charge ages out of the
+//     sliding window, in at most two periods (SlidingCounter) or one
+//     (SlidingLog).
+//
+// A key can owe only what its state can hold; a charge past that is an
+// error (ErrDebtBound) that charges nothing, never a wrap. The buckets
+// can owe at least 2^60 ticks of refill (36 years of the rule's rate
+// when Period / Limit is a whole number of nanoseconds, 39 hours at the
+// finest fraction); a fixed window a count of at least 256 × Limit for
+// limits up to 2^32 (8 × at 2^40, none past Limit at 2^47 − 2); a sliding
+// counter at least 256 × Limit up to a Limit of 2,046, then 524,286 (5 ×
+// a Limit of 100,000), 4 × a Limit of a million, and none past its largest
+// Limit; the log a window of min(256 × Limit, 4,194,302), in a ring of up
+// to twice as many entries of 16 bytes when every charge is of 1. Each
+// package's MaxCount or Bound gives the figure for a rule. A key that owes is never evicted
+// as idle, and one that MaxKeys evicts comes back refusing until its debt
+// would have been paid.
+//
 // # Stores
 //
 // A Store holds named policies and decides a request by several of them

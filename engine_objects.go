@@ -86,7 +86,7 @@ func (l *Limiter) takeObject(id registry.ID, now int64) (allowed bool, s State) 
 	return allowed, s
 }
 
-// onObject applies the request op (opAllow or opReserve), for n units,
+// onObject applies the request op (opAllow, opGrant or opReserve), for n units,
 // to key id's state at now, following the line of successors past
 // retired states. It returns the verdict, with the rest of the answer in
 // a, as onWord does, and the state that answered, for a refund or a
@@ -95,10 +95,18 @@ func (l *Limiter) onObject(id registry.ID, now int64, op op, n int64, a *answer)
 	s = l.state(id, now)
 	for {
 		var live bool
-		if op == opAllow {
+		switch op {
+		case opGrant:
+			if g, grants := s.(granter); grants {
+				a.d, a.lg, live = g.allowGrant(now, n)
+				ok = a.d.Allowed
+				break
+			}
+			fallthrough
+		case opAllow:
 			a.d, live = s.AllowN(now, n)
 			ok = a.d.Allowed
-		} else {
+		default:
 			a.wait, a.stat, ok, live = s.(reserver).ReserveN(now, n, a.maxWait)
 		}
 		if live {

@@ -1,12 +1,14 @@
 package floodgate
 
 import (
+	"fmt"
 	"math"
 	"time"
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
 	"github.com/floodgate-go/floodgate/atomicwindow"
+	"github.com/floodgate-go/floodgate/internal/decision"
 	"github.com/floodgate-go/floodgate/internal/word"
 	"github.com/floodgate-go/floodgate/registry"
 )
@@ -44,6 +46,7 @@ const (
 	opTake    op = iota // Allow: the verdict only
 	opAllow             // AllowN: the whole Decision
 	opReserve           // WaitN: a reservation
+	opGrant             // AllowN that names its grant, for an exact refund (objects only; see granter)
 )
 
 // answer is what a state answered a request that asks for more than a
@@ -58,6 +61,7 @@ type answer struct {
 	wait    time.Duration // opReserve: how long until the units are there
 	tat     uint64        // opReserve on a word: the word it left
 	stat    int64         // opReserve on a state object: the state it left
+	lg      logGrant      // opGrant on a granter: the entry it made
 }
 
 // onWord applies the request op, for n units, to key id's word at now: it
@@ -270,5 +274,40 @@ func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
 	}
 	if at != math.MinInt64 {
 		l.sketch.record(t.ID(i), at)
+	}
+}
+
+// chargeWord is Charge on key id's word at now: it finds the slot,
+// creating it on first use, and takes n whatever the word holds,
+// following the word's status as onWord does. It returns the slot that
+// took the charge, for a refund.
+func (l *Limiter) chargeWord(id registry.ID, now, n int64, d *Decision) (t *registry.Table, i int, err error) {
+	t = l.flat.Current(id)
+	i = t.Lookup(id)
+	for {
+		if i < 0 {
+			if t, i = l.create(id, now); i < 0 {
+				return t, i, fmt.Errorf("floodgate: a charge at %d: the reading lies before the key's state could be made", now)
+			}
+		}
+		rs := rulesOf(t)
+		var st word.Status
+		var cd decision.Decision
+		if l.kind == bucketWords {
+			cd, st, err = rs.bucket.ChargeWord(t.Word(i), t.Origin, now, n)
+		} else {
+			cd, st, err = rs.window.ChargeWord(t.Word(i), t.Origin, now, n)
+		}
+		switch {
+		case err != nil:
+			return t, i, fmt.Errorf("floodgate: %w", err)
+		case st == word.Live:
+			*d = fromCore(cd)
+			return t, i, nil
+		case st == word.Gone:
+			i = -1
+		case st == word.Rebase:
+			t, i = l.rebase(id, t, now)
+		}
 	}
 }

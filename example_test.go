@@ -54,9 +54,9 @@ func ExampleLimiter_AllowN() {
 	fmt.Printf("%+v\n", limiter.AllowN("api-key-1", 2))
 	fmt.Printf("%+v\n", limiter.AllowN("api-key-1", 6)) // above the capacity: never
 	// Output:
-	// {Allowed:true Limit:5 Remaining:1 RetryAfter:0s ResetAfter:800ms}
-	// {Allowed:false Limit:5 Remaining:1 RetryAfter:200ms ResetAfter:800ms}
-	// {Allowed:false Limit:5 Remaining:1 RetryAfter:2562047h47m16.854775807s ResetAfter:800ms}
+	// {Allowed:true Limit:5 Remaining:1 RetryAfter:0s ResetAfter:800ms Owed:0}
+	// {Allowed:false Limit:5 Remaining:1 RetryAfter:200ms ResetAfter:800ms Owed:0}
+	// {Allowed:false Limit:5 Remaining:1 RetryAfter:2562047h47m16.854775807s ResetAfter:800ms Owed:0}
 }
 
 // A global cap bounds all clients together. A client refused by the cap
@@ -284,4 +284,49 @@ func ExampleLimiter_SetRule() {
 	// bob starts with: 50
 	// alice 100ms later: 16
 	// floodgate: Rule.Limit must be at least 1, got 0
+}
+
+// A token budget of 1,000 an hour per client: each reply reserves what
+// it may take, and settles to what it took. The third reply ran 300 over
+// what was left, so the client owes 300, and is refused until the budget
+// has paid it back (18 minutes at 1,000 an hour).
+func ExampleLimiter_Reserve() {
+	clock := floodgate.NewManualClock(0)
+	budget, err := floodgate.New(floodgate.Config{Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	for _, used := range []int64{200, 500, 600} {
+		r := budget.Reserve("alice", 300)
+		if !r.Decision().Allowed {
+			fmt.Println("refused")
+			continue
+		}
+		d, _ := r.Settle(used)
+		fmt.Printf("used %d: remaining %d, owed %d\n", used, d.Remaining, d.Owed)
+	}
+	next := budget.Reserve("alice", 1)
+	fmt.Println("next:", next.Decision().RetryAfter)
+	// Output:
+	// used 200: remaining 800, owed 0
+	// used 500: remaining 300, owed 0
+	// used 600: remaining 0, owed 300
+	// next: 18m3.6s
+}
+
+// Charge takes a cost already spent: the bytes a download sent, counted
+// against 1 MB a minute, even past what was left.
+func ExampleLimiter_Charge() {
+	clock := floodgate.NewManualClock(0)
+	bytes, err := floodgate.New(floodgate.Config{Algorithm: floodgate.FixedWindow, Rule: floodgate.Rule{Limit: 1 << 20, Period: time.Minute}, Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	d, err := bytes.Charge("alice", 1_500_000)
+	fmt.Println(d.Owed, d.RetryAfter, err)
+	clock.Advance(time.Minute) // the next window
+	fmt.Println(bytes.Peek("alice").Owed)
+	// Output:
+	// 451424 1m0s <nil>
+	// 0
 }

@@ -258,7 +258,11 @@ func (l *Limiter) allowAt(key string, now int64, n int64, out *grant, d *Decisio
 	i := -1
 	id := l.hasher.ID(key)
 	if l.kind == objects {
-		_, s = l.onObject(id, now, opAllow, n, &a)
+		op := opAllow
+		if out != nil && l.form != boxed {
+			op = opGrant // a log: name the entry, so that a refund of part of it is exact
+		}
+		_, s = l.onObject(id, now, op, n, &a)
 	} else {
 		_, t, i = l.onWord(id, now, opAllow, n, &a)
 	}
@@ -275,10 +279,10 @@ func (l *Limiter) allowAt(key string, now int64, n int64, out *grant, d *Decisio
 	}
 	l.decided(a.d.Allowed)
 	if out != nil && a.d.Allowed {
-		*out = grant{s: s, id: id, t: t, i: i, g: asked, now: now, n: n}
+		*out = grant{s: s, id: id, t: t, i: i, g: asked, now: now, n: n, lg: a.lg}
 	}
 	d.Allowed, d.Limit, d.Remaining = a.d.Allowed, a.d.Limit, a.d.Remaining
-	d.RetryAfter, d.ResetAfter = a.d.RetryAfter, a.d.ResetAfter
+	d.RetryAfter, d.ResetAfter, d.Owed = a.d.RetryAfter, a.d.ResetAfter, a.d.Owed
 }
 
 // Peek returns what the key's own state would answer to AllowN(key, 1) now,

@@ -133,10 +133,15 @@ type grant struct {
 	i      int
 	g      *atomicbucket.Bucket
 	now, n int64
+	lg     logGrant // a log's entry, when its state named it (see granter)
 }
 
 // refundKey gives the key's own state back what gr took from it.
 func (l *Limiter) refundKey(gr *grant) {
+	if g, ok := gr.s.(granter); ok && gr.lg.Cost() > 0 {
+		g.refundGrant(gr.lg, gr.n) // a lapsed refund leaves the key charged: stricter, never looser
+		return
+	}
 	if gr.s != nil {
 		l.returnObject(gr.s, gr.now, gr.n)
 	} else {

@@ -1,0 +1,233 @@
+package floodgate
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/decision"
+	"github.com/floodgate-go/floodgate/registry"
+)
+
+// Costs known only when the work ends (the tokens a model streamed, the
+// bytes sent) are charged in one of two ways: Charge, which takes the
+// units whatever the key holds, so that the key may owe; or Reserve,
+// which admits an estimate now, and Settle, which later gives back what
+// the estimate had over the cost or charges what the cost had over the
+// estimate. A key that owes is refused every request until its debt is
+// paid back (see each algorithm's paragraph in the package
+// documentation), and every Decision says what it owes (Decision.Owed).
+
+// ErrDebtBound is the error of a charge that would leave a key owing more
+// than its state can hold (the bound is each algorithm's; see the package
+// documentation). Nothing is charged then: the key's debt never wraps.
+var ErrDebtBound = decision.ErrDebtBound
+
+// ErrCannotCharge is Charge's error on a registered algorithm whose
+// states are not Chargers.
+var ErrCannotCharge = errors.New("floodgate: the algorithm's states take no charge (see Charger)")
+
+// ErrSettled is the error of a second Settle of one Reservation.
+var ErrSettled = errors.New("floodgate: the reservation is settled already")
+
+// ErrNotReserved is Settle's error on a Reservation that was refused (or
+// is the zero value): it took nothing, and has nothing to settle.
+var ErrNotReserved = errors.New("floodgate: the reservation was refused; it has nothing to settle")
+
+// Charger is a State that takes a charge it cannot refuse (see
+// Limiter.Charge). Every built-in algorithm's states are Chargers; a
+// registered algorithm's may be one, and Charge on a Limiter of one whose
+// states are not returns ErrCannotCharge.
+type Charger interface {
+	// ChargeN takes n at now whatever the state holds, so that it may
+	// owe, and returns the Decision after it (see Limiter.Charge). live
+	// is false, and nothing changes, when the state is retired. For n
+	// below 1, or a charge past what the state can owe (ErrDebtBound),
+	// it returns an error and charges nothing.
+	ChargeN(now, n int64) (d Decision, live bool, err error)
+}
+
+// Charge takes n units from key now, whatever the key holds: a cost
+// already spent, which no refusal could undo. A key that held fewer than
+// n is left owing the rest, and refuses every request until the debt is
+// paid back: at the rule's rate (the buckets), at the window's end (the
+// fixed window), or as the charge ages out of the window (the sliding
+// counter and log). The global cap, if any, is charged the same way.
+//
+// The Decision is the key's state after the charge: Allowed is true (the
+// units were taken), Remaining what is left (0 while the key owes), Owed
+// what the key owes, RetryAfter the wait until a request of 1 could pass
+// (0 if one could now), and ResetAfter the wait until the key is full.
+// With a global cap, Remaining is the smaller of the two.
+//
+// Charge returns an error, and charges nothing, for n below 1, for a
+// charge that would leave the key (or the cap) owing more than its state
+// can hold (ErrDebtBound), and on a registered algorithm whose states are
+// not Chargers (ErrCannotCharge). For an existing key it allocates
+// nothing.
+func (l *Limiter) Charge(key string, n int64) (Decision, error) {
+	var d Decision
+	err := l.chargeID(l.hasher.ID(key), l.now(), n, &d)
+	return d, err
+}
+
+// Reserve asks for estimate units for key now, as AllowN does, for a
+// request whose cost is known only when it ends: Settle then charges the
+// cost. A Reservation is settled once; one that is never settled keeps
+// its estimate. Reserve allocates nothing for an existing key.
+//
+//	r := lim.Reserve(client, 500) // the tokens a reply may take
+//	if !r.Decision().Allowed {
+//		return errTooMany
+//	}
+//	used := serve()
+//	d, err := r.Settle(used) // gives back 500 − used, or charges the overrun
+//
+// A Reservation holds no reference to key. It must not be copied: a copy
+// could settle twice (go vet reports copies).
+func (l *Limiter) Reserve(key string, estimate int64) Reservation {
+	var gr grant
+	var d Decision
+	l.allowAt(key, l.now(), estimate, &gr, &d)
+	return Reservation{l: l, gr: gr, d: d}
+}
+
+// A Reservation is an estimate that Limiter.Reserve admitted, or refused,
+// for a request whose cost is known only when it ends. Settle it once
+// with that cost. The zero value is a refused reservation.
+type Reservation struct {
+	l       *Limiter
+	gr      grant // what the admission took; n is 0 when it took nothing
+	d       Decision
+	settled atomic.Bool
+}
+
+// Decision is what Reserve answered: whether the estimate was admitted,
+// with the key's state after it.
+func (r *Reservation) Decision() Decision { return r.d }
+
+// Settle charges the request's actual cost in place of its estimate: it
+// gives back what the estimate had over actual, as if never taken, or
+// charges what actual has over the estimate, as Charge does, so that the
+// key may owe. It returns the key's state after the settlement as Charge
+// does: Allowed true, Remaining what is left, Owed what the key owes,
+// RetryAfter the wait until a request of 1 could pass.
+//
+// A second Settle returns ErrSettled, and Settle of a refused reservation
+// ErrNotReserved; a negative actual, or an overrun past what the key can
+// owe (ErrDebtBound), returns an error and changes nothing, and the
+// reservation stays unsettled. What the estimate had over actual is given
+// back exactly by the buckets and the windows (to the window it was taken
+// in: once that window has ended, there is nothing left to give back),
+// and by the sliding log unless a later request of the key was charged
+// after it (see its paragraph in the package documentation); a key
+// evicted or reset since keeps nothing to give back. Settle is safe to
+// call from any goroutine; of two at once, one settles.
+func (r *Reservation) Settle(actual int64) (Decision, error) {
+	l := r.l
+	if l == nil || r.gr.n == 0 {
+		return Decision{}, ErrNotReserved
+	}
+	if actual < 0 {
+		return Decision{}, fmt.Errorf("floodgate: Settle(%d): a cost cannot be negative", actual)
+	}
+	if !r.settled.CompareAndSwap(false, true) {
+		return Decision{}, ErrSettled
+	}
+	now := l.now()
+	var d Decision
+	switch est := r.gr.n; {
+	case actual > est:
+		if err := l.chargeID(r.gr.id, now, actual-est, &d); err != nil {
+			r.settled.Store(false)
+			return Decision{}, err
+		}
+		return d, nil
+	case actual < est:
+		back := r.gr
+		back.n = est - actual
+		l.refundKey(&back)
+		if back.g != nil {
+			l.returnGlobal(back.g, back.now, back.n)
+		}
+	}
+	if l.kind == objects {
+		d = l.peekObject(r.gr.id, now)
+	} else {
+		d = l.peekWord(r.gr.id, now)
+	}
+	// Peek answers a request of 1 as if taken; the settlement took none.
+	if d.Allowed {
+		d.Remaining++
+	}
+	d.Allowed = true
+	return d, nil
+}
+
+// chargeID is Charge for key id at now, its answer written to *d.
+func (l *Limiter) chargeID(id registry.ID, now, n int64, d *Decision) error {
+	if n < 1 {
+		return fmt.Errorf("floodgate: a charge of %d: a cost must be at least 1", n)
+	}
+	var gr grant
+	var err error
+	if l.kind == objects {
+		gr.s, err = l.chargeObject(id, now, n, d)
+	} else {
+		gr.t, gr.i, err = l.chargeWord(id, now, n, d)
+	}
+	if err != nil {
+		return err
+	}
+	g := l.global.Load()
+	if g == nil {
+		return nil
+	}
+	gd, err := l.chargeGlobal(g, now, n)
+	if err != nil {
+		gr.id, gr.now, gr.n = id, now, n
+		l.refundKey(&gr)
+		*d = Decision{}
+		return err
+	}
+	d.Remaining = min(d.Remaining, gd.Remaining)
+	d.RetryAfter = max(d.RetryAfter, gd.RetryAfter)
+	return nil
+}
+
+// chargeObject charges key id's state at now, following the line of
+// successors past retired states, and returns the state that took it.
+func (l *Limiter) chargeObject(id registry.ID, now, n int64, d *Decision) (State, error) {
+	s := l.state(id, now)
+	for {
+		c, ok := s.(Charger)
+		if !ok {
+			return nil, ErrCannotCharge
+		}
+		cd, live, err := c.ChargeN(now, n)
+		if err != nil {
+			return nil, fmt.Errorf("floodgate: %w", err)
+		}
+		if live {
+			*d = cd
+			return s, nil
+		}
+		s = l.successor(id, s, now)
+	}
+}
+
+// chargeGlobal charges the global cap g n units at now, following its
+// successors.
+func (l *Limiter) chargeGlobal(g *atomicbucket.Bucket, now, n int64) (atomicbucket.Decision, error) {
+	for {
+		d, live, err := g.ChargeN(now, n)
+		if err != nil {
+			return d, fmt.Errorf("floodgate: the global cap: %w", err)
+		}
+		if live {
+			return d, nil
+		}
+		g = l.nextGlobal(g, now)
+	}
+}
