@@ -411,3 +411,40 @@ func FuzzChargeTwins(f *testing.F) {
 		}
 	})
 }
+
+// TestDebtSurvivesEvictionAndRules: a client cannot shed a debt by
+// rotating ids until MaxKeys evicts its key, nor by a rule change: the
+// key comes back, or is converted, refusing until its debt would have
+// been paid. Every algorithm and twin.
+func TestDebtSurvivesEvictionAndRules(t *testing.T) {
+	for _, alg := range every {
+		t.Run(alg, func(t *testing.T) {
+			clock := floodgate.NewManualClock(int64(time.Hour))
+			l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: chargeRule, Clock: clock, MaxKeys: 1})
+			if _, err := l.Charge("debtor", 30); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 20 { // other clients take the only slot
+				l.Allow("rotating-" + strconv.Itoa(i))
+			}
+			if l.Allow("debtor") {
+				t.Fatal("a key evicted while owing came back with room")
+			}
+			clock.Advance(3 * time.Second) // every algorithm has paid 20 by then
+			if !l.Allow("debtor") {
+				t.Fatal("refused after the debt was paid")
+			}
+
+			l2 := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: chargeRule, Clock: clock})
+			if _, err := l2.Charge("debtor", 30); err != nil {
+				t.Fatal(err)
+			}
+			if err := l2.SetRule(floodgate.Rule{Limit: 20, Period: time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if d := l2.AllowN("debtor", 1); d.Allowed {
+				t.Fatalf("a key owing 20 was admitted after its limit rose to 20: %+v", d)
+			}
+		})
+	}
+}
