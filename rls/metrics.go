@@ -48,9 +48,11 @@ var (
 // Options.MaxDetailed series a rule); and
 // ratelimit_service_config_load_success and _config_load_error. A rule
 // shows once a request has matched it. Per-descriptor limit overrides
-// count under the domain "" and key1 "override". The floodgate limiters'
-// own series (keys held, evictions) come through the Server as a
-// counts.Source (see AppendCounts).
+// count under the domain "" and key1 "override". The rule's series count
+// hits, which a request chooses (hits_addend, up to 2^64 − 1): each
+// saturates at 2^63 − 1 (9.2e18) and stays there, never wrapping. The
+// floodgate limiters' own series (keys held, evictions) come through the
+// Server as a counts.Source (see AppendCounts).
 func (s *Server) Collector() prometheus.Collector { return collector{s} }
 
 type collector struct{ s *Server }

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // TestCollector: the per-rule figures and the config loads, under
@@ -115,5 +117,30 @@ ratelimit_service_rate_limit_total_hits{domain="d",key1="team_t*",key2="user_u"}
 	}
 	if _, err := New(cfg, Options{MaxDetailed: -1}); err == nil {
 		t.Fatal("a negative MaxDetailed: no error")
+	}
+}
+
+// TestCollectorHugeHits: three requests of hits_addend 2^64 − 1 leave
+// total_hits and over_limit at their largest value, 2^63 − 1, never
+// wrapped into negative figures.
+func TestCollectorHugeHits(t *testing.T) {
+	s, c := serve(t, mustConfig(t, basic), Options{Clock: floodgate.NewManualClock(unixStart)})
+	for range 3 {
+		d := desc("big", "g")
+		d.HitsAddend = wrapperspb.UInt64(math.MaxUint64)
+		ask(t, c, "d", d)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	want := `
+# HELP ratelimit_service_rate_limit_over_limit Hits refused by the rule.
+# TYPE ratelimit_service_rate_limit_over_limit counter
+ratelimit_service_rate_limit_over_limit{domain="d",key1="big",key2=""} 9.223372036854776e+18
+# HELP ratelimit_service_rate_limit_total_hits Hits asked of the rule (each request's hits_addend).
+# TYPE ratelimit_service_rate_limit_total_hits counter
+ratelimit_service_rate_limit_total_hits{domain="d",key1="big",key2=""} 9.223372036854776e+18
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_rate_limit_over_limit", "ratelimit_service_rate_limit_total_hits"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"math"
 	"strings"
 	"sync/atomic"
 
@@ -27,11 +28,13 @@ type ruleStats struct{ c *tally.Counts }
 
 func (s *ruleStats) init()              { s.c = tally.New(nStats) }
 func (s *ruleStats) share(o *ruleStats) { s.c = o.c }
-func (s *ruleStats) value(i int) int64  { return s.c.Value(i) }
+
+// value is count i. The counts add hits, which a request chooses
+// (hits_addend, up to 2^64 − 1): each saturates at 2^63 − 1 rather than
+// wrap, and stays there.
+func (s *ruleStats) value(i int) int64 { return s.c.ValueSat(i) }
 func (s *ruleStats) add(i int, v uint64) {
-	if v > 0 {
-		s.c.Add(i, int64(min(v, 1<<62)))
-	}
+	s.c.AddSat(i, int64(min(v, math.MaxInt64)))
 }
 
 // detailed is the series of a rule with detailed_metric: one for each

@@ -17,6 +17,7 @@
 package tally
 
 import (
+	"math"
 	"runtime"
 	"sync/atomic"
 	"unsafe"
@@ -92,4 +93,47 @@ func (c *Counts) Value(i int) int64 {
 		v += atomic.LoadInt64(&c.cells[p*c.stride+i])
 	}
 	return v
+}
+
+// AddSat adds delta ≥ 0 to counter i, saturating: a counter that would
+// pass math.MaxInt64 stays there. Read it with ValueSat. For a counter
+// of costs a client chooses (a request's hits), which plain Add would
+// wrap into negative figures.
+func (c *Counts) AddSat(i int, delta int64) {
+	if delta <= 0 {
+		return
+	}
+	p := procPin()
+	if p < c.ps {
+		w := &c.cells[p*c.stride+i]
+		atomic.StoreInt64(w, satAdd(atomic.LoadInt64(w), delta))
+		procUnpin()
+		return
+	}
+	procUnpin()
+	w := &c.cells[c.ps*c.stride+i]
+	for {
+		old := atomic.LoadInt64(w)
+		if atomic.CompareAndSwapInt64(w, old, satAdd(old, delta)) {
+			return
+		}
+	}
+}
+
+// ValueSat returns counter i, kept by AddSat: the sum of every P's
+// share, saturating at math.MaxInt64.
+func (c *Counts) ValueSat(i int) int64 {
+	var v int64
+	for p := 0; p <= c.ps; p++ {
+		v = satAdd(v, atomic.LoadInt64(&c.cells[p*c.stride+i]))
+	}
+	return v
+}
+
+// satAdd is a + b for a, b ≥ 0, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -1,6 +1,7 @@
 package tally
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -126,5 +127,29 @@ func BenchmarkIncOne(b *testing.B) {
 	c := New(4)
 	for b.Loop() {
 		c.Inc(1)
+	}
+}
+
+// TestSaturates: AddSat's counters stop at math.MaxInt64, on a P's block
+// and on the spill block, and ValueSat's sum of the blocks does too.
+func TestSaturates(t *testing.T) {
+	c := New(2)
+	c.AddSat(0, 1<<62)
+	c.AddSat(0, 1<<62)
+	c.AddSat(0, math.MaxInt64)
+	c.AddSat(0, -5) // ignored: only costs of 0 or more count
+	if v := c.ValueSat(0); v != math.MaxInt64 {
+		t.Fatalf("after 2^62 twice and MaxInt64: %d", v)
+	}
+	// The spill block, and a sum across blocks that would wrap.
+	for _, w := range []*int64{&c.cells[c.ps*c.stride+1], &c.cells[1]} {
+		*w = math.MaxInt64 - 1
+	}
+	c.AddSat(1, 3)
+	if v := c.ValueSat(1); v != math.MaxInt64 {
+		t.Fatalf("two blocks near MaxInt64: %d", v)
+	}
+	if v := c.ValueSat(0); v != math.MaxInt64 {
+		t.Fatalf("counter 0 moved: %d", v)
 	}
 }
