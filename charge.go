@@ -77,6 +77,12 @@ func (l *Limiter) Charge(key string, n int64) (Decision, error) {
 // cost. A Reservation is settled once; one that is never settled keeps
 // its estimate. Reserve allocates nothing for an existing key.
 //
+// An estimate of 0 takes nothing: it is admitted when a request of 1
+// would be (by the key and the global cap), and Settle charges the whole
+// cost, as Charge does. That is Envoy AI Gateway's pattern (a check at
+// the request, the cost at its end); every request in flight may then
+// run the key past its budget, which an estimate bounds.
+//
 //	r := lim.Reserve(client, 500) // the tokens a reply may take
 //	if !r.Decision().Allowed {
 //		return errTooMany
@@ -89,8 +95,43 @@ func (l *Limiter) Charge(key string, n int64) (Decision, error) {
 func (l *Limiter) Reserve(key string, estimate int64) Reservation {
 	var gr grant
 	var d Decision
+	if estimate == 0 {
+		id, now := l.hasher.ID(key), l.now()
+		l.check(id, now, &d)
+		gr.id = id
+		return Reservation{l: l, gr: gr, d: d, ok: d.Allowed}
+	}
 	l.allowAt(key, l.now(), estimate, &gr, &d)
-	return Reservation{l: l, gr: gr, d: d}
+	return Reservation{l: l, gr: gr, d: d, ok: d.Allowed}
+}
+
+// check is Reserve's answer to an estimate of 0 for key id at now: what
+// a request of 1 would be answered, by the key and the global cap, with
+// Remaining what is left, since nothing was taken.
+func (l *Limiter) check(id registry.ID, now int64, d *Decision) {
+	if l.kind == objects {
+		*d = l.peekObject(id, now)
+	} else {
+		*d = l.peekWord(id, now)
+	}
+	g := l.global.Load()
+	if !d.Allowed {
+		return
+	}
+	d.Remaining++ // Peek answers a request of 1 as if taken
+	if g == nil {
+		return
+	}
+	gd, live := g.Peek(now)
+	for !live {
+		g = l.nextGlobal(g, now)
+		gd, live = g.Peek(now)
+	}
+	if !gd.Allowed {
+		*d = fromCore(gd)
+		return
+	}
+	d.Remaining = min(d.Remaining, gd.Remaining+1)
 }
 
 // A Reservation is an estimate that Limiter.Reserve admitted, or refused,
@@ -100,6 +141,7 @@ type Reservation struct {
 	l       *Limiter
 	gr      grant // what the admission took; n is 0 when it took nothing
 	d       Decision
+	ok      bool // admitted
 	settled atomic.Bool
 }
 
@@ -126,7 +168,7 @@ func (r *Reservation) Decision() Decision { return r.d }
 // call from any goroutine; of two at once, one settles.
 func (r *Reservation) Settle(actual int64) (Decision, error) {
 	l := r.l
-	if l == nil || r.gr.n == 0 {
+	if l == nil || !r.ok {
 		return Decision{}, ErrNotReserved
 	}
 	if actual < 0 {

@@ -384,7 +384,8 @@ func FuzzChargeTwins(f *testing.F) {
 				}
 			case 2:
 				for j, l := range ls {
-					r := l.Reserve(key, arg+1)
+					r := l.Reserve(key, arg) // 0: a check
+
 					ds[j] = r.Decision()
 					open[j] = append(open[j], &r)
 				}
@@ -444,6 +445,40 @@ func TestDebtSurvivesEvictionAndRules(t *testing.T) {
 			}
 			if d := l2.AllowN("debtor", 1); d.Allowed {
 				t.Fatalf("a key owing 20 was admitted after its limit rose to 20: %+v", d)
+			}
+		})
+	}
+}
+
+// TestReserveZero: an estimate of 0 takes nothing, is admitted while a
+// request of 1 would be, and its Settle charges the whole cost, into
+// debt if need be: a check at the request and the cost at its end.
+func TestReserveZero(t *testing.T) {
+	for _, alg := range every {
+		t.Run(alg, func(t *testing.T) {
+			clock := floodgate.NewManualClock(int64(time.Hour))
+			l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: chargeRule, Clock: clock, Global: &floodgate.Rule{Limit: 100, Period: time.Second}})
+			r1 := l.Reserve("k", 0)
+			r2 := l.Reserve("k", 0)
+			if d := r2.Decision(); !d.Allowed || d.Remaining != 10 {
+				t.Fatalf("a second check of 0: %+v, want admitted, all 10 left", d)
+			}
+			if d, err := r1.Settle(6); err != nil || d.Remaining != 4 || d.Owed != 0 {
+				t.Fatalf("Settle(6) of a check: %+v, %v", d, err)
+			}
+			if d, err := r2.Settle(7); err != nil || d.Remaining != 0 || d.Owed != 3 {
+				t.Fatalf("Settle(7) of a check with 4 left: %+v, %v; want 3 owed", d, err)
+			}
+			r3 := l.Reserve("k", 0)
+			if r3.Decision().Allowed {
+				t.Fatal("a check admitted while the key owes")
+			}
+			if _, err := r3.Settle(1); !errors.Is(err, floodgate.ErrNotReserved) {
+				t.Fatalf("Settle of a refused check: %v", err)
+			}
+			r4 := l.Reserve("other", 0)
+			if d, err := r4.Settle(0); err != nil || d.Remaining != 10 {
+				t.Fatalf("Settle(0) of a check: %+v, %v; want nothing taken", d, err)
 			}
 		})
 	}
