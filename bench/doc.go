@@ -29,7 +29,9 @@
 // ratelimit (built from its module at a pinned version) and floodgate-rls
 // (per request, in lease mode and in process), with each one's CPU a
 // request; BenchmarkIdle, what floodgate-rls's rules cost while nobody
-// asks for them (CPU, goroutines, heap a rule).
+// asks for them (CPU, goroutines, heap a rule). BenchmarkCharge holds a
+// cost known after the work, Charge and Reserve then Settle, against
+// AllowN on the same keys, for every algorithm.
 //
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
 // puts implementations side by side; BenchmarkPaired times the sliding log

@@ -43,7 +43,7 @@ func TestBenchPipeline(t *testing.T) {
 	if bytes.Contains(raw, []byte("--- FAIL")) {
 		t.Errorf("a benchmark failed:\n%s", tail(string(raw), 40))
 	}
-	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware"}
+	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware", "Charge"}
 	withRedis := false
 	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
 		families = append(families, "Redis", "RLS", "Idle")
@@ -69,9 +69,14 @@ func TestBenchPipeline(t *testing.T) {
 			t.Errorf("%s was not written: %v", name, err)
 		}
 	}
-	// BenchmarkIdle's figures reach the summary only through its own table.
-	if md, err := os.ReadFile(filepath.Join(out, "summary.md")); withRedis && err == nil && !bytes.Contains(md, []byte("| rules-10000 |")) {
+	// BenchmarkIdle's and BenchmarkCharge's figures reach the summary only
+	// through their own tables.
+	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
+	if withRedis && err == nil && !bytes.Contains(md, []byte("| rules-10000 |")) {
 		t.Errorf("summary.md has no row of BenchmarkIdle's table:\n%s", tail(string(md), 40))
+	}
+	if err == nil && !regexp.MustCompile(`(?m)^\| 1M-uniform-parallel +\| floodgate-sl +\|`).Match(md) {
+		t.Errorf("summary.md has no row of BenchmarkCharge's table:\n%s", tail(string(md), 40))
 	}
 }
 

@@ -36,11 +36,12 @@ func TestParseName(t *testing.T) {
 		want benchKey
 		ok   bool
 	}{
-		{"Allow/scenario=hotkey/impl=floodgate-tb", benchKey{"Allow", "hotkey", "floodgate-tb", 0}, true},
-		{"Keys/impl=ulule/scenario=1M-zipf-parallel", benchKey{"Keys", "1M-zipf-parallel", "ulule", 0}, true},
-		{"Goroutines/g=16/impl=xtime/scenario=hotkey", benchKey{"Goroutines", "hotkey", "xtime", 16}, true},
-		{"BytesPerKey/impl=golimiter/scenario=1M", benchKey{"BytesPerKey", "1M", "golimiter", 0}, true},
-		{"Latency/impl=a=b/scenario=s", benchKey{"Latency", "s", "a=b", 0}, true},   // value keeps later '='
+		{"Allow/scenario=hotkey/impl=floodgate-tb", benchKey{"Allow", "hotkey", "floodgate-tb", 0, ""}, true},
+		{"Keys/impl=ulule/scenario=1M-zipf-parallel", benchKey{"Keys", "1M-zipf-parallel", "ulule", 0, ""}, true},
+		{"Goroutines/g=16/impl=xtime/scenario=hotkey", benchKey{"Goroutines", "hotkey", "xtime", 16, ""}, true},
+		{"BytesPerKey/impl=golimiter/scenario=1M", benchKey{"BytesPerKey", "1M", "golimiter", 0, ""}, true},
+		{"Latency/impl=a=b/scenario=s", benchKey{"Latency", "s", "a=b", 0, ""}, true}, // value keeps later '='
+		{"Charge/scenario=hotkey/impl=floodgate-tb/op=settle", benchKey{"Charge", "hotkey", "floodgate-tb", 0, "settle"}, true},
 		{"Allow/scenario=hotkey", benchKey{}, false},                                // no impl
 		{"Allow/alg=token_bucket/scenario=hotkey/impl=lockfree", benchKey{}, false}, // unknown component
 		{"MapLoad/keys=1000/impl=xsync-v3", benchKey{}, false},
@@ -196,14 +197,14 @@ func TestParse(t *testing.T) {
 		unit string
 		want float64
 	}{
-		{benchKey{"Allow", "hotkey", "floodgate-tb", 0}, unitNs, 65}, // median of 60, 70, 65
-		{benchKey{"Allow", "hotkey", "floodgate-tb-mutex", 0}, unitNs, 85},
-		{benchKey{"Allow", "hotkey", "throttled", 0}, unitNs, 150},
-		{benchKey{"Keys", "1K-uniform-1", "ulule", 0}, unitNs, 700},
-		{benchKey{"Latency", "1M-uniform-parallel", "floodgate-tb", 0}, unitP999, 2100},
-		{benchKey{"Latency", "1M-uniform-parallel", "floodgate-tb", 0}, unitP50, 80},
-		{benchKey{"Goroutines", "hotkey", "floodgate-tb", 4}, unitNs, 25},
-		{benchKey{"BytesPerKey", "1M", "golimiter", 0}, unitBKey, 150},
+		{benchKey{"Allow", "hotkey", "floodgate-tb", 0, ""}, unitNs, 65}, // median of 60, 70, 65
+		{benchKey{"Allow", "hotkey", "floodgate-tb-mutex", 0, ""}, unitNs, 85},
+		{benchKey{"Allow", "hotkey", "throttled", 0, ""}, unitNs, 150},
+		{benchKey{"Keys", "1K-uniform-1", "ulule", 0, ""}, unitNs, 700},
+		{benchKey{"Latency", "1M-uniform-parallel", "floodgate-tb", 0, ""}, unitP999, 2100},
+		{benchKey{"Latency", "1M-uniform-parallel", "floodgate-tb", 0, ""}, unitP50, 80},
+		{benchKey{"Goroutines", "hotkey", "floodgate-tb", 4, ""}, unitNs, 25},
+		{benchKey{"BytesPerKey", "1M", "golimiter", 0, ""}, unitBKey, 150},
 	}
 	for _, v := range values {
 		if got, ok := d.value(v.k, v.unit); !ok || got != v.want {
@@ -524,5 +525,56 @@ BenchmarkIdle/scenario=rules-5/impl=floodgate-rls-lease-2  1  10000000000 ns/op 
 	}
 	if tb := idleTable(parseString(t, raw)); len(tb.rows) != 0 {
 		t.Errorf("an idle table without BenchmarkIdle: %q", tb.rows)
+	}
+}
+
+// TestChargeTable: BenchmarkCharge's table has a row per scenario and
+// algorithm with the medians of AllowN, Charge and Reserve+Settle, their
+// ratios to AllowN (the round's also to two AllowNs) and each op's
+// allocs/op; an op without figures shows none, op= reaches the table of
+// denials, and the table is numbered and explained like the others.
+func TestChargeTable(t *testing.T) {
+	d := parseString(t, `BenchmarkCharge/scenario=hotkey/impl=floodgate-tb/op=allown-2  1000  40.00 ns/op  0 B/op  0 allocs/op
+BenchmarkCharge/scenario=hotkey/impl=floodgate-tb/op=charge-2  1000  30.00 ns/op  0 B/op  0 allocs/op
+BenchmarkCharge/scenario=hotkey/impl=floodgate-tb/op=settle-2  1000  90.00 ns/op  0 B/op  0 allocs/op
+BenchmarkCharge/scenario=hotkey/impl=floodgate-sl/op=allown-2  1000  100.0 ns/op  5 B/op  0 allocs/op
+BenchmarkCharge/scenario=hotkey/impl=floodgate-sl/op=charge-2  1000  150.0 ns/op  5 B/op  0 allocs/op
+BenchmarkCharge/scenario=hotkey/impl=floodgate-tb/op=allown-2  1000  50.00 ns/op  0 B/op  0 allocs/op
+BenchmarkCharge/scenario=hotkey/impl=floodgate-tb/op=charge-2  1000  34.00 ns/op  0 B/op  0 allocs/op
+BenchmarkCharge/scenario=hotkey/impl=floodgate-tb/op=settle-2  1000  110.0 ns/op  0 B/op  0 allocs/op
+BenchmarkCharge/scenario=1M-uniform-parallel/impl=floodgate-tb/op=allown-2  1  400.0 ns/op  0 B/op  0.0010 allocs/op
+BenchmarkCharge/scenario=1M-uniform-parallel/impl=floodgate-tb/op=charge-2  1  300.0 ns/op  0 B/op  0 allocs/op
+BenchmarkCharge/scenario=1M-uniform-parallel/impl=floodgate-tb/op=settle-2  1  1000 ns/op  0 B/op  0 allocs/op  0.0200 denied/op
+`)
+	tb := chargeTable(d)
+	want := [][]string{
+		{"hotkey", "floodgate-tb", "45.0", "32.0", "100", "0.71×", "2.22×", "1.11×", "0.0, 0.0, 0.0"},
+		{"hotkey", "floodgate-sl", "100", "150", "–", "1.50×", "–", "–", "0.0, 0.0, –"},
+		{"1M-uniform-parallel", "floodgate-tb", "400", "300", "1000", "0.75×", "2.50×", "1.25×", "0.0, 0.0, 0.0"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+	md := summary(d, "bench-raw.txt", nil)
+	for _, want := range []string{
+		"## 1. Costs known after the work: Charge and Reserve+Settle beside AllowN\n\nfloodgate's lock-free algorithms",
+		"two calls held against one AllowN",
+		"The team's targets (issue 42): charge ÷ AllowN ≤ 1×, and settle ÷ 2×AllowN ≤ 1×",
+		"| scenario            | algorithm    | AllowN (ns/op) | Charge (ns/op) | Reserve+Settle (ns/op) |",
+		"| hotkey              | floodgate-tb |           45.0 |           32.0 |                    100 |           0.71× |",
+		"## 2. Figures with denials",
+		"| Charge/scenario=1M-uniform-parallel/impl=floodgate-tb/op=settle |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	if tb := chargeTable(parseString(t, raw)); len(tb.rows) != 0 {
+		t.Errorf("a charge table without BenchmarkCharge: %q", tb.rows)
 	}
 }

@@ -57,7 +57,8 @@ type benchKey struct {
 	family   string // the part before the first slash, e.g. "Allow"
 	scenario string
 	impl     string
-	g        int // goroutines, from g=; 0 when absent
+	g        int    // goroutines, from g=; 0 when absent
+	op       string // the operation, from op= (BenchmarkCharge); "" when absent
 }
 
 // dataset is everything read from one raw benchmark file.
@@ -191,7 +192,8 @@ func allDigits(s string) bool {
 // parseName splits a name without its "Benchmark" prefix and procs suffix,
 // such as "Allow/scenario=hotkey/impl=floodgate-tb", in any order of its
 // components. It rejects names without impl= and names with components
-// other than scenario=, impl= and g= (such as the root package's alg=).
+// other than scenario=, impl=, g= and op= (such as the root package's
+// alg=).
 func parseName(name string) (benchKey, bool) {
 	parts := strings.Split(name, "/")
 	k := benchKey{family: parts[0]}
@@ -214,6 +216,8 @@ func parseName(name string) (benchKey, bool) {
 				return k, false
 			}
 			k.g = n
+		case "op":
+			k.op = val
 		default:
 			return k, false
 		}

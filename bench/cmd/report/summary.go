@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), idleTable(d), deniedTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), idleTable(d), chargeTable(d), deniedTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -450,6 +450,9 @@ func deniedTable(d *dataset) table {
 		name := k.family + "/scenario=" + k.scenario + "/impl=" + k.impl
 		if k.g > 0 {
 			name += fmt.Sprintf("/g=%d", k.g)
+		}
+		if k.op != "" {
+			name += "/op=" + k.op
 		}
 		ns, ok := d.value(k, unitNs)
 		t.rows = append(t.rows, []string{name, cell(ns, ok, fmtNs), fmt.Sprintf("%d of %d", len(ds), d.lines[k]),
@@ -878,6 +881,45 @@ func idleTable(d *dataset) table {
 			cell(g, gOK, added), "≤ " + added(idleGoroutinesTarget), cell(b.goroutines, bOK, added),
 			cell(h, hOK, whole), "≤ " + whole(idleHeapTarget), cell(b.heap, bOK, whole),
 			cell(rss, rssOK, mib), cell(b.rss, bOK, mib)})
+	}
+	return t
+}
+
+// chargeTable holds a cost known after the work (issue 42) against
+// AllowN (BenchmarkCharge): per scenario and algorithm, the ns/op of
+// AllowN(key, 1), of Charge(key, 1) and of Reserve(key, 2) then
+// Settle(1) on the same keys, each of the last two ÷ AllowN's, the round
+// ÷ two AllowNs (it makes two calls), and the three ops' allocs/op.
+func chargeTable(d *dataset) table {
+	const fam = "Charge"
+	t := table{
+		title: "Costs known after the work: Charge and Reserve+Settle beside AllowN",
+		note: "floodgate's lock-free algorithms on the system clock, ns/op on the same keys of one limiter under a rule that refuses nothing " +
+			"(no key ever owes): AllowN(key, 1); Charge(key, 1); and \"Reserve+Settle\", Reserve(key, 2) then Settle(1), " +
+			"the whole round of a request whose cost is known only when it ends, two calls held against one AllowN. " +
+			"hotkey is one key from one goroutine; 1M-uniform-parallel 1M keys picked uniformly from every core. " +
+			"\"settle ÷ 2×AllowN\" holds the round against two AllowNs, one for each of its calls: Reserve is an AllowN, " +
+			"so the round is at most 2× when Settle costs at most one AllowN. " +
+			"The team's targets (issue 42): charge ÷ AllowN ≤ 1×, and settle ÷ 2×AllowN ≤ 1× (Settle no dearer than an AllowN).",
+		header: []string{"scenario", "algorithm", "AllowN (ns/op)", "Charge (ns/op)", "Reserve+Settle (ns/op)",
+			"charge ÷ AllowN", "settle ÷ AllowN", "settle ÷ 2×AllowN", "allocs/op (AllowN, Charge, settle)"},
+		right: rightFrom(2, 9),
+	}
+	for _, sc := range d.scenarios(fam) {
+		for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc }, unitNs) {
+			key := func(op string) benchKey { return benchKey{family: fam, scenario: sc, impl: impl, op: op} }
+			a, aOK := d.value(key("allown"), unitNs)
+			c, cOK := d.value(key("charge"), unitNs)
+			s, sOK := d.value(key("settle"), unitNs)
+			var allocs []string
+			for _, op := range []string{"allown", "charge", "settle"} {
+				v, ok := d.value(key(op), "allocs/op")
+				allocs = append(allocs, cell(v, ok, fmtNs))
+			}
+			t.rows = append(t.rows, []string{sc, impl, cell(a, aOK, fmtNs), cell(c, cOK, fmtNs), cell(s, sOK, fmtNs),
+				ratioCell(c, cOK, a, aOK), ratioCell(s, sOK, a, aOK), ratioCell(s, sOK, 2*a, aOK),
+				strings.Join(allocs, ", ")})
+		}
 	}
 	return t
 }
