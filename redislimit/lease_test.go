@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -833,43 +834,61 @@ func TestLeaseRenewsAhead(t *testing.T) {
 // round trip does is abandoned, but the round trip is the key's: it runs
 // to its own budget and its batch is kept, so callers sending deadlines
 // too short for a round trip cannot drain a shared key's allowance; and
-// the abandoned request keeps no charge: its unit joins the batch.
+// the abandoned request keeps no charge: its unit joins the batch. A
+// deadline's timer may fire after the round trip has answered (under
+// emulation, on a loaded machine): then nobody was abandoned, and the
+// test tries again on a fresh key, up to five times.
 func TestLeaseCallerDeadline(t *testing.T) {
 	srv := redistest.Start(t)
 	c := client(t, srv)
 	for _, alg := range redisAlgorithms {
-		clock := floodgate.NewManualClock(epoch)
-		rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
-		l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 50}}, clock)
-		admitted, abandoned := int64(0), int64(0)
-		for i := 0; i < 300; i++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Microsecond)
-			d, err := l.Allow(ctx, "shared")
-			cancel()
-			switch {
-			case d.Allowed:
-				admitted++
-			case err != nil:
-				abandoned++
-			default:
-				t.Fatalf("%s: request %d denied without an error: %+v", alg, i, d)
+		for try := 0; ; try++ {
+			if abandoned := leaseCallerDeadline(t, c, alg, "shared-"+strconv.Itoa(try)); abandoned > 0 {
+				break
+			}
+			if try == 4 {
+				t.Fatalf("%s: no caller was abandoned in five tries", alg)
 			}
 		}
-		s := l.Stats()
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		p, err := l.Peek(context.Background(), "shared")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// An abandoned request keeps no charge; no batch is lost.
-		if admitted+p.Remaining+1 != rule.Limit || s.Opens != 0 || abandoned == 0 {
-			t.Fatalf("%s: %d admitted, %d abandoned, %d left after Close: %d units lost; %+v",
-				alg, admitted, abandoned, p.Remaining+1, rule.Limit-admitted-p.Remaining-1, s)
-		}
-		t.Logf("%s: %d admitted from leases, %d abandoned while their round trip ran, %d round trips", alg, admitted, abandoned, s.Calls)
 	}
+}
+
+// leaseCallerDeadline is one try of TestLeaseCallerDeadline on key, and
+// returns how many callers were abandoned.
+func leaseCallerDeadline(t *testing.T, c *redis.Client, alg, key string) int64 {
+	t.Helper()
+	clock := floodgate.NewManualClock(epoch)
+	rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
+	l := replica(t, c, Config{Algorithm: alg, Rule: rule, Lease: Lease{Max: 50}}, clock)
+	admitted, abandoned := int64(0), int64(0)
+	for i := 0; i < 300; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Microsecond)
+		d, err := l.Allow(ctx, key)
+		cancel()
+		switch {
+		case d.Allowed:
+			admitted++
+		case err != nil:
+			abandoned++
+		default:
+			t.Fatalf("%s: request %d denied without an error: %+v", alg, i, d)
+		}
+	}
+	s := l.Stats()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := l.Peek(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An abandoned request keeps no charge; no batch is lost.
+	if admitted+p.Remaining+1 != rule.Limit || s.Opens != 0 {
+		t.Fatalf("%s: %d admitted, %d abandoned, %d left after Close: %d units lost; %+v",
+			alg, admitted, abandoned, p.Remaining+1, rule.Limit-admitted-p.Remaining-1, s)
+	}
+	t.Logf("%s: %d admitted from leases, %d abandoned while their round trip ran, %d round trips", alg, admitted, abandoned, s.Calls)
+	return abandoned
 }
 
 // TestLeaseQuietKeyBatch: a key of a window or the log far from its
