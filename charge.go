@@ -109,11 +109,7 @@ func (l *Limiter) Reserve(key string, estimate int64) Reservation {
 // a request of 1 would be answered, by the key and the global cap, with
 // Remaining what is left, since nothing was taken.
 func (l *Limiter) check(id registry.ID, now int64, d *Decision) {
-	if l.kind == objects {
-		*d = l.peekObject(id, now)
-	} else {
-		*d = l.peekWord(id, now)
-	}
+	*d = l.peekID(id, now)
 	g := l.global.Load()
 	if !d.Allowed {
 		return
@@ -139,7 +135,7 @@ func (l *Limiter) check(id registry.ID, now int64, d *Decision) {
 // with that cost. The zero value is a refused reservation.
 type Reservation struct {
 	l       *Limiter
-	gr      grant // what the admission took; n is 0 when it took nothing
+	gr      grant // what the admission took (its key's id alone for a check of 0)
 	d       Decision
 	ok      bool // admitted
 	settled atomic.Bool
@@ -194,11 +190,7 @@ func (r *Reservation) Settle(actual int64) (Decision, error) {
 			l.returnGlobal(back.g, back.now, back.n)
 		}
 	}
-	if l.kind == objects {
-		d = l.peekObject(r.gr.id, now)
-	} else {
-		d = l.peekWord(r.gr.id, now)
-	}
+	d = l.peekID(r.gr.id, now)
 	// Peek answers a request of 1 as if taken; the settlement took none.
 	if d.Allowed {
 		d.Remaining++

@@ -288,7 +288,11 @@ func (l *Limiter) allowAt(key string, now int64, n int64, out *grant, d *Decisio
 // Peek returns what the key's own state would answer to AllowN(key, 1) now,
 // ignoring the global cap. It consumes nothing and creates no key.
 func (l *Limiter) Peek(key string) Decision {
-	id, now := l.hasher.ID(key), l.now()
+	return l.peekID(l.hasher.ID(key), l.now())
+}
+
+// peekID is Peek for key id at now.
+func (l *Limiter) peekID(id registry.ID, now int64) Decision {
 	if l.kind == objects {
 		return l.peekObject(id, now)
 	}
