@@ -173,34 +173,58 @@ func (r *Reservation) Settle(actual int64) (Decision, error) {
 	if !r.settled.CompareAndSwap(false, true) {
 		return Decision{}, ErrSettled
 	}
+	d, err := l.settleGrant(&r.gr, r.gr.n, actual)
+	if err != nil {
+		r.settled.Store(false)
+		return Decision{}, err
+	}
+	return d, nil
+}
+
+// settleGrant settles what gr took, est units of its key (gr.id; the
+// rest of gr only if est > 0), to actual: it gives back est − actual, or
+// charges actual − est, and returns the key's state after it, as Settle
+// does. An error comes before anything changes.
+func (l *Limiter) settleGrant(gr *grant, est, actual int64) (Decision, error) {
 	now := l.now()
 	var d Decision
-	switch est := r.gr.n; {
+	switch {
 	case actual > est:
-		if err := l.chargeID(r.gr.id, now, actual-est, &d); err != nil {
-			r.settled.Store(false)
+		if err := l.chargeID(gr.id, now, actual-est, &d); err != nil {
 			return Decision{}, err
 		}
 		return d, nil
 	case actual < est:
-		back := r.gr
+		back := *gr
 		back.n = est - actual
 		l.refundKey(&back)
 		if back.g != nil {
 			l.returnGlobal(back.g, back.now, back.n)
 		}
 	}
-	d = l.peekID(r.gr.id, now)
+	return l.settled(gr.id, now), nil
+}
+
+// settled is the Decision of a settlement that charged key id nothing
+// more: what is left, with Allowed true.
+func (l *Limiter) settled(id registry.ID, now int64) Decision {
+	d := l.peekID(id, now)
 	// Peek answers a request of 1 as if taken; the settlement took none.
 	if d.Allowed {
 		d.Remaining++
 	}
 	d.Allowed = true
-	return d, nil
+	return d
 }
 
 // chargeID is Charge for key id at now, its answer written to *d.
 func (l *Limiter) chargeID(id registry.ID, now, n int64, d *Decision) error {
+	return l.chargeGrant(id, now, n, d, nil)
+}
+
+// chargeGrant is chargeID that also writes to out, if not nil, what the
+// charge took, for refundKey and returnGlobal to give it back.
+func (l *Limiter) chargeGrant(id registry.ID, now, n int64, d *Decision, out *grant) error {
 	if n < 1 {
 		return fmt.Errorf("floodgate: a charge of %d: a cost must be at least 1", n)
 	}
@@ -214,19 +238,22 @@ func (l *Limiter) chargeID(id registry.ID, now, n int64, d *Decision) error {
 	if err != nil {
 		return err
 	}
+	gr.id, gr.now, gr.n = id, now, n
 	g := l.global.Load()
-	if g == nil {
-		return nil
+	if g != nil {
+		gd, err := l.chargeGlobal(g, now, n)
+		if err != nil {
+			l.refundKey(&gr)
+			*d = Decision{}
+			return err
+		}
+		gr.g = g
+		d.Remaining = min(d.Remaining, gd.Remaining)
+		d.RetryAfter = max(d.RetryAfter, gd.RetryAfter)
 	}
-	gd, err := l.chargeGlobal(g, now, n)
-	if err != nil {
-		gr.id, gr.now, gr.n = id, now, n
-		l.refundKey(&gr)
-		*d = Decision{}
-		return err
+	if out != nil {
+		*out = gr
 	}
-	d.Remaining = min(d.Remaining, gd.Remaining)
-	d.RetryAfter = max(d.RetryAfter, gd.RetryAfter)
 	return nil
 }
 

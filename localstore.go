@@ -269,6 +269,12 @@ var errNotMine = errors.New("floodgate: Decide: an ask's policy is not one of th
 // Decide decides asks together, all or nothing, as Store's Decide says,
 // in process: it never waits, and so never returns ctx's error.
 func (s *LocalStore) Decide(_ context.Context, asks []Ask, each []Decision) (Decision, int, error) {
+	return s.decide(asks, each, nil)
+}
+
+// decide is Decide, which writes to took, if not nil, what each ask
+// that charged the request took (nothing for the others: zero grants).
+func (s *LocalStore) decide(asks []Ask, each []Decision, took *[MaxPolicies]grant) (Decision, int, error) {
 	var ls [MaxPolicies]*Limiter
 	if len(asks) > MaxPolicies {
 		return Decision{RetryAfter: Never}, 0, fmt.Errorf("floodgate: Decide takes 1 to %d asks, got %d", MaxPolicies, len(asks))
@@ -283,7 +289,11 @@ func (s *LocalStore) Decide(_ context.Context, asks []Ask, each []Decision) (Dec
 	if len(asks) == 1 && len(each) > 0 {
 		// One ask, whose answer goes to each: it is the request's.
 		a := &asks[0]
-		ls[0].allowAt(a.Key, ls[0].now(), a.N, nil, &each[0])
+		var out *grant
+		if took != nil {
+			out = &took[0]
+		}
+		ls[0].allowAt(a.Key, ls[0].now(), a.N, out, &each[0])
 		if each[0].Allowed {
 			return each[0], -1, nil
 		}
@@ -299,6 +309,7 @@ func (s *LocalStore) Decide(_ context.Context, asks []Ask, each []Decision) (Dec
 		return Decision{RetryAfter: Never}, 0, fmt.Errorf("floodgate: Decide: %w", err)
 	}
 	var buf [MaxPolicies]Decision
+	var taken [MaxPolicies]grant
 	all := buf[:len(asks)]
 	refused := p.Refused
 	if refused >= 0 {
@@ -306,13 +317,20 @@ func (s *LocalStore) Decide(_ context.Context, asks []Ask, each []Decision) (Dec
 			all[i] = ls[i].Peek(asks[i].Key)
 		}
 	} else {
-		refused = p.Refusal(decideLive(&p, ls[:len(asks)], asks, all))
+		refused = p.Refusal(decideLive(&p, ls[:len(asks)], asks, all, &taken))
 	}
 	for i := range all {
 		if f := int(p.Of[i]); f != i {
 			all[i] = all[f]
 		} else if p.Bad[i] {
 			all[i] = Decision{Limit: ls[i].rules.Load().capacity, RetryAfter: Never}
+		}
+	}
+	if took != nil && (refused < 0 || asks[refused].Shadow) {
+		for i := range asks {
+			if refused < 0 || !asks[i].Shadow {
+				took[i] = taken[i] // charged: see Store's Decide
+			}
 		}
 	}
 	copy(each, all)
@@ -327,8 +345,7 @@ func (s *LocalStore) Decide(_ context.Context, asks []Ask, each []Decision) (Dec
 // shadows together. An ask refused gives back what the asks of its group
 // before it took, and every ask that charges nothing answers with a
 // Peek. It returns the index in p.Live of the ask that refused, or -1.
-func decideLive(p *plan.Plan, ls []*Limiter, asks []Ask, all []Decision) int {
-	var taken [MaxPolicies]grant
+func decideLive(p *plan.Plan, ls []*Limiter, asks []Ask, all []Decision, taken *[MaxPolicies]grant) int {
 	refused := -1
 	for _, shadows := range [2]bool{false, true} {
 		first := -1 // the group's first ask in Live
