@@ -7,7 +7,12 @@
 -- KEYS[1]   the client's key
 -- ARGV[1]   n, the cost: 1 <= n <= capacity; or 0, with dry = 0 and
 --           give >= 1 or want >= 1: a return, or a lease, alone
--- ARGV[2]   dry: 1 answers as the request would and writes nothing
+-- ARGV[2]   dry: 1 answers as the request would and writes nothing; 2
+--           forces the charge: n (1 <= n, past capacity too) is taken
+--           whatever the key holds, so that it may owe, unless that would
+--           pass what the key can owe (each kind's bound), when the reply's
+--           allowed is -1 and nothing is written; 3 answers as 2 would and
+--           writes nothing
 -- ARGV[3]   want: lease mode's extra units, 0 <= want <= 2^50
 -- ARGV[4]   give: unspent leased units returned, 0 <= give <= capacity
 -- ARGV[5]   gk: where the returned units were charged, as the kind says
@@ -56,7 +61,7 @@ end
 -- (x % 1 is not 0), or out of range. Each script adds its kind's, then
 -- reads Redis's clock if now is TIME.
 local argsOK = n and n >= 0 and n % 1 == 0
-  and (dry == 0 or dry == 1)
+  and (dry == 0 or dry == 1 or dry == 2 or dry == 3)
   and want and want >= 0 and want <= 2^50 and want % 1 == 0
   and give and give >= 0 and give % 1 == 0
   and gk and gk % 1 == 0
@@ -66,6 +71,10 @@ local argsOK = n and n >= 0 and n % 1 == 0
   and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
   and param and param % 1 == 0
   and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))
+  and (dry < 2 or (want == 0 and give == 0 and n >= 1 and n <= 2^52))
+-- force: a charge that cannot be refused (dry 2, or 3 to answer as it
+-- would; see ARGV[2]); write: the call may write the key.
+local force, write = dry >= 2, dry == 0 or dry == 2
 -- BAD begins the reply to arguments the script cannot take, which lists
 -- them after it.
 local BAD = 'floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): '

@@ -15,11 +15,14 @@ import (
 type call struct {
 	n, want, give, gk int64
 	dry               bool
+	force             bool          // a charge that cannot be refused (see Store.Charge)
 	budget            time.Duration // the call's time for Redis; 0 means Timeout
 	rs                *rules        // the rule it is sent under; nil means the one in force
 }
 
-// reply is the script's answer: the decision; extra, the units leased
+// reply is the script's answer: the decision (Owed from the script's
+// negative remaining); bound, that a forced charge would pass what the
+// key can owe, and charged nothing; extra, the units leased
 // beyond n; horizon, how long (µs) they stay spendable at most; k, the
 // window they were charged to (the windows), their entry's stamp (the
 // log) or Redis's clock (the buckets); redis, false when the
@@ -28,6 +31,7 @@ type call struct {
 type reply struct {
 	d                 floodgate.Decision
 	extra, horizon, k int64
+	bound             bool
 	redis             bool
 	res               result
 	rs                *rules

@@ -161,7 +161,7 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 	var refused int
 	var replies [maxPolicies]reply
 	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
-		refused, err = s.runMany(ctx, ps, keys, ns, shadow, lz.wants[:len(ps)], all, replies[:len(ps)])
+		refused, err = s.runMany(ctx, ps, keys, ns, shadow, lz.wants[:len(ps)], all, replies[:len(ps)], false)
 		return err
 	})
 	switch o {

@@ -67,13 +67,16 @@
 -- now}: the waits in microseconds; extra the units leased; horizon the
 -- debt after the call (TAT - now): unit by unit, a lease stays spendable
 -- while the debt it created is unpaid; now, Redis's clock. remaining
--- excludes the leased units and includes the credits.
+-- excludes the leased units and includes the credits; it is negative
+-- when the key owes: minus the whole units owed, ceil((TAT - now - tau) /
+-- interval). A forced charge (dry 2) may put the TAT past now + tau, up
+-- to 2^52; past that its allowed is -1, and it writes nothing.
 
 --[[args]]
 -- This kind's checks, with argsOK's; then the clock.
 if not (argsOK and kind == BUCKET
     and interval >= 1 and capacity >= 1 and capacity * interval <= 2^50
-    and n <= capacity and give <= capacity
+    and (n <= capacity or force) and give <= capacity
     and gk >= -2^52 and gk <= 2^52
     and param == 0) then
   local a = {}
@@ -95,7 +98,7 @@ local stored = redis.call('GET', KEYS[1])
 -- function and builds no table but the reply (closures and tables are
 -- allocations, and work for the collector); any other key, a valid one or
 -- not, is the general path's.
-if want == 0 and give == 0 and #A < on then
+if want == 0 and give == 0 and #A < on and not force then
   local tat, w, si, sc = now, now, interval, capacity
   if stored and #stored == 32 then tat, w, si, sc = struct.unpack('<i8i8i8i8', stored) end
   if not stored or (#stored == 32 and si == interval and sc == capacity
@@ -114,8 +117,7 @@ if want == 0 and give == 0 and #A < on then
     else
       retry = next - tau
     end
-    local left = 0
-    if debt < tau then left = math.floor((tau - debt) / interval) end
+    local left = math.floor((tau - debt) / interval) -- negative: what is owed
     return {next <= tau and 1 or 0, left, retry, debt, 0, debt, now}
   end
 end
@@ -201,7 +203,7 @@ if #groups > 0 then
   groups = kept
 end
 
-local changed = converted and dry == 0
+local changed = converted and write
 if give > 0 and stored and tat > now then
   local top = math.min(gtop, tat)
   local g = valid(give, top)
@@ -271,9 +273,10 @@ local function save(t)
   redis.call('SET', KEYS[1], struct.pack('<i8i8i8i8' .. string.rep('i8i8', #groups), unpack(v)), 'PX', ttl)
 end
 
+-- left is what remains at debt (TAT - now): negative, the whole units
+-- owed, past tau, as the in-process bucket's Owed.
 local function left(debt)
-  if debt < tau then return floor((tau - debt) / interval) end
-  return 0
+  return floor((tau - debt) / interval)
 end
 
 if n == 0 and want == 0 then
@@ -286,16 +289,22 @@ end
 local c = math.min(n, cr)
 local m = n - c
 local w = math.max(tat, now)
+if force and (m > floor(2^52 / interval) or w + m * interval > 2^52) then
+  -- Past what the TAT can hold: nothing is charged.
+  if changed then save(tat) end
+  return {-1, left(w - now) + cr, 0, w - now, 0, w - now, now}
+end
 local next = w + m * interval
-local allowed = next - now <= tau
+local allowed = force or next - now <= tau
 local debt, retry, extra, rest = w - now, 0, 0, cr
 if allowed then
   if m > 0 then debt = next - now end
   rest = cr - c
-  if dry == 0 then
+  if force then retry = math.max(0, debt + interval - tau) end -- until a request of 1 passes
+  if write then
     take(c)
     if want > 0 then
-      extra = math.min(want, floor(left(debt) / 8))
+      extra = math.min(want, floor(math.max(0, left(debt)) / 8))
       next = next + extra * interval
       debt = debt + extra * interval
     end

@@ -15,7 +15,8 @@
 -- the cost admitted up to and including the record, modulo 2^32; base is
 -- the cum before the first. A record's cost is its cum minus the one
 -- before, and the cost of any window a difference of two cums: the costs
--- the key holds never sum above N < 2^32, so the differences are exact.
+-- the key holds never sum to 2^32 (N < 2^32, and a forced charge stops
+-- below it), so the differences are exact.
 -- A weighted cost is one record; costs charged at one instant share one.
 --
 -- A call reads the header and the few records it needs with GETRANGE
@@ -65,7 +66,10 @@
 -- k}: the waits in microseconds (-1 for one too long to represent);
 -- extra the units leased; horizon = hold, the microseconds for which they
 -- may be spent; k = c + hold, their record's stamp. remaining excludes
--- the leased units.
+-- the leased units; it is negative when the key owes: minus what the
+-- window's cost stands above N. A forced charge (dry 2) may take the
+-- window's cost past N, below 2^32 (the cums must tell it apart); past
+-- that its allowed is -1, and it writes nothing.
 
 --[[args]]
 -- This kind's checks, with argsOK's; then the clock.
@@ -73,7 +77,7 @@ local T, N, hold = interval, capacity, param
 if not (argsOK and kind == SLIDING_LOG
     and T >= 1 and T <= 2^50
     and N >= 1 and N <= 2^31
-    and n <= N and give <= N
+    and (n <= N or force) and give <= N
     and gk >= 0 and gk < 2^53
     and hold >= 1 and hold <= T) then
   local a = {}
@@ -328,10 +332,28 @@ local function wait(x)
   return max(0, x - now)
 end
 
-if w + n <= N then
-  local remaining, extra = N - w - n, 0
-  if dry == 1 then return {1, remaining, 0, wait(max(c, last) + T), 0, hold, c + hold} end
-  if want > 0 then extra = min(want, floor(remaining / 8)) end
+if force and w + n >= M then
+  -- Past what the records' cums can tell apart: nothing is charged.
+  return {-1, N - w, 0, wait(last + T), 0, hold, c + hold}
+end
+if w + n <= N or force then
+  local remaining, extra, retry = N - w - n, 0, 0
+  if remaining <= 0 and force then
+    -- The wait until a request of 1 passes: until the window's cost,
+    -- from its oldest record, has shed 1 - remaining; past the records
+    -- it holds, when this charge's record leaves it.
+    local need = 1 - remaining
+    retry = wait(c + T)
+    if need <= w then
+      local j = search(first, function(i)
+        local _, cum = at(i)
+        return (cum - b) % M >= need
+      end)
+      retry = wait(at(j) + T)
+    end
+  end
+  if not write then return {1, remaining, retry, wait(max(c, last) + T), 0, hold, c + hold} end
+  if want > 0 then extra = min(want, floor(max(0, remaining) / 8)) end
   -- A lease alone (n = 0) with too little left to lease writes nothing:
   -- there is no record to add, and no TTL to stretch.
   if n == 0 and extra == 0 then return {1, remaining, 0, wait(max(c, last) + T), 0, hold, c + hold} end
@@ -356,7 +378,7 @@ if w + n <= N then
     redis.call('SETRANGE', key, 0, pack(HFMT, c, b, head, live, T, N))
     redis.call('PEXPIRE', key, ttl)
   end
-  return {1, remaining - extra, 0, wait(stamps[#stamps] + T), extra, hold, c + hold}
+  return {1, remaining - extra, retry, wait(stamps[#stamps] + T), extra, hold, c + hold}
 end
 
 -- A denial writes nothing but a return. RetryAfter is the wait until the
@@ -367,4 +389,4 @@ local j = search(first, function(i)
   local _, cum = at(i)
   return (cum - b) % M >= need
 end)
-return {0, max(0, N - w), wait(at(j) + T), wait(last + T), 0, hold, c + hold}
+return {0, N - w, wait(at(j) + T), wait(last + T), 0, hold, c + hold}

@@ -37,9 +37,12 @@ const multiValues = 7
 // policy, and wants[i] units to lease beyond the cost for policy i if it
 // charges the request (nil: none), within Timeout, in a batch with the
 // Store's other calls in flight (see batcher). It writes each policy's
-// answer to all, and its reply (the units it leased) to replies.
+// answer to all, and its reply (the units it leased) to replies. With
+// force, each cost is a charge that cannot be refused (see Store.Charge),
+// on keys that must be distinct, and the index returned is of the first
+// that would pass what its key can owe (then none was charged).
 func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, wants []int64,
-	all []floodgate.Decision, replies []reply) (int, error) {
+	all []floodgate.Decision, replies []reply, force bool) (int, error) {
 	rf := refund{n: len(ps), multi: true}
 	args := make([]any, 3, 3+len(ps)+2+len(ps)*(1+argHistory))
 	args[0], args[1], args[2] = "evalsha", multiScript.sha, len(ps)
@@ -57,16 +60,20 @@ func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []i
 	}
 	flags := make([]byte, len(ps))
 	for i := range ps {
-		flags[i] = '0'
-		if shadow[i] {
+		switch {
+		case force:
+			flags[i] = '2'
+		case shadow[i]:
 			flags[i] = '1'
+		default:
+			flags[i] = '0'
 		}
 	}
 	args = append(args, s.scriptNow(), string(flags))
 	calls := make([]call, len(ps))
 	short := true
 	for i, p := range ps {
-		calls[i] = call{n: ns[i], rs: rf.rss[i]}
+		calls[i] = call{n: ns[i], rs: rf.rss[i], force: force}
 		if wants != nil {
 			calls[i].want = wants[i]
 		}

@@ -11,7 +11,8 @@
 -- ARGV[1]  now: µs of Redis's clock, or TIME (-1); every policy decides
 --          at this one instant (their own now arguments are ignored).
 -- ARGV[2]  a string of one character per policy: '1' for a shadow, '0'
---          for an enforced policy.
+--          for an enforced policy; or all '2', a charge that cannot be
+--          refused (see "Forced charges").
 -- ARGV[3]  then, for each policy in turn, c, the number of its arguments
 --          (at least 11), and its c arguments: the request's cost, not
 --          dry, no return, and want, the units a policy leases beyond
@@ -40,6 +41,13 @@
 --     nothing is charged; else the enforced ones charge, and the shadows
 --     too unless one of them refused.
 --
+-- Forced charges. With flags all '2', every policy's request is a charge
+-- that cannot be refused (each kind's dry 2, its own arguments' dry 0):
+-- each first answers as it would (dry 3), writing nothing; if one would
+-- pass what its key can owe (allowed -1), none is charged, and refused is
+-- its index, every policy answering with its dry run; else every one is
+-- charged, and refused is -1. The keys must be distinct.
+--
 -- Returns {refused, then each policy's 7 values}: refused is the index,
 -- from 0, of the first enforced policy that refused (nothing was
 -- charged), else of the first shadow that refused (only the enforced
@@ -50,7 +58,8 @@
 
 local P, now, flags = #KEYS, tonumber(ARGV[1]), ARGV[2]
 if not (P >= 1 and P <= 8 and now and (now == -1 or (now >= 0 and now <= 2^52 and now % 1 == 0))
-    and type(flags) == 'string' and #flags == P and not flags:find('[^01]')) then
+    and type(flags) == 'string' and #flags == P
+    and (not flags:find('[^01]') or not flags:find('[^2]'))) then
   return redis.error_reply('floodgate: bad multi arguments: ' .. P .. ' keys, now ' .. tostring(ARGV[1]) .. ', flags ' .. tostring(flags))
 end
 if now == -1 then
@@ -64,7 +73,7 @@ if ARGV[3] == 's' then
     return redis.error_reply('floodgate: bad multi arguments: ' .. #ARGV .. ' in the short form for ' .. P .. ' policies')
   end
   local floor, MAX, FMT = math.floor, 2^52, '<i8i8i8i8i8'
-  local fast = not flags:find('1')
+  local fast = not flags:find('[12]')
   for i = 2, P do
     for j = 1, i - 1 do
       if KEYS[i] == KEYS[j] then fast = false end
@@ -142,7 +151,7 @@ else
     local a = {}
     for j = 1, c do a[j] = ARGV[pos + j] end
     a[6] = now
-    if not kinds[tonumber(a[7])] or tonumber(a[2]) ~= 0 or tonumber(a[4]) ~= 0 then
+    if not kinds[tonumber(a[7])] or not (tonumber(a[2]) == 0 or tonumber(a[2]) == 2 and flags:find('2')) or tonumber(a[4]) ~= 0 then
       return redis.error_reply('floodgate: bad multi arguments: policy ' .. i .. ' is no plain request')
     end
     argvs[i] = a
@@ -154,14 +163,40 @@ else
 end
 
 local out = {-1}
--- run decides policy i, for real or dry, and keeps its answer in out.
-local function run(i, dry)
+-- run decides policy i, for real or dry, and keeps its answer in out;
+-- force runs it as a charge that cannot be refused (dry 2), or answers
+-- as that would (dry 3), and returns its allowed (1, or -1 past its
+-- bound).
+local function run(i, dry, force)
   local a = argvs[i]
   a[2] = dry and 1 or 0
+  if force then a[2] = dry and 3 or 2 end
   local r = kinds[tonumber(a[7])]({KEYS[i]}, a)
   if type(r) == 'table' and r.err then return nil, r end
   for j = 1, 7 do out[1 + (i - 1) * 7 + j] = r[j] end
+  if force then return r[1] end
   return r[1] == 1
+end
+
+if flags:find('2') then
+  for i = 1, P do
+    local ok, e = run(i, true, true)
+    if e then return e end
+    if ok == -1 then
+      for j = i + 1, P do
+        local _, e2 = run(j, true, true)
+        if e2 then return e2 end
+      end
+      out[1] = i - 1
+      return out
+    end
+  end
+  for i = 1, P do
+    local ok, e = run(i, false, true)
+    if e then return e end
+    if ok ~= 1 then return redis.error_reply('floodgate: policy ' .. i .. ' refused a charge its dry run took') end
+  end
+  return out
 end
 
 local shadows = flags:find('1') ~= nil

@@ -71,7 +71,7 @@ func sha1hex(s string) string {
 // then the rule's history, in triples.
 const (
 	argN        = 1 + iota // the cost; 0 for a return or a lease alone
-	argDry                 // 1 for a peek, which writes nothing
+	argDry                 // 1 for a peek, which writes nothing; 2 a forced charge
 	argWant                // lease mode: the units wanted beyond n
 	argGive                // lease mode: the unspent units returned
 	argGK                  // lease mode: where the returned units were charged
@@ -142,7 +142,7 @@ func (p *policy) args(rkey string, c call) []any {
 	argv := args[3:] // argv[i] is ARGV[i]; argv[0], KEYS[1]
 	copy(argv, rs.argv[:])
 	argv[0] = rkey
-	argv[argN], argv[argDry], argv[argWant], argv[argGive], argv[argGK] = c.n, b2i(c.dry), c.want, c.give, c.gk
+	argv[argN], argv[argDry], argv[argWant], argv[argGive], argv[argGK] = c.n, dryArg(c), c.want, c.give, c.gk
 	if now := p.s.scriptNow(); now != nowTIME {
 		argv[argNow] = now // a test's clock; rs.argv holds nowTIME, boxed
 	}
@@ -166,7 +166,7 @@ func (p *policy) shortArgs(rkey string, c call) []any {
 // shortArgs).
 func (p *policy) plain(c call) bool {
 	rs := c.rs
-	return c.n >= 1 && !c.dry && c.want == 0 && c.give == 0 && len(rs.hist) == 0 && rs.pruneAt == 0 &&
+	return c.n >= 1 && !c.dry && !c.force && c.want == 0 && c.give == 0 && len(rs.hist) == 0 && rs.pruneAt == 0 &&
 		p.s.margin == ttlMargin && rs.hold == 0 && p.s.redisClock == nil
 }
 
@@ -181,13 +181,25 @@ func readReply(cmd *redis.Cmd, rs *rules) (reply, error) {
 	return decode(v, rs)
 }
 
-// decode is reply's, from the script's values v.
+// decode is reply's, from the script's values v: a remaining below 0 is
+// what the key owes, an allowed of -1 a forced charge past its bound.
 func decode(v []int64, rs *rules) (reply, error) {
 	if len(v) != 7 {
 		return reply{}, fmt.Errorf("redislimit: the script answered %d values, not 7", len(v))
 	}
-	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: rs.capacity, Remaining: v[1],
-		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], redis: true, rs: rs}, nil
+	return reply{d: floodgate.Decision{Allowed: v[0] == 1, Limit: rs.capacity, Remaining: max(0, v[1]), Owed: max(0, -v[1]),
+		RetryAfter: fromMicros(v[2]), ResetAfter: fromMicros(v[3])}, extra: v[4], horizon: v[5], k: v[6], bound: v[0] == -1, redis: true, rs: rs}, nil
+}
+
+// dryArg is ARGV[2] of call c: 1 for a peek, 2 for a forced charge.
+func dryArg(c call) int64 {
+	switch {
+	case c.force:
+		return 2
+	case c.dry:
+		return 1
+	}
+	return 0
 }
 
 func fromMicros(us int64) time.Duration {

@@ -36,7 +36,11 @@
 -- k}: the waits in microseconds, retry_after -1 for a wait too long to
 -- represent; extra the units leased; horizon the microseconds left in
 -- this window, the only one the lease may be spent in; k its index.
--- remaining excludes the leased units.
+-- remaining excludes the leased units; it is negative when the key owes:
+-- minus what the count (with the previous window's share) stands above
+-- N. A forced charge (dry 2) may count past N, up to 2^50 (the sliding
+-- counter: while the count times T stays at most 2^52); past that its
+-- allowed is -1, and it writes nothing.
 
 --[[args]]
 -- This kind's checks, with argsOK's; then the clock.
@@ -45,7 +49,7 @@ local sliding = kind == SLIDING_COUNTER
 if not (argsOK and (kind == FIXED_WINDOW or sliding)
     and T >= 1 and T <= 2^50
     and N >= 1 and N <= 2^50 and (not sliding or N * T <= 2^52)
-    and n <= N and give <= N
+    and (n <= N or force) and give <= N
     and gk >= -2^52 and gk <= 2^52
     and param == 0) then
   local a = {}
@@ -73,7 +77,7 @@ local stored = redis.call('GET', KEYS[1])
 -- it stands; see changes), defining no function and building no table but
 -- the reply (closures and tables are allocations, and work for the
 -- collector). Anything else, a denial included, is the general path's.
-if want == 0 and give == 0 and #A < on then
+if want == 0 and give == 0 and #A < on and not force then
   local ws, curr, prev, sT, sN = now, 0, 0, T, N
   if stored and #stored == 40 then ws, curr, prev, sT, sN = struct.unpack(FMT, stored) end
   local ks = floor(ws / T)
@@ -109,13 +113,19 @@ end
 local function okRule(T_, N_)
   return T_ >= 1 and T_ <= 2^50 and T_ % 1 == 0 and N_ >= 1 and N_ <= 2^50 and N_ % 1 == 0 and (not sliding or N_ * T_ <= 2^52)
 end
+-- cmax is the most a window of rule (T_, N_) can count, a debt included:
+-- 2^50, or for the sliding counter what keeps its products below 2^52.
+local function cmax(T_, N_)
+  if sliding then return floor(2^52 / T_) end
+  return 2^50
+end
 
 local ks, ws, curr, prev = k, now, 0, 0
 local sT, sN -- the key's rule
 if stored then
   if #stored ~= 40 then return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window') end
   ws, curr, prev, sT, sN = struct.unpack(FMT, stored)
-  if not (ws >= 0 and ws <= MAX and okRule(sT, sN) and curr >= 0 and curr <= sN and prev >= 0 and prev <= sN) then
+  if not (ws >= 0 and ws <= MAX and okRule(sT, sN) and curr >= 0 and curr <= cmax(sT, sN) and prev >= 0 and prev <= cmax(sT, sN)) then
     return redis.error_reply('floodgate: key ' .. KEYS[1] .. ' holds no window')
   end
   ks = floor(ws / sT)
@@ -194,7 +204,7 @@ end
 -- The answer for counts (c, p) at offset off: after the grant when
 -- allowed, as they stand when denied.
 local function answer(allowed, c, p, off)
-  local remaining = math.max(0, N - c - weighted(p, off))
+  local remaining = N - c - weighted(p, off) -- negative: what is owed
   local reset = 0
   if c > 0 and sliding then reset = 2 * T - off
   elseif c > 0 or p > 0 then reset = T - off end
@@ -236,6 +246,14 @@ if n == 0 and want == 0 then
 end
 
 local allowed, remaining, retry, reset
+local behind, ahead = force and k < ks, 0
+if behind then
+  -- Redis's clock stepped back into a closed window: the charge goes to
+  -- the key's own, where it counts at least as long, reckoned at its
+  -- start and with the waits from now, as the in-process window charges
+  -- it; the key keeps the instant it was written at.
+  k, e, ahead = ks, 0, ks * T - now
+end
 if k < ks then
   -- This reading's window is closed (Redis's clock stepped back): its
   -- count is gone, so nothing may be charged to it. Wait for the state's.
@@ -254,7 +272,13 @@ end
 -- Rolled to window k, the state reads as it did: a return writes it so,
 -- and its TTL, kept, still outlasts what it holds.
 if ks ~= k then ks, ws = k, now end
-if fits(curr, prev, e) then
+if force and curr + n > cmax(T, N) then
+  -- Past what the window can count: nothing is charged.
+  keep()
+  allowed, remaining, retry, reset = answer(false, curr, prev, e)
+  return {-1, remaining, retry, reset, 0, T - e, k}
+end
+if force or fits(curr, prev, e) then
   curr = curr + n
   local extra = 0
   if dry == 0 and want > 0 then
@@ -262,11 +286,24 @@ if fits(curr, prev, e) then
     curr = curr + extra
   end
   allowed, remaining, retry, reset = answer(true, curr, prev, e)
-  if dry == 0 then
+  if force and remaining <= 0 then
+    -- The wait until a request of 1 passes.
+    local cost = n
+    n = 1
+    retry = retry_after(curr, prev, e)
+    n = cost
+  end
+  if ahead > 0 then
+    if ahead + retry > MAX then retry = -1 else retry = retry + ahead end
+    if ahead + reset > MAX then reset = -1 else reset = reset + ahead end
+  end
+  if write then
     local fresh = (k + 1) * T -- the instant nothing this key holds counts
     if sliding then fresh = fresh + T end
     local ttl = floor((fresh - now + 999) / 1000) + margin
-    redis.call('SET', KEYS[1], struct.pack(FMT, now, curr, prev, T, N), 'PX', string.format('%d', ttl))
+    local wnow = now
+    if behind then wnow = ws end
+    redis.call('SET', KEYS[1], struct.pack(FMT, wnow, curr, prev, T, N), 'PX', string.format('%d', ttl))
   else
     keep()
   end

@@ -1,0 +1,129 @@
+package redislimit
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Charge takes each ask's N from its key on Redis whatever the key holds,
+// so that the key may owe, as floodgate.Settler's Charge says: in one
+// round trip, one script, all or nothing (the multi-policy script for
+// several keys, whose keys must share a slot on Cluster, as Decide's).
+// Every replica then sees the debt, and refuses the key until it is paid
+// back: at the rule's rate (the buckets), at the window's end (the fixed
+// window), as the charge ages out (the sliding counter and log).
+//
+// What a key can owe: a bucket's arrival time stays within 2^52 µs of
+// Redis's clock (142 years, whatever the rule); a window's count within
+// 2^50 (a sliding counter's, the count times its window in µs within
+// 2^52); a log's window within 2^32 − 1. A charge past it returns an error
+// wrapping floodgate.ErrDebtBound, and charges no ask.
+//
+// In lease mode a charge goes to Redis too, beside the leases: a lease
+// taken before it stays spendable.
+//
+// When Redis cannot answer, the FailureMode answers each ask as it would
+// a request of N (Allowed false when it refuses): the charge is lost. A
+// caller that gives up first gets ctx's error, and the charge is given
+// back, as Decide's is.
+func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, error) {
+	if len(asks) == 0 || len(asks) > maxPolicies {
+		return floodgate.Decision{}, fmt.Errorf("redislimit: Charge takes 1 to %d asks, got %d", maxPolicies, len(asks))
+	}
+	var ps [maxPolicies]*policy
+	var of [maxPolicies]int
+	var cost [maxPolicies]int64
+	for i := range asks {
+		p, ok := asks[i].Policy.(*policy)
+		if !ok || p.s != s {
+			return floodgate.Decision{}, errNotMine
+		}
+		if asks[i].N < 1 {
+			return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: ask %d has a cost of %d; a cost must be at least 1", i, asks[i].N)
+		}
+		ps[i], of[i] = p, i
+		for j := range i {
+			if of[j] == j && ps[j] == p && asks[j].Key == asks[i].Key {
+				of[i] = j
+				break
+			}
+		}
+		f := of[i]
+		if cost[f] > math.MaxInt64-asks[i].N {
+			return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: the costs of ask %d's policy and key overflow an int64: %w", i, floodgate.ErrDebtBound)
+		}
+		cost[f] += asks[i].N
+	}
+	var ms [maxPolicies]*policy
+	var keys [maxPolicies]string
+	var ns [maxPolicies]int64
+	var at [maxPolicies]int
+	m := 0
+	for i := range asks {
+		if of[i] == i {
+			ms[m], keys[m], ns[m], at[m] = ps[i], asks[i].Key, cost[i], i
+			m++
+		}
+	}
+	var live [maxPolicies]floodgate.Decision
+	bound := -1
+	if m == 1 {
+		p := ms[0]
+		r, err := p.decide(ctx, p.Key(keys[0]), keys[0], call{n: ns[0], force: true})
+		s.results.Inc(int(r.res))
+		if err != nil {
+			return floodgate.Decision{Limit: p.rs().capacity}, err
+		}
+		if r.bound {
+			bound = 0
+		}
+		live[0] = r.d
+	} else {
+		var shadow [maxPolicies]bool
+		refused, res, err := s.chargeMany(ctx, ms[:m], keys[:m], ns[:m], shadow[:m], live[:m])
+		s.results.Inc(int(res))
+		if err != nil {
+			return floodgate.Decision{Limit: ms[0].rs().capacity}, err
+		}
+		bound = refused
+	}
+	if bound >= 0 {
+		i := at[bound]
+		return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: ask %d: %w: a charge of %d on a key that holds %+v", i, floodgate.ErrDebtBound, cost[i], live[bound])
+	}
+	var buf [maxPolicies]floodgate.Decision
+	all := buf[:len(asks)]
+	for k := range m {
+		all[at[k]] = live[k]
+	}
+	for i := range all {
+		all[i] = all[of[i]]
+	}
+	copy(each, all)
+	return all[floodgate.Owing(asks, all)], nil
+}
+
+// chargeMany is Charge's round trip for several keys: the multi-policy
+// script's forced charges, under the breaker, or the FailureMode's
+// answer. It returns the index of the ask past its bound, or -1.
+func (s *Store) chargeMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
+	var refused int
+	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
+		refused, err = s.runMany(ctx, ps, keys, ns, shadow, nil, all, nil, true)
+		return err
+	})
+	switch o {
+	case tripAnswered:
+		return refused, decided(true), nil
+	case tripAbandoned:
+		s.abandoned.Add(1)
+		return -1, resAbandoned, callerErr
+	}
+	for i, p := range ps {
+		all[i] = p.fallback(keys[i], ns[i], false)
+	}
+	return -1, s.failResult(), nil
+}
