@@ -71,10 +71,10 @@ local argsOK = n and n >= 0 and n % 1 == 0
   and margin and margin >= 0 and margin <= 2^40 and margin % 1 == 0
   and param and param % 1 == 0
   and (n >= 1 or (dry == 0 and (give >= 1 or want >= 1)))
-  and (dry < 2 or (want == 0 and give == 0 and n >= 1 and n <= 2^52))
+  and (dry == 0 or dry == 1 or (want == 0 and give == 0 and n >= 1 and n <= 2^52))
 -- force: a charge that cannot be refused (dry 2, or 3 to answer as it
 -- would; see ARGV[2]); write: the call may write the key.
-local force, write = dry >= 2, dry == 0 or dry == 2
+local force, write = dry == 2 or dry == 3, dry == 0 or dry == 2
 -- BAD begins the reply to arguments the script cannot take, which lists
 -- them after it.
 local BAD = 'floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): '

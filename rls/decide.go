@@ -26,7 +26,26 @@ const (
 // whose rule admits nothing (requests_per_unit 0), or whose limit
 // override the table cannot hold, refuses before the Store is asked. It
 // reports whether an enforced descriptor refused.
+//
+// Unless Options.StopIncrementOverLimit, each descriptor is charged its
+// hits whatever its key holds, by the Store's Charge, and refuses if its
+// key owes after (see Options); a charge past what a key can owe
+// decides the request as StopIncrementOverLimit does.
 func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error) {
+	if s.charger != nil {
+		over, bound, err := s.decideBy(ctx, sc, true)
+		if !bound {
+			return over, err
+		}
+	}
+	over, _, err = s.decideBy(ctx, sc, false)
+	return over, err
+}
+
+// decideBy is decide, by charges that cannot be refused (charge) or all
+// or nothing; bound reports a charge past what a key can owe, which
+// charged nothing.
+func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool) (over, bound bool, err error) {
 	n := len(sc.kind)
 	sc.state = grow(sc.state, n)
 	sc.first, sc.cost = grow(sc.first, n), grow(sc.cost, n)
@@ -64,9 +83,9 @@ func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error)
 		if (k != kindEnforced && k != kindShadow) || sc.first[i] != i || sc.rules[i].zero() {
 			continue
 		}
-		if over || k == kindShadow && shadowsOut {
+		if !charge && (over || k == kindShadow && shadowsOut) {
 			if err := look(i); err != nil {
-				return over, contextStatus(err)
+				return over, false, contextStatus(err)
 			}
 			continue
 		}
@@ -74,13 +93,29 @@ func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error)
 		sc.askOf = append(sc.askOf, i)
 	}
 	if len(sc.asks) > floodgate.MaxPolicies {
-		return false, status.Errorf(codes.InvalidArgument, "rls: %d limited descriptors in one request, more than the %d one decision takes", len(sc.asks), floodgate.MaxPolicies)
+		return false, false, status.Errorf(codes.InvalidArgument, "rls: %d limited descriptors in one request, more than the %d one decision takes", len(sc.asks), floodgate.MaxPolicies)
 	}
-	if len(sc.asks) > 0 {
+	if len(sc.asks) > 0 && charge {
+		sc.each = grow(sc.each, len(sc.asks))
+		_, err := s.charger.Charge(ctx, sc.asks, sc.each)
+		if errors.Is(err, floodgate.ErrDebtBound) {
+			return false, true, nil
+		}
+		if err != nil {
+			return false, false, contextStatus(err)
+		}
+		for k, i := range sc.askOf {
+			d := sc.each[k]
+			sc.ds[i], sc.state[i] = d, charged
+			if !sc.asks[k].Shadow && owes(&d) {
+				over = true
+			}
+		}
+	} else if len(sc.asks) > 0 {
 		sc.each = grow(sc.each, len(sc.asks))
 		_, j, err := s.store.Decide(ctx, sc.asks, sc.each)
 		if err != nil {
-			return false, contextStatus(err)
+			return false, false, contextStatus(err)
 		}
 		over = j >= 0 && !sc.asks[j].Shadow
 		for k, i := range sc.askOf {
@@ -101,7 +136,7 @@ func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error)
 			if sc.rules[i].zero() {
 				sc.ds[i], sc.state[i] = floodgate.Decision{RetryAfter: floodgate.Never}, peeked
 			} else if err := look(i); err != nil {
-				return over, contextStatus(err)
+				return over, false, contextStatus(err)
 			}
 		}
 	}
@@ -110,8 +145,12 @@ func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error)
 			sc.ds[i], sc.state[i] = sc.ds[f], sc.state[f]
 		}
 	}
-	return over, nil
+	return over, false, nil
 }
+
+// owes reports whether a charged descriptor is over its limit: its key
+// owes, or the Store's failure mode refused it.
+func owes(d *floodgate.Decision) bool { return d.Owed > 0 || !d.Allowed }
 
 // addHits is a + b, at most math.MaxUint64.
 func addHits(a, b uint64) uint64 {

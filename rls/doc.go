@@ -13,7 +13,13 @@
 //     (limit_remaining) and the seconds until its window ends
 //     (duration_until_reset), and the RateLimit headers when asked;
 //   - hits_addend: the request's, 0 meaning 1, unless a descriptor sets
-//     its own, where 0 checks without charging;
+//     its own, where 0 checks without charging, and refuses while the key
+//     owes;
+//   - STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (Options.StopIncrementOverLimit),
+//     unset by default as there: every hit is charged, one past the limit
+//     too, which leaves its key owing and refusing until the debt is paid
+//     (a fixed window's at its end), so that the tokens an AI gateway
+//     sends when a stream ends are always counted;
 //   - shadow_mode per rule, and Options.Shadow for every rule.
 //
 // Where it decides otherwise, by design:
@@ -21,13 +27,12 @@
 //   - Exact. A descriptor never passes more than its rule, at any
 //     concurrency; envoyproxy/ratelimit counts with INCRBY after a GET,
 //     and over-admits when requests race between the two.
-//   - A denied hit is charged nothing, as that server does only with
-//     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, and even then it charges
-//     the descriptor that goes over: a later, smaller request that fits
-//     is refused there and admitted here.
-//   - All or nothing. A request whose descriptor goes over its limit
-//     leaves no charge in its other descriptors; a shadow rule never
-//     holds the others back.
+//   - With StopIncrementOverLimit, a denied hit is charged nothing, where
+//     that server, even with the setting, charges the descriptor that
+//     goes over: a later, smaller request that fits is refused there and
+//     admitted here. And all or nothing: a request whose descriptor goes
+//     over its limit leaves no charge in its other descriptors; a shadow
+//     rule never holds the others back.
 //   - Every floodgate algorithm, named in the config's rate_limit; the
 //     default, fixed_window, is that server's epoch-aligned window.
 //   - A reload keeps what each key has left, capped by the new limit

@@ -20,6 +20,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -199,7 +200,8 @@ func times(n int, r *pb.RateLimitRequest) []*pb.RateLimitRequest {
 }
 
 // sideBySide sends each sequence to both servers, request by request,
-// and requires the same answer to each. A sequence runs from empty
+// and requires the same answer to each, both with
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. A sequence runs from empty
 // counts, within one second of the Unix clock (so within one window of
 // every unit, and one reading of duration_until_reset); one that crossed
 // a second is run again from empty counts.
@@ -222,7 +224,7 @@ func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string]
 		reqs := seqs[name]
 		for attempt := 0; ; attempt++ {
 			p.flush(t)
-			opts := Options{Headers: true}
+			opts := Options{Headers: true, StopIncrementOverLimit: true} // as the reference runs (see startPeer)
 			if onRedis {
 				opts.Store = store(t, redisClient(t, p.redis.Addr), redislimit.Config{Prefix: "floodgate", FailureMode: redislimit.FailClosed})
 			}
@@ -394,12 +396,15 @@ func TestSideBySide(t *testing.T) {
 // TestSideBySideDifferences shows, request by request, where floodgate
 // decides otherwise by design, on the same config and requests:
 //
-//   - A weighted hit over the limit: the reference, even with
-//     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, charges the descriptor that
-//     goes over, so a smaller hit that fits is refused after it;
-//     floodgate charges a refused hit nothing.
-//   - Without that setting, the reference charges every refused hit, and
-//     the other descriptors of a refused request too.
+//   - A weighted hit over the limit: with
+//     STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset, both charge it, and
+//     refuse a smaller hit after it; with StopIncrementOverLimit,
+//     floodgate charges a refused hit nothing, and admits the smaller one
+//     that fits (the reference, even with that setting, charges the
+//     descriptor that goes over).
+//   - Without that setting, both charge every refused hit, and the other
+//     descriptors of a refused request too; with it, floodgate charges a
+//     refused request's descriptors nothing.
 //   - A descriptor's own hits_addend of 0: the reference reads a set
 //     wrapper of 0 as a check; so does floodgate.
 //   - Concurrency: 64 callers race on one descriptor; floodgate admits
@@ -451,13 +456,22 @@ func TestSideBySideDifferences(t *testing.T) {
 		p := startPeer(t, bin, redis, files)
 		p.flush(t)
 		_, ours := serve(t, cfg, Options{})
-		theirs, mine := run(p, ours, []*pb.RateLimitRequest{request("d", 8, "k=a"), request("d", 5, "k=a"), request("d", 2, "k=a")})
+		reqs := []*pb.RateLimitRequest{request("d", 8, "k=a"), request("d", 5, "k=a"), request("d", 2, "k=a")}
+		theirs, mine := run(p, ours, reqs)
 		t.Logf("envoyproxy/ratelimit: %q\nfloodgate:            %q", theirs, mine)
 		if got := codes(theirs); got != "OK/2 OVER_LIMIT/0 OVER_LIMIT/0" {
 			t.Fatalf("the reference: %s, want OK then two refusals (it charged the refused 5)", got)
 		}
+		if got, want := codes(mine), codes(theirs); got != want {
+			t.Fatalf("floodgate with the setting unset: %s, want the reference's %s (the refused 5 charged)", got, want)
+		}
+		// With StopIncrementOverLimit, floodgate charges a refused hit
+		// nothing: the 2 that fit pass.
+		p.flush(t)
+		_, stop := serve(t, cfg, Options{StopIncrementOverLimit: true})
+		_, mine = run(p, stop, reqs)
 		if got := codes(mine); got != "OK/2 OVER_LIMIT/0 OK/0" {
-			t.Fatalf("floodgate: %s, want OK, refused, then the 2 that fit admitted", got)
+			t.Fatalf("floodgate with StopIncrementOverLimit: %s, want OK, refused, then the 2 that fit admitted", got)
 		}
 	})
 	t.Run("without STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", func(t *testing.T) {
@@ -470,8 +484,15 @@ func TestSideBySideDifferences(t *testing.T) {
 		if got := codes(theirs[12:]); got != "OK/87" {
 			t.Fatalf("the reference's j after two refused pairs: %s, want 87 left (charged for them)", got)
 		}
+		if got := codes(mine[12:]); got != "OK/87" {
+			t.Fatalf("floodgate's j after two refused pairs, the setting unset: %s, want 87 left, as the reference", got)
+		}
+		// With StopIncrementOverLimit, a request's descriptors are all or
+		// nothing: j is not charged for the refused pairs.
+		_, stop := serve(t, cfg, Options{StopIncrementOverLimit: true})
+		_, mine = run(p, stop, reqs)
 		if got := codes(mine[12:]); got != "OK/89" {
-			t.Fatalf("floodgate's j after two refused pairs: %s, want 89 left", got)
+			t.Fatalf("floodgate's j after two refused pairs, with StopIncrementOverLimit: %s, want 89 left", got)
 		}
 	})
 	t.Run("concurrency", func(t *testing.T) {
@@ -510,7 +531,7 @@ func TestSideBySideDifferences(t *testing.T) {
 		p := startPeer(t, bin, redis, files)
 		step := func(name string, reqs []*pb.RateLimitRequest, check func(theirs, mine []*pb.RateLimitResponse) string) {
 			p.flush(t)
-			_, ours := serve(t, cfg, Options{})
+			_, ours := serve(t, cfg, Options{StopIncrementOverLimit: true}) // floodgate's own decisions
 			var theirs, mine []*pb.RateLimitResponse
 			for _, r := range reqs {
 				a, err := p.client.ShouldRateLimit(context.Background(), r)
@@ -573,4 +594,78 @@ func TestSideBySideDifferences(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestSideBySideTokenBudget: Envoy AI Gateway's token budget as Envoy
+// Gateway sends it, against envoyproxy/ratelimit with its defaults: a
+// budget of 1,000 tokens an hour; at each request a check (the
+// descriptor's hits_addend 0), and when its stream ends the tokens it
+// used (hits_addend 600). Four streams, and a last check. With the
+// setting unset, floodgate-rls answers every request with the reference's
+// code and what is left, in process, on Redis and in lease mode: the
+// second stream's 600 are counted and put the budget 200 over, and the
+// checks refuse from the third on. With StopIncrementOverLimit, the
+// second stream's 600 do not fit in the 400 left: they are refused and
+// counted nothing, so every check passes and 600 of the 2,400 served are
+// counted, the difference the README names.
+func TestSideBySideTokenBudget(t *testing.T) {
+	bin := buildPeer(t)
+	srv := redistest.Start(t)
+	files := map[string]string{"ai.yaml": "domain: ai\ndescriptors:\n  - key: tokens\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"}
+	cfg, err := config.Load([]config.File{{Name: "ai.yaml", Data: []byte(files["ai.yaml"])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := func(n uint64) *pb.RateLimitRequest {
+		d := desc("tokens", "client-a")
+		d.HitsAddend = wrapperspb.UInt64(n)
+		return &pb.RateLimitRequest{Domain: "ai", Descriptors: []*rlv3.RateLimitDescriptor{d}}
+	}
+	var reqs []*pb.RateLimitRequest
+	for range 4 {
+		reqs = append(reqs, hit(0), hit(600))
+	}
+	reqs = append(reqs, hit(0))
+	// answers is each response's code and what its status says is left.
+	answers := func(c pb.RateLimitServiceClient) []string {
+		var out []string
+		for _, r := range reqs {
+			resp, err := c.ShouldRateLimit(context.Background(), r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s/%d", resp.OverallCode, resp.Statuses[0].LimitRemaining))
+		}
+		return out
+	}
+	p := startPeer(t, bin, srv, files)
+	p.flush(t)
+	theirs := answers(p.client)
+	want := []string{"OK/1000", "OK/400", "OK/400", "OVER_LIMIT/0", "OVER_LIMIT/0", "OVER_LIMIT/0", "OVER_LIMIT/0", "OVER_LIMIT/0", "OVER_LIMIT/0"}
+	if !slices.Equal(theirs, want) {
+		t.Fatalf("the reference answered %q, want %q", theirs, want)
+	}
+	rc := redisClient(t, srv.Addr)
+	for name, o := range map[string]Options{
+		"in process": {},
+		"redis":      {Store: store(t, rc, redislimit.Config{Prefix: fmt.Sprint("tokens-", time.Now().UnixNano()), FailureMode: redislimit.FailClosed})},
+		"lease":      {Store: store(t, rc, redislimit.Config{Prefix: fmt.Sprint("tokens-lease-", time.Now().UnixNano()), FailureMode: redislimit.FailClosed, Lease: redislimit.Lease{Max: 64}})},
+	} {
+		s, c := serve(t, cfg, o)
+		if got := answers(c); !slices.Equal(got, theirs) {
+			t.Errorf("%s: floodgate-rls answered %q, the reference %q", name, got, theirs)
+		}
+		total := "# HELP ratelimit_service_rate_limit_total_hits Hits asked of the rule (each request's hits_addend).\n" +
+			"# TYPE ratelimit_service_rate_limit_total_hits counter\n" +
+			"ratelimit_service_rate_limit_total_hits{domain=\"ai\",key1=\"tokens\",key2=\"\"} 2400\n"
+		if err := testutil.CollectAndCompare(s.Collector(), strings.NewReader(total), "ratelimit_service_rate_limit_total_hits"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	_, c := serve(t, cfg, Options{StopIncrementOverLimit: true})
+	got := answers(c)
+	stop := []string{"OK/1000", "OK/400", "OK/400", "OVER_LIMIT/0", "OK/400", "OVER_LIMIT/0", "OK/400", "OVER_LIMIT/0", "OK/400"}
+	if !slices.Equal(got, stop) {
+		t.Errorf("with StopIncrementOverLimit: %q, want %q: a refused stream's tokens counted nothing", got, stop)
+	}
 }

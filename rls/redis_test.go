@@ -115,7 +115,7 @@ func TestRedisReplicas(t *testing.T) {
 				var clients []pb.RateLimitServiceClient
 				var servers []*Server
 				for range 3 {
-					s, c := serve(t, cfg, Options{Store: store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: prefix, FailureMode: redislimit.FailClosed, Lease: redislimit.Lease{Max: lease}})})
+					s, c := serve(t, cfg, Options{Store: store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: prefix, FailureMode: redislimit.FailClosed, Lease: redislimit.Lease{Max: lease}}), StopIncrementOverLimit: true})
 					clients, servers = append(clients, c), append(servers, s)
 				}
 				var hot, pairs atomic.Int64
@@ -148,7 +148,7 @@ func TestRedisReplicas(t *testing.T) {
 					s.Close()
 				}
 				// A fresh Server looks at what Redis holds.
-				_, c := serve(t, cfg, Options{Store: store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: prefix, FailureMode: redislimit.FailClosed})})
+				_, c := serve(t, cfg, Options{Store: store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: prefix, FailureMode: redislimit.FailClosed}), StopIncrementOverLimit: true})
 				check := func(kv ...string) int64 {
 					d := desc(kv...)
 					d.HitsAddend = wrapperspb.UInt64(0)

@@ -46,9 +46,10 @@ func (s *Server) respond(sc *scratch, ds []*rlv3.RateLimitDescriptor, over bool)
 			overHere = true
 		case peeked:
 			left = remainingNow(d)
-			overHere = uint64(left) < sc.cost[i]
+			overHere = uint64(left) < sc.cost[i] || d.Owed > 0 // a key that owes refuses a check too
 		default:
 			left = d.Remaining
+			overHere = owes(d)
 		}
 		if overHere {
 			left = 0
@@ -56,6 +57,7 @@ func (s *Server) respond(sc *scratch, ds []*rlv3.RateLimitDescriptor, over bool)
 				stats.add(statShadow, hits)
 			} else {
 				st.Code = pb.RateLimitResponse_OVER_LIMIT
+				over = true // a check whose key owes, too
 			}
 			stats.add(statOver, hits)
 		} else {

@@ -170,7 +170,7 @@ func TestFixedWindow(t *testing.T) {
 // in the others; their statuses say what they hold, OK while they could
 // take the request.
 func TestAllOrNothing(t *testing.T) {
-	_, c := serve(t, mustConfig(t, basic), Options{Clock: floodgate.NewManualClock(unixStart)})
+	_, c := serve(t, mustConfig(t, basic), Options{StopIncrementOverLimit: true, Clock: floodgate.NewManualClock(unixStart)})
 	var got []string
 	for range 4 {
 		got = append(got, summary(ask(t, c, "d", desc("big", "x"), desc("small", "x"))))
@@ -238,7 +238,7 @@ func TestKinds(t *testing.T) {
 // (0 checks without charging), and hits past any limit, which are
 // refused and charge nothing.
 func TestHitsAddend(t *testing.T) {
-	_, c := serve(t, mustConfig(t, basic), Options{Clock: floodgate.NewManualClock(unixStart)})
+	_, c := serve(t, mustConfig(t, basic), Options{StopIncrementOverLimit: true, Clock: floodgate.NewManualClock(unixStart)})
 	do := func(reqHits uint32, ds ...*rlv3.RateLimitDescriptor) string {
 		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: ds, HitsAddend: reqHits})
 		if err != nil {
@@ -273,7 +273,7 @@ func TestHitsAddend(t *testing.T) {
 // override past MaxOverrides is refused, and known ones still serve.
 func TestOverride(t *testing.T) {
 	clock := floodgate.NewManualClock(unixStart)
-	_, c := serve(t, mustConfig(t, basic), Options{Clock: clock, MaxOverrides: 2})
+	_, c := serve(t, mustConfig(t, basic), Options{StopIncrementOverLimit: true, Clock: clock, MaxOverrides: 2})
 	over := func(rpu uint32, unit typev3.RateLimitUnit, kv ...string) *rlv3.RateLimitDescriptor {
 		d := desc(kv...)
 		d.Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: rpu, Unit: unit}
@@ -376,7 +376,7 @@ func TestHeaders(t *testing.T) {
 // answered OK, its statuses still say what was decided, and it charges
 // nothing.
 func TestGlobalShadow(t *testing.T) {
-	_, c := serve(t, mustConfig(t, basic), Options{Clock: floodgate.NewManualClock(unixStart), Shadow: true})
+	_, c := serve(t, mustConfig(t, basic), Options{StopIncrementOverLimit: true, Clock: floodgate.NewManualClock(unixStart), Shadow: true})
 	for range 2 {
 		ask(t, c, "d", desc("small", "x"))
 	}
@@ -450,7 +450,7 @@ func TestExactConcurrent(t *testing.T) {
 	for _, alg := range []string{floodgate.FixedWindow, floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.SlidingCounter, floodgate.SlidingLog} {
 		t.Run(alg, func(t *testing.T) {
 			cfg := mustConfig(t, fmt.Sprintf("domain: d\ndescriptors:\n  - key: hot\n    rate_limit: {unit: hour, requests_per_unit: 500, algorithm: %s}\n  - key: other\n    rate_limit: {unit: hour, requests_per_unit: 300}\n", alg))
-			_, c := serve(t, cfg, Options{Clock: floodgate.NewManualClock(unixStart)})
+			_, c := serve(t, cfg, Options{StopIncrementOverLimit: true, Clock: floodgate.NewManualClock(unixStart)})
 			var hot, pairs atomic.Int64
 			var wg sync.WaitGroup
 			for g := range 64 {

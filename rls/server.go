@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -82,6 +83,28 @@ type Options struct {
 	// floodgate.LocalStore with Clock and MaxKeys that the Server closes
 	// at Close.
 	Store floodgate.Store
+	// StopIncrementOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. False, the default there,
+	// in Envoy Gateway and here: every hit is charged, whatever its key
+	// holds, and a hit that takes a key past its limit leaves it owing
+	// the excess and is OVER_LIMIT, as is every hit while the key owes (a
+	// check of hits_addend 0 included): a cost sent when a stream ends is
+	// always counted. That is what a token budget needs. Each descriptor
+	// is charged on its own, as that server charges it; a hit past what a
+	// key can owe (floodgate.ErrDebtBound) charges nothing, and the
+	// request is decided as with true.
+	//
+	// True: a hit is charged only if it passes, exact at any concurrency,
+	// and a request's descriptors all or nothing; a refused hit charges
+	// nothing. That is what a request limit wants: a client that keeps
+	// sending while refused pays nothing for it.
+	StopIncrementOverLimit bool
+}
+
+// charger is a Store that takes charges that cannot be refused, as
+// floodgate.Settler's Charge (both of floodgate's Stores).
+type charger interface {
+	Charge(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, error)
 }
 
 // HashTag is redislimit.Config.HashTag for a Store of a Server: the
@@ -100,11 +123,12 @@ func HashTag(key string) string {
 type Server struct {
 	pb.UnimplementedRateLimitServiceServer
 
-	opts  Options
-	clock floodgate.Clock
-	near  float64
-	store floodgate.Store
-	own   *floodgate.LocalStore // the Store in process, when Options gave none
+	opts    Options
+	clock   floodgate.Clock
+	near    float64
+	store   floodgate.Store
+	charger charger               // the Store, unless StopIncrementOverLimit
+	own     *floodgate.LocalStore // the Store in process, when Options gave none
 
 	// mu serializes SetConfig, Close, and each rule's first use with the
 	// snapshot they read; a request that finds its rule made takes no
@@ -173,6 +197,14 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 	if s.store == nil {
 		s.own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: s.clock, MaxKeys: opts.MaxKeys})
 		s.store = s.own
+	}
+	if !opts.StopIncrementOverLimit {
+		c, ok := s.store.(charger)
+		if !ok {
+			s.Close()
+			return nil, errors.New("rls: the Store takes no charge past a limit (it has no Charge): set StopIncrementOverLimit")
+		}
+		s.charger = c
 	}
 	if err := s.Check(cfg); err != nil {
 		s.Close()

@@ -262,8 +262,15 @@ func TestSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := strings.Join(s.warnings, "\n"); !strings.Contains(w, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT") || !strings.Contains(w, "CACHE_KEY_PREFIX") || !strings.Contains(w, "LOCAL_CACHE_SIZE_IN_BYTES") {
+	if w := strings.Join(s.warnings, "\n"); !strings.Contains(w, "CACHE_KEY_PREFIX") || !strings.Contains(w, "LOCAL_CACHE_SIZE_IN_BYTES") {
 		t.Fatalf("warnings: %q", s.warnings)
+	}
+	if s.options.StopIncrementOverLimit {
+		t.Error("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false set StopIncrementOverLimit")
+	}
+	s, err = readSettings(func(k string) string { return map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}[k] })
+	if err != nil || !s.options.StopIncrementOverLimit {
+		t.Errorf("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: StopIncrementOverLimit %v, %v", s.options.StopIncrementOverLimit, err)
 	}
 }
 

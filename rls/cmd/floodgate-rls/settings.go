@@ -140,9 +140,7 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		}
 		o.NearLimitRatio = r
 	}
-	if !boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", true) {
-		s.warnings = append(s.warnings, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false: floodgate-rls never charges a refused hit, so it is always true in effect")
-	}
+	o.StopIncrementOverLimit = boolean("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)
 
 	// What would decide otherwise, and is not implemented: refuse.
 	refuse := func(name, why string) {
