@@ -8,6 +8,9 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
+// maxCharge is the largest cost one forced call takes (see args.lua).
+const maxCharge = 1 << 52
+
 // Charge takes each ask's N from its key on Redis whatever the key holds,
 // so that the key may owe, as floodgate.Settler's Charge says: in one
 // round trip, one script, all or nothing (the multi-policy script for
@@ -56,6 +59,12 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 			return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: the costs of ask %d's policy and key overflow an int64: %w", i, floodgate.ErrDebtBound)
 		}
 		cost[f] += asks[i].N
+	}
+	for i := range asks {
+		if of[i] == i && cost[i] > maxCharge {
+			// The scripts take no cost past 2^52; no key can owe it.
+			return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: ask %d: a charge of %d: %w", i, cost[i], floodgate.ErrDebtBound)
+		}
 	}
 	var ms [maxPolicies]*policy
 	var keys [maxPolicies]string

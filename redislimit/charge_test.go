@@ -83,6 +83,7 @@ func TestStoreCharge(t *testing.T) {
 			// Past the bound: nothing is charged, by either script.
 			for _, asks := range [][]floodgate.Ask{
 				{{Policy: pa, Key: "n", N: 1 << 52}},
+				{{Policy: pa, Key: "n", N: 1<<63 - 1}}, // a hits_addend of 2^64-1, clamped
 				{{Policy: other, Key: "n", N: 5}, {Policy: pa, Key: "n", N: 1 << 52}},
 			} {
 				if _, err := a.Charge(ctx, asks, nil); !errors.Is(err, floodgate.ErrDebtBound) {
