@@ -76,9 +76,10 @@ type Hold struct {
 // units (0 for a check, an ask that was not charged, or one that repeats
 // an earlier ask's policy and key and was charged with it), and where, in
 // the terms of the Store (a bucket's arrival time, a window, a log's
-// entry) and of the rule it was charged under (Gen).
+// entry) and of the rule it was charged under (Gen); Ref is the Store's
+// own reference to what holds them (redislimit's lease), 0 for none.
 type HoldPart struct {
-	N, At, Gen int64
+	N, At, Gen, Ref int64
 }
 
 // errHoldAsks is Settle's error for asks that are not the Hold's.

@@ -90,6 +90,7 @@ type refund struct {
 	ps     [floodgate.MaxPolicies]*policy
 	rss    [floodgate.MaxPolicies]*rules
 	shadow [floodgate.MaxPolicies]bool
+	check  [floodgate.MaxPolicies]bool // a check (see runMany), which charges nothing
 }
 
 var slots = sync.Pool{New: func() any { return &slot{ch: make(chan struct{}, 1)} }}

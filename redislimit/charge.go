@@ -25,8 +25,9 @@ const maxCharge = 1 << 52
 // 2^52); a log's window within 2^32 − 1. A charge past it returns an error
 // wrapping floodgate.ErrDebtBound, and charges no ask.
 //
-// In lease mode a charge goes to Redis too, beside the leases: a lease
-// taken before it stays spendable.
+// In lease mode a charge whose every key's lease holds its cost is spent
+// from the leases, with no round trip (those units were taken from Redis
+// ahead); any other goes to Redis, and the leases stay spendable.
 //
 // When Redis cannot answer, the FailureMode answers each ask as it would
 // a request of N (Allowed false when it refuses): the charge is lost. A
@@ -78,8 +79,19 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 		}
 	}
 	var live [maxPolicies]floodgate.Decision
+	var got [maxPolicies]*grant
 	bound := -1
-	if m == 1 {
+	switch {
+	case s.lease != nil && s.chargeLeases(ms[:m], keys[:m], ns[:m], live[:m], got[:m]):
+		s.results.Inc(int(resAllowed))
+		return s.charged(asks, each, of[:], at[:], live[:m])
+	}
+	if s.lease != nil {
+		// The keys' next charges find a lease.
+		defer s.askLeases(ms[:m], keys[:m], 1<<m-1)
+	}
+	switch {
+	case m == 1:
 		p := ms[0]
 		r, err := p.decide(ctx, p.Key(keys[0]), keys[0], call{n: ns[0], force: true})
 		s.results.Inc(int(r.res))
@@ -90,7 +102,7 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 			bound = 0
 		}
 		live[0] = r.d
-	} else {
+	default:
 		var shadow [maxPolicies]bool
 		refused, res, err := s.chargeMany(ctx, ms[:m], keys[:m], ns[:m], shadow[:m], live[:m])
 		s.results.Inc(int(res))
@@ -103,9 +115,15 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 		i := at[bound]
 		return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: ask %d: %w: a charge of %d on a key that holds %+v", i, floodgate.ErrDebtBound, cost[i], live[bound])
 	}
+	return s.charged(asks, each, of[:], at[:], live[:m])
+}
+
+// charged is Charge's answer: live[k] is the answer of the ask at[k],
+// which answers for every ask of[i] names.
+func (s *Store) charged(asks []floodgate.Ask, each []floodgate.Decision, of, at []int, live []floodgate.Decision) (floodgate.Decision, error) {
 	var buf [maxPolicies]floodgate.Decision
 	all := buf[:len(asks)]
-	for k := range m {
+	for k := range live {
 		all[at[k]] = live[k]
 	}
 	for i := range all {
@@ -121,7 +139,7 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 func (s *Store) chargeMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
 	var refused int
 	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
-		refused, err = s.runMany(ctx, ps, keys, ns, shadow, nil, all, nil, true)
+		refused, err = s.runMany(ctx, ps, keys, ns, shadow, nil, nil, all, nil, true)
 		return err
 	})
 	switch o {

@@ -34,8 +34,8 @@ func heldOn(t *testing.T, p floodgate.StorePolicy, key string, limit int64) int6
 func TestStoreCharge(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	a := mustStore(t, srv, Config{Prefix: "charge"})
-	b := mustStore(t, srv, Config{Prefix: "charge"}) // another replica
+	a := mustStore(t, srv, Config{Prefix: "charge", Timeout: 10 * time.Second})
+	b := mustStore(t, srv, Config{Prefix: "charge", Timeout: 10 * time.Second}) // another replica
 	rule := floodgate.Rule{Limit: 10, Period: time.Hour}
 	for _, alg := range redisAlgorithms {
 		t.Run(alg, func(t *testing.T) {
@@ -111,7 +111,7 @@ func TestStoreChargeReplicas(t *testing.T) {
 	ctx := context.Background()
 	var stores [3]*Store
 	for i := range stores {
-		stores[i] = mustStore(t, srv, Config{Prefix: "replicas"})
+		stores[i] = mustStore(t, srv, Config{Prefix: "replicas", Timeout: 10 * time.Second})
 	}
 	rule := floodgate.Rule{Limit: 1000, Period: time.Hour}
 	for _, alg := range redisAlgorithms {

@@ -39,6 +39,13 @@ const maxPolicies = floodgate.MaxPolicies
 // Redis does not answer within Timeout is whether the call ran unknown;
 // its caller had left, so no request was served on it.
 func (s *Store) Decide(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, int, error) {
+	return s.decideAsks(ctx, asks, each, nil)
+}
+
+// decideAsks is Decide's, and with rv Reserve's: its asks whose N is 0
+// are checks (see reserving), and what each charged ask took goes to
+// rv.parts.
+func (s *Store) decideAsks(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision, rv *reserving) (floodgate.Decision, int, error) {
 	refusal := floodgate.Decision{RetryAfter: floodgate.Never}
 	if len(asks) > maxPolicies {
 		return refusal, 0, fmt.Errorf("redislimit: Decide takes 1 to %d asks, got %d", maxPolicies, len(asks))
@@ -51,18 +58,29 @@ func (s *Store) Decide(ctx context.Context, asks []floodgate.Ask, each []floodga
 		}
 		ps[i] = p
 	}
+	check := func(i int) bool { return rv != nil && asks[i].N == 0 }
 	var pl plan.Plan
 	err := pl.Prepare(len(asks),
-		func(i, j int) bool { return ps[i] == ps[j] && asks[i].Key == asks[j].Key },
+		func(i, j int) bool { return ps[i] == ps[j] && asks[i].Key == asks[j].Key && !check(i) && !check(j) },
 		func(i int) bool { return asks[i].Shadow },
-		func(i int) int64 { return asks[i].N },
+		func(i int) int64 {
+			if check(i) {
+				return 1 // a check refuses as a request of 1 would
+			}
+			return asks[i].N
+		},
 		func(i int) int64 { return ps[i].rs().capacity })
 	if err != nil {
 		return refusal, 0, fmt.Errorf("redislimit: Decide: %w", err)
 	}
 	var dec [maxPolicies]floodgate.Decision
 	all := dec[:len(asks)]
-	refused, res, err := s.decidePlan(ctx, &pl, ps[:len(asks)], asks, all)
+	if rv != nil {
+		for i := range asks {
+			rv.check[i] = check(i)
+		}
+	}
+	refused, res, err := s.decidePlan(ctx, &pl, ps[:len(asks)], asks, all, rv)
 	s.results.Inc(int(res))
 	if err != nil {
 		return floodgate.Decision{Limit: ps[0].rs().capacity}, 0, err
@@ -82,12 +100,13 @@ func (s *Store) Decide(ctx context.Context, asks []floodgate.Ask, each []floodga
 
 // decidePlan decides pl's asks, writing each live ask's answer to all,
 // and returns the ask that refused (-1 for none), the decision's result
-// and the caller's context's error, if it gave up first.
-func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, asks []floodgate.Ask, all []floodgate.Decision) (int, result, error) {
+// and the caller's context's error, if it gave up first. With rv, it
+// decides as Reserve does (see reserving).
+func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, asks []floodgate.Ask, all []floodgate.Decision, rv *reserving) (int, result, error) {
 	var ms [maxPolicies]*policy
 	var keys [maxPolicies]string
 	var ns [maxPolicies]int64
-	var sh [maxPolicies]bool
+	var sh, chk [maxPolicies]bool
 	var at [maxPolicies]int8 // the ask each decides
 	m := 0
 	for _, i := range pl.Live[:pl.NLive] {
@@ -101,6 +120,9 @@ func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, ask
 			continue
 		}
 		ms[m], keys[m], ns[m], sh[m], at[m] = ps[i], asks[i].Key, pl.Cost[i], pl.Shadow[i], i
+		if rv != nil {
+			chk[m] = rv.check[i]
+		}
 		m++
 	}
 	if pl.Refused >= 0 {
@@ -108,10 +130,13 @@ func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, ask
 	}
 	r, res := -1, resAllowed
 	var live [maxPolicies]floodgate.Decision
+	var parts [maxPolicies]floodgate.HoldPart
 	var err error
-	switch m {
-	case 0:
-	case 1:
+	switch {
+	case m == 0:
+	case rv != nil:
+		r, res, err = s.reserveLive(ctx, ms[:m], keys[:m], ns[:m], sh[:m], chk[:m], live[:m], parts[:m])
+	case m == 1:
 		live[0], res, err = s.decideOne(ctx, ms[0], keys[0], ns[0])
 		if !live[0].Allowed {
 			r = 0
@@ -124,6 +149,9 @@ func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, ask
 	}
 	for k := range m {
 		all[at[k]] = live[k]
+		if rv != nil {
+			rv.parts[at[k]] = parts[k]
+		}
 	}
 	if r >= 0 {
 		for k, i := range pl.Live[:pl.NLive] {
@@ -150,7 +178,7 @@ func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, ask
 func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
 	var lz leasing
 	if s.lease != nil {
-		refused, ok, missed := s.fromLeases(ps, keys, ns, shadow, all)
+		refused, ok, missed := s.fromLeases(ps, keys, ns, shadow, nil, all, nil)
 		if ok {
 			looks(ns, shadow, refused, all)
 			return refused, decided(refused < 0 || shadow[refused]), nil
@@ -161,7 +189,7 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 	var refused int
 	var replies [maxPolicies]reply
 	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
-		refused, err = s.runMany(ctx, ps, keys, ns, shadow, lz.wants[:len(ps)], all, replies[:len(ps)], false)
+		refused, err = s.runMany(ctx, ps, keys, ns, shadow, nil, lz.wants[:len(ps)], all, replies[:len(ps)], false)
 		return err
 	})
 	switch o {
@@ -173,13 +201,19 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 		looks(ns, shadow, refused, all)
 		return refused, decided(refused < 0 || shadow[refused]), nil
 	case tripAbandoned:
-		for i, p := range ps {
-			all[i] = floodgate.Decision{Limit: p.rs().capacity}
-		}
-		s.abandoned.Add(1)
-		return 0, resAbandoned, callerErr
+		return 0, resAbandoned, s.abandonMany(ps, all, callerErr)
 	}
 	return s.fallbackMany(ctx, ps, keys, ns, shadow, all)
+}
+
+// abandonMany answers the asks of a multi-policy call whose caller left
+// first (see abandon), and returns the caller's error.
+func (s *Store) abandonMany(ps []*policy, all []floodgate.Decision, callerErr error) error {
+	for i, p := range ps {
+		all[i] = floodgate.Decision{Limit: p.rs().capacity}
+	}
+	s.abandoned.Add(1)
+	return callerErr
 }
 
 // leasing is what a multi-policy round trip leases: a batch for each

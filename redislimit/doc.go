@@ -114,6 +114,21 @@
 // refusal is charged nowhere at no moment. In lease mode a client whose
 // every policy holds a lease is decided in process, with no round trip.
 //
+// # Costs known after the work
+//
+// A Store is a floodgate.Settler, for costs known only when a request
+// ends (a model's tokens, the bytes sent), with the in-process contract:
+// Store.Charge takes a cost whatever the key holds, so that the key may
+// owe, and every replica refuses it until the debt is paid back (at the
+// rule's rate, at the window's end, as the charge ages out); Store.Reserve
+// admits an estimate, or checks with an estimate of 0, and Store.Settle
+// corrects it to the cost, giving back the excess where it was charged or
+// charging the overrun. A charge or a reservation is one round trip (one
+// script, all or nothing over a request's keys); a settlement one, or two
+// when it both charges an overrun and gives back or reads another key.
+// Debt is bounded by what a key can hold, past which the charge returns
+// floodgate.ErrDebtBound and charges nothing (see Store.Charge).
+//
 // # Changing the rule
 //
 // SetRule changes the rule of a running Limiter. No key gains from the

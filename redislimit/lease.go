@@ -141,6 +141,7 @@ type leases struct {
 	base     time.Time // lease ns count from here (see leaseNow)
 	states   *xsync.Map[uint64, *leaseState]
 	size     atomic.Int64
+	grants   atomic.Int64 // the grants made, which number them (grant.id)
 	closed   atomic.Bool
 	inline   bool // tests: renew and return on the caller's goroutine, and track no key
 	running  bool // the bookkeeper was started
@@ -215,6 +216,7 @@ type leaseState struct {
 type grant struct {
 	units     atomic.Int64
 	decayed   atomic.Int64 // units whose debt was paid before they were spent
+	id        int64        // its number, from 1, for a reservation's HoldPart.Ref
 	gen       int64        // the rule it was leased under (rules.gen)
 	limit     int64        // that rule's capacity
 	step      int64        // that rule's ns per unit, for the buckets; 0 for the others

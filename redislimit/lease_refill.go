@@ -267,7 +267,7 @@ func (ls *leases) want(rs *rules, st *leaseState, old *grant, spent, now int64) 
 // no later than Redis's count does.
 func (ls *leases) newGrant(kind scriptKind, r reply, now, skew int64) *grant {
 	sent := now / 1000 * 1000
-	g := &grant{at: now, skew: skew, taken: r.extra, remaining: r.d.Remaining, k: r.k, gen: r.rs.gen, limit: r.rs.capacity, step: r.rs.step,
+	g := &grant{id: ls.grants.Add(1), at: now, skew: skew, taken: r.extra, remaining: r.d.Remaining, k: r.k, gen: r.rs.gen, limit: r.rs.capacity, step: r.rs.step,
 		until: now + min(ls.ttl, math.MaxInt64-now), resetAt: now + int64(r.d.ResetAfter)}
 	if g.step > 0 {
 		g.top = sent + r.horizon*1000
@@ -302,7 +302,10 @@ func (ls *leases) newGrant(kind scriptKind, r reply, now, skew int64) *grant {
 // leased, and still does). ok is false when some policy cannot answer
 // without Redis; then nothing is charged, and need marks (bit i for
 // policy i) the policies that could not, which askLeases then renews.
-func (s *Store) fromLeases(ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (refused int, ok bool, need uint16) {
+// For Reserve, checks marks the asks that are checks (see peekLease;
+// nil for none), and got receives the grant that each charged ask was
+// taken from (nil when none).
+func (s *Store) fromLeases(ps []*policy, keys []string, ns []int64, shadow, checks []bool, all []floodgate.Decision, got []*grant) (refused int, ok bool, need uint16) {
 	ls := s.lease
 	var taken [maxPolicies]*grant
 	var sts [maxPolicies]*leaseState
@@ -335,16 +338,23 @@ func (s *Store) fromLeases(ps []*policy, keys []string, ns []int64, shadow []boo
 		}
 		sts[i] = st
 		rs := p.rs()
-		if g, rest, ok := p.take(st, ns[i], now, skew, rs); ok {
+		if checks != nil && checks[i] {
+			d, ok := p.peekLease(st, now, skew, rs)
+			if !ok {
+				return miss(i)
+			}
+			if all[i] = d; d.Allowed {
+				continue
+			}
+		} else if g, rest, ok := p.take(st, ns[i], now, skew, rs); ok {
 			taken[i] = g
 			all[i] = fromLease(g, rest, now)
 			continue
-		}
-		d, ok := st.cachedDenial(ns[i], now, rs)
-		if !ok {
+		} else if d, ok := st.cachedDenial(ns[i], now, rs); ok {
+			all[i] = d
+		} else {
 			return miss(i)
 		}
-		all[i] = d
 		if shadow[i] {
 			if sh < 0 {
 				sh = i
@@ -359,9 +369,54 @@ func (s *Store) fromLeases(ps []*policy, keys []string, ns []int64, shadow []boo
 		return enforced, true, 0
 	case sh >= 0:
 		giveBack(func(i int) bool { return !shadow[i] })
+		copy(got, taken[:len(ps)])
 		return sh, true, 0
 	}
+	copy(got, taken[:len(ps)])
 	return -1, true, 0
+}
+
+// peekLease answers a check (a request of 1 that takes nothing) for st's
+// key from its lease, or its batch taken ahead, when one holds a unit it
+// could spend now (Remaining as if the unit were taken, as Peek's), or
+// from a denial it holds; ok is false when neither can answer.
+func (p *policy) peekLease(st *leaseState, now, skew int64, rs *rules) (floodgate.Decision, bool) {
+	for _, g := range []*grant{st.g.Load(), st.next.Load()} {
+		if g == nil || g.gen != rs.gen {
+			continue
+		}
+		if c := p.s.lease.usable(g, g.units.Load(), now, skew); c >= 1 {
+			return fromLease(g, c-1, now), true
+		}
+	}
+	return st.cachedDenial(1, now, rs)
+}
+
+// chargeLeases charges each key its cost from its lease (see
+// Store.Charge), with no round trip, all or nothing: it reports whether
+// every lease held its cost and took it, all then holding each answer
+// and got each grant; else it took nothing.
+func (s *Store) chargeLeases(ps []*policy, keys []string, ns []int64, all []floodgate.Decision, got []*grant) bool {
+	ls := s.lease
+	var sts [maxPolicies]*leaseState
+	now, skew := s.leaseNow()
+	for i, p := range ps {
+		st := p.state(keys[i])
+		var g *grant
+		var rest int64
+		ok := false
+		if st != nil {
+			g, rest, ok = p.take(st, ns[i], now, skew, p.rs())
+		}
+		if !ok {
+			for j := range i {
+				ls.putBack(sts[j], got[j], ns[j])
+			}
+			return false
+		}
+		sts[i], got[i], all[i] = st, g, fromLease(g, rest, now)
+	}
+	return true
 }
 
 // couldServe reports whether key's lease, or its batch taken ahead, holds

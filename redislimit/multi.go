@@ -34,14 +34,15 @@ var multiScript = func() *script {
 const multiValues = 7
 
 // runMany is the multi-policy round trip, with a key and a cost for each
-// policy, and wants[i] units to lease beyond the cost for policy i if it
+// policy (a check, when checks[i]: a dry run of cost 1 that charges
+// nothing, see multi.lua; checks may be nil), and wants[i] units to lease beyond the cost for policy i if it
 // charges the request (nil: none), within Timeout, in a batch with the
 // Store's other calls in flight (see batcher). It writes each policy's
 // answer to all, and its reply (the units it leased) to replies. With
 // force, each cost is a charge that cannot be refused (see Store.Charge),
 // on keys that must be distinct, and the index returned is of the first
 // that would pass what its key can owe (then none was charged).
-func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, wants []int64,
+func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow, checks []bool, wants []int64,
 	all []floodgate.Decision, replies []reply, force bool) (int, error) {
 	rf := refund{n: len(ps), multi: true}
 	args := make([]any, 3, 3+len(ps)+2+len(ps)*(1+argHistory))
@@ -49,6 +50,7 @@ func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []i
 	hash := ""
 	for i, p := range ps {
 		rf.ps[i], rf.rss[i], rf.shadow[i] = p, p.rs(), shadow[i]
+		rf.check[i] = checks != nil && checks[i]
 		if p.tag != nil {
 			args = append(args, p.Key(keys[i]))
 			continue
@@ -63,6 +65,10 @@ func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []i
 		switch {
 		case force:
 			flags[i] = '2'
+		case rf.check[i] && shadow[i]:
+			flags[i] = '4'
+		case rf.check[i]:
+			flags[i] = '3'
 		case shadow[i]:
 			flags[i] = '1'
 		default:

@@ -11,8 +11,9 @@
 -- ARGV[1]  now: µs of Redis's clock, or TIME (-1); every policy decides
 --          at this one instant (their own now arguments are ignored).
 -- ARGV[2]  a string of one character per policy: '1' for a shadow, '0'
---          for an enforced policy; or all '2', a charge that cannot be
---          refused (see "Forced charges").
+--          for an enforced policy, '3' and '4' for a check of either (see
+--          "Checks"); or all '2', a charge that cannot be refused (see
+--          "Forced charges").
 -- ARGV[3]  then, for each policy in turn, c, the number of its arguments
 --          (at least 11), and its c arguments: the request's cost, not
 --          dry, no return, and want, the units a policy leases beyond
@@ -41,6 +42,11 @@
 --     nothing is charged; else the enforced ones charge, and the shadows
 --     too unless one of them refused.
 --
+-- Checks. A policy flagged '3' (enforced) or '4' (a shadow) is a check:
+-- it runs dry, refuses as its request would (a cost of 1, as a Store's
+-- Reserve sends it), and is never charged. With a check among the
+-- policies, every policy runs dry first, as with shadows.
+--
 -- Forced charges. With flags all '2', every policy's request is a charge
 -- that cannot be refused (each kind's dry 2, its own arguments' dry 0):
 -- each first answers as it would (dry 3), writing nothing; if one would
@@ -59,7 +65,7 @@
 local P, now, flags = #KEYS, tonumber(ARGV[1]), ARGV[2]
 if not (P >= 1 and P <= 8 and now and (now == -1 or (now >= 0 and now <= 2^52 and now % 1 == 0))
     and type(flags) == 'string' and #flags == P
-    and (not flags:find('[^01]') or not flags:find('[^2]'))) then
+    and (not flags:find('[^0134]') or not flags:find('[^2]'))) then
   return redis.error_reply('floodgate: bad multi arguments: ' .. P .. ' keys, now ' .. tostring(ARGV[1]) .. ', flags ' .. tostring(flags))
 end
 if now == -1 then
@@ -73,7 +79,7 @@ if ARGV[3] == 's' then
     return redis.error_reply('floodgate: bad multi arguments: ' .. #ARGV .. ' in the short form for ' .. P .. ' policies')
   end
   local floor, MAX, FMT = math.floor, 2^52, '<i8i8i8i8i8'
-  local fast = not flags:find('[12]')
+  local fast = not flags:find('[1-4]')
   for i = 2, P do
     for j = 1, i - 1 do
       if KEYS[i] == KEYS[j] then fast = false end
@@ -199,16 +205,18 @@ if flags:find('2') then
   return out
 end
 
-local shadows = flags:find('1') ~= nil
-local last = P -- without shadows, the one that decides for real first
-if shadows then last = P + 1 end
+-- isShadow and isCheck read policy i's flag.
+local function isShadow(i) local f = flags:sub(i, i) return f == '1' or f == '4' end
+local function isCheck(i) local f = flags:sub(i, i) return f == '3' or f == '4' end
+local last = P -- without shadows or checks, the one that decides for real first
+if flags:find('[134]') then last = P + 1 end
 local enforced, shadow -- the first refusals of each
 for i = 1, P do
   if i ~= last then
     local ok, e = run(i, true)
     if e then return e end
     if not ok then
-      if flags:sub(i, i) == '1' then shadow = shadow or i else enforced = enforced or i end
+      if isShadow(i) then shadow = shadow or i else enforced = enforced or i end
     end
   end
 end
@@ -220,7 +228,7 @@ if enforced then
   out[1] = enforced - 1
   return out
 end
-if not shadows then
+if last <= P then
   local ok, e = run(last, false)
   if e then return e end
   if not ok then
@@ -229,7 +237,7 @@ if not shadows then
   end
 end
 for i = 1, P do
-  if i ~= last and not (shadow and flags:sub(i, i) == '1') then
+  if i ~= last and not isCheck(i) and not (shadow and isShadow(i)) then
     local ok, e = run(i, false)
     if e then return e end
     if not ok then return redis.error_reply('floodgate: policy ' .. i .. ' refused what its dry run admitted') end

@@ -71,7 +71,7 @@ func (s *Store) refund(args []any, rf refund, val []int64) {
 				n, _ = args[pos].(int64)
 				pos += 1 + c
 			}
-			if refused >= 0 && !(rf.shadow[refused] && !rf.shadow[i]) {
+			if rf.check[i] || refused >= 0 && !(rf.shadow[refused] && !rf.shadow[i]) {
 				continue // not charged
 			}
 			vals := val[1+multiValues*i : 1+multiValues*(i+1)]
@@ -102,43 +102,70 @@ func (s *Store) refund(args []any, rf refund, val []int64) {
 // return): they count as lost.
 func (s *Store) sendBack(ctx context.Context, back []giveBack) (int64, error) {
 	var lost int64
-	kept := back[:0:0]
+	cs := make([]pipeCall, 0, len(back))
 	for _, b := range back {
 		if rs := b.p.rs(); b.gen != rs.gen {
 			lost += b.units
 			continue
 		}
-		kept = append(kept, b)
+		cs = append(cs, pipeCall{p: b.p, rkey: b.rkey, c: call{give: b.units, gk: b.k, rs: b.p.rs()}})
 	}
-	back = kept
+	err := s.pipelined(ctx, cs)
+	for _, c := range cs {
+		if c.err != nil {
+			lost += c.c.give
+		}
+	}
+	return lost, err
+}
+
+// pipeCall is one script call of a pipeline (see pipelined): policy p's
+// call c on the Redis key rkey (of the client key, for its FailureMode),
+// and what Redis answered.
+type pipeCall struct {
+	p         *policy
+	rkey, key string
+	c         call
+	r         reply
+	err       error
+}
+
+// pipelined sends cs to Redis in pipelines of 512, a round trip each,
+// and fills each one's reply or error; it returns the first error, which
+// it has reported (see Store.failed). The calls are not retried.
+func (s *Store) pipelined(ctx context.Context, cs []pipeCall) error {
 	var firstErr error
-	for start := 0; start < len(back); start += 512 {
-		part := back[start:min(len(back), start+512)]
+	for start := 0; start < len(cs); start += 512 {
+		part := cs[start:min(len(cs), start+512)]
 		pipe := s.client.Pipeline()
 		cmds := make([]*redis.Cmd, len(part))
-		for i, b := range part {
-			cmds[i] = redis.NewCmd(ctx, b.p.args(b.rkey, call{give: b.units, gk: b.k, rs: b.p.rs()})...)
+		for i := range part {
+			c := &part[i]
+			cmds[i] = redis.NewCmd(ctx, c.p.args(c.rkey, c.c)...)
 			_ = pipe.Process(ctx, noRetry{cmds[i]})
 		}
 		s.calls.Add(1)
 		_, _ = pipe.Exec(ctx)
-		for i, b := range part {
-			err := cmds[i].Err()
+		for i := range part {
+			c := &part[i]
+			cmd := cmds[i]
+			err := cmd.Err()
 			if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-				_, err = s.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
+				cmd, err = s.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error {
 					return s.client.Process(ctx, noRetry{cmd})
-				}, cmds[i].Args(), b.p.script.src)
+				}, cmd.Args(), c.p.script.src)
 			}
-			if err != nil {
-				lost += b.units
-				if firstErr == nil {
-					firstErr = err
-				}
+			if err == nil {
+				c.r, err = readReply(cmd, c.c.rs)
+			}
+			c.err = err
+			if err != nil && firstErr == nil {
+				firstErr = err
 			}
 		}
 	}
 	if firstErr != nil {
 		s.failed(firstErr)
 	}
-	return lost, firstErr
+	return firstErr
 }

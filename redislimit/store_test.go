@@ -70,8 +70,8 @@ func TestStoreDecideMatchesModel(t *testing.T) {
 	}
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	s := mustStore(t, srv, Config{Prefix: "multi"})
-	s.margin = int64(time.Hour / time.Millisecond) // the test's clock is not Redis's
+	s := mustStore(t, srv, Config{Prefix: "multi", Timeout: 10 * time.Second}) // a fallback would fail it
+	s.margin = int64(time.Hour / time.Millisecond)                             // the test's clock is not Redis's
 	rng := rand.New(rand.NewPCG(34, 1))
 	decisions := 0
 	var outcomes [3]int // admitted, refused by an enforced policy, by a shadow
