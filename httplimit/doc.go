@@ -123,6 +123,26 @@
 // the server has verified: an API key it issued, a session, mTLS, a
 // trusted address.
 //
+// # Costs known when the handler returns
+//
+// A Policy with After counts a cost that the request reports when it
+// ends (the tokens a model streamed, the bytes sent) instead of 1: it
+// reserves Policy.Estimate at admission (0: a check, which refuses a
+// client that owes and charges nothing), and when the handler returns it
+// charges the cost in its place, giving back what the estimate had over
+// it, or charging the overrun whatever the client has left, so that the
+// client may owe, and is refused until it has paid it back. The handler
+// reports the cost with Report, or a response header or trailer named by
+// Policy.CostHeader carries it (a backend behind a reverse proxy); the
+// middleware reads that header when the handler writes its own, and the
+// trailer when it returns, and removes both (and the name from the
+// Trailer announcement), so the client never sees the cost. A request is
+// settled even when its client has gone, or its handler panicked: what
+// it streamed or reported is charged. A cost neither reported nor carried
+// leaves the estimate charged. Such a request's ResponseWriter is the
+// middleware's (it keeps http.Flusher, and http.ResponseController finds
+// the server's through it), made per request.
+//
 // # Changing routes while serving
 //
 // Limiter.SetRoutes replaces the Routes and the Default, validated as New

@@ -30,6 +30,32 @@ type Policy struct {
 	// as shadow_denied (see AppendCounts) instead. Its headers are sent
 	// only with Config.ShadowHeaders.
 	Shadow bool
+	// After makes a request's cost for the policy known when the handler
+	// returns, instead of 1 at admission: a budget of the tokens a model
+	// streams, or of the bytes sent. The policy reserves Estimate when the
+	// request arrives; when the handler returns, the cost that CostHeader
+	// carries, or that the handler reported (Report), is charged in its
+	// place, even if the client has gone: what the Estimate had over it
+	// goes back, and an overrun is charged whatever the client has left,
+	// so that it may owe, and is refused until it has paid it back (see
+	// floodgate's Charge). A cost neither carried nor reported leaves the
+	// Estimate charged. The RateLimit headers of a request describe the
+	// state before its own cost; the next request's show it. It needs a
+	// Store that is a floodgate.Settler (the one in process and
+	// redislimit's are).
+	After bool
+	// Estimate is what an After policy reserves at admission, 0 to the
+	// rule's capacity: 0 charges nothing then, and refuses a client that
+	// owes (Envoy AI Gateway's pattern for token budgets).
+	Estimate int64
+	// CostHeader names the response header or trailer that carries an
+	// After policy's cost, in decimal (a trailer for a cost known only at
+	// the end of a streamed body, declared in the Trailer header or set
+	// with http.TrailerPrefix). It is read and removed when the handler
+	// writes its header, and again when it returns, so that the client
+	// never sees it. A value that is not one non-negative decimal integer
+	// is ignored. "" takes the cost the handler reports instead.
+	CostHeader string
 }
 
 // Route is an endpoint with limits of its own.
@@ -317,10 +343,18 @@ func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers ma
 	if tiers != nil {
 		ts = make(map[string][]policy.Spec, len(tiers))
 		for t, tp := range tiers {
-			ts[t] = l.specs(tp)
+			specs, err := l.specs(tp)
+			if err != nil {
+				return nil, fmt.Errorf("tier %q: %w", t, err)
+			}
+			ts[t] = specs
 		}
 	}
-	rt, err := b.Route(name, l.specs(ps), ts)
+	specs, err := l.specs(ps)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := b.Route(name, specs, ts)
 	if errors.Is(err, policy.ErrName) {
 		return nil, fmt.Errorf("%w (a name is 1 to 64 of A-Z a-z 0-9 . _ -)", err)
 	}
@@ -334,12 +368,24 @@ func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers ma
 	return rt, nil
 }
 
-func (l *Limiter) specs(ps []Policy) []policy.Spec {
+func (l *Limiter) specs(ps []Policy) ([]policy.Spec, error) {
 	specs := make([]policy.Spec, len(ps))
 	for i, p := range ps {
-		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow}
+		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow,
+			After: p.After, Estimate: p.Estimate}
+		if p.CostHeader == "" {
+			continue
+		}
+		name, err := costHeader(p.CostHeader)
+		if err != nil {
+			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
+		if !p.After {
+			return nil, fmt.Errorf("policy %q: a CostHeader is for a policy whose cost is known after the handler (After)", p.Name)
+		}
+		specs[i].CostKey = name
 	}
-	return specs
+	return specs, nil
 }
 
 func validName(s string) bool {
@@ -415,11 +461,20 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			return
 		}
 		var d floodgate.Decision
-		if !l.check(w, r, rt, also, &d) {
+		var m *meter
+		if !l.check(w, r, rt, also, &d, &m) {
+			if m != nil {
+				m.settle(r, true) // what a route reserved before the other refused
+			}
 			l.deny(w, r, d)
 			return
 		}
-		next.ServeHTTP(w, r)
+		if m == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		defer m.settle(r, false) // a handler that panics has cost what it reported
+		next.ServeHTTP(m, r)
 	})
 }
 
@@ -428,7 +483,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // both must admit; a refusal by also leaves what rt granted spent
 // (stricter, never looser), and the headers carry both routes' policies.
 // It reports whether to serve r, and writes the refusal to *d when not.
-func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route, d *floodgate.Decision) bool {
+// A route whose policies are After reserves their estimates in *m, which
+// it makes (see meter).
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route, d *floodgate.Decision, m **meter) bool {
 	client := l.Client(r)
 	tier := ""
 	if l.tier != nil {
@@ -437,7 +494,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route,
 	s := rt.For(tier)
 	var buf [floodgate.MaxPolicies]floodgate.Decision
 	each := buf[:len(s.Names)]
-	serve := s.Decide(r.Context(), client, 1, each, d)
+	serve := decide(w, r, s, client, each, d, m)
 	h := w.Header()
 	shown, dh := s.Shows(), floodgate.Decision{}
 	if l.legacy { // only the legacy headers read dh
@@ -450,7 +507,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route,
 	if also != nil && serve {
 		s2 := also.For(tier)
 		more := make([]floodgate.Decision, len(s2.Names))
-		serve = s2.Decide(r.Context(), client, 1, more, d)
+		serve = decide(w, r, s2, client, more, d, m)
 		if s2.Shows() {
 			if dh2 := restrictive(more, s2.Shown); !shown || dh2.Remaining < dh.Remaining {
 				dh = dh2

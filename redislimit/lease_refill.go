@@ -378,15 +378,16 @@ func (s *Store) fromLeases(ps []*policy, keys []string, ns []int64, shadow, chec
 
 // peekLease answers a check (a request of 1 that takes nothing) for st's
 // key from its lease, or its batch taken ahead, when one holds a unit it
-// could spend now (Remaining as if the unit were taken, as Peek's), or
-// from a denial it holds; ok is false when neither can answer.
+// could spend now (Remaining what the key holds: Redis's at the grant and
+// the lease's), or from a denial it holds; ok is false when neither can
+// answer.
 func (p *policy) peekLease(st *leaseState, now, skew int64, rs *rules) (floodgate.Decision, bool) {
 	for _, g := range []*grant{st.g.Load(), st.next.Load()} {
 		if g == nil || g.gen != rs.gen {
 			continue
 		}
 		if c := p.s.lease.usable(g, g.units.Load(), now, skew); c >= 1 {
-			return fromLease(g, c-1, now), true
+			return fromLease(g, c, now), true
 		}
 	}
 	return st.cachedDenial(1, now, rs)

@@ -81,7 +81,11 @@ func (s *Store) reserveLive(ctx context.Context, ps []*policy, keys []string, ns
 func (s *Store) reserveOne(ctx context.Context, p *policy, key string, n int64, check bool) (floodgate.Decision, result, floodgate.HoldPart, error) {
 	r, err := p.decide(ctx, p.Key(key), key, call{n: n, dry: check})
 	var part floodgate.HoldPart
-	if err == nil && r.redis && r.d.Allowed && !check {
+	switch {
+	case err != nil || !r.d.Allowed:
+	case check:
+		r.d.Remaining++ // what the key holds: the dry run's is after a request of 1
+	case r.redis:
 		part = partOf(p, n, &r)
 	}
 	return r.d, r.res, part, err
@@ -105,6 +109,11 @@ func (s *Store) reserveMany(ctx context.Context, ps []*policy, keys []string, ns
 			}
 		}
 		looks(ns, shadow, refused, all)
+		for i := range ps {
+			if checks[i] && all[i].Allowed {
+				all[i].Remaining++ // what the key holds, as a check answers
+			}
+		}
 		return refused, decided(refused < 0 || shadow[refused]), nil
 	case tripAbandoned:
 		return 0, resAbandoned, s.abandonMany(ps, all, callerErr)
@@ -252,8 +261,8 @@ func (p *policy) backToLease(key string, part floodgate.HoldPart, units int64) b
 }
 
 // leaseHolds is what key holds by its lease, in lease mode, as a charge
-// answers (see stateOf): Redis's remaining at the grant and what the lease
-// can spend now; false when it holds no lease that can spend a unit.
+// answers: Redis's remaining at the grant and what the lease can spend
+// now; false when it holds no lease that can spend a unit.
 func (p *policy) leaseHolds(key string) (floodgate.Decision, bool) {
 	if p.s.lease == nil {
 		return floodgate.Decision{}, false
@@ -267,7 +276,7 @@ func (p *policy) leaseHolds(key string) (floodgate.Decision, bool) {
 	if !ok || !d.Allowed {
 		return floodgate.Decision{}, false
 	}
-	return stateOf(d), true
+	return d, true
 }
 
 // stateOf turns a Peek's answer (a request of 1, as if taken) into what

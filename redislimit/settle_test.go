@@ -144,9 +144,13 @@ func TestStoreReserveCheck(t *testing.T) {
 					if alone {
 						asks = asks[1:]
 					}
-					_, j, err := s.Reserve(ctx, asks, nil, &h)
+					each := make([]floodgate.Decision, len(asks))
+					_, j, err := s.Reserve(ctx, asks, each, &h)
 					if err != nil {
 						t.Fatal(err)
+					}
+					if len(admitted) == 0 && each[len(asks)-1].Remaining != 1000 {
+						t.Errorf("alone %v: the first check answers %+v, want Remaining 1000: what the budget holds", alone, each[len(asks)-1])
 					}
 					admitted = append(admitted, j < 0)
 					if j >= 0 {

@@ -17,6 +17,17 @@ type Spec struct {
 	// Shadow makes the policy count what it would refuse, and refuse
 	// nothing.
 	Shadow bool
+	// After makes the policy's cost known when the request ends (see
+	// Set.Reserve): it reserves Estimate at admission, 0 being a check
+	// that charges nothing and refuses a key that owes, and Set.Settle
+	// charges the request's cost in its place.
+	After bool
+	// Estimate is an After policy's reservation: 0 to its rule's capacity.
+	Estimate int64
+	// CostKey is the face's name of what carries an After policy's cost
+	// (httplimit's response header or trailer, grpclimit's metadata key),
+	// "" for a cost the handler reports.
+	CostKey string
 }
 
 // algorithmName is a's name, "" being the token bucket.

@@ -61,6 +61,7 @@ type Set struct {
 
 	store   floodgate.Store
 	local   *floodgate.LocalStore // store, when it is one: called directly, its arguments kept on the stack
+	settler floodgate.Settler     // store, when a policy is After (see Reserve)
 	asks    []floodgate.Ask       // each policy's, with its shadow switch; a request sets the key and cost
 	entries []*Entry
 	route   *Route
@@ -121,11 +122,74 @@ func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.
 		copy(each, all)
 		scratches.Put(sc)
 	}
-	serve = err == nil && s.settle(j)
+	serve = err == nil && s.verdict(j)
 	if !serve {
 		*refusal = d
 	}
 	return serve
+}
+
+// After reports whether a policy of s is After: its requests must be
+// decided by Reserve, and settled by Settle when they end.
+func (s *Set) After() bool { return s.settler != nil }
+
+// Reserve is Decide for a Set with After policies: each reserves its
+// Estimate and every other policy takes n, as the Store's Reserve
+// decides them (see floodgate.Settler), and h records what they took.
+// A request it serves must be settled with Settle when it ends (one that
+// is not keeps what Reserve took). It counts as Decide counts.
+func (s *Set) Reserve(ctx context.Context, key string, n int64, each []floodgate.Decision, refusal *floodgate.Decision, h *floodgate.Hold) (serve bool) {
+	var d floodgate.Decision
+	var j int
+	var err error
+	if s.local != nil {
+		var asks [floodgate.MaxPolicies]floodgate.Ask
+		d, j, err = s.local.Reserve(ctx, s.fillAfter(asks[:], key, n, nil), each, h)
+	} else {
+		sc := scratches.Get().(*scratch)
+		all := sc.each[:min(len(each), len(sc.each))]
+		d, j, err = s.settler.Reserve(ctx, s.fillAfter(sc.asks[:], key, n, nil), all, h)
+		copy(each, all)
+		scratches.Put(sc)
+	}
+	serve = err == nil && s.verdict(j)
+	if !serve {
+		*refusal = d
+	}
+	return serve
+}
+
+// Settle settles a request that Reserve served (h) to what it cost:
+// costs[i] for After policy i (below 0: not known, and its Estimate
+// stands), n for every other policy, as the Store's Settle does. ctx
+// should outlive the request's caller: a client that leaves still pays.
+// each, nil or one per policy, receives the policies' states after it.
+func (s *Set) Settle(ctx context.Context, key string, n int64, costs []int64, h *floodgate.Hold, each []floodgate.Decision) error {
+	var err error
+	if s.local != nil {
+		var asks [floodgate.MaxPolicies]floodgate.Ask
+		_, err = s.local.Settle(ctx, s.fillAfter(asks[:], key, n, costs), h, each)
+	} else {
+		sc := scratches.Get().(*scratch)
+		_, err = s.settler.Settle(ctx, s.fillAfter(sc.asks[:], key, n, costs), h, each)
+		scratches.Put(sc)
+	}
+	return err
+}
+
+// fillAfter is fill for Reserve (costs nil: each After policy asks its
+// Estimate) and Settle (costs[i], or the Estimate where it is below 0).
+func (s *Set) fillAfter(buf []floodgate.Ask, key string, n int64, costs []int64) []floodgate.Ask {
+	asks := s.fill(buf, key, n)
+	for i := range asks {
+		if sp := &s.Specs[i]; sp.After {
+			asks[i].N = sp.Estimate
+			if costs != nil && costs[i] >= 0 {
+				asks[i].N = costs[i]
+			}
+		}
+	}
+	return asks
 }
 
 // fill writes the Set's asks for a request of cost n from key into buf,
@@ -139,10 +203,10 @@ func (s *Set) fill(buf []floodgate.Ask, key string, n int64) []floodgate.Ask {
 	return asks
 }
 
-// settle counts a request that policy j refused, or that none did (j <
+// verdict counts a request that policy j refused, or that none did (j <
 // 0), and says whether to serve it: allowed, under the route; denied,
 // under j, if j is enforced; shadow_denied, under j, if it is a shadow.
-func (s *Set) settle(j int) (serve bool) {
+func (s *Set) verdict(j int) (serve bool) {
 	switch {
 	case j < 0:
 		s.count(s.route.count, routeAllowed)
@@ -278,6 +342,18 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	for i, sp := range specs {
 		if !b.Valid(sp.Name) {
 			return nil, fmt.Errorf("policy name %q: %w", sp.Name, ErrName)
+		}
+		if sp.After {
+			settler, ok := b.Store.(floodgate.Settler)
+			if !ok {
+				return nil, fmt.Errorf("policy %q: its cost is known after the request, which needs a Store that is a floodgate.Settler; %T is not", sp.Name, b.Store)
+			}
+			if sp.Estimate < 0 || sp.Rule.Validate() == nil && sp.Estimate > sp.Rule.Capacity() {
+				return nil, fmt.Errorf("policy %q: an Estimate of %d: want 0 (a check) to the rule's capacity, %d", sp.Name, sp.Estimate, sp.Rule.Capacity())
+			}
+			s.settler = settler
+		} else if sp.Estimate != 0 {
+			return nil, fmt.Errorf("policy %q: an Estimate is for a policy whose cost is known after the request (After)", sp.Name)
 		}
 		if seen[sp.Name] {
 			return nil, fmt.Errorf("policy name %q used twice", sp.Name)
