@@ -280,4 +280,3 @@ func costHeader(name string) (string, error) {
 	}
 	return c, nil
 }
-

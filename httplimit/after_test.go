@@ -289,4 +289,3 @@ func TestAfterConfig(t *testing.T) {
 
 // plainStore is a Store with no Settler's methods.
 type plainStore struct{ floodgate.Store }
-
