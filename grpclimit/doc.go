@@ -92,6 +92,24 @@
 // them from what the server has verified: a token it issued, mTLS, a
 // trusted address.
 //
+// # Costs known when the call ends
+//
+// A Policy with After counts a cost that the call reports when it ends
+// (the tokens a model streamed) instead of 1: it reserves Policy.Estimate
+// when the call arrives (0: a check, which refuses a client that owes
+// and charges nothing), and when the handler returns, for a unary call or
+// a stream alike, it charges the cost in its place, giving back what the
+// estimate had over it, or charging the overrun whatever the client has
+// left, so that the client may owe, and is refused until it has paid it
+// back. The handler reports the cost with Report on its context, or sets
+// it in the metadata key Policy.CostKey names, in the header or the
+// trailer (grpc.SetHeader, grpc.SetTrailer, a stream's SetHeader or
+// SetTrailer); the interceptor takes that key out before the metadata is
+// sent, so the client never sees it. A call is settled even when its
+// client has gone or its handler panicked; a cost neither reported nor
+// carried leaves the estimate charged. Limiter.Check has no end to wait
+// for: it charges an After policy its estimate.
+//
 // # Changing methods while serving
 //
 // Limiter.SetMethods replaces Methods, Tiers and Default, validated as New

@@ -39,6 +39,29 @@ type Policy struct {
 	// usual, and one that it alone would refuse proceeds and is counted
 	// as shadow_denied (see AppendCounts) instead.
 	Shadow bool
+	// After makes a call's cost for the policy known when the call ends
+	// (a unary handler returns, a stream's handler returns), instead of 1
+	// at admission: a budget of the tokens a model streams. The policy
+	// reserves Estimate when the call arrives; when it ends, the cost that
+	// the CostKey metadata carries, or that the handler reported
+	// (Report), is charged in its place, even if the client has gone:
+	// what the Estimate had over it goes back, and an overrun is charged
+	// whatever the client has left, so that it may owe, and is refused
+	// until it has paid it back. A cost neither carried nor reported
+	// leaves the Estimate charged. It needs a Store that is a
+	// floodgate.Settler (the one in process and redislimit's are).
+	After bool
+	// Estimate is what an After policy reserves at admission, 0 to the
+	// rule's capacity: 0 charges nothing then, and refuses a client that
+	// owes.
+	Estimate int64
+	// CostKey names the metadata key, in a response's header or trailer
+	// (grpc.SetHeader, grpc.SendHeader, grpc.SetTrailer, or a stream's
+	// own), that carries an After policy's cost, in decimal. It is taken
+	// out before the metadata is sent, so the client never sees it; a
+	// value that is not one non-negative decimal integer is ignored. ""
+	// takes the cost the handler reports instead.
+	CostKey string
 }
 
 // Config configures a Limiter. The zero value of every field but Methods
@@ -243,7 +266,11 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 			if byName[name] == nil {
 				byName[name] = map[string][]policy.Spec{}
 			}
-			byName[name][tier] = l.specs(ps)
+			specs, err := l.specs(ps)
+			if err != nil {
+				return nil, fmt.Errorf("grpclimit: tier %q: %q: %w", tier, name, err)
+			}
+			byName[name][tier] = specs
 		}
 	}
 	names := make([]string, 0, len(methods))
@@ -256,7 +283,11 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 		if !validMethod(name) {
 			return nil, fmt.Errorf("grpclimit: method %q: want \"/package.Service/Method\" or \"/package.Service/\"", name)
 		}
-		rt, err := b.Route(name, l.specs(methods[name]), byName[name])
+		specs, err := l.specs(methods[name])
+		if err != nil {
+			return nil, fmt.Errorf("grpclimit: method %q: %w", name, err)
+		}
+		rt, err := b.Route(name, specs, byName[name])
 		if err != nil {
 			return nil, fmt.Errorf("grpclimit: method %q: %w", name, err)
 		}
@@ -264,7 +295,11 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 		t.all = append(t.all, rt)
 	}
 	if deflt != nil {
-		if t.deflt, err = b.Route(DefaultRoute, l.specs(deflt), byName[""]); err != nil {
+		specs, err := l.specs(deflt)
+		if err != nil {
+			return nil, fmt.Errorf("grpclimit: default: %w", err)
+		}
+		if t.deflt, err = b.Route(DefaultRoute, specs, byName[""]); err != nil {
 			return nil, fmt.Errorf("grpclimit: default: %w", err)
 		}
 		t.all = append(t.all, t.deflt)
@@ -272,12 +307,22 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 	return t, nil
 }
 
-func (l *Limiter) specs(ps []Policy) []policy.Spec {
+func (l *Limiter) specs(ps []Policy) ([]policy.Spec, error) {
 	specs := make([]policy.Spec, len(ps))
 	for i, p := range ps {
-		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow}
+		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow,
+			After: p.After, Estimate: p.Estimate, CostKey: p.CostKey}
+		if p.CostKey == "" {
+			continue
+		}
+		if !p.After {
+			return nil, fmt.Errorf("policy %q: a CostKey is for a policy whose cost is known when the call ends (After)", p.Name)
+		}
+		if err := costKey(p.CostKey); err != nil {
+			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
+		}
 	}
-	return specs
+	return specs, nil
 }
 
 func validMethod(s string) bool {
@@ -356,25 +401,30 @@ func (l *Limiter) Client(ctx context.Context, fullMethod string) string {
 	return c
 }
 
-// Check decides one call in ctx to fullMethod: nil if it may proceed (or
+// Check decides one call in ctx to fullMethod (an After policy charges
+// its Estimate: Check cannot see the call end): nil if it may proceed (or
 // no limit applies), else the ResourceExhausted status error a refused
 // call returns.
 func (l *Limiter) Check(ctx context.Context, fullMethod string) error {
-	_, _, err := l.open(ctx, fullMethod)
+	_, _, m, err := l.open(ctx, fullMethod)
+	if m != nil {
+		m.settle(ctx) // a bare check has no end to wait for: its estimate stands
+	}
 	return err
 }
 
 // open decides the call in ctx to fullMethod: the Set that decided it and
 // its key, for a stream's messages (nil when no limit applies or an
-// exemption let it through), and the refusal, if any.
-func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, string, error) {
+// exemption let it through), the meter of a call whose Set has After
+// policies, to settle when it ends, and the refusal, if any.
+func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, string, *meter, error) {
 	rt := l.table.Load().match(fullMethod)
 	if rt == nil {
-		return nil, "", nil
+		return nil, "", nil, nil
 	}
 	if l.exempt != nil && l.exempt(ctx, fullMethod) {
 		rt.Exempt()
-		return nil, "", nil
+		return nil, "", nil, nil
 	}
 	key := l.Client(ctx, fullMethod)
 	tier := ""
@@ -382,7 +432,15 @@ func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, str
 		tier = l.tier(ctx, fullMethod, key)
 	}
 	s := rt.For(tier)
-	return s, key, decide(ctx, s, key)
+	if s.After() {
+		m := newMeter(s, key)
+		var d floodgate.Decision
+		if !s.Reserve(ctx, key, 1, nil, &d, &m.hold) {
+			return s, key, nil, refusal(d)
+		}
+		return s, key, m, nil
+	}
+	return s, key, nil, decide(ctx, s, key)
 }
 
 // decide charges one call or message for key, and returns its refusal.
@@ -409,8 +467,13 @@ func refusal(d floodgate.Decision) error {
 // UnaryServerInterceptor limits unary calls.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := l.Check(ctx, info.FullMethod); err != nil {
+		_, _, m, err := l.open(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
+		}
+		if m != nil {
+			defer m.settle(ctx) // a handler that panics has cost what it reported
+			return handler(m.wrap(ctx), req)
 		}
 		return handler(ctx, req)
 	}
@@ -420,9 +483,13 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // and with Config.PerMessage for every message it receives.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		s, key, err := l.open(ss.Context(), info.FullMethod)
+		s, key, m, err := l.open(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
+		}
+		if m != nil {
+			defer m.settle(ss.Context())
+			ss = &meteredStream{ServerStream: ss, m: m, ctx: m.wrap(ss.Context())}
 		}
 		if s != nil && l.perMessage {
 			ss = &chargedStream{ServerStream: ss, set: s, key: key}

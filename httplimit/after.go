@@ -2,10 +2,8 @@ package httplimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -17,7 +15,7 @@ import (
 // larger cost, reported or carried, counts as MaxCost (some 4.5e15). A
 // cost more than its key can owe is charged as far as it can owe, which
 // leaves it refused for as long as its state can say.
-const MaxCost = 1 << 52
+const MaxCost = policy.MaxCost
 
 // decide decides r by s for client: by Reserve into the request's meter
 // (*m, made on the first such Set) when s has After policies, else by
@@ -110,13 +108,13 @@ func (m *meter) take(end bool) {
 				continue
 			}
 			if vs, ok := h[name]; ok {
-				m.costs[k][i] = parseCost(vs, m.costs[k][i])
+				m.costs[k][i] = policy.ParseCost(vs, m.costs[k][i])
 				delete(h, name)
 			}
 			if end {
 				for hk, vs := range h {
 					if len(hk) > len(http.TrailerPrefix) && strings.HasPrefix(hk, http.TrailerPrefix) && strings.EqualFold(hk[len(http.TrailerPrefix):], name) {
-						m.costs[k][i] = parseCost(vs, m.costs[k][i])
+						m.costs[k][i] = policy.ParseCost(vs, m.costs[k][i])
 						delete(h, hk)
 					}
 				}
@@ -129,26 +127,6 @@ func (m *meter) take(end bool) {
 			}
 		}
 	}
-}
-
-// parseCost is the cost that a header's values carry: one non-negative
-// decimal integer, at most MaxCost; else old, as if none were carried.
-func parseCost(vs []string, old int64) int64 {
-	if len(vs) != 1 {
-		return old
-	}
-	v := strings.TrimSpace(vs[0])
-	if v == "" || v[0] < '0' || v[0] > '9' { // no sign, no space inside
-		return old
-	}
-	c, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		if errors.Is(err, strconv.ErrRange) {
-			return MaxCost
-		}
-		return old
-	}
-	return int64(min(c, MaxCost))
 }
 
 // dropName returns the Trailer header's values without name.
@@ -195,33 +173,8 @@ func (m *meter) settle(r *http.Request, refused bool) {
 				costs[i] = reported
 			}
 		}
-		settleOwing(ctx, s, m.key, costs, &m.holds[k])
-	}
-}
-
-// settleOwing settles h at costs, or, when that would leave the key
-// owing more than its state can hold, at the most it can: it halves the
-// costs until the Store takes them (a few tries, for a cost of millions of
-// periods' worth, after which the key is refused for as long as its state
-// can say), so that no cost, however large, leaves only the estimate
-// charged. Another error (a Store that could not be reached, which counts
-// it) leaves the estimate charged.
-func settleOwing(ctx context.Context, s *policy.Set, key string, costs []int64, h *floodgate.Hold) {
-	for {
-		err := s.Settle(ctx, key, 1, costs, h, nil)
-		if !errors.Is(err, floodgate.ErrDebtBound) {
-			return
-		}
-		more := false
-		for i, sp := range s.Specs {
-			if sp.After && costs[i] > 0 {
-				costs[i] /= 2
-				more = true
-			}
-		}
-		if !more {
-			return
-		}
+		// An error leaves the estimates charged (see policy.Set.Settle).
+		_ = s.Settle(ctx, m.key, 1, costs, &m.holds[k])
 	}
 }
 
@@ -240,8 +193,7 @@ func Report(w http.ResponseWriter, cost int64) bool {
 		if m, ok := w.(*meter); ok {
 			for {
 				old := m.reported.Load()
-				sum := min(max(old, 0)+min(cost, MaxCost), MaxCost)
-				if m.reported.CompareAndSwap(old, sum) {
+				if m.reported.CompareAndSwap(old, policy.AddCost(old, cost)) {
 					return true
 				}
 			}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,15 +165,71 @@ func (s *Set) Reserve(ctx context.Context, key string, n int64, each []floodgate
 // costs[i] for After policy i (below 0: not known, and its Estimate
 // stands), n for every other policy, as the Store's Settle does. ctx
 // should outlive the request's caller: a client that leaves still pays.
-// each, nil or one per policy, receives the policies' states after it.
-func (s *Set) Settle(ctx context.Context, key string, n int64, costs []int64, h *floodgate.Hold, each []floodgate.Decision) error {
+//
+// A cost that would leave its key owing more than its state can hold is
+// charged as far as it can owe: Settle halves the costs until the Store
+// takes them (a few tries, for a cost of millions of periods' worth,
+// after which the key is refused for as long as its state can say), so
+// that no cost, however large, leaves only the estimate charged. costs
+// then holds what was charged. Another error (a Store that could not be
+// reached, which counts it) leaves the estimates charged.
+func (s *Set) Settle(ctx context.Context, key string, n int64, costs []int64, h *floodgate.Hold) error {
+	for {
+		err := s.settle(ctx, key, n, costs, h)
+		if !errors.Is(err, floodgate.ErrDebtBound) {
+			return err
+		}
+		more := false
+		for i := range costs {
+			if s.Specs[i].After && costs[i] > 0 {
+				costs[i] /= 2
+				more = true
+			}
+		}
+		if !more {
+			return err
+		}
+	}
+}
+
+// MaxCost is the most one request is charged for an After policy: a
+// larger cost counts as MaxCost (see ParseCost).
+const MaxCost = 1 << 52
+
+// ParseCost is the cost that a header's or a metadata key's values carry:
+// one non-negative decimal integer (a value past MaxCost counts as
+// MaxCost); else old, as if none were carried.
+func ParseCost(vs []string, old int64) int64 {
+	if len(vs) != 1 {
+		return old
+	}
+	v := strings.TrimSpace(vs[0])
+	if v == "" || v[0] < '0' || v[0] > '9' { // no sign
+		return old
+	}
+	c, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return MaxCost
+		}
+		return old
+	}
+	return int64(min(c, MaxCost))
+}
+
+// AddCost is the sum of a reported cost (below 0: none yet) and more, at
+// most MaxCost.
+func AddCost(sum, more int64) int64 { return min(max(sum, 0)+min(more, MaxCost), MaxCost) }
+
+// settle is one Settle, at costs.
+func (s *Set) settle(ctx context.Context, key string, n int64, costs []int64, h *floodgate.Hold) error {
 	var err error
 	if s.local != nil {
 		var asks [floodgate.MaxPolicies]floodgate.Ask
-		_, err = s.local.Settle(ctx, s.fillAfter(asks[:], key, n, costs), h, each)
+		_, err = s.local.Settle(ctx, s.fillAfter(asks[:], key, n, costs), h, nil)
 	} else {
 		sc := scratches.Get().(*scratch)
-		_, err = s.settler.Settle(ctx, s.fillAfter(sc.asks[:], key, n, costs), h, each)
+		_, err = s.settler.Settle(ctx, s.fillAfter(sc.asks[:], key, n, costs), h, nil)
 		scratches.Put(sc)
 	}
 	return err
