@@ -260,6 +260,7 @@ func failover(t *testing.T, cl *redistest.Cluster, leased bool) {
 	rule := floodgate.Rule{Limit: 1_000_000, Period: 10_000 * time.Hour}
 	var lastErr atomic.Value
 	cfg := Config{Algorithm: floodgate.FixedWindow, Rule: rule, Prefix: "failover-" + mode, FailureMode: FailClosed,
+		Timeout: defaultTimeout, // the default, which the test measures (mustNew's would be longer)
 		OnError: func(err error) { lastErr.Store(err.Error()) }}
 	if leased {
 		cfg.Lease = Lease{Max: 16}

@@ -17,6 +17,24 @@
 // middleware's client identity. It is in a module of its own, so that
 // floodgate's core module never requires client_golang or go-redis.
 //
+// # A budget of costs known at the end
+//
+// With -budget N, GET /spend?n=K answers as a model's stream does: in
+// three flushed parts, and reports its cost, K units, only when it ends.
+// Each client has a budget of N units per -period: a request is admitted
+// while the client owes nothing (its cost is not known yet), and charged
+// K when it ends, so that a client whose last reply ran past what was
+// left owes the rest, and is refused until the budget has paid it back
+// (httplimit's Policy.After). Its RateLimit header shows the budget
+// before the request's own cost:
+//
+//	httpserver -budget 1000 -period 1h &
+//	curl -i 'localhost:8080/spend?n=600'   # 200, RateLimit r=1000
+//	curl -i 'localhost:8080/spend?n=600'   # 200, r=400: now owes 200
+//	curl -i 'localhost:8080/spend?n=600'   # 429, until the 200 are paid back
+//
+// With -redis every replica shares the budget.
+//
 // # Replicas on Redis
 //
 // With -redis HOST:PORT the limits live on that Redis server

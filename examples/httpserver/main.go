@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,6 +36,7 @@ type options struct {
 	leaseMax     int64
 	redisTimeout time.Duration
 	redisFailure string
+	budget       int64
 }
 
 func main() {
@@ -48,6 +50,7 @@ func main() {
 	flag.StringVar(&o.redis, "redis", "", "HOST:PORT of a Redis server that keeps the limits, shared by every replica that names it; empty keeps them in this process")
 	flag.Int64Var(&o.leaseMax, "lease-max", 0, "with -redis, lease mode: the most units a replica takes ahead for one client and endpoint; 0 decides every request on Redis")
 	flag.DurationVar(&o.redisTimeout, "redis-timeout", 100*time.Millisecond, "with -redis, each request's budget for Redis, after which -redis-failure decides it")
+	flag.Int64Var(&o.budget, "budget", 0, "a budget of this many units per -period per client on GET /spend?n=K, a response that streams and costs K units, known when it ends; 0 for none")
 	flag.StringVar(&o.redisFailure, "redis-failure", "local", "with -redis, how a request is decided while Redis cannot: local (by this replica alone, on -limit), open (admitted) or closed (refused)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -75,6 +78,16 @@ func run(o options) (err error) {
 		},
 		TrustedProxies: proxies,
 		IPv6Prefix:     o.v6,
+	}
+	if o.budget < 0 {
+		return fmt.Errorf("-budget %d: want 0 (none) or more", o.budget)
+	}
+	if o.budget > 0 {
+		// A cost known when the response ends: each request is checked
+		// against the budget (an estimate of 0), and charged its cost when
+		// its handler returns, into debt if it runs past what is left.
+		cfg.Routes = append(cfg.Routes, httplimit.Route{Pattern: "GET /spend", Policies: []httplimit.Policy{
+			{Name: "budget", Rule: floodgate.Rule{Limit: o.budget, Period: o.period}, After: true}}})
 	}
 	var store *redislimit.Store
 	if o.redis == "" {
@@ -138,6 +151,9 @@ func run(o options) (err error) {
 	mux.HandleFunc("GET /other", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "other")
 	})
+	if o.budget > 0 {
+		mux.HandleFunc("GET /spend", spend)
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return err
@@ -202,4 +218,22 @@ func run(o options) (err error) {
 		return err
 	}
 	return nil
+}
+
+// spend answers GET /spend?n=K as a model's stream would: in parts, each
+// flushed, and reports its cost, K units, only when it ends (as the
+// tokens of a reply are known only once it is whole).
+func spend(w http.ResponseWriter, r *http.Request) {
+	n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+	if err != nil || n < 0 {
+		http.Error(w, "n: want the cost, a whole number of units, 0 or more", http.StatusBadRequest)
+		return
+	}
+	rc := http.NewResponseController(w)
+	for part := 1; part <= 3; part++ {
+		fmt.Fprintf(w, "part %d of 3\n", part)
+		_ = rc.Flush()
+	}
+	httplimit.Report(w, n)
+	fmt.Fprintf(w, "spent %d\n", n)
 }

@@ -214,6 +214,41 @@ func TestServerLimits(t *testing.T) {
 	}
 }
 
+// TestServerBudget: -budget 1000 on GET /spend?n=600, a streamed reply
+// whose cost is known when it ends: the first two are served whole (the
+// second's RateLimit shows the first's cost), the second leaves the client
+// owing 200, and the third is refused; a bad n is a 400; without -budget
+// there is no /spend.
+func TestServerBudget(t *testing.T) {
+	url := start(t, "-budget", "1000", "-period", "1h")
+	for i, want := range []struct {
+		status int
+		rl     string
+	}{{200, `"budget";r=1000;`}, {200, `"budget";r=400;`}, {429, `"budget";r=0;`}} {
+		resp, err := http.Get(url + "/spend?n=600")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want.status || !strings.HasPrefix(resp.Header.Get("RateLimit"), want.rl) {
+			t.Errorf("request %d: %d, RateLimit %q; want %d, %s", i+1, resp.StatusCode, resp.Header.Get("RateLimit"), want.status, want.rl)
+		}
+		if want.status == 200 && string(body) != "part 1 of 3\npart 2 of 3\npart 3 of 3\nspent 600\n" {
+			t.Errorf("request %d: body %q", i+1, body)
+		}
+	}
+	fresh := start(t, "-budget", "1000", "-period", "1h")
+	for _, n := range []string{"-1", "x", ""} {
+		if resp := get(t, fresh+"/spend?n="+n, ""); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("n=%q: %d, want 400", n, resp.StatusCode)
+		}
+	}
+	if resp := get(t, start(t)+"/spend?n=1", ""); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("without -budget: %d, want 404", resp.StatusCode)
+	}
+}
+
 // TestServerSpoofing: with no trusted proxies, a client's X-Forwarded-For
 // buys it nothing.
 func TestServerSpoofing(t *testing.T) {
@@ -266,7 +301,7 @@ func TestServerTrustedProxy(t *testing.T) {
 // metrics.
 func TestServerBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}, {"-metrics", "nonsense"},
-		{"-lease-max", "64"}, {"-redis", "127.0.0.1:1"}, {"-redis", "127.0.0.1:1", "-redis-failure", "nonsense"}} {
+		{"-lease-max", "64"}, {"-budget", "-1"}, {"-redis", "127.0.0.1:1"}, {"-redis", "127.0.0.1:1", "-redis-failure", "nonsense"}} {
 		out, err := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v: exited 0: %s", args, out)
