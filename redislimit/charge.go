@@ -25,9 +25,10 @@ const maxCharge = 1 << 52
 // 2^52); a log's window within 2^32 − 1. A charge past it returns an error
 // wrapping floodgate.ErrDebtBound, and charges no ask.
 //
-// In lease mode a charge whose every key's lease holds its cost is spent
-// from the leases, with no round trip (those units were taken from Redis
-// ahead); any other goes to Redis, and the leases stay spendable.
+// In lease mode what the keys' leases hold pays first (those units were
+// taken from Redis ahead): a charge they cover makes no round trip, and
+// one they do not empties them and sends the rest to Redis, so that a
+// key in debt is admitted from no lease.
 //
 // When Redis cannot answer, the FailureMode answers each ask as it would
 // a request of N (Allowed false when it refuses): the charge is lost. A
@@ -79,41 +80,74 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 		}
 	}
 	var live [maxPolicies]floodgate.Decision
-	var got [maxPolicies]*grant
-	bound := -1
-	switch {
-	case s.lease != nil && s.chargeLeases(ms[:m], keys[:m], ns[:m], live[:m], got[:m]):
-		s.results.Inc(int(resAllowed))
-		return s.charged(asks, each, of[:], at[:], live[:m])
-	}
+	var drawn [maxPolicies]drawing
 	if s.lease != nil {
+		// What the keys' leases hold pays first: those units were taken
+		// from Redis ahead. A lease that pays part of a charge is left
+		// empty, so that a key in debt is not admitted from it.
+		covered := 0
+		for k := range m {
+			if drawn[k] = ms[k].draw(keys[k], ns[k]); drawn[k].total == ns[k] {
+				live[k] = drawn[k].answer()
+				covered++
+			}
+		}
+		if covered == m {
+			s.results.Inc(int(resAllowed))
+			return s.charged(asks, each, of[:], at[:], live[:m])
+		}
 		// The keys' next charges find a lease.
 		defer s.askLeases(ms[:m], keys[:m], 1<<m-1)
 	}
-	switch {
-	case m == 1:
-		p := ms[0]
-		r, err := p.decide(ctx, p.Key(keys[0]), keys[0], call{n: ns[0], force: true})
-		s.results.Inc(int(r.res))
-		if err != nil {
-			return floodgate.Decision{Limit: p.rs().capacity}, err
+	// The rest goes to Redis: each key's cost less what its lease paid.
+	var rm [maxPolicies]*policy
+	var rkeys [maxPolicies]string
+	var rns [maxPolicies]int64
+	var rat [maxPolicies]int // the index in ms of each
+	r := 0
+	for k := range m {
+		if rest := ns[k] - drawn[k].total; rest > 0 {
+			rm[r], rkeys[r], rns[r], rat[r] = ms[k], keys[k], rest, k
+			r++
 		}
-		if r.bound {
+	}
+	var rlive [maxPolicies]floodgate.Decision
+	bound := -1
+	var err error
+	if r == 1 {
+		p := rm[0]
+		var rp reply
+		rp, err = p.decide(ctx, p.Key(rkeys[0]), rkeys[0], call{n: rns[0], force: true})
+		s.results.Inc(int(rp.res))
+		if rp.bound {
 			bound = 0
 		}
-		live[0] = r.d
-	default:
+		rlive[0] = rp.d
+	} else {
 		var shadow [maxPolicies]bool
-		refused, res, err := s.chargeMany(ctx, ms[:m], keys[:m], ns[:m], shadow[:m], live[:m])
+		var res result
+		bound, res, err = s.chargeMany(ctx, rm[:r], rkeys[:r], rns[:r], shadow[:r], rlive[:r])
 		s.results.Inc(int(res))
-		if err != nil {
-			return floodgate.Decision{Limit: ms[0].rs().capacity}, err
+	}
+	if err != nil || bound >= 0 {
+		for k := range m {
+			drawn[k].putBack()
 		}
-		bound = refused
+	}
+	if err != nil {
+		return floodgate.Decision{Limit: ms[0].rs().capacity}, err
 	}
 	if bound >= 0 {
-		i := at[bound]
-		return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: ask %d: %w: a charge of %d on a key that holds %+v", i, floodgate.ErrDebtBound, cost[i], live[bound])
+		i := at[rat[bound]]
+		return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: ask %d: %w: a charge of %d on a key that holds %+v", i, floodgate.ErrDebtBound, cost[i], rlive[bound])
+	}
+	for k := range m {
+		if drawn[k].total == ns[k] {
+			live[k] = drawn[k].answer()
+		}
+	}
+	for j := range r {
+		live[rat[j]] = rlive[j]
 	}
 	return s.charged(asks, each, of[:], at[:], live[:m])
 }

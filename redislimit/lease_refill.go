@@ -393,31 +393,82 @@ func (p *policy) peekLease(st *leaseState, now, skew int64, rs *rules) (floodgat
 	return st.cachedDenial(1, now, rs)
 }
 
-// chargeLeases charges each key its cost from its lease (see
-// Store.Charge), with no round trip, all or nothing: it reports whether
-// every lease held its cost and took it, all then holding each answer
-// and got each grant; else it took nothing.
-func (s *Store) chargeLeases(ps []*policy, keys []string, ns []int64, all []floodgate.Decision, got []*grant) bool {
-	ls := s.lease
-	var sts [maxPolicies]*leaseState
-	now, skew := s.leaseNow()
-	for i, p := range ps {
-		st := p.state(keys[i])
-		var g *grant
-		var rest int64
-		ok := false
-		if st != nil {
-			g, rest, ok = p.take(st, ns[i], now, skew, p.rs())
-		}
-		if !ok {
-			for j := range i {
-				ls.putBack(sts[j], got[j], ns[j])
-			}
-			return false
-		}
-		sts[i], got[i], all[i] = st, g, fromLease(g, rest, now)
+// drawing is what a charge took from a key's lease and its batch taken
+// ahead (see policy.draw).
+type drawing struct {
+	st    *leaseState
+	gs    [2]*grant
+	took  [2]int64
+	total int64
+	now   int64
+}
+
+// draw takes up to n units from key's lease and its batch taken ahead, as
+// many as they can spend now.
+func (p *policy) draw(key string, n int64) drawing {
+	var d drawing
+	st := p.state(key)
+	if st == nil {
+		return d
 	}
-	return true
+	ls, rs := p.s.lease, p.rs()
+	now, skew := p.s.leaseNow()
+	d.st, d.now = st, now
+	// As take does: a lease that can spend nothing gives way to the batch
+	// taken ahead, which is then the one renewed.
+	if g := st.g.Load(); g == nil || g.gen != rs.gen || ls.usable(g, g.units.Load(), now, skew) == 0 {
+		if nx := st.next.Load(); nx != nil && nx != g && st.g.CompareAndSwap(g, nx) {
+			st.next.CompareAndSwap(nx, nil)
+			if g != nil {
+				ls.retire(st, g, now)
+			}
+		}
+	}
+	for k, g := range []*grant{st.g.Load(), st.next.Load()} {
+		if g == nil || g.gen != rs.gen || d.total == n {
+			continue
+		}
+		for {
+			u := g.units.Load()
+			c := ls.usable(g, u, now, skew)
+			t := min(c, n-d.total)
+			if t <= 0 {
+				break
+			}
+			if g.units.CompareAndSwap(u, c-t) {
+				if c < u {
+					g.decayed.Add(u - c) // rare: only as a batch outlives its debt
+				}
+				d.gs[k], d.took[k] = g, t
+				d.total += t
+				if k == 0 && (c-t < g.low || now >= g.renewAt) && !g.asked.Load() && g.asked.CompareAndSwap(false, true) {
+					ls.askRenewal(st, rs, now)
+				}
+				break
+			}
+		}
+	}
+	return d
+}
+
+// answer is the decision for a charge that d paid whole: Redis's
+// remaining at its last grant, and what that grant still holds.
+func (d *drawing) answer() floodgate.Decision {
+	g := d.gs[1]
+	if g == nil {
+		g = d.gs[0]
+	}
+	return fromLease(g, max(0, g.units.Load()), d.now)
+}
+
+// putBack puts what d took back, for a charge that failed.
+func (d *drawing) putBack() {
+	for k, g := range d.gs {
+		if g != nil {
+			d.st.p.s.lease.putBack(d.st, g, d.took[k])
+		}
+	}
+	*d = drawing{}
 }
 
 // couldServe reports whether key's lease, or its batch taken ahead, holds

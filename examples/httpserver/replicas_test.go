@@ -404,3 +404,101 @@ func TestReplicaKilledNeverOverAdmits(t *testing.T) {
 		})
 	}
 }
+
+// taken is what key has taken of pp's rule of limit: limit less what is
+// available, or, while it owes, limit and what it owes.
+func (pp *peekPolicy) taken(t *testing.T, key string, limit int64) int64 {
+	t.Helper()
+	d, err := pp.peek(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Peek: %v", err)
+	}
+	if !d.Allowed {
+		return limit + d.Owed
+	}
+	return limit - d.Remaining - 1 // Remaining is after the peeked request
+}
+
+// TestReplicasSpendOneBudget: three replicas with -budget 5000 on one
+// redis-server, driven round-robin by 64 workers as one client, each
+// request a GET /spend of its own cost (1 to 100, known when its reply
+// ends), per request and in lease mode. Every request is checked against
+// the budget when it arrives and charged when it ends, so the client runs
+// past the budget by what its last replies cost (those in flight when it
+// ran out), and is then refused by every replica.
+// Once the replicas have stopped (returning their leases), Redis holds
+// exactly the costs of the replies served, every unit of the debt
+// included (less what the rule refilled during the run).
+func TestReplicasSpendOneBudget(t *testing.T) {
+	const budget, requests = 5000, 400
+	rule := floodgate.Rule{Limit: budget, Period: replicaPeriod}
+	for _, mode := range replicaModes {
+		t.Run(mode.name, func(t *testing.T) {
+			rdb := redistest.Start(t)
+			ss := startReplicas(t, rdb.Addr, append([]string{"-budget", strconv.Itoa(budget)}, mode.args...))
+			pp := newPeekPolicy(t, rdb.Addr, "GET /spend", "", "budget", rule)
+			begin := time.Now()
+			tr := &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}
+			defer tr.CloseIdleConnections()
+			c := &http.Client{Transport: tr, Timeout: time.Minute}
+			var served, refused, spent atomic.Int64
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1) - 1
+						if i >= requests {
+							return
+						}
+						cost := 1 + i*37%100
+						resp, err := c.Get(ss[i%replicas].url + "/spend?n=" + strconv.FormatInt(cost, 10))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						body, err := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						switch {
+						case err != nil:
+							t.Error(err)
+						case resp.StatusCode == http.StatusOK && strings.HasSuffix(string(body), "spent "+strconv.FormatInt(cost, 10)+"\n"):
+							served.Add(1)
+							spent.Add(cost)
+						case resp.StatusCode == http.StatusTooManyRequests:
+							refused.Add(1)
+						default:
+							t.Errorf("%d %q", resp.StatusCode, body)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			checkStores(t, ss, func(int) bool { return true }, len(mode.args) > 0)
+			// A connection the transport dialled and never used is new to
+			// the server, which waits 5 s for it at Shutdown: close them.
+			tr.CloseIdleConnections()
+			for _, s := range ss {
+				s.stop()
+			}
+			extra := int64(time.Since(begin)*budget/replicaPeriod) + 1 // the whole units refilled, and one begun
+			got := pp.taken(t, "127.0.0.1", budget)
+			t.Logf("%d served costing %d, %d refused; Redis holds %d taken (refill allowance %d)", served.Load(), spent.Load(), refused.Load(), got, extra)
+			if refused.Load() == 0 || spent.Load() <= budget {
+				t.Errorf("served %d units and refused %d requests: the run never ran past the budget", spent.Load(), refused.Load())
+			}
+			// Past the budget by no more than the requests in flight when
+			// it ran out (each checked while the client owed nothing) and
+			// what the leases held then: a client that owes is refused by
+			// every replica.
+			if over := spent.Load() - budget; over > workers*100+replicas*64 {
+				t.Errorf("served %d units past the budget, more than %d requests in flight and the leases could", over, workers)
+			}
+			if got > spent.Load() || got < spent.Load()-extra {
+				t.Errorf("Redis holds %d taken, the replicas served %d (up to %d less with the refill): a cost was lost or counted twice", got, spent.Load(), extra)
+			}
+		})
+	}
+}
