@@ -30,7 +30,8 @@
 --
 -- Or the short form, exactly four: n, kind, interval, capacity, for a
 -- plain request (dry, want, give, gk 0) on Redis's clock (now TIME),
--- with margin 1000, param 0 and no history; on is then 5.
+-- with margin 1000, param 0 and no history; on is then 5. A fifth, dry,
+-- makes it a forced charge (2); on is then 6.
 local BUCKET, FIXED_WINDOW, SLIDING_COUNTER, SLIDING_LOG = 0, 1, 2, 3
 local TIME = -1
 local num, A = tonumber, ARGV -- as locals: a global costs a lookup each time
@@ -41,14 +42,15 @@ local num, A = tonumber, ARGV -- as locals: a global costs a lookup each time
 -- the rest. The values are tonumber's either way.
 local n, dry, want, give, gk, now, kind, interval, capacity, margin, param
 local on = 12
-if #A == 4 then
+if #A == 4 or #A == 5 then
   -- The short form, of the common call: a plain request (dry, want, give
   -- and gk 0) on Redis's clock (now TIME), with the default margin (1000)
   -- and no param nor history: ARGV is n, kind, interval, capacity. Redis
   -- spends about a thousand instructions on each argument it hands a
   -- script, so the seven it need not send are a tenth of the call.
   n, kind, interval, capacity = A[1] == '1' and 1 or num(A[1]), A[2] == '0' and 0 or num(A[2]), num(A[3]), num(A[4])
-  dry, want, give, gk, now, margin, param, on = 0, 0, 0, 0, TIME, 1000, 0, 5
+  dry, want, give, gk, now, margin, param, on = 0, 0, 0, 0, TIME, 1000, 0, #A + 1
+  if #A == 5 then dry = num(A[5]) end
 else
   n, dry, want, give, gk, now, kind, interval, capacity, margin, param =
     A[1] == '1' and 1 or num(A[1]), A[2] == '0' and 0 or num(A[2]),
@@ -78,4 +80,4 @@ local force, write = dry == 2 or dry == 3, dry == 0 or dry == 2
 -- BAD begins the reply to arguments the script cannot take, which lists
 -- them after it.
 local BAD = 'floodgate: bad arguments (n, dry, want, give, gk, now, kind, interval, capacity, margin, param): '
-if on == 5 then BAD = 'floodgate: bad arguments (n, kind, interval, capacity): ' end
+if on <= 6 then BAD = 'floodgate: bad arguments (n, kind, interval, capacity[, dry]): ' end

@@ -91,14 +91,15 @@ end
 local stored = redis.call('GET', KEYS[1])
 
 -- The common case, the fast path: no history, no lease (want = give = 0,
--- so n >= 1), and no key, or a key of the call's rule with no credits.
+-- so n >= 1), and no key, or a key of the call's rule with no credits;
+-- a forced charge too, when it fits.
 -- What follows decides it as the general path would: with no history, a
 -- key of the call's rule is read as it stands (see changes), and with no
 -- credits and nothing given, a request moves the TAT alone. It defines no
 -- function and builds no table but the reply (closures and tables are
 -- allocations, and work for the collector); any other key, a valid one or
 -- not, is the general path's.
-if want == 0 and give == 0 and #A < on and not force then
+if want == 0 and give == 0 and #A < on then
   local tat, w, si, sc = now, now, interval, capacity
   if stored and #stored == 32 then tat, w, si, sc = struct.unpack('<i8i8i8i8', stored) end
   if not stored or (#stored == 32 and si == interval and sc == capacity
@@ -106,19 +107,23 @@ if want == 0 and give == 0 and #A < on and not force then
     local tau = capacity * interval
     local debt = math.max(tat, now) - now
     local next = debt + n * interval -- the TAT after the request, less now
-    local retry = 0
-    if next <= tau then
-      debt = next
-      if dry == 0 then
-        -- next >= 1: the key never becomes full here, so it is written.
-        redis.call('SET', KEYS[1], struct.pack('<i8i8i8i8', now + next, now, interval, capacity),
-          'PX', string.format('%d', math.floor((next + 999) / 1000) + margin))
+    -- A forced charge that leaves a unit is a request that fits; one that
+    -- leaves none (its answer has a wait) or a debt is the general path's.
+    if not force or next + interval <= tau then
+      local retry = 0
+      if next <= tau then
+        debt = next
+        if write then
+          -- next >= 1: the key never becomes full here, so it is written.
+          redis.call('SET', KEYS[1], struct.pack('<i8i8i8i8', now + next, now, interval, capacity),
+            'PX', string.format('%d', math.floor((next + 999) / 1000) + margin))
+        end
+      else
+        retry = next - tau
       end
-    else
-      retry = next - tau
+      local left = math.floor((tau - debt) / interval) -- negative: what is owed
+      return {next <= tau and 1 or 0, left, retry, debt, 0, debt, now}
     end
-    local left = math.floor((tau - debt) / interval) -- negative: what is owed
-    return {next <= tau and 1 or 0, left, retry, debt, 0, debt, now}
   end
 end
 

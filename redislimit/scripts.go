@@ -152,13 +152,17 @@ func (p *policy) args(rkey string, c call) []any {
 // shortArgs are the EVALSHA arguments of call c on rkey in the scripts'
 // short form (see args.lua): n, kind, interval and capacity alone, for a
 // plain request (no peek, no lease) on Redis's clock, under a rule with no
-// history, the default margin and no param (every kind but the log). It
-// returns nil for any other call, which args encodes whole.
+// history, the default margin and no param (every kind but the log), and
+// dry 2 after them for a forced charge. It returns nil for any other
+// call, which args encodes whole.
 func (p *policy) shortArgs(rkey string, c call) []any {
 	if !p.plain(c) {
 		return nil
 	}
 	rs := c.rs
+	if c.force {
+		return []any{"evalsha", p.script.sha, 1, rkey, c.n, rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity], dryArg(c)}
+	}
 	return []any{"evalsha", p.script.sha, 1, rkey, c.n, rs.argv[argKind], rs.argv[argInterval], rs.argv[argCapacity]}
 }
 
@@ -166,7 +170,7 @@ func (p *policy) shortArgs(rkey string, c call) []any {
 // shortArgs).
 func (p *policy) plain(c call) bool {
 	rs := c.rs
-	return c.n >= 1 && !c.dry && !c.force && c.want == 0 && c.give == 0 && len(rs.hist) == 0 && rs.pruneAt == 0 &&
+	return c.n >= 1 && !c.dry && c.want == 0 && c.give == 0 && len(rs.hist) == 0 && rs.pruneAt == 0 &&
 		p.s.margin == ttlMargin && rs.hold == 0 && p.s.redisClock == nil
 }
 

@@ -72,12 +72,12 @@ local stored = redis.call('GET', KEYS[1])
 
 -- The common case, the fast path: no history, no lease (want = give = 0,
 -- so n >= 1), no key or a key of the call's rule in this window or an
--- earlier one, and a request that fits. What follows decides it as the
+-- earlier one, and a request that fits (a forced charge that fits is one). What follows decides it as the
 -- general path would (with no history, a key of the call's rule is read as
 -- it stands; see changes), defining no function and building no table but
 -- the reply (closures and tables are allocations, and work for the
 -- collector). Anything else, a denial included, is the general path's.
-if want == 0 and give == 0 and #A < on and not force then
+if want == 0 and give == 0 and #A < on then
   local ws, curr, prev, sT, sN = now, 0, 0, T, N
   if stored and #stored == 40 then ws, curr, prev, sT, sN = struct.unpack(FMT, stored) end
   local ks = floor(ws / T)
@@ -100,11 +100,15 @@ if want == 0 and give == 0 and #A < on and not force then
           remaining = math.max(0, remaining - q)
         end
       end
-      if dry == 0 then
-        redis.call('SET', KEYS[1], struct.pack(FMT, now, curr, prev, T, N), 'PX',
-          string.format('%d', floor((reset + 999) / 1000) + margin)) -- reset: until nothing it holds counts
+      -- A forced charge that leaves a unit is a request that fits; one
+      -- that leaves none (its answer has a wait) is the general path's.
+      if not force or remaining > 0 then
+        if write then
+          redis.call('SET', KEYS[1], struct.pack(FMT, now, curr, prev, T, N), 'PX',
+            string.format('%d', floor((reset + 999) / 1000) + margin)) -- reset: until nothing it holds counts
+        end
+        return {1, remaining, 0, reset, 0, T - e, k}
       end
-      return {1, remaining, 0, reset, 0, T - e, k}
     end
   end
 end
