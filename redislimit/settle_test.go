@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 var _ floodgate.Settler = (*Store)(nil)
@@ -204,6 +205,22 @@ func equalBools(a, b []bool) bool {
 // once the replicas have closed and given their leases back.
 func TestStoreSettleReplicas(t *testing.T) {
 	srv := redistest.Start(t)
+	c := client(t, srv)
+	settleReplicas(t, func() redis.UniversalClient { return c })
+}
+
+// TestStoreSettleCluster is TestStoreSettleReplicas on a Redis Cluster
+// of three masters: the three keys lie on different masters, a key's two
+// policies in one slot (the client's hash tag).
+func TestStoreSettleCluster(t *testing.T) {
+	cl := redistest.StartCluster(t)
+	c := clusterClient(t, cl)
+	settleReplicas(t, func() redis.UniversalClient { return c })
+}
+
+// settleReplicas is TestStoreSettleReplicas on the Redis that conn's
+// clients reach.
+func settleReplicas(t *testing.T, conn func() redis.UniversalClient) {
 	ctx := context.Background()
 	const keys = 3
 	rule := floodgate.Rule{Limit: 3000, Period: time.Hour}
@@ -212,17 +229,29 @@ func TestStoreSettleReplicas(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/lease=%v", alg, lease), func(t *testing.T) {
 				clock := floodgate.NewManualClock(int64(time.Hour))
 				prefix := fmt.Sprintf("settlers-%v", lease)
+				store := func(lease bool) *Store {
+					cfg := Config{Prefix: prefix, Timeout: 10 * time.Second, FailureMode: FailClosed}
+					if lease {
+						cfg.Lease = Lease{Max: 64, TTL: time.Hour}
+					}
+					s, err := NewStore(conn(), cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { s.Close() })
+					s.redisClock = clock
+					if lease {
+						s.lease.inline = true
+					}
+					return s
+				}
 				var stores [3]*Store
 				var ps [3][2]floodgate.StorePolicy
 				for i := range stores {
-					if lease {
-						stores[i] = leaseStore(t, srv, prefix, clock)
-					} else {
-						stores[i] = frozenStore(t, srv, Config{Prefix: prefix, Timeout: 10 * time.Second}, clock)
-					}
+					stores[i] = store(lease)
 					ps[i] = [2]floodgate.StorePolicy{mustPolicy(t, stores[i], alg, alg, rule), mustPolicy(t, stores[i], alg+"/b", floodgate.TokenBucket, rule)}
 				}
-				reader := frozenStore(t, srv, Config{Prefix: prefix, Timeout: 10 * time.Second}, clock)
+				reader := store(false)
 				read := [2]floodgate.StorePolicy{mustPolicy(t, reader, alg, alg, rule), mustPolicy(t, reader, alg+"/b", floodgate.TokenBucket, rule)}
 				var taken, given [2][keys]atomic.Int64
 				var wg sync.WaitGroup
