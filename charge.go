@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/atomicbucket"
 	"github.com/floodgate-go/floodgate/internal/decision"
+	"github.com/floodgate-go/floodgate/internal/word"
 	"github.com/floodgate-go/floodgate/registry"
 )
 
@@ -202,7 +203,39 @@ func (l *Limiter) settleGrant(gr *grant, est, actual int64) (Decision, error) {
 			l.returnGlobal(back.g, back.now, back.n)
 		}
 	}
-	return l.settled(gr.id, now), nil
+	return l.settledAt(gr, now), nil
+}
+
+// settledAt is settled for the key that gr took from, read where gr found
+// it (its state, or its slot while the slot still holds a word), with no
+// second lookup; else as settled finds it.
+func (l *Limiter) settledAt(gr *grant, now int64) Decision {
+	var d Decision
+	found := false
+	switch {
+	case gr.s != nil:
+		d, found = gr.s.Peek(now)
+	case gr.t != nil && gr.i >= 0:
+		// A table never gives a key's slot to another key: a word that is
+		// no mark is still gr's key's (a resize leaves Moved behind).
+		if v := gr.t.Word(gr.i).Load(); !word.IsMark(v) {
+			rs := rulesOf(gr.t)
+			if l.kind == bucketWords {
+				d = fromCore(rs.bucket.PeekValue(v, gr.t.Origin, now))
+			} else {
+				d = fromCore(rs.window.PeekValue(v, gr.t.Origin, now))
+			}
+			found = true
+		}
+	}
+	if !found {
+		return l.settled(gr.id, now)
+	}
+	if d.Allowed {
+		d.Remaining++ // Peek answers a request of 1 as if taken
+	}
+	d.Allowed = true
+	return d
 }
 
 // settled is the Decision of a settlement that charged key id nothing

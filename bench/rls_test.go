@@ -23,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // rlsG is the concurrent gRPC callers of BenchmarkRLS, as Envoy's many
@@ -41,6 +42,8 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 1000000000}
   - key: route
     rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: tokens
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
 `
 
 // rlsServer is one rate-limit service under benchmark: a process.
@@ -57,8 +60,12 @@ type rlsServer struct {
 // floodgate-rls, per request, in lease mode and in process; 64 callers
 // at once over one gRPC connection, each request from a random client of
 // 1,000 with one descriptor (scenario=clients-1000-desc-1), the hot
-// descriptor alone (hot-desc-1), or a client's, the hot one and a
-// route's (clients-1000-desc-3). It reports ns/op as wall time per
+// descriptor alone (hot-desc-1), a client's, the hot one and a
+// route's (clients-1000-desc-3), or Envoy AI Gateway's token budget, a
+// client's tokens descriptor with hits_addend 0 (a check at a request's
+// start) or its cost of 1 to 1,000 (at its end), half each
+// (tokens-1000-desc-1), under both services' default
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. It reports ns/op as wall time per
 // request, p50, p99 and p99.9, cmds/req, the commands Redis ran per
 // request (INFO commandstats; a script's own count), scripts/req, the
 // scripts among them, and failed/req, the requests answered with an
@@ -101,6 +108,15 @@ func BenchmarkRLS(b *testing.B) {
 		routes[i] = entry("route", "/r"+strconv.Itoa(i))
 	}
 	hotDesc := entry("hot", "all")
+	// Envoy AI Gateway's token budget: a check (hits_addend 0) when a
+	// request arrives, and its tokens (1 to 1,000) when its stream ends;
+	// a client's are half of each.
+	checks, costs := make([]*rlv3.RateLimitDescriptor, len(clients)), make([]*rlv3.RateLimitDescriptor, len(clients))
+	for i := range clients {
+		checks[i], costs[i] = entry("tokens", "c"+strconv.Itoa(i)), entry("tokens", "c"+strconv.Itoa(i))
+		checks[i].HitsAddend = wrapperspb.UInt64(0)
+		costs[i].HitsAddend = wrapperspb.UInt64(uint64(1 + i*7919%1000))
+	}
 	scenarios := []scenario{
 		{"clients-1000-desc-1", func(r *rand.Rand) []*rlv3.RateLimitDescriptor {
 			return []*rlv3.RateLimitDescriptor{clients[r.IntN(len(clients))]}
@@ -108,6 +124,13 @@ func BenchmarkRLS(b *testing.B) {
 		{"hot-desc-1", func(*rand.Rand) []*rlv3.RateLimitDescriptor { return []*rlv3.RateLimitDescriptor{hotDesc} }},
 		{"clients-1000-desc-3", func(r *rand.Rand) []*rlv3.RateLimitDescriptor {
 			return []*rlv3.RateLimitDescriptor{clients[r.IntN(len(clients))], hotDesc, routes[r.IntN(len(routes))]}
+		}},
+		{"tokens-1000-desc-1", func(r *rand.Rand) []*rlv3.RateLimitDescriptor {
+			i := r.IntN(len(clients))
+			if r.IntN(2) == 0 {
+				return []*rlv3.RateLimitDescriptor{checks[i]}
+			}
+			return []*rlv3.RateLimitDescriptor{costs[i]}
 		}},
 	}
 	// Each service runs every scenario before the next starts, so that

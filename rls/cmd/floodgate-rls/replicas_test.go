@@ -141,9 +141,14 @@ func race(t *testing.T, rs []*replica, per int, during func(i int64)) int64 {
 
 // TestReplicas: three floodgate-rls processes on one redis-server,
 // raced by 64 gRPC callers on one descriptor: for every algorithm,
-// exactly the limit passes per request; in lease mode at most the limit,
-// and once the processes stop (returning their leases), what was
-// admitted plus what Redis holds is the limit.
+// exactly the limit passes per request; in lease mode at most the limit.
+// With STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT true (a refused hit
+// charges nothing), once the processes stop (returning their leases),
+// what was admitted plus what Redis holds is the limit. Unset, every hit
+// is charged, so the key owes once past the limit; in lease mode a
+// replica then refuses while another still holds leased units, which it
+// returns into the debt at the stop: the admissions fall short of the
+// limit by no more than the leases could hold, and never pass it.
 func TestReplicas(t *testing.T) {
 	bin := binary(t)
 	srv := redistest.Start(t)
@@ -152,15 +157,17 @@ func TestReplicas(t *testing.T) {
 		per = 6
 	}
 	for _, alg := range []string{"fixed_window", "token_bucket", "leaky_bucket", "sliding_counter", "sliding_log"} {
-		for _, lease := range []string{"0", "32"} {
-			t.Run(alg+"/lease="+lease, func(t *testing.T) {
+		for _, run := range []struct{ lease, stop string }{{"0", "true"}, {"32", "true"}, {"0", "false"}, {"32", "false"}} {
+			lease := run.lease
+			t.Run(alg+"/lease="+lease+"/stop="+run.stop, func(t *testing.T) {
 				unit := "year" // nothing refills in the run; Redis holds a sliding counter's Limit × Period within 2^52 µs
 				if alg == "sliding_counter" {
 					unit = "hour"
 				}
 				root := runtimeDir(t, map[string]string{"d.yaml": fmt.Sprintf("domain: d\ndescriptors:\n  - key: hot\n    rate_limit: {unit: %s, requests_per_unit: 300, algorithm: %s}\n", unit, alg)})
 				env := []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + srv.Addr, "CACHE_KEY_PREFIX=" + fmt.Sprint("replicas-", alg, lease, time.Now().UnixNano()),
-					"FLOODGATE_LEASE_MAX=" + lease, "FLOODGATE_FAILURE_MODE=closed", "FLOODGATE_REDIS_TIMEOUT=5s"}
+					"FLOODGATE_LEASE_MAX=" + lease, "FLOODGATE_FAILURE_MODE=closed", "FLOODGATE_REDIS_TIMEOUT=5s",
+					"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=" + run.stop}
 				var rs []*replica
 				for range 3 {
 					rs = append(rs, startReplica(t, bin, root, env...))
@@ -180,8 +187,12 @@ func TestReplicas(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if left := int64(resp.Statuses[0].LimitRemaining); admitted+left != 300 {
+				left := int64(resp.Statuses[0].LimitRemaining)
+				switch {
+				case run.stop == "true" && admitted+left != 300:
 					t.Fatalf("admitted %d, and Redis holds %d once the processes stopped: want 300 in all", admitted, left)
+				case run.stop == "false" && (left != 0 || admitted < 300-3*32):
+					t.Fatalf("every hit charged: admitted %d, and Redis holds %d once the processes stopped: want at least %d admitted, and a key that owes", admitted, left, 300-3*32)
 				}
 			})
 		}
