@@ -38,29 +38,16 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 	if len(asks) == 0 || len(asks) > maxPolicies {
 		return floodgate.Decision{}, fmt.Errorf("redislimit: Charge takes 1 to %d asks, got %d", maxPolicies, len(asks))
 	}
-	var ps [maxPolicies]*policy
-	var of [maxPolicies]int
-	var cost [maxPolicies]int64
 	for i := range asks {
-		p, ok := asks[i].Policy.(*policy)
-		if !ok || p.s != s {
-			return floodgate.Decision{}, errNotMine
-		}
 		if asks[i].N < 1 {
 			return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: ask %d has a cost of %d; a cost must be at least 1", i, asks[i].N)
 		}
-		ps[i], of[i] = p, i
-		for j := range i {
-			if of[j] == j && ps[j] == p && asks[j].Key == asks[i].Key {
-				of[i] = j
-				break
-			}
-		}
-		f := of[i]
-		if cost[f] > math.MaxInt64-asks[i].N {
-			return floodgate.Decision{}, fmt.Errorf("redislimit: Charge: the costs of ask %d's policy and key overflow an int64: %w", i, floodgate.ErrDebtBound)
-		}
-		cost[f] += asks[i].N
+	}
+	var ps [maxPolicies]*policy
+	var of [maxPolicies]int
+	var cost [maxPolicies]int64
+	if err := s.merge("Charge", asks, &ps, &of, &cost); err != nil {
+		return floodgate.Decision{}, err
 	}
 	for i := range asks {
 		if of[i] == i && cost[i] > maxCharge {
@@ -150,6 +137,32 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 		live[rat[j]] = rlive[j]
 	}
 	return s.charged(asks, each, of[:], at[:], live[:m])
+}
+
+// merge reads asks for op (Charge, Settle): ps[i] is ask i's policy,
+// of[i] the first ask of its policy and key, which answers for it, and
+// cost[of[i]] the sum of their costs. An ask of another Store's policy,
+// or costs whose sum overflows, is an error.
+func (s *Store) merge(op string, asks []floodgate.Ask, ps *[maxPolicies]*policy, of *[maxPolicies]int, cost *[maxPolicies]int64) error {
+	for i := range asks {
+		p, ok := asks[i].Policy.(*policy)
+		if !ok || p.s != s {
+			return errNotMine
+		}
+		ps[i], of[i] = p, i
+		for j := range i {
+			if of[j] == j && ps[j] == p && asks[j].Key == asks[i].Key {
+				of[i] = j
+				break
+			}
+		}
+		f := of[i]
+		if cost[f] > math.MaxInt64-asks[i].N {
+			return fmt.Errorf("redislimit: %s: the costs of ask %d's policy and key overflow an int64: %w", op, i, floodgate.ErrDebtBound)
+		}
+		cost[f] += asks[i].N
+	}
+	return nil
 }
 
 // charged is Charge's answer: live[k] is the answer of the ask at[k],

@@ -3,7 +3,6 @@ package redislimit
 import (
 	"context"
 	"fmt"
-	"math"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -151,23 +150,11 @@ func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, h *floodgate.H
 	var of [maxPolicies]int
 	var cost, took [maxPolicies]int64
 	var part [maxPolicies]floodgate.HoldPart
+	if err := s.merge("Settle", asks, &ps, &of, &cost); err != nil {
+		return floodgate.Decision{}, err
+	}
 	for i := range asks {
-		p, ok := asks[i].Policy.(*policy)
-		if !ok || p.s != s {
-			return floodgate.Decision{}, errNotMine
-		}
-		ps[i], of[i] = p, i
-		for j := range i {
-			if of[j] == j && ps[j] == p && asks[j].Key == asks[i].Key {
-				of[i] = j
-				break
-			}
-		}
 		f := of[i]
-		if cost[f] > math.MaxInt64-asks[i].N {
-			return floodgate.Decision{}, fmt.Errorf("redislimit: Settle: the costs of ask %d's policy and key overflow an int64: %w", i, floodgate.ErrDebtBound)
-		}
-		cost[f] += asks[i].N
 		if hp := h.Parts[i]; hp.N > 0 {
 			took[f] += hp.N
 			part[f] = hp
