@@ -107,7 +107,12 @@
 // SetTrailer); the interceptor takes that key out before the metadata is
 // sent, so the client never sees it. A call is settled even when its
 // client has gone or its handler panicked; a cost neither reported nor
-// carried leaves the estimate charged. Limiter.Check has no end to wait
+// carried leaves the estimate charged. A check (Estimate 0) admits every
+// call while the client owes nothing, so the calls a client has in flight
+// at once can pass its budget together by what they cost; an Estimate
+// reserves that much ahead of each, and bounds it. The cost must come from
+// the server or its backend, never from the client's metadata.
+// Limiter.Check has no end to wait
 // for: it charges an After policy its estimate.
 //
 // # Changing methods while serving

@@ -139,9 +139,14 @@
 // Trailer announcement), so the client never sees the cost. A request is
 // settled even when its client has gone, or its handler panicked: what
 // it streamed or reported is charged. A cost neither reported nor carried
-// leaves the estimate charged. Such a request's ResponseWriter is the
-// middleware's (it keeps http.Flusher, and http.ResponseController finds
-// the server's through it), made per request.
+// leaves the estimate charged. A check (Estimate 0) admits every request
+// while the client owes nothing, so the requests a client has in flight
+// at once can pass its budget together by what they cost; an Estimate
+// reserves that much ahead of each, and bounds it. The cost must come from
+// the server or its backend, never from what the client sent. Such a
+// request's ResponseWriter is the middleware's (it keeps http.Flusher,
+// and http.ResponseController finds the server's through it), made per
+// request.
 //
 // # Changing routes while serving
 //
