@@ -31,21 +31,58 @@ const (
 // hits whatever its key holds, by the Store's Charge, and refuses if its
 // key owes after (see Options); a charge past what a key can owe
 // decides the request as StopIncrementOverLimit does.
+//
+// Hits that fit are charged alike by the Store's Decide, which in lease
+// mode spends the leases (and takes them in its round trip), so every
+// request is decided first; only when something refused are the hits
+// that Decide did not charge charged into debt, in a second call.
 func (s *Server) decide(ctx context.Context, sc *scratch) (over bool, err error) {
-	if s.charger != nil {
-		over, bound, err := s.decideBy(ctx, sc, true)
+	if s.charger != nil && len(sc.kind) > 64 {
+		// More descriptors than done can mark: charged at once.
+		over, bound, err := s.decideBy(ctx, sc, true, 0)
 		if !bound {
 			return over, err
 		}
 	}
-	over, _, err = s.decideBy(ctx, sc, false)
+	over, _, err = s.decideBy(ctx, sc, false, 0)
+	if s.charger == nil || err != nil || len(sc.kind) > 64 {
+		return over, err
+	}
+	var done uint64 // descriptor i's hits were charged by Decide
+	refused := false
+	for i, k := range sc.kind {
+		if (k != kindEnforced && k != kindShadow) || sc.first[i] != i || sc.rules[i].zero() {
+			continue
+		}
+		if sc.state[i] == charged {
+			done |= 1 << i
+		} else {
+			refused = true
+		}
+	}
+	if !refused {
+		return over, nil
+	}
+	over, _, err = s.chargeAll(ctx, sc, over, done)
 	return over, err
+}
+
+// chargeAll charges into debt the hits of every descriptor that done does
+// not mark; past what a key can owe, it charges nothing, and the request
+// stands as Decide decided it (over), whose answers a bound leaves in sc.
+func (s *Server) chargeAll(ctx context.Context, sc *scratch, over bool, done uint64) (bool, bool, error) {
+	o, bound, err := s.decideBy(ctx, sc, true, done)
+	if bound {
+		return over, true, nil
+	}
+	return o, false, err
 }
 
 // decideBy is decide, by charges that cannot be refused (charge) or all
 // or nothing; bound reports a charge past what a key can owe, which
-// charged nothing.
-func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool) (over, bound bool, err error) {
+// charged nothing. Descriptors that skip marks are left as they are,
+// charged already.
+func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool, skip uint64) (over, bound bool, err error) {
 	n := len(sc.kind)
 	sc.state = grow(sc.state, n)
 	sc.first, sc.cost = grow(sc.first, n), grow(sc.cost, n)
@@ -82,6 +119,9 @@ func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool) (over, 
 		k := sc.kind[i]
 		if (k != kindEnforced && k != kindShadow) || sc.first[i] != i || sc.rules[i].zero() {
 			continue
+		}
+		if charge && i < 64 && skip&(1<<i) != 0 {
+			continue // charged by Decide, and it fit: its answer stands
 		}
 		if !charge && (over || k == kindShadow && shadowsOut) {
 			if err := look(i); err != nil {

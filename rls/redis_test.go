@@ -279,3 +279,47 @@ func TestRedisReload(t *testing.T) {
 		t.Fatalf("the unchanged rule: %d left, want 5: the reload lost its count", r.Statuses[0].LimitRemaining)
 	}
 }
+
+// TestRedisLeaseDefaultSetting: in lease mode, under envoyproxy/ratelimit's
+// default setting (every hit charged, StopIncrementOverLimit false), a
+// request within the limit is decided as with the setting true, from the
+// leases, which it takes in its own round trips: 100 clients of five
+// requests each (hits of 1, and Envoy AI Gateway's checks and costs) make
+// no more round trips than with the setting true (a charge that cannot be
+// refused takes no lease, and made three times as many). A request past
+// the limit is still charged into debt, and the key refuses after it.
+func TestRedisLeaseDefaultSetting(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := mustConfig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100000}\n")
+	trips := func(stop bool) int64 {
+		st := store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: fmt.Sprint("lease-default-", stop), FailureMode: redislimit.FailClosed, Lease: redislimit.Lease{Max: 1000}})
+		_, c := serve(t, cfg, Options{Store: st, StopIncrementOverLimit: stop})
+		before := st.Stats().Calls
+		for i := range 100 {
+			for _, n := range []uint64{1, 1, 1, 0, 7} {
+				d := desc("k", fmt.Sprint("client-", i))
+				d.HitsAddend = wrapperspb.UInt64(n)
+				if r := ask(t, c, "d", d); r.OverallCode != pb.RateLimitResponse_OK {
+					t.Fatalf("client %d, hits %d, within the limit: %v", i, n, r.OverallCode)
+				}
+			}
+		}
+		if !stop {
+			d := desc("k", "client-0")
+			d.HitsAddend = wrapperspb.UInt64(200_000)
+			if r := ask(t, c, "d", d); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("a cost past the limit: %v, want OVER_LIMIT", r.OverallCode)
+			}
+			d.HitsAddend = wrapperspb.UInt64(0)
+			if r := ask(t, c, "d", d); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+				t.Errorf("a check after the debt: %v, want OVER_LIMIT", r.OverallCode)
+			}
+		}
+		return st.Stats().Calls - before
+	}
+	exact, every := trips(true), trips(false)
+	t.Logf("500 requests within the limit: %d round trips with StopIncrementOverLimit, %d without", exact, every)
+	if every > exact+exact/10 {
+		t.Errorf("every hit charged made %d round trips, the setting true %d: want no more", every, exact)
+	}
+}
