@@ -229,7 +229,7 @@ func TestShortForm(t *testing.T) {
 	}
 	for _, s := range []*script{gcraScript, windowScript} {
 		err := c.Eval(ctx, s.src, []string{"k"}, "x", 0, 1000, 10).Err()
-		if err == nil || !strings.Contains(err.Error(), "bad arguments (n, kind, interval, capacity): x, 0, 1000, 10") {
+		if err == nil || !strings.Contains(err.Error(), "bad arguments (n, kind, interval, capacity[, dry]): x, 0, 1000, 10") {
 			t.Errorf("a bad short form: %v", err)
 		}
 	}

@@ -18,12 +18,27 @@ import (
 
 var _ floodgate.Settler = (*Store)(nil)
 
+// storeWith is a Store on c with cfg (a Timeout of 10 s if none), whose
+// setup runs before its bookkeeper starts (see newStore), closed when t
+// ends.
+func storeWith(t *testing.T, c redis.UniversalClient, cfg Config, setup func(*Store)) *Store {
+	t.Helper()
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	set, err := readConfig(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(c, set, false, setup)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // frozenStore is a Store on srv whose scripts read clock for Redis's.
 func frozenStore(t *testing.T, srv *redistest.Server, cfg Config, clock *floodgate.ManualClock) *Store {
 	t.Helper()
-	s := mustStore(t, srv, cfg)
-	s.redisClock = clock
-	return s
+	return storeWith(t, client(t, srv), cfg, func(s *Store) { s.redisClock = clock })
 }
 
 // TestStoreReserveSettle: on Redis, with its clock frozen, Reserve takes
@@ -234,16 +249,12 @@ func settleReplicas(t *testing.T, conn func() redis.UniversalClient) {
 					if lease {
 						cfg.Lease = Lease{Max: 64, TTL: time.Hour}
 					}
-					s, err := NewStore(conn(), cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { s.Close() })
-					s.redisClock = clock
-					if lease {
-						s.lease.inline = true
-					}
-					return s
+					return storeWith(t, conn(), cfg, func(s *Store) {
+						s.redisClock = clock
+						if lease {
+							s.lease.inline = true
+						}
+					})
 				}
 				var stores [3]*Store
 				var ps [3][2]floodgate.StorePolicy
@@ -335,10 +346,11 @@ func settleReplicas(t *testing.T, conn func() redis.UniversalClient) {
 // goroutine.
 func leaseStore(t *testing.T, srv *redistest.Server, prefix string, clock *floodgate.ManualClock) *Store {
 	t.Helper()
-	s := frozenStore(t, srv, Config{Prefix: prefix, Timeout: 10 * time.Second, FailureMode: FailClosed,
-		Lease: Lease{Max: 1000, TTL: time.Hour}}, clock)
-	s.lease.inline = true
-	return s
+	return storeWith(t, client(t, srv), Config{Prefix: prefix, FailureMode: FailClosed, Lease: Lease{Max: 1000, TTL: time.Hour}},
+		func(s *Store) {
+			s.redisClock = clock
+			s.lease.inline = true
+		})
 }
 
 // TestStoreSettleLease: in lease mode, once a key holds a lease, Charge,
