@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/policy"
@@ -27,7 +26,7 @@ type meter struct {
 	set      *policy.Set
 	key      string
 	hold     floodgate.Hold
-	reported atomic.Int64 // Report's sum; -1 for none
+	reported policy.Reported // Report's sum
 
 	mu      sync.Mutex
 	costs   [floodgate.MaxPolicies]int64 // each policy's, from its metadata; -1 for none
@@ -39,7 +38,6 @@ type meterKey struct{}
 
 func newMeter(s *policy.Set, key string) *meter {
 	m := &meter{set: s, key: key}
-	m.reported.Store(-1)
 	for i := range m.costs {
 		m.costs[i] = -1
 	}
@@ -114,12 +112,8 @@ func Report(ctx context.Context, cost int64) bool {
 	if !ok || cost < 0 {
 		return false
 	}
-	for {
-		old := m.reported.Load()
-		if m.reported.CompareAndSwap(old, policy.AddCost(old, cost)) {
-			return true
-		}
-	}
+	m.reported.Add(cost)
+	return true
 }
 
 // costStream is a call's ServerTransportStream, which takes the cost

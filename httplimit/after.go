@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/policy"
@@ -26,7 +25,6 @@ func decide(w http.ResponseWriter, r *http.Request, s *policy.Set, client string
 	}
 	if *m == nil {
 		*m = &meter{w: w, key: client}
-		(*m).reported.Store(-1)
 		for k := range (*m).costs {
 			for i := range (*m).costs[k] {
 				(*m).costs[k][i] = -1
@@ -56,7 +54,7 @@ type meter struct {
 	sets     [2]*policy.Set
 	holds    [2]floodgate.Hold
 	costs    [2][floodgate.MaxPolicies]int64 // each policy's, from its header; -1 for none
-	reported atomic.Int64                    // Report's sum; -1 for none
+	reported policy.Reported                 // Report's sum
 	wrote    bool                            // the header was sent
 	settled  bool
 }
@@ -191,12 +189,8 @@ func Report(w http.ResponseWriter, cost int64) bool {
 	}
 	for w != nil {
 		if m, ok := w.(*meter); ok {
-			for {
-				old := m.reported.Load()
-				if m.reported.CompareAndSwap(old, policy.AddCost(old, cost)) {
-					return true
-				}
-			}
+			m.reported.Add(cost)
+			return true
 		}
 		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
 		if !ok {

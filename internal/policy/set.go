@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -217,9 +218,22 @@ func ParseCost(vs []string, old int64) int64 {
 	return int64(min(c, MaxCost))
 }
 
-// AddCost is the sum of a reported cost (below 0: none yet) and more, at
-// most MaxCost.
-func AddCost(sum, more int64) int64 { return min(max(sum, 0)+min(more, MaxCost), MaxCost) }
+// Reported is the sum of the costs a request's handler reported, at most
+// MaxCost, safe for concurrent use. Its zero value holds no report.
+type Reported struct{ v atomic.Int64 } // the sum plus 1; 0 for none
+
+// Add adds cost, 0 or more, to the sum.
+func (r *Reported) Add(cost int64) {
+	for {
+		old := r.v.Load()
+		if r.v.CompareAndSwap(old, min(max(old-1, 0)+min(cost, MaxCost), MaxCost)+1) {
+			return
+		}
+	}
+}
+
+// Load returns the sum, or -1 if nothing was reported.
+func (r *Reported) Load() int64 { return r.v.Load() - 1 }
 
 // settle is one Settle, at costs.
 func (s *Set) settle(ctx context.Context, key string, n int64, costs []int64, h *floodgate.Hold) error {
