@@ -15,6 +15,7 @@ import (
 type call struct {
 	n, want, give, gk int64
 	dry               bool
+	look              bool          // a check that charges for a lease (see refill): its fallback only looks
 	force             bool          // a charge that cannot be refused (see Store.Charge)
 	budget            time.Duration // the call's time for Redis; 0 means Timeout
 	rs                *rules        // the rule it is sent under; nil means the one in force
@@ -69,7 +70,7 @@ func (p *policy) decide(ctx context.Context, rkey, key string, c call) (reply, e
 	case tripAbandoned:
 		return reply{d: p.abandon(), res: resAbandoned}, callerErr
 	}
-	return reply{d: p.fallback(key, c.n, c.dry), res: p.s.failResult()}, nil
+	return reply{d: p.fallback(key, c.n, c.dry || c.look), res: p.s.failResult()}, nil
 }
 
 // run is one call on Redis for rkey: EVALSHA, and EVAL when Redis has

@@ -202,6 +202,7 @@ type leaseState struct {
 	deniedCost  atomic.Int64 // for costs of at least this
 	deniedRetry atomic.Int64 // its RetryAfter's end (lease ns)
 	deniedReset atomic.Int64 // its ResetAfter's end (lease ns)
+	deniedOwed  atomic.Int64 // what the key owed then (a check in debt refuses)
 	deniedGen   atomic.Int64 // under the rule of this gen
 	lastUsed    atomic.Int64 // lease ns
 	waiting     atomic.Int64 // the cost waiting for the refill in flight

@@ -17,12 +17,20 @@ var errLeaseWait = errors.New("redislimit: the key's refill outlasted Timeout")
 // one goroutine per key at a time (the leader) takes the next batch in the
 // round trip that decides its request; the others wait for it, within
 // Timeout, and try the new batch.
-func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64) (floodgate.Decision, result, error) {
+//
+// With peek, the request is a check (Peek's, n 1) that takes nothing: its
+// unit joins the batch the round trip took, as an abandoned request's
+// does, and the key's next requests and checks find a lease.
+func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64, peek bool) (floodgate.Decision, result, error) {
 	s := p.s
 	ls := s.lease
 	var deadline time.Time
 	for {
 		if st.dead.Load() {
+			if peek {
+				r, err := p.decide(ctx, p.Key(key), key, call{n: 1, dry: true})
+				return r.d, r.res, err
+			}
 			return p.leaseAllow(ctx, key, n, p.rs())
 		}
 		f := st.flight.Load()
@@ -40,13 +48,13 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 					// Close waits for the refill, and returns what it took.
 					tracked := ls.enter()
 					p.flights.Add(1)
-					d, res, err = p.lead(ctx, key, st, n, budget)
+					d, res, err = p.lead(ctx, key, st, n, budget, peek)
 					p.flights.Add(-1)
 					if tracked {
 						ls.exit()
 					}
 				} else {
-					d, res = p.fallback(key, n, false), s.failResult()
+					d, res = p.fallback(key, n, peek), s.failResult()
 				}
 				st.flight.Store(nil)
 				close(f.done)
@@ -59,7 +67,7 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return p.fallback(key, n, false), s.failResult(), nil
+			return p.fallback(key, n, peek), s.failResult(), nil
 		}
 		timer := time.NewTimer(wait)
 		st.waiting.Add(n)
@@ -76,11 +84,15 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 			if s.set.onError != nil {
 				s.set.onError(errLeaseWait)
 			}
-			return p.fallback(key, n, false), s.failResult(), nil
+			return p.fallback(key, n, peek), s.failResult(), nil
 		}
 		now, skew := s.leaseNow()
 		rs := p.rs()
-		if g, rest, ok := p.take(st, n, now, skew, rs); ok {
+		if peek {
+			if d, ok := p.peekLease(st, now, skew, rs); ok {
+				return peeked(d), resAllowed, nil
+			}
+		} else if g, rest, ok := p.take(st, n, now, skew, rs); ok {
 			return fromLease(g, rest, now), resAllowed, nil
 		}
 		if d, ok := st.cachedDenial(n, now, rs); ok {
@@ -89,16 +101,29 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 	}
 }
 
+// peeked is peekLease's answer as Peek gives it: Remaining after the
+// peeked request.
+func peeked(d floodgate.Decision) floodgate.Decision {
+	if d.Allowed {
+		d.Remaining--
+	}
+	return d
+}
+
 // lead is the refill itself, run by the key's one leader: it takes the
 // key's lease out of reach, keeps what of it may still be spent toward
 // this request, asks Redis for the rest and the next batch in one round
 // trip, and installs the new batch.
-func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration) (d floodgate.Decision, res result, err error) {
+func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, budget time.Duration, peek bool) (d floodgate.Decision, res result, err error) {
 	s := p.s
 	ls := s.lease
 	now, skew := s.leaseNow()
 	rs := p.rs() // the rule of this round trip, and of the batch it takes
-	if g, rest, ok := p.take(st, n, now, skew, rs); ok {
+	if peek {
+		if d, ok := p.peekLease(st, now, skew, rs); ok {
+			return peeked(d), resAllowed, nil
+		}
+	} else if g, rest, ok := p.take(st, n, now, skew, rs); ok {
 		return fromLease(g, rest, now), resAllowed, nil // a refill that ended just now served it
 	}
 	if d, ok := st.cachedDenial(n, now, rs); ok {
@@ -117,6 +142,10 @@ func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, 
 		spent = old.taken - u - decayed
 		held = ls.usable(old, u, now, skew)
 		switch {
+		case held >= n && peek:
+			old.units.Store(held)
+			p.install(st, old, now)
+			return fromLease(old, held-1, now), resAllowed, nil
 		case held >= n: // a spend that lost a race to this refill
 			old.units.Store(held - n)
 			p.install(st, old, now)
@@ -145,7 +174,7 @@ func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, 
 	// allowance). A caller that gave up meanwhile is still abandoned, and
 	// what its request took goes back into the new batch (or to Redis).
 	ls.refills.Add(1)
-	r, err := p.decide(context.WithoutCancel(ctx), st.rkey, key, call{n: n - held, want: want, give: give, gk: gk, budget: budget, rs: rs})
+	r, err := p.decide(context.WithoutCancel(ctx), st.rkey, key, call{n: n - held, want: want, give: give, gk: gk, budget: budget, rs: rs, look: peek})
 	st.pending.Store(st.waiting.Load()) // the next batch serves those who queued meanwhile
 	if r.redis {
 		ls.returned.Add(give)
@@ -166,6 +195,7 @@ func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, 
 			// the next round trip finds it.
 			retry := int64(r.d.RetryAfter)
 			st.deniedReset.Store(now + int64(r.d.ResetAfter))
+			st.deniedOwed.Store(r.d.Owed)
 			st.deniedRetry.Store(now + retry)
 			st.deniedCost.Store(n)
 			st.deniedGen.Store(rs.gen)
@@ -186,8 +216,8 @@ func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, 
 		p.install(st, g, now)
 		d.Remaining += r.extra
 	}
-	if cerr != nil {
-		// Its caller left: the request keeps no charge. What it took from
+	if cerr != nil || peek {
+		// Its caller left, or it was a check: the request keeps no charge. What it took from
 		// Redis joins the batch it took, whose slots it precedes (the
 		// buckets) or whose window it shares (the windows); the log's,
 		// stamped before the batch's, goes back to Redis. What it took of
@@ -201,7 +231,9 @@ func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, 
 			old.units.Store(held)
 			p.install(st, old, now)
 		}
-		return p.abandon(), resAbandoned, cerr
+		if cerr != nil {
+			return p.abandon(), resAbandoned, cerr
+		}
 	}
 	return d, r.res, nil
 }

@@ -142,14 +142,18 @@ func fromLease(g *grant, rest, now int64) floodgate.Decision {
 }
 
 // cachedDenial answers a request of cost n from the key's last denial
-// while it holds, under the rule it was made under.
+// while it holds, under the rule it was made under. Owed is what the key
+// owed at the denial, on which a check refuses as Redis's answer would:
+// while the denial holds, the key cannot pass a request of 1, so at most
+// its last unit's time may pass in which it owes nothing more and is
+// still refused (stricter, never looser).
 func (st *leaseState) cachedDenial(n, now int64, rs *rules) (floodgate.Decision, bool) {
 	until := st.deniedUntil.Load()
 	if now >= until || n < st.deniedCost.Load() || st.deniedGen.Load() != rs.gen {
 		return floodgate.Decision{}, false
 	}
 	return floodgate.Decision{Limit: rs.capacity, RetryAfter: time.Duration(max(1, st.deniedRetry.Load()-now)),
-		ResetAfter: time.Duration(max(0, st.deniedReset.Load()-now))}, true
+		ResetAfter: time.Duration(max(0, st.deniedReset.Load()-now)), Owed: st.deniedOwed.Load()}, true
 }
 
 // leaseAllow decides a request of cost n from key under rs in lease
@@ -172,7 +176,7 @@ func (p *policy) leaseAllow(ctx context.Context, key string, n int64, rs *rules)
 		return r.d, r.res, err
 	}
 	st.lastUsed.Store(now)
-	return p.refill(ctx, key, st, n)
+	return p.refill(ctx, key, st, n, false)
 }
 
 // forget drops key's lease state under p (Reset): its units are spent

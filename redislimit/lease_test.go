@@ -971,3 +971,60 @@ func TestLeaseWindowEnd(t *testing.T) {
 		t.Errorf("the next window's batch holds %d units: cut short by the ended batch's %d", got, held)
 	}
 }
+
+// TestLeasePeekTakesLease: in lease mode, a check (Peek) of a key that
+// holds no lease takes one in the round trip that answers it, and charges
+// nothing: the checks and requests after it are answered from the lease,
+// and once the lease goes back Redis holds only the requests. The sliding
+// log's checks stay dry runs, a round trip each (its unit would go back
+// by a round trip of its own).
+func TestLeasePeekTakesLease(t *testing.T) {
+	srv := redistest.Start(t)
+	c := client(t, srv)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			clock := floodgate.NewManualClock(epoch)
+			rule := floodgate.Rule{Limit: 100, Period: time.Hour}
+			cfg := Config{Algorithm: alg, Rule: rule, Prefix: "peek-" + alg}
+			lease := cfg
+			lease.Lease = Lease{Max: 10}
+			l := replica(t, c, lease, clock)
+			for i := range 5 {
+				p, err := l.Peek(ctx, "k")
+				if err != nil || !p.Allowed || p.Remaining != 99 {
+					t.Fatalf("check %d: %+v, %v; want allowed with 99 remaining (after the request it peeks at)", i, p, err)
+				}
+			}
+			want := int64(1)
+			if alg == floodgate.SlidingLog {
+				want = 5
+			}
+			if calls := l.Stats().Calls; calls != want {
+				t.Fatalf("5 checks made %d round trips; want %d", calls, want)
+			}
+			for range 3 {
+				if d, err := l.Allow(ctx, "k"); err != nil || !d.Allowed {
+					t.Fatalf("%+v, %v", d, err)
+				}
+			}
+			if alg != floodgate.SlidingLog {
+				// A key's first batch is small (1 unit and the check's),
+				// and grows as the key spends: one refill at most.
+				if calls := l.Stats().Calls; calls > 2 {
+					t.Fatalf("3 requests after the checks made %d round trips; want at most 1 (the checks' lease serves the first two)", calls-1)
+				}
+			}
+			if p, err := l.Peek(ctx, "k"); err != nil || p.Remaining != 96 {
+				t.Fatalf("check after 3 requests: %+v, %v; want 96 remaining", p, err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			plain := replica(t, c, cfg, clock)
+			if p, err := plain.Peek(ctx, "k"); err != nil || p.Remaining != 96 {
+				t.Fatalf("Redis after the lease went back: %+v, %v; want 96 remaining (3 requests charged, no check)", p, err)
+			}
+		})
+	}
+}

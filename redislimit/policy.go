@@ -42,19 +42,33 @@ type policy struct {
 func (p *policy) rs() *rules { return p.cur.Load() }
 
 // Peek returns what one request for key would be answered now, and
-// changes nothing: a dry run on Redis, which in lease mode counts this
+// charges nothing: a dry run on Redis, which in lease mode counts this
 // replica's unspent lease of the key as remaining too. In lease mode a key
 // whose lease could serve the request, or that holds a denial, is
-// answered from it, with no round trip, as the request would be.
+// answered from it, with no round trip, as the request would be; and a
+// key of a bucket or a fixed or sliding window that holds neither takes
+// its lease in the round trip that answers (the peeked unit is leased
+// with the batch, not charged), so that the checks and requests after it
+// find one: Envoy AI Gateway's checks come before the costs that would
+// otherwise take it.
 func (p *policy) Peek(ctx context.Context, key string) (floodgate.Decision, error) {
-	if p.s.lease != nil {
-		if st := p.state(key); st != nil {
-			now, skew := p.s.leaseNow()
-			if d, ok := p.peekLease(st, now, skew, p.rs()); ok {
-				if d.Allowed {
-					d.Remaining-- // after the peeked request, as Redis answers
-				}
-				return d, nil
+	if ls := p.s.lease; ls != nil {
+		now, skew := p.s.leaseNow()
+		rs := p.rs()
+		st := p.state(key)
+		if st != nil {
+			if d, ok := p.peekLease(st, now, skew, rs); ok {
+				return peeked(d), nil
+			}
+		}
+		if p.kind != kindLog && !ls.closed.Load() && !p.closed.Load() {
+			if st == nil {
+				st = p.newState(key, p.s.hasher.ID(key))
+			}
+			if st != nil {
+				st.lastUsed.Store(now)
+				d, _, err := p.refill(ctx, key, st, 1, true)
+				return d, err
 			}
 		}
 	}
