@@ -174,8 +174,8 @@ func (r *Reservation) Settle(actual int64) (Decision, error) {
 	if !r.settled.CompareAndSwap(false, true) {
 		return Decision{}, ErrSettled
 	}
-	d, err := l.settleGrant(&r.gr, r.gr.n, actual)
-	if err != nil {
+	var d Decision
+	if err := l.settleGrant(&r.gr, r.gr.n, actual, &d); err != nil {
 		r.settled.Store(false)
 		return Decision{}, err
 	}
@@ -184,58 +184,52 @@ func (r *Reservation) Settle(actual int64) (Decision, error) {
 
 // settleGrant settles what gr took, est units of its key (gr.id; the
 // rest of gr only if est > 0), to actual: it gives back est − actual, or
-// charges actual − est, and returns the key's state after it, as Settle
-// does. An error comes before anything changes.
-func (l *Limiter) settleGrant(gr *grant, est, actual int64) (Decision, error) {
+// charges actual − est, and writes the key's state after it to *d, as
+// Settle returns it. An error comes before anything changes.
+func (l *Limiter) settleGrant(gr *grant, est, actual int64, d *Decision) error {
 	now := l.now()
-	var d Decision
 	switch {
 	case actual > est:
-		if err := l.chargeID(gr.id, now, actual-est, &d); err != nil {
-			return Decision{}, err
-		}
-		return d, nil
+		return l.chargeID(gr.id, now, actual-est, d)
 	case actual < est:
-		back := *gr
-		back.n = est - actual
-		l.refundKey(&back)
-		if back.g != nil {
-			l.returnGlobal(back.g, back.now, back.n)
+		l.refundKeyN(gr, est-actual)
+		if gr.g != nil {
+			l.returnGlobal(gr.g, gr.now, est-actual)
 		}
 	}
-	return l.settledAt(gr, now), nil
+	l.settledAt(gr, now, d)
+	return nil
 }
 
-// settledAt is settled for the key that gr took from, read where gr found
-// it (its state, or its slot while the slot still holds a word), with no
-// second lookup; else as settled finds it.
-func (l *Limiter) settledAt(gr *grant, now int64) Decision {
-	var d Decision
+// settledAt writes to *d what settled would for the key that gr took
+// from, read where gr found it (its state, or its slot while the slot
+// still holds a word), with no second lookup; else as settled finds it.
+func (l *Limiter) settledAt(gr *grant, now int64, d *Decision) {
 	found := false
 	switch {
 	case gr.s != nil:
-		d, found = gr.s.Peek(now)
+		*d, found = gr.s.Peek(now)
 	case gr.t != nil && gr.i >= 0:
 		// A table never gives a key's slot to another key: a word that is
 		// no mark is still gr's key's (a resize leaves Moved behind).
 		if v := gr.t.Word(gr.i).Load(); !word.IsMark(v) {
 			rs := rulesOf(gr.t)
 			if l.kind == bucketWords {
-				d = fromCore(rs.bucket.PeekValue(v, gr.t.Origin, now))
+				*d = Decision(rs.bucket.PeekValue(v, gr.t.Origin, now))
 			} else {
-				d = fromCore(rs.window.PeekValue(v, gr.t.Origin, now))
+				*d = Decision(rs.window.PeekValue(v, gr.t.Origin, now))
 			}
 			found = true
 		}
 	}
 	if !found {
-		return l.settled(gr.id, now)
+		*d = l.settled(gr.id, now)
+		return
 	}
 	if d.Allowed {
 		d.Remaining++ // Peek answers a request of 1 as if taken
 	}
 	d.Allowed = true
-	return d
 }
 
 // settled is the Decision of a settlement that charged key id nothing

@@ -268,6 +268,12 @@ func TestChargeAllocatesNothing(t *testing.T) {
 // was charged after the reservation, holds at least that, and at most
 // that and what the lapsed settlements had to give back. Every algorithm
 // and twin.
+//
+// And at every instant: no reservation is admitted while its key holds
+// less than its estimate (owing, or not). Each admission is checked
+// against a lower bound of what its key had taken when it was decided:
+// what the calls that returned before it began took, less every give-back
+// that began before it returned.
 func TestSettleConcurrent(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4 * runtime.NumCPU()))
 	const keys, workers, rounds = 3, 64, 200
@@ -277,6 +283,9 @@ func TestSettleConcurrent(t *testing.T) {
 			clock := floodgate.NewManualClock(int64(time.Hour))
 			l := newLimiter(t, floodgate.Config{Algorithm: alg, Rule: rule, Clock: clock})
 			var taken, given [keys]atomic.Int64 // given: what settlements gave back
+			// done: what returned calls took; back: what give-backs begun
+			// gave back (see the observer above).
+			var done, back [keys]atomic.Int64
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Add(1)
@@ -293,19 +302,27 @@ func TestSettleConcurrent(t *testing.T) {
 								return
 							}
 							taken[k].Add(n)
+							done[k].Add(n)
 							continue
 						}
 						est := rng.Int64N(100) + 1
+						before := done[k].Load()
 						r := l.Reserve(key, est)
 						if !r.Decision().Allowed {
 							continue
 						}
+						if held := before - back[k].Load(); held+est > rule.Limit {
+							t.Errorf("key %d: an estimate of %d was admitted when the key had taken at least %d of %d", k, est, held, rule.Limit)
+						}
+						done[k].Add(est)
 						actual := rng.Int64N(150)
 						given[k].Add(max(0, est-actual))
+						back[k].Add(max(0, est-actual))
 						if _, err := r.Settle(actual); err != nil {
 							t.Error(err)
 							return
 						}
+						done[k].Add(max(0, actual-est))
 						taken[k].Add(actual)
 					}
 				}()

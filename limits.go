@@ -137,15 +137,18 @@ type grant struct {
 }
 
 // refundKey gives the key's own state back what gr took from it.
-func (l *Limiter) refundKey(gr *grant) {
+func (l *Limiter) refundKey(gr *grant) { l.refundKeyN(gr, gr.n) }
+
+// refundKeyN gives the key's own state back n of what gr took from it.
+func (l *Limiter) refundKeyN(gr *grant, n int64) {
 	if g, ok := gr.s.(granter); ok && gr.lg.Cost() > 0 {
-		g.refundGrant(gr.lg, gr.n) // a lapsed refund leaves the key charged: stricter, never looser
+		g.refundGrant(gr.lg, n) // a lapsed refund leaves the key charged: stricter, never looser
 		return
 	}
 	if gr.s != nil {
-		l.returnObject(gr.s, gr.now, gr.n)
+		l.returnObject(gr.s, gr.now, n)
 	} else {
-		l.returnWord(gr.id, gr.t, gr.i, gr.now, gr.n, false, 0)
+		l.returnWord(gr.id, gr.t, gr.i, gr.now, n, false, 0)
 	}
 }
 

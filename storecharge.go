@@ -290,7 +290,7 @@ func (s *LocalStore) Settle(_ context.Context, asks []Ask, h *Hold, each []Decis
 		case f != i:
 			continue
 		case cost[i] < h.Parts[i].N:
-			all[i], _ = ls[i].settleGrant(&h.local[i], h.Parts[i].N, cost[i]) // a give-back: no error
+			_ = ls[i].settleGrant(&h.local[i], h.Parts[i].N, cost[i], &all[i]) // a give-back: no error
 		case cost[i] == h.Parts[i].N:
 			l := ls[i]
 			all[i] = l.settled(l.hasher.ID(asks[i].Key), l.now())
