@@ -33,7 +33,11 @@ const rlsG = 64
 // rlsConfig is the rate-limit configuration both servers run: a rule
 // per client (1,000 of them), one for the hot descriptor every request
 // of three carries, and one per route; limits no request reaches, so
-// that every answer is a decision that admits.
+// that every answer is a decision that admits. The token budget is per
+// hour, as Envoy AI Gateway's budgets are: per second, every window's end
+// would have each client's next request in lease mode wait for a new
+// batch (a fixed window's batch ends with its window), which the request
+// scenarios measure already.
 const rlsConfig = `domain: bench
 descriptors:
   - key: client
@@ -43,7 +47,7 @@ descriptors:
   - key: route
     rate_limit: {unit: second, requests_per_unit: 1000000000}
   - key: tokens
-    rate_limit: {unit: second, requests_per_unit: 1000000000}
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
 `
 
 // rlsServer is one rate-limit service under benchmark: a process.
