@@ -93,17 +93,18 @@ func (l *Limiter) Charge(key string, n int64) (Decision, error) {
 //
 // A Reservation holds no reference to key. It must not be copied: a copy
 // could settle twice (go vet reports copies).
-func (l *Limiter) Reserve(key string, estimate int64) Reservation {
-	var gr grant
-	var d Decision
+func (l *Limiter) Reserve(key string, estimate int64) (r Reservation) {
+	// Written in place: the Reservation is the caller's, not a copy.
+	r.l = l
 	if estimate == 0 {
 		id, now := l.hasher.ID(key), l.now()
-		l.check(id, now, &d)
-		gr.id = id
-		return Reservation{l: l, gr: gr, d: d, ok: d.Allowed}
+		l.check(id, now, &r.d)
+		r.gr.id = id
+	} else {
+		l.allowAt(key, l.now(), estimate, &r.gr, &r.d)
 	}
-	l.allowAt(key, l.now(), estimate, &gr, &d)
-	return Reservation{l: l, gr: gr, d: d, ok: d.Allowed}
+	r.ok = r.d.Allowed
+	return
 }
 
 // check is Reserve's answer to an estimate of 0 for key id at now: what
@@ -163,7 +164,7 @@ func (r *Reservation) Decision() Decision { return r.d }
 // after it (see its paragraph in the package documentation); a key
 // evicted or reset since keeps nothing to give back. Settle is safe to
 // call from any goroutine; of two at once, one settles.
-func (r *Reservation) Settle(actual int64) (Decision, error) {
+func (r *Reservation) Settle(actual int64) (d Decision, err error) {
 	l := r.l
 	if l == nil || !r.ok {
 		return Decision{}, ErrNotReserved
@@ -174,7 +175,6 @@ func (r *Reservation) Settle(actual int64) (Decision, error) {
 	if !r.settled.CompareAndSwap(false, true) {
 		return Decision{}, ErrSettled
 	}
-	var d Decision
 	if err := l.settleGrant(&r.gr, r.gr.n, actual, &d); err != nil {
 		r.settled.Store(false)
 		return Decision{}, err
