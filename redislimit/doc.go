@@ -133,9 +133,10 @@
 // the keys' leases hold make no round trip; a charge past what a lease
 // holds draws the lease and sends the rest to Redis, so a key in debt is
 // admitted from no lease. A check (a Peek, or a reservation of 0) of a key
-// that holds no lease takes one: a Peek in the round trip that answers it,
-// a reservation by the bookkeeper after it, so that the checks and costs
-// of a token budget find one at steady state.
+// that holds no lease takes one: a Peek in the round trip that answers it
+// (but the sliding log's, which stays a dry run), a reservation by the
+// bookkeeper after it, so that the checks and costs of a token budget
+// find one at steady state.
 //
 // # Changing the rule
 //
