@@ -192,6 +192,9 @@ func (l *Limiter) settleGrant(gr *grant, est, actual int64, d *Decision) error {
 	case actual > est:
 		return l.chargeID(gr.id, now, actual-est, d)
 	case actual < est:
+		if gr.g == nil && gr.t != nil && gr.i >= 0 && l.settleWord(gr, est-actual, now, d) {
+			return nil
+		}
 		l.refundKeyN(gr, est-actual)
 		if gr.g != nil {
 			l.returnGlobal(gr.g, gr.now, est-actual)
@@ -199,6 +202,24 @@ func (l *Limiter) settleGrant(gr *grant, est, actual int64, d *Decision) error {
 	}
 	l.settledAt(gr, now, d)
 	return nil
+}
+
+// settleWord gives n back to the word of the slot gr took from and writes
+// the key's state after it to *d, in one step, as refundKeyN then
+// settledAt would: false, with nothing given back, when the slot no
+// longer holds a word of the key (a resize moved it, the key was removed)
+// or a reading lies outside its range, for the general path.
+func (l *Limiter) settleWord(gr *grant, n, now int64, d *Decision) bool {
+	t := gr.t
+	rs := rulesOf(t)
+	if l.kind == bucketWords {
+		bd, ok := rs.bucket.SettleWord(t.Word(gr.i), t.Origin, now, n)
+		*d = Decision(bd)
+		return ok
+	}
+	wd, ok := rs.window.SettleWord(t.Word(gr.i), t.Origin, gr.now, now, n)
+	*d = Decision(wd)
+	return ok
 }
 
 // settledAt writes to *d what settled would for the key that gr took

@@ -155,6 +155,40 @@ func (p *Params) RefundWord(w *atomic.Uint64, n int64) word.Status {
 	}
 }
 
+// SettleWord gives n back to the word w, as RefundWord does, and returns
+// the bucket's state at now after it, as a settlement answers it (what
+// PeekValue answers of the value the refund left, its peeked unit not
+// taken: Allowed, and Remaining the whole tokens held), in one step. ok is
+// false, and nothing is given back, when w holds a mark or a retired
+// state, or now lies outside the word's range: the caller then takes
+// RefundWord's path.
+func (p *Params) SettleWord(w *atomic.Uint64, origin, now, n int64) (d Decision, ok bool) {
+	t, pos := p.ticks(now, origin)
+	if pos != inRange {
+		return Decision{}, false
+	}
+	for {
+		v := w.Load()
+		if word.IsMark(v) || isRetired(int64(v)) {
+			return Decision{}, false
+		}
+		next, _ := p.refund(int64(v), n)
+		if next != int64(v) {
+			chaos.Yield()
+			if !w.CompareAndSwap(v, uint64(next)) {
+				chaos.Retried()
+				continue
+			}
+		}
+		d, _ = p.peek(next, t, inRange)
+		if d.Allowed {
+			d.Remaining++ // the peeked unit is not taken
+		}
+		d.Allowed = true
+		return d, true
+	}
+}
+
 // RetireIdleWord marks w Dead if the bucket is full at now, as a new one
 // is, and reports whether it did.
 func (p *Params) RetireIdleWord(w *atomic.Uint64, origin, now int64) bool {

@@ -169,6 +169,41 @@ func (p *Params) RefundWord(w *atomic.Uint64, origin, now, n int64) word.Status 
 	}
 }
 
+// SettleWord gives n back to the word w for a grant or a charge at at, as
+// RefundWord does, and returns the window's state at now after it, as a
+// settlement answers it (what PeekValue answers of the value the refund
+// left, its peeked unit not taken: Allowed, and Remaining what is held),
+// in one step. ok is false, and nothing is given back, when w holds a
+// mark or a retired state, or at or now lies outside the word's range:
+// the caller then takes RefundWord's path.
+func (p *Params) SettleWord(w *atomic.Uint64, origin, at, now, n int64) (d Decision, ok bool) {
+	rel, _, pos := p.locate(at, origin)
+	nrel, e, npos := p.locate(now, origin)
+	if pos != inRange || npos != inRange {
+		return Decision{}, false
+	}
+	for {
+		v := w.Load()
+		if word.IsMark(v) || isRetired(v) {
+			return Decision{}, false
+		}
+		next, _ := p.refund(v, rel, n)
+		if next != v {
+			chaos.Yield()
+			if !w.CompareAndSwap(v, next) {
+				chaos.Retried()
+				continue
+			}
+		}
+		d, _ = p.peek(next, nrel, e, inRange)
+		if d.Allowed {
+			d.Remaining++ // the peeked unit is not taken
+		}
+		d.Allowed = true
+		return d, true
+	}
+}
+
 // RetireIdleWord marks w Dead if at now it answers as a new window would.
 func (p *Params) RetireIdleWord(w *atomic.Uint64, origin, now int64) bool {
 	rel, _, pos := p.locate(now, origin)

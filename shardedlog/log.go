@@ -239,6 +239,30 @@ func (l *Log) evaluate(v *view, t int64) (o outcome, ok bool) {
 	return o, ok
 }
 
+// refundOutcome is evaluate for a refund's claim at t, the newest entry's
+// time, which always fits and answers nothing: of the window it needs
+// only what the claim checks, whether the ring is full of live entries
+// (the boundary is lo), and the entry's time. So it finds no boundary:
+// b is lo, or lo + 1 when that entry has expired at the claim's time (a
+// lower bound of the boundary, as evaluate's b is the boundary itself),
+// which one entry's time tells; window is left 0.
+func (l *Log) refundOutcome(v *view, t int64) (o outcome, ok bool) {
+	o.charged, o.b = max(t, v.prevTs), v.lo
+	if v.h <= v.r.mask || v.lo+1 >= v.h {
+		// The ring has not wrapped (the slot to claim holds no entry), or
+		// holds no entry after lo: either way b is lo.
+		return o, true
+	}
+	ts, cum, got := v.r.entryAt(v.lo + 1)
+	if !got {
+		return o, false // the view is stale: the caller reads again
+	}
+	if l.p.expired(ts, o.charged) {
+		o.b, o.bCum = v.lo+1, cum
+	}
+	return o, true
+}
+
 // decision builds the answer for a request of cost n at t; allowed says
 // whether it was admitted (and the window then includes it).
 func (l *Log) decision(v *view, o outcome, t, n int64, allowed bool) (Decision, bool) {
@@ -309,7 +333,13 @@ func (l *Log) step(t, n int64, op op, g *Grant) (d Decision, allowed, live, done
 func (l *Log) decide(v *view, t, n int64, op op, g *Grant) (d Decision, allowed, live, done bool) {
 	lost := 0
 	for first := true; ; first = false {
-		o, ok := l.evaluate(v, t)
+		var o outcome
+		var ok bool
+		if op == opRefund {
+			o, ok = l.refundOutcome(v, t)
+		} else {
+			o, ok = l.evaluate(v, t)
+		}
 		if !ok {
 			return d, false, true, false
 		}
