@@ -429,9 +429,9 @@ func (pp *peekPolicy) taken(t *testing.T, key string, limit int64) int64 {
 // Once the replicas have stopped (returning their leases), Redis holds
 // exactly the costs of the replies served, every unit of the debt
 // included (less what the rule refilled during the run); in lease mode,
-// at least that, and at most what the leases could hold more: units a
-// replica leased and that did not go back at its stop stay charged
-// (fewer for the client, never more).
+// at least that, and at most what the budget and the leases could take:
+// units a replica leased that did not go back at its stop, or whose
+// give-back lapsed, stay charged (fewer for the client, never more).
 func TestReplicasSpendOneBudget(t *testing.T) {
 	const budget, requests = 5000, 400
 	rule := floodgate.Rule{Limit: budget, Period: replicaPeriod}
@@ -500,16 +500,20 @@ func TestReplicasSpendOneBudget(t *testing.T) {
 			if over := spent.Load() - budget; over > workers*100+replicas*64 {
 				t.Errorf("served %d units past the budget, more than %d requests in flight and the leases could", over, workers)
 			}
-			// Per request, exactly the costs served. In lease mode the
-			// units a replica leased and that did not go back stay
-			// charged (fewer for the client, never more): up to what the
-			// leases could hold; and no cost is ever lost.
-			held := int64(0)
+			// Per request, exactly the costs served; and no cost is ever
+			// lost. In lease mode the units a replica leased and that did
+			// not go back stay charged (fewer for the client, never more):
+			// those left in leases at the stop, and the give-backs that
+			// lapsed because another replica charged the key after the
+			// batch was taken, which under the race detector's slowness
+			// came to 653 units of 5,000 in one run. So there Redis holds
+			// at most what the budget and the leases could take.
+			upper := spent.Load()
 			if lease {
-				held = replicas * 64
+				upper = max(spent.Load(), budget) + replicas*64
 			}
-			if got > spent.Load()+held || got < spent.Load()-extra {
-				t.Errorf("Redis holds %d taken, the replicas served %d (up to %d less with the refill, %d more left in leases): a cost was lost or counted twice", got, spent.Load(), extra, held)
+			if got > upper || got < spent.Load()-extra {
+				t.Errorf("Redis holds %d taken, the replicas served %d (up to %d less with the refill, at most %d in all): a cost was lost or counted twice", got, spent.Load(), extra, upper)
 			}
 		})
 	}
