@@ -88,17 +88,29 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 		}
 		now, skew := s.leaseNow()
 		rs := p.rs()
-		if peek {
-			if d, ok := p.peekLease(st, now, skew, rs); ok {
-				return peeked(d), resAllowed, nil
-			}
-		} else if g, rest, ok := p.take(st, n, now, skew, rs); ok {
-			return fromLease(g, rest, now), resAllowed, nil
+		if d, ok := p.fromHeld(st, n, now, skew, rs, peek); ok {
+			return d, resAllowed, nil
 		}
 		if d, ok := st.cachedDenial(n, now, rs); ok {
 			return d, resDenied, nil
 		}
 	}
+}
+
+// fromHeld serves a request of cost n from the key's lease, or with peek
+// answers its check (n 1, taking nothing) from it: false when the lease
+// cannot.
+func (p *policy) fromHeld(st *leaseState, n, now, skew int64, rs *rules, peek bool) (floodgate.Decision, bool) {
+	if peek {
+		if d, ok := p.peekLease(st, now, skew, rs); ok {
+			return peeked(d), true
+		}
+		return floodgate.Decision{}, false
+	}
+	if g, rest, ok := p.take(st, n, now, skew, rs); ok {
+		return fromLease(g, rest, now), true
+	}
+	return floodgate.Decision{}, false
 }
 
 // peeked is peekLease's answer as Peek gives it: Remaining after the
@@ -119,12 +131,8 @@ func (p *policy) lead(ctx context.Context, key string, st *leaseState, n int64, 
 	ls := s.lease
 	now, skew := s.leaseNow()
 	rs := p.rs() // the rule of this round trip, and of the batch it takes
-	if peek {
-		if d, ok := p.peekLease(st, now, skew, rs); ok {
-			return peeked(d), resAllowed, nil
-		}
-	} else if g, rest, ok := p.take(st, n, now, skew, rs); ok {
-		return fromLease(g, rest, now), resAllowed, nil // a refill that ended just now served it
+	if d, ok := p.fromHeld(st, n, now, skew, rs, peek); ok {
+		return d, resAllowed, nil // a refill that ended just now served it
 	}
 	if d, ok := st.cachedDenial(n, now, rs); ok {
 		return d, resDenied, nil
