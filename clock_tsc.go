@@ -37,11 +37,12 @@ type TSCClock struct {
 	anchor atomic.Pointer[tscAnchor]
 	_      cpu.CacheLinePad
 
-	counter func() uint64 // nil: the processor's counter
-	mono    func() int64
-	stop    chan struct{}
-	done    chan struct{}
-	once    sync.Once
+	counter  func() uint64 // nil: the processor's counter
+	mono     func() int64
+	anchored chan<- struct{} // nil; a test's: told after each tick is handled
+	stop     chan struct{}
+	done     chan struct{}
+	once     sync.Once
 }
 
 // tscAnchor is one reading of the counter and the monotonic clock taken
@@ -72,7 +73,7 @@ func NewTSCClock() *TSCClock {
 		return &TSCClock{mono: systemClock{}.Now}
 	}
 	t := time.NewTicker(tscRefresh)
-	c := newTSCClock(t.C, nil, systemClock{}.Now, tscWarmup)
+	c := newTSCClock(t.C, nil, nil, systemClock{}.Now, tscWarmup)
 	go func() {
 		<-c.done
 		t.Stop()
@@ -88,9 +89,11 @@ func (c *TSCClock) Invariant() bool { return c.stop != nil }
 // counter and the monotonic clock given (a nil counter is the processor's).
 // With a warmup, it first spins that many nanoseconds of the monotonic
 // clock and anchors, so that the clock reads the counter from the start.
-// Tests drive it with a channel and counters of their own, and no warmup.
-func newTSCClock(tick <-chan time.Time, counter func() uint64, mono func() int64, warmup int64) *TSCClock {
-	c := &TSCClock{counter: counter, mono: mono, stop: make(chan struct{}), done: make(chan struct{})}
+// Tests drive it with a channel and counters of their own, and no warmup;
+// a non-nil anchored hears once each tick has been handled, so that a test
+// changes its clocks only between anchors.
+func newTSCClock(tick <-chan time.Time, anchored chan<- struct{}, counter func() uint64, mono func() int64, warmup int64) *TSCClock {
+	c := &TSCClock{counter: counter, mono: mono, anchored: anchored, stop: make(chan struct{}), done: make(chan struct{})}
 	base := c.pair()
 	if warmup > 0 {
 		for c.mono()-base.ns < warmup {
@@ -108,6 +111,9 @@ func newTSCClock(tick <-chan time.Time, counter func() uint64, mono func() int64
 				now := c.anchorFrom(base)
 				if n++; n%tscRebaseEvery == 0 {
 					base, next = next, now
+				}
+				if c.anchored != nil {
+					c.anchored <- struct{}{}
 				}
 			}
 		}

@@ -13,10 +13,24 @@ type fakeCounter struct{ v atomic.Uint64 }
 
 func (f *fakeCounter) read() uint64 { return f.v.Load() }
 
-// anchor sends one tick and waits until the clock has handled it.
-func anchor(tick chan time.Time) {
-	tick <- time.Time{}
-	tick <- time.Time{} // returns once the first tick is handled
+// testTSC is a TSCClock on a tick channel the test drives.
+type testTSC struct {
+	*TSCClock
+	tick     chan time.Time
+	anchored chan struct{}
+}
+
+func newTestTSC(counter func() uint64, mono func() int64) testTSC {
+	tc := testTSC{tick: make(chan time.Time), anchored: make(chan struct{})}
+	tc.TSCClock = newTSCClock(tc.tick, tc.anchored, counter, mono, 0)
+	return tc
+}
+
+// anchor sends one tick and waits until the clock has handled it, so that
+// nothing the test changes after it reaches that anchor.
+func (tc testTSC) anchor() {
+	tc.tick <- time.Time{}
+	<-tc.anchored
 }
 
 // TestTSCClock drives the counter, the monotonic clock and the anchoring
@@ -27,15 +41,14 @@ func anchor(tick chan time.Time) {
 func TestTSCClock(t *testing.T) {
 	ctr, mono := &fakeCounter{}, NewManualClock(100)
 	ctr.v.Store(1000)
-	tick := make(chan time.Time)
-	c := newTSCClock(tick, ctr.read, mono.Now, 0)
+	c := newTestTSC(ctr.read, mono.Now)
 	defer c.Stop()
 	if got := c.Now(); got != 100 {
 		t.Fatalf("before an anchor Now = %d, want the monotonic 100", got)
 	}
 	ctr.v.Store(3000) // 2,000 ticks in 1,000 ns: 2 ticks a nanosecond
 	mono.Set(1100)
-	anchor(tick)
+	c.anchor()
 	mono.Set(5000) // the monotonic clock is not read once anchored
 	for _, tc := range []struct {
 		counter uint64
@@ -49,7 +62,7 @@ func TestTSCClock(t *testing.T) {
 	// The monotonic clock goes back: no rate, no new anchor.
 	ctr.v.Store(5000)
 	mono.Set(50)
-	anchor(tick)
+	c.anchor()
 	ctr.v.Store(3400)
 	if got := c.Now(); got != 1300 {
 		t.Fatalf("a pair with no rate moved the anchor: Now = %d, want 1300", got)
@@ -67,13 +80,12 @@ func TestTSCClock(t *testing.T) {
 // exactly once the old pair is left behind.
 func TestTSCClockFollowsRate(t *testing.T) {
 	ctr, mono := &fakeCounter{}, NewManualClock(0)
-	tick := make(chan time.Time)
-	c := newTSCClock(tick, ctr.read, mono.Now, 0)
+	c := newTestTSC(ctr.read, mono.Now)
 	defer c.Stop()
 	step := func(ticksPerNs uint64) {
 		ctr.v.Add(1000 * ticksPerNs)
 		mono.Advance(1000)
-		tick <- time.Time{}
+		c.anchor()
 	}
 	for range tscRebaseEvery {
 		step(2)
@@ -81,7 +93,6 @@ func TestTSCClockFollowsRate(t *testing.T) {
 	for range 2 * tscRebaseEvery {
 		step(4)
 	}
-	tick <- time.Time{} // handled once this send returns: the last step's anchor stands
 	at, ns := ctr.v.Load(), mono.Now()
 	ctr.v.Store(at + 400)
 	if got := c.Now(); got != ns+100 {
@@ -149,10 +160,9 @@ func TestTSCClockOnTheCounter(t *testing.T) {
 	}
 	var got, want int64
 	for attempt := 0; attempt < 5; attempt++ {
-		tick := make(chan time.Time)
-		c := newTSCClock(tick, nil, sys.Now, 0)
+		c := newTestTSC(nil, sys.Now)
 		spin(2e6)
-		anchor(tick)
+		c.anchor()
 		a, s0 := c.Now(), sys.Now()
 		spin(2e6)
 		b, s1 := c.Now(), sys.Now()
