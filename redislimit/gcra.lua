@@ -69,7 +69,8 @@
 -- while the debt it created is unpaid; now, Redis's clock. remaining
 -- excludes the leased units and includes the credits; it is negative
 -- when the key owes: minus the whole units owed, ceil((TAT - now - tau) /
--- interval). A forced charge (dry 2) may put the TAT past now + tau, up
+-- interval) less the credits, which pay a debt as they pay a request.
+-- A forced charge (dry 2) may put the TAT past now + tau, up
 -- to 2^52; past that its allowed is -1, and it writes nothing.
 
 --[[args]]
@@ -300,12 +301,18 @@ if force and (m > floor(2^52 / interval) or w + m * interval > 2^52) then
   return {-1, left(w - now) + cr, 0, w - now, 0, w - now, now}
 end
 local next = w + m * interval
-local allowed = force or next - now <= tau
+-- The credits left after the request count against its debt, as the TAT
+-- they were given back from would stand without them: a valid credit's
+-- slot is still ahead, so the TAT less every valid credit is not behind
+-- now, and a key in debt that was given back units owes that much less.
+-- (m > 0 takes every credit.)
+local over = next - now - (cr - c) * interval
+local allowed = force or over <= tau
 local debt, retry, extra, rest = w - now, 0, 0, cr
 if allowed then
   if m > 0 then debt = next - now end
   rest = cr - c
-  if force then retry = math.max(0, debt + interval - tau) end -- until a request of 1 passes
+  if force then retry = math.max(0, debt + (1 - rest) * interval - tau) end -- until a request of 1 passes
   if write then
     take(c)
     if want > 0 then
@@ -316,7 +323,7 @@ if allowed then
     if m > 0 or extra > 0 or changed or c > 0 then save(math.max(next, tat)) end
   end
 else
-  retry = debt + m * interval - tau
+  retry = over - tau
   if changed then save(tat) end
 end
 return {allowed and 1 or 0, left(debt) + rest, retry, debt, extra, debt, now}

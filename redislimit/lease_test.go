@@ -1028,3 +1028,57 @@ func TestLeasePeekTakesLease(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaseGiveBackPaysDebt: units a replica leased and gives back after
+// another replica has charged the key into debt pay that debt, as they
+// would pay a request: once they are back, Redis holds exactly what was
+// charged, and a key that owes less than they bring is admitted again.
+// (A bucket's give-back that is not the last of the TAT is kept as
+// credits; before they counted against a debt, the key stayed refused
+// and Redis read as holding the whole budget.) A sliding log's give-back
+// at the instant of a later entry lapses: there, at least what was
+// charged.
+func TestLeaseGiveBackPaysDebt(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, alg := range redisAlgorithms {
+		t.Run(alg, func(t *testing.T) {
+			const limit = 1000
+			clock := floodgate.NewManualClock(int64(time.Hour))
+			prefix := "paydebt-" + alg
+			leasing := leaseStore(t, srv, prefix, clock)
+			plain := frozenStore(t, srv, Config{Prefix: prefix, Timeout: 10 * time.Second}, clock)
+			rule := floodgate.Rule{Limit: limit, Period: time.Hour}
+			pl := mustPolicy(t, leasing, "budget", alg, rule)
+			pp := mustPolicy(t, plain, "budget", alg, rule)
+			charge := func(s *Store, p floodgate.StorePolicy, n int64) {
+				t.Helper()
+				if _, err := s.Charge(ctx, []floodgate.Ask{{Policy: p, Key: "k", N: n}}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 40 {
+				charge(leasing, pl, 1)
+			}
+			before := heldOn(t, pp, "k", limit) // the 40 and the lease
+			if before < 40+11 {
+				t.Fatalf("Redis holds %d after 40 units in lease mode: want a lease of more than the debt of 10 to come", before)
+			}
+			charge(plain, pp, limit-before+10) // 10 past the budget while the lease is out
+			if d, err := pp.Peek(ctx, "k"); err != nil || d.Allowed || d.Owed != 10 {
+				t.Fatalf("with the lease out: %+v, %v; want refused, owing 10", d, err)
+			}
+			if err := leasing.Close(); err != nil {
+				t.Fatal(err)
+			}
+			total := 40 + limit - before + 10
+			got := heldOn(t, pp, "k", limit)
+			if got != total && !(alg == floodgate.SlidingLog && got > total) {
+				t.Fatalf("after the lease went back, Redis holds %d taken; %d were charged", got, total)
+			}
+			if d, err := pp.Peek(ctx, "k"); err != nil || (alg != floodgate.SlidingLog && !d.Allowed) {
+				t.Fatalf("after %d units of lease paid a debt of 10: %+v, %v; want admitted", before-40, d, err)
+			}
+		})
+	}
+}
