@@ -136,9 +136,14 @@ type logGrant = shardedlog.Grant
 // grant whole; refundGrant gives back m of it, and lapses (the key keeps
 // the cost, stricter, never looser) once a later entry of the key was
 // charged after it.
+//
+// settleGrant is refundGrant that also returns Peek(now)'s answer, read
+// where the refund landed, and reports whether it did (else the caller
+// peeks).
 type granter interface {
 	allowGrant(now, n int64) (Decision, logGrant, bool)
 	refundGrant(g logGrant, m int64) bool
+	settleGrant(g logGrant, m, now int64) (Decision, bool)
 }
 
 func (s *logState) allowGrant(now, n int64) (Decision, logGrant, bool) {
@@ -151,6 +156,11 @@ func (s *logState) refundGrant(g logGrant, m int64) bool {
 	return ok && err == nil
 }
 
+func (s *logState) settleGrant(g logGrant, m, now int64) (Decision, bool) {
+	d, answered, err := s.l().SettleGrant(g, m, now)
+	return fromCore(d), answered && err == nil
+}
+
 func (s *mutexLogState) allowGrant(now, n int64) (Decision, logGrant, bool) {
 	d, g, live := s.l().AllowGrant(now, n)
 	return fromCore(d), g, live
@@ -159,4 +169,9 @@ func (s *mutexLogState) allowGrant(now, n int64) (Decision, logGrant, bool) {
 func (s *mutexLogState) refundGrant(g logGrant, m int64) bool {
 	ok, err := s.l().RefundGrant(g, m)
 	return ok && err == nil
+}
+
+func (s *mutexLogState) settleGrant(g logGrant, m, now int64) (Decision, bool) {
+	d, answered, err := s.l().SettleGrant(g, m, now)
+	return fromCore(d), answered && err == nil
 }

@@ -195,9 +195,19 @@ func (l *Limiter) settleGrant(gr *grant, est, actual int64, d *Decision) error {
 		if gr.g == nil && gr.t != nil && gr.i >= 0 && l.settleWord(gr, est-actual, now, d) {
 			return nil
 		}
-		l.refundKeyN(gr, est-actual)
+		answered := false
+		if g, ok := gr.s.(granter); ok && gr.lg.Cost() > 0 {
+			// A lapsed refund leaves the key charged: stricter, never looser.
+			*d, answered = g.settleGrant(gr.lg, est-actual, now)
+		} else {
+			l.refundKeyN(gr, est-actual)
+		}
 		if gr.g != nil {
 			l.returnGlobal(gr.g, gr.now, est-actual)
+		}
+		if answered {
+			settledFrom(d)
+			return nil
 		}
 	}
 	l.settledAt(gr, now, d)
@@ -247,8 +257,14 @@ func (l *Limiter) settledAt(gr *grant, now int64, d *Decision) {
 		*d = l.settled(gr.id, now)
 		return
 	}
+	settledFrom(d)
+}
+
+// settledFrom turns d, a Peek's answer, into a settlement's: Allowed,
+// and the request of 1 that a Peek answers as if taken not taken.
+func settledFrom(d *Decision) {
 	if d.Allowed {
-		d.Remaining++ // Peek answers a request of 1 as if taken
+		d.Remaining++
 	}
 	d.Allowed = true
 }
@@ -257,11 +273,7 @@ func (l *Limiter) settledAt(gr *grant, now int64, d *Decision) {
 // more: what is left, with Allowed true.
 func (l *Limiter) settled(id registry.ID, now int64) Decision {
 	d := l.peekID(id, now)
-	// Peek answers a request of 1 as if taken; the settlement took none.
-	if d.Allowed {
-		d.Remaining++
-	}
-	d.Allowed = true
+	settledFrom(&d)
 	return d
 }
 

@@ -116,13 +116,28 @@ func (l *Log) RefundGrant(g Grant, m int64) (bool, error) {
 	if err := g.check(m); err != nil {
 		return false, err
 	}
-	return l.refund(g.ts, uint64(g.cost), uint64(m), g.cum, true), nil
+	return l.refund(g.ts, uint64(g.cost), uint64(m), g.cum, true, 0, nil), nil
+}
+
+// SettleGrant is RefundGrant followed by Peek(now), in one step where it
+// can: once the refund lands, its answer is read from the view that the
+// refund's claim extended, with no second reading of the head. answered
+// is false, and d is not an answer, when there is no such view (the
+// refund lapsed, or an entry the answer reads was overwritten meanwhile):
+// the caller then peeks. The refund is as RefundGrant's, error included.
+func (l *Log) SettleGrant(g Grant, m, now int64) (d Decision, answered bool, err error) {
+	if err := g.check(m); err != nil {
+		return d, false, err
+	}
+	answered = l.refund(g.ts, uint64(g.cost), uint64(m), g.cum, true, now, &d)
+	return d, answered, nil
 }
 
 // refund gives back m of the newest entry's cost if that entry was charged
 // at ts and costs cost (and, with byCum, its cumulative cost is cum), and
-// reports whether it did (see the protocol above).
-func (l *Log) refund(ts int64, cost, m, cum uint64, byCum bool) bool {
+// reports whether it did (see the protocol above). With d not nil, it
+// reports instead whether it did and wrote Peek(now)'s answer to *d.
+func (l *Log) refund(ts int64, cost, m, cum uint64, byCum bool, now int64, d *Decision) bool {
 	for {
 		v, retired := l.current()
 		if retired || v.h-1 <= v.lo || v.prevTs != ts || (byCum && v.prevCum != cum) {
@@ -138,9 +153,27 @@ func (l *Log) refund(ts int64, cost, m, cum uint64, byCum bool) bool {
 			return false
 		}
 		if _, _, _, done := l.decide(&v, ts, int64(m), opRefund, nil); done {
-			return true
+			return d == nil || l.peekAfterRefund(&v, ts, m, now, d)
 		}
 	}
+}
+
+// peekAfterRefund writes Peek(now)'s answer to *d, read from v, the view
+// whose head a refund of m at ts has just claimed: the ring as v read it,
+// and the refund's entry after it. It reports false when an entry it
+// reads has been overwritten since (a later lap's claim), or the window
+// reads otherwise than a fresh view would. The refunded entry may not be
+// settled yet (its count above the refund's): as the newest pair of one
+// time, it misleads no search (see the protocol above).
+func (l *Log) peekAfterRefund(v *view, ts int64, m uint64, now int64, d *Decision) bool {
+	after := view{r: v.r, h: v.h + 1, prevTs: ts, prevCum: (v.prevCum - m) & cumMask, from: v.from}
+	after.lo = lowest(after.h, v.r.mask)
+	o, ok := l.evaluate(&after, now)
+	if !ok {
+		return false
+	}
+	*d, ok = l.decision(&after, o, now, 1, l.p.fits(int64(o.window), 1, opPeek))
+	return ok
 }
 
 // chargeDecision is the answer to a charge of n at t that fits the bound,

@@ -22,6 +22,7 @@ type debtor interface {
 	ChargeN(now, n int64) (Decision, bool, error)
 	AllowGrant(now, n int64) (Decision, Grant, bool)
 	RefundGrant(g Grant, m int64) (bool, error)
+	SettleGrant(g Grant, m, now int64) (Decision, bool, error)
 }
 
 type debtMaker struct {
@@ -625,10 +626,25 @@ func TestLogDebtDifferential(t *testing.T) {
 				back := 1 + r.Int64N(g.Cost())
 				k := len(md.entries) - 1
 				ok := md.refundable(g.ts, g.cost) && md.cum&cumMask == g.cum && k >= 0
-				ra, ea := a.RefundGrant(g, back)
-				rm, em := m.RefundGrant(g, back)
-				if ra != rm || ea != nil || em != nil || ra != ok {
-					fail(i, "RefundGrant(%+v, %d): lock-free %v %v, mutex %v %v, model %v", g, back, ra, ea, rm, em, ok)
+				if r.IntN(2) == 0 {
+					ra, ea := a.RefundGrant(g, back)
+					rm, em := m.RefundGrant(g, back)
+					if ra != rm || ea != nil || em != nil || ra != ok {
+						fail(i, "RefundGrant(%+v, %d): lock-free %v %v, mutex %v %v, model %v", g, back, ra, ea, rm, em, ok)
+					}
+				} else {
+					// SettleGrant: the lock-free log answers from its
+					// refund's claim when the refund lands (and with one
+					// goroutine it always can), as a Peek after it would;
+					// the mutex answers always.
+					da, aa, ea := a.SettleGrant(g, back, now)
+					dm, am, em := m.SettleGrant(g, back, now)
+					if ea != nil || em != nil || aa != ok || !am || (aa && da != dm) {
+						fail(i, "SettleGrant(%+v, %d): lock-free %+v %v %v, mutex %+v %v %v, model %v", g, back, da, aa, ea, dm, am, em, ok)
+					}
+					if pa := mustPeek(a, now); aa && pa != da {
+						fail(i, "SettleGrant(%+v, %d) answered %+v, a Peek after it %+v", g, back, da, pa)
+					}
 				}
 				if ok {
 					md.give(back)

@@ -709,7 +709,7 @@ func (l *Log) Peek(now int64) (Decision, bool) {
 // entry of this one's, so there is nothing to forward.
 func (l *Log) Refund(now, n int64) bool {
 	if n >= 1 {
-		l.refund(now, uint64(n), uint64(n), 0, false)
+		l.refund(now, uint64(n), uint64(n), 0, false, 0, nil)
 	}
 	return true
 }

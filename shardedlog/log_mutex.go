@@ -202,12 +202,31 @@ func (m *MutexLog) RefundGrant(g Grant, n int64) (bool, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.refundGrant(g, n), nil
+}
+
+// refundGrant gives back n of the newest entry if g names it, and
+// reports whether it did. m.mu is held.
+func (m *MutexLog) refundGrant(g Grant, n int64) bool {
 	k := len(m.entries) - 1
 	if !m.refundable() || m.entries[k].ts != g.ts || m.entries[k].cost != g.cost || m.cum&cumMask != g.cum {
-		return false, nil
+		return false
 	}
 	m.give(n)
-	return true, nil
+	return true
+}
+
+// SettleGrant is Log.SettleGrant under a mutex: RefundGrant and Peek
+// under one lock, answered unless the log has retired.
+func (m *MutexLog) SettleGrant(g Grant, n, now int64) (Decision, bool, error) {
+	if err := g.check(n); err != nil {
+		return Decision{}, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refundGrant(g, n)
+	d, _, live := m.answer(now, 1, false)
+	return d, live, nil
 }
 
 // refundable reports whether a refund may give back part of the newest
