@@ -136,7 +136,10 @@
 // that holds no lease takes one: a Peek in the round trip that answers it
 // (but the sliding log's, which stays a dry run), a reservation by the
 // bookkeeper after it, so that the checks and costs of a token budget
-// find one at steady state.
+// find one at steady state. Units a replica gives back after another
+// replica has charged the key into debt pay that debt, as they would pay
+// a request: once every lease is back, Redis holds exactly the costs
+// charged.
 //
 // # Changing the rule
 //
