@@ -139,7 +139,8 @@
 // find one at steady state. Units a replica gives back after another
 // replica has charged the key into debt pay that debt, as they would pay
 // a request: once every lease is back, Redis holds exactly the costs
-// charged.
+// charged on the buckets and the windows (a sliding log's give-back after
+// a later entry of the key lapses, which leaves it stricter).
 //
 // # Changing the rule
 //
