@@ -138,9 +138,12 @@
 // bookkeeper after it, so that the checks and costs of a token budget
 // find one at steady state. Units a replica gives back after another
 // replica has charged the key into debt pay that debt, as they would pay
-// a request: once every lease is back, Redis holds exactly the costs
-// charged on the buckets and the windows (a sliding log's give-back after
-// a later entry of the key lapses, which leaves it stricter).
+// a request: once every lease is back, Redis holds the costs charged,
+// exactly on the windows, and on the buckets but for the whole units
+// whose slots the rule has refilled since they were leased (a give-back
+// keeps only the units still ahead of Redis's clock). A sliding log's
+// give-back after a later entry of the key lapses. Either way stricter,
+// never looser.
 //
 // # Changing the rule
 //

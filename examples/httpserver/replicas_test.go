@@ -428,8 +428,8 @@ func (pp *peekPolicy) taken(t *testing.T, key string, limit int64) int64 {
 // ran out), and is then refused by every replica.
 // Once the replicas have stopped (returning their leases), Redis holds
 // exactly the costs of the replies served, every unit of the debt
-// included (less what the rule refilled during the run), in lease mode
-// too.
+// included (less what the rule refilled during the run); in lease mode
+// too, but for what the rule refilled of the slots the leases gave back.
 func TestReplicasSpendOneBudget(t *testing.T) {
 	const budget, requests = 5000, 400
 	rule := floodgate.Rule{Limit: budget, Period: replicaPeriod}
@@ -498,12 +498,20 @@ func TestReplicasSpendOneBudget(t *testing.T) {
 			if over := spent.Load() - budget; over > workers*100+replicas*64 {
 				t.Errorf("served %d units past the budget, more than %d requests in flight and the leases could", over, workers)
 			}
-			// Exactly the costs served, per request and in lease mode: no
-			// cost is lost or counted twice, and the units the leases did
-			// not spend went back at the stop (those given back after
-			// another replica charged the key pay its debt).
-			if got > spent.Load() || got < spent.Load()-extra {
-				t.Errorf("Redis holds %d taken, the replicas served %d (up to %d less with the refill): a cost was lost or counted twice", got, spent.Load(), extra)
+			// Exactly the costs served, per request: no cost is lost or
+			// counted twice. In lease mode the units the leases did not
+			// spend go back (those given back after another replica
+			// charged the key pay its debt), but a bucket takes back only
+			// the whole units whose slots are still ahead of its clock:
+			// those whose time the rule refilled during the run, extra at
+			// most over all the give-backs, may stay charged (under
+			// qemu's arm64 emulation, 1 of 6,277 in one run).
+			upper := spent.Load()
+			if len(mode.args) > 0 {
+				upper += extra
+			}
+			if got > upper || got < spent.Load()-extra {
+				t.Errorf("Redis holds %d taken, the replicas served %d (up to %d less with the refill, %d more in lease mode): a cost was lost or counted twice", got, spent.Load(), extra, upper-spent.Load())
 			}
 		})
 	}
