@@ -13,6 +13,16 @@
 //     USE_PROMETHEUS=true, and Go's profiles under /debug/pprof/, as
 //     envoyproxy/ratelimit serves them there.
 //
+// With GRPC_SERVER_USE_TLS=true, gRPC is served over TLS with the
+// certificate and key in GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY.
+// A CA in GRPC_CLIENT_TLS_CACERT (envoyproxy/ratelimit's name) or
+// GRPC_SERVER_TLS_CA_CERT (the name Envoy Gateway sets; both may be
+// given) makes every client present a certificate that the CA signed,
+// and GRPC_CLIENT_TLS_SAN, one that also names it as a DNS name. The
+// files are read again when they change (at most once a second, on a
+// new connection's handshake), so a rotation needs no restart and drops
+// no call; files that do not load together keep the ones before.
+//
 // The configuration is every file below
 // RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY
 // (/srv/runtime_data/current/config), read again within a second of a
@@ -69,6 +79,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -167,9 +178,19 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	// Stream workers: a request is served on a goroutine kept for the
 	// next, whose stack has grown already, instead of a new one; a new
 	// goroutine's stack growth took a sixth of the server's CPU.
-	gs := grpc.NewServer(grpc.KeepaliveParams(keepalive.ServerParameters{
-		MaxConnectionAge: set.maxConnAge, MaxConnectionAgeGrace: set.maxConnAgeGrace}),
-		grpc.NumStreamWorkers(uint32(16*runtime.GOMAXPROCS(0))))
+	opts := []grpc.ServerOption{
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: set.maxConnAge, MaxConnectionAgeGrace: set.maxConnAgeGrace}),
+		grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))),
+	}
+	if set.grpcTLS != nil {
+		st, err := newServerTLS(*set.grpcTLS, tlsCheckEvery, log)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(st.base())))
+		log.Info("gRPC over TLS", "cert", set.grpcTLS.cert, "client_cas", set.grpcTLS.cas, "client_san", set.grpcTLS.san)
+	}
+	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, srv)
 	healthpb.RegisterHealthServer(gs, healthy.grpc)
 	healthy.set()
@@ -262,6 +283,11 @@ var (
 	testTicks  func() (ticks <-chan time.Time, stop func())
 	testClosed func()
 )
+
+// tlsCheckEvery is how often, at most, a TLS handshake checks whether
+// the gRPC server's certificate, key or CA files changed. Tests set it
+// to 0, so that every handshake checks.
+var tlsCheckEvery = time.Second
 
 // watcher applies to a Server each change to the runtime directory after
 // the first configuration, which run loaded before building the Server.

@@ -229,21 +229,21 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // otherwise and is not implemented, stops the start with its name.
 func TestSettings(t *testing.T) {
 	for name, env := range map[string]map[string]string{
-		"bad port":       {"PORT": "http"},
-		"port too big":   {"GRPC_PORT": "70000"},
-		"bad bool":       {"SHADOW_MODE": "maybe"},
-		"bad ratio":      {"NEAR_LIMIT_RATIO": "1.5"},
-		"bad log level":  {"LOG_LEVEL": "loud"},
-		"bad log format": {"LOG_FORMAT": "xml"},
-		"quota mode":     {"QUOTA_MODE": "true"},
-		"metadata":       {"RESPONSE_DYNAMIC_METADATA": "true"},
-		"merge":          {"MERGE_DOMAIN_CONFIG": "true"},
-		"xds":            {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
-		"memcache":       {"BACKEND_TYPE": "memcache"},
-		"per-second":     {"REDIS_PERSECOND": "true"},
-		"bad age":        {"GRPC_MAX_CONNECTION_AGE": "forever"},
-		"unix socket":    {"GRPC_UDS": "/tmp/x.sock"},
-		"grpc tls":       {"GRPC_SERVER_USE_TLS": "true"},
+		"bad port":           {"PORT": "http"},
+		"port too big":       {"GRPC_PORT": "70000"},
+		"bad bool":           {"SHADOW_MODE": "maybe"},
+		"bad ratio":          {"NEAR_LIMIT_RATIO": "1.5"},
+		"bad log level":      {"LOG_LEVEL": "loud"},
+		"bad log format":     {"LOG_FORMAT": "xml"},
+		"quota mode":         {"QUOTA_MODE": "true"},
+		"metadata":           {"RESPONSE_DYNAMIC_METADATA": "true"},
+		"merge":              {"MERGE_DOMAIN_CONFIG": "true"},
+		"xds":                {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+		"memcache":           {"BACKEND_TYPE": "memcache"},
+		"per-second":         {"REDIS_PERSECOND": "true"},
+		"bad age":            {"GRPC_MAX_CONNECTION_AGE": "forever"},
+		"unix socket":        {"GRPC_UDS": "/tmp/x.sock"},
+		"grpc tls, no files": {"GRPC_SERVER_USE_TLS": "true"},
 	} {
 		_, err := readSettings(func(k string) string { return env[k] })
 		if err == nil {

@@ -34,6 +34,7 @@ type settings struct {
 	logLevel                                             slog.Level
 	logJSON                                              bool
 	options                                              rls.Options
+	grpcTLS                                              *tlsFiles // nil: gRPC without TLS
 	warnings                                             []string
 	redis                                                *redisSettings // nil: the limits are in process
 }
@@ -167,9 +168,7 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	if getenv("GRPC_UDS") != "" {
 		refuse("GRPC_UDS", "floodgate-rls serves gRPC on TCP only")
 	}
-	if boolean("GRPC_SERVER_USE_TLS", false) {
-		refuse("GRPC_SERVER_USE_TLS", "floodgate-rls serves gRPC without TLS; put it behind a proxy that ends TLS")
-	}
+	s.grpcTLS = readGRPCTLS(getenv, boolean("GRPC_SERVER_USE_TLS", false), &errs, func(w string) { s.warnings = append(s.warnings, w) })
 	if url := getenv("REDIS_URL"); url != "" {
 		s.redis = readRedis(getenv, url, &errs, boolean, duration)
 	}
