@@ -3,7 +3,9 @@ module github.com/floodgate-go/floodgate/rls
 go 1.24.0
 
 require (
+	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0
+	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0
 	github.com/floodgate-go/floodgate v0.0.0
 	github.com/prometheus/client_golang v1.23.1
 	github.com/redis/go-redis/v9 v9.22.0
@@ -13,8 +15,10 @@ require (
 )
 
 require (
+	cel.dev/expr v0.24.0 // indirect
 	go.uber.org/atomic v1.11.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20251029180050-ab9386a59fda // indirect
 )
 
 require (
@@ -32,7 +36,6 @@ require (
 	github.com/prometheus/common v0.66.0 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
-	github.com/rogpeppe/go-internal v1.12.0 // indirect
 	golang.org/x/net v0.47.0 // indirect
 	golang.org/x/sys v0.40.0 // indirect
 	golang.org/x/text v0.31.0 // indirect

@@ -13,6 +13,22 @@
 //     USE_PROMETHEUS=true, and Go's profiles under /debug/pprof/, as
 //     envoyproxy/ratelimit serves them there.
 //
+// With CONFIG_TYPE=GRPC_XDS_SOTW, as Envoy Gateway sets it, the
+// configuration comes from an xDS server instead (go-control-plane's
+// state-of-the-world ADS client, at CONFIG_GRPC_XDS_SERVER_URL, as node
+// CONFIG_GRPC_XDS_NODE_ID with CONFIG_GRPC_XDS_NODE_METADATA's key=value
+// pairs, sending CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS; over TLS with
+// CONFIG_GRPC_XDS_SERVER_USE_TLS and its CLIENT_TLS_CERT, CLIENT_TLS_KEY,
+// SERVER_TLS_CACERT and SERVER_TLS_SAN; XDS_CLIENT_BACKOFF_* space the
+// attempts after the stream breaks, and XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES
+// bounds a push). Each push is the whole configuration, one
+// RateLimitConfig a file, applied as a file reload is (no key gains
+// allowance) and ACKed once in force; one that does not load is NACKed
+// with the reason, and the configuration before stays. Nothing listens
+// before the first push, unless FORCE_START_WITHOUT_INITIAL_CONFIG: then
+// the service answers OK with no limit, and is unhealthy, until the
+// first push is in force.
+//
 // With GRPC_SERVER_USE_TLS=true, gRPC is served over TLS with the
 // certificate and key in GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY.
 // A CA in GRPC_CLIENT_TLS_CACERT (envoyproxy/ratelimit's name) or
@@ -47,7 +63,8 @@
 // for Redis. A setting that would make envoyproxy/ratelimit decide
 // otherwise and that floodgate-rls does not implement (QUOTA_MODE,
 // RESPONSE_DYNAMIC_METADATA, MERGE_DOMAIN_CONFIG, CONFIG_TYPE other than
-// FILE, BACKEND_TYPE memcache, the per-second Redis) stops it at start,
+// FILE or GRPC_XDS_SOTW, BACKEND_TYPE memcache, the per-second Redis)
+// stops it at start,
 // with a message that says so; one that has no meaning here (USE_STATSD,
 // tracing, the pool and pipeline tuning of its Redis client) is named in
 // a warning and ignored.
@@ -120,8 +137,13 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 
 	dir := set.configDir()
-	initial, sum, firstErr := loadDir(dir, set.ignoreDot)
-	if firstErr != nil {
+	var initial *config.Config
+	var sum [sha256.Size]byte
+	var firstErr error
+	if set.xds != nil {
+		initial, _ = config.Load(nil) // until the first push
+		dir = "xds://" + set.xds.url
+	} else if initial, sum, firstErr = loadDir(dir, set.ignoreDot); firstErr != nil {
 		if !set.forceStart {
 			return fmt.Errorf("configuration in %s: %w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without one)", dir, firstErr)
 		}
@@ -162,17 +184,38 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 			testClosed()
 		}
 	}()
-	healthy := &healthState{grpc: health.NewServer(), needConfig: set.healthyWithConfig}
-	if firstErr != nil {
+	healthy := &healthState{grpc: health.NewServer(), needConfig: set.healthyWithConfig, needLoad: set.xds != nil}
+	w := &watcher{dir: dir, ignoreDot: set.ignoreDot, srv: srv, healthy: healthy, log: log, firstSum: sum, firstErr: firstErr}
+	switch {
+	case set.xds != nil:
+		// Each push replaces the configuration through the watcher's
+		// path; health waits for the first.
+		stopXDS, first, err := startXDS(set.xds, w, log)
+		if err != nil {
+			return err
+		}
+		defer stopXDS() // before the Server's Close, deferred above, runs
+		if !set.forceStart {
+			// As envoyproxy/ratelimit: nothing listens before the first
+			// configuration.
+			log.Info("waiting for the first configuration", "xds", set.xds.url)
+			select {
+			case <-first:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	case firstErr != nil:
 		srv.ConfigFailed(firstErr)
 		log.Error("starting without a configuration", "dir", dir, "err", firstErr)
-	} else {
+	default:
 		healthy.configLoaded(initial.Domains() > 0)
 		log.Info("configuration loaded", "domains", initial.Domains(), "rules", initial.Len())
 	}
-	w := &watcher{dir: dir, ignoreDot: set.ignoreDot, srv: srv, healthy: healthy, log: log, firstSum: sum, firstErr: firstErr}
-	stopWatch := w.start()
-	defer stopWatch() // before the Server's Close, deferred above, runs
+	if set.xds == nil {
+		stopWatch := w.start()
+		defer stopWatch() // before the Server's Close, deferred above, runs
+	}
 
 	// gRPC: the service and health.
 	// Stream workers: a request is served on a goroutine kept for the
@@ -187,7 +230,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		if err != nil {
 			return err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(st.base())))
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serverCreds(st))))
 		log.Info("gRPC over TLS", "cert", set.grpcTLS.cert, "client_cas", set.grpcTLS.cas, "client_san", set.grpcTLS.san)
 	}
 	gs := grpc.NewServer(opts...)
@@ -340,16 +383,24 @@ func (w *watcher) apply(c *config.Config, err error) {
 			return
 		}
 	}
+	w.set(c, err)
+}
+
+// set puts c in force, or counts and logs err, or SetConfig's error,
+// and returns it; the configuration before then stays. It is the one
+// path of a file reload and of an xDS push.
+func (w *watcher) set(c *config.Config, err error) error {
 	if err == nil {
 		err = w.srv.SetConfig(c)
 	}
 	if err != nil {
 		w.srv.ConfigFailed(err)
 		w.log.Error("configuration not loaded: the one before stays", "err", err)
-		return
+		return err
 	}
 	w.healthy.configLoaded(c.Domains() > 0)
 	w.log.Info("configuration loaded", "domains", c.Domains(), "rules", c.Len())
+	return nil
 }
 
 // sameAsFirst reports whether the watcher's first load, whose error is
@@ -409,6 +460,8 @@ type healthState struct {
 	mu         sync.Mutex
 	needConfig bool
 	hasConfig  bool
+	needLoad   bool // xDS: serving once a push is in force
+	loaded     bool
 	draining   bool
 	ok         bool
 }
@@ -417,7 +470,7 @@ type healthState struct {
 // a domain.
 func (h *healthState) configLoaded(nonEmpty bool) {
 	h.mu.Lock()
-	h.hasConfig = nonEmpty
+	h.hasConfig, h.loaded = nonEmpty, true
 	h.mu.Unlock()
 	h.set()
 }
@@ -435,7 +488,7 @@ func (h *healthState) stopping() {
 func (h *healthState) set() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.ok = !h.draining && (!h.needConfig || h.hasConfig)
+	h.ok = !h.draining && (!h.needConfig || h.hasConfig) && (!h.needLoad || h.loaded)
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if h.ok {
 		st = healthpb.HealthCheckResponse_SERVING

@@ -238,7 +238,7 @@ func TestSettings(t *testing.T) {
 		"quota mode":         {"QUOTA_MODE": "true"},
 		"metadata":           {"RESPONSE_DYNAMIC_METADATA": "true"},
 		"merge":              {"MERGE_DOMAIN_CONFIG": "true"},
-		"xds":                {"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+		"config type":        {"CONFIG_TYPE": "CONSUL"},
 		"memcache":           {"BACKEND_TYPE": "memcache"},
 		"per-second":         {"REDIS_PERSECOND": "true"},
 		"bad age":            {"GRPC_MAX_CONNECTION_AGE": "forever"},

@@ -34,7 +34,8 @@ type settings struct {
 	logLevel                                             slog.Level
 	logJSON                                              bool
 	options                                              rls.Options
-	grpcTLS                                              *tlsFiles // nil: gRPC without TLS
+	grpcTLS                                              *tlsFiles    // nil: gRPC without TLS
+	xds                                                  *xdsSettings // nil: the configuration is read from files
 	warnings                                             []string
 	redis                                                *redisSettings // nil: the limits are in process
 }
@@ -156,8 +157,12 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	if boolean("MERGE_DOMAIN_CONFIG", false) {
 		refuse("MERGE_DOMAIN_CONFIG", "a domain must be in one file with floodgate-rls")
 	}
-	if t := str("CONFIG_TYPE", "FILE"); !strings.EqualFold(t, "FILE") {
-		refuse("CONFIG_TYPE", "floodgate-rls reads its configuration from files only")
+	switch t := str("CONFIG_TYPE", "FILE"); {
+	case strings.EqualFold(t, "FILE"):
+	case strings.EqualFold(t, "GRPC_XDS_SOTW"):
+		s.xds = readXDS(getenv, &errs, func(w string) { s.warnings = append(s.warnings, w) }, boolean, duration)
+	default:
+		refuse("CONFIG_TYPE", "FILE or GRPC_XDS_SOTW")
 	}
 	if t := str("BACKEND_TYPE", "redis"); !strings.EqualFold(t, "redis") {
 		refuse("BACKEND_TYPE", "floodgate-rls keeps its limits in process, or on Redis")

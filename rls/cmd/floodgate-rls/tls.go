@@ -50,86 +50,86 @@ func readGRPCTLS(getenv func(string) string, use bool, errs *[]error, warn func(
 	return f
 }
 
-// serverTLS is the gRPC server's TLS configuration, read from its files,
-// and read again when one of them changes: cert-manager and Envoy
-// Gateway rotate certificates in place. A handshake checks the files at
-// most once per interval (a stat of each; a client that opens many
-// connections costs no more), and a change is read whole before it
-// replaces the configuration: until the new files load together (a
-// certificate with its key, every CA), new connections get the old one.
-// A connection keeps the configuration it was made with, so a rotation
-// drops no call.
-type serverTLS struct {
-	files    tlsFiles
+// reloading is a value read from files, and read again when one of them
+// changes: cert-manager and Envoy Gateway rotate certificates in place.
+// A reader checks the files at most once per interval (a stat of each; a
+// client that opens many connections costs no more), and a change is
+// read whole before it replaces the value: until the files load
+// together (a certificate with its key, every CA), readers get the one
+// before. One reader checks at a time; the others go on with the value
+// as it is.
+type reloading[T any] struct {
+	paths    []string
 	interval time.Duration
 	log      *slog.Logger
+	what     string
+	load     func() (*T, error)
 
-	cfg atomic.Pointer[tls.Config]
+	cur atomic.Pointer[T]
 
-	mu      sync.Mutex // held by the one handshake that checks the files
+	mu      sync.Mutex // held by the one reader that checks the files
 	checked time.Time  // when they were last checked
 	stamps  []os.FileInfo
 	failed  string // the last reload's error, logged once
 }
 
-// newServerTLS reads the files, and fails if they do not load.
-func newServerTLS(f tlsFiles, interval time.Duration, log *slog.Logger) (*serverTLS, error) {
-	s := &serverTLS{files: f, interval: interval, log: log}
-	cfg, stamps, err := s.load()
+// newReloading reads the files with load, and fails if they do not load.
+func newReloading[T any](paths []string, interval time.Duration, log *slog.Logger, what string, load func() (*T, error)) (*reloading[T], error) {
+	r := &reloading[T]{paths: paths, interval: interval, log: log, what: what, load: load}
+	v, stamps, err := r.read()
 	if err != nil {
 		return nil, err
 	}
-	s.cfg.Store(cfg)
-	s.stamps, s.checked = stamps, time.Now()
-	return s, nil
+	r.cur.Store(v)
+	r.stamps, r.checked = stamps, time.Now()
+	return r, nil
 }
 
-// paths are the files the configuration is read from.
-func (s *serverTLS) paths() []string {
-	return append([]string{s.files.cert, s.files.key}, s.files.cas...)
-}
-
-// load reads every file and builds the configuration, with the files'
-// stamps as they were before the reading: a change during it is seen by
-// the next check.
-func (s *serverTLS) load() (*tls.Config, []os.FileInfo, error) {
-	stamps, err := stat(s.paths())
+// read loads the value, with the files' stamps as they were before the
+// reading: a change during it is seen by the next check.
+func (r *reloading[T]) read() (*T, []os.FileInfo, error) {
+	stamps, err := stat(r.paths)
 	if err != nil {
 		return nil, nil, err
 	}
-	pair, err := tls.LoadX509KeyPair(s.files.cert, s.files.key)
+	v, err := r.load()
+	return v, stamps, err
+}
+
+// get is the value now, read again first if the interval has passed
+// since the last check and a file changed.
+func (r *reloading[T]) get(now time.Time) *T {
+	r.check(now)
+	return r.cur.Load()
+}
+
+func (r *reloading[T]) check(now time.Time) {
+	if !r.mu.TryLock() {
+		return
+	}
+	defer r.mu.Unlock()
+	if now.Sub(r.checked) < r.interval {
+		return
+	}
+	r.checked = now
+	stamps, err := stat(r.paths)
+	if err == nil && !changed(r.stamps, stamps) {
+		return
+	}
+	var v *T
+	if err == nil {
+		v, stamps, err = r.read()
+	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY: %w", err)
-	}
-	cfg := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{pair},
-	}
-	if len(s.files.cas) > 0 {
-		pool := x509.NewCertPool()
-		for _, ca := range s.files.cas {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return nil, nil, fmt.Errorf("the clients' CA: %w", err)
-			}
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, nil, fmt.Errorf("the clients' CA %s: no PEM certificate in it", ca)
-			}
+		if msg := err.Error(); msg != r.failed {
+			r.failed = msg
+			r.log.Error(r.what+": the files changed and do not load: the ones before stay", "err", err)
 		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
-		if san := s.files.san; san != "" {
-			cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
-				if len(chains) == 0 || len(chains[0]) == 0 {
-					return errors.New("floodgate-rls: no verified client certificate")
-				}
-				if err := chains[0][0].VerifyHostname(san); err != nil {
-					return fmt.Errorf("floodgate-rls: the client's certificate is not for GRPC_CLIENT_TLS_SAN: %w", err)
-				}
-				return nil
-			}
-		}
+		return
 	}
-	return cfg, stamps, nil
+	r.cur.Store(v)
+	r.stamps, r.failed = stamps, ""
+	r.log.Info(r.what+": the files changed, and are loaded again", "files", r.paths)
 }
 
 // stat is each file's FileInfo, following links (a Kubernetes volume
@@ -157,47 +157,55 @@ func changed(was, now []os.FileInfo) bool {
 	return false
 }
 
-// config is tls.Config's GetConfigForClient: the configuration now,
-// read again first if its files changed.
-func (s *serverTLS) config(*tls.ClientHelloInfo) (*tls.Config, error) {
-	s.check(time.Now())
-	return s.cfg.Load(), nil
+// newServerTLS is the gRPC server's TLS configuration, read from f's
+// files, and read again when they change (see reloading). A connection
+// keeps the configuration it was made with, so a rotation drops no call.
+// It fails if the files do not load.
+func newServerTLS(f tlsFiles, interval time.Duration, log *slog.Logger) (*reloading[tls.Config], error) {
+	paths := append([]string{f.cert, f.key}, f.cas...)
+	return newReloading(paths, interval, log, "gRPC TLS", func() (*tls.Config, error) { return f.load() })
 }
 
-// check reads the files again if the interval has passed since the last
-// check and one of them changed. One handshake checks; the others go on
-// with the configuration as it is.
-func (s *serverTLS) check(now time.Time) {
-	if !s.mu.TryLock() {
-		return
-	}
-	defer s.mu.Unlock()
-	if now.Sub(s.checked) < s.interval {
-		return
-	}
-	s.checked = now
-	stamps, err := stat(s.paths())
-	if err == nil && !changed(s.stamps, stamps) {
-		return
-	}
-	var cfg *tls.Config
-	if err == nil {
-		cfg, stamps, err = s.load()
-	}
+// load reads every file and builds the configuration.
+func (f tlsFiles) load() (*tls.Config, error) {
+	pair, err := tls.LoadX509KeyPair(f.cert, f.key)
 	if err != nil {
-		if msg := err.Error(); msg != s.failed {
-			s.failed = msg
-			s.log.Error("gRPC TLS files changed and do not load: the ones before stay", "err", err)
-		}
-		return
+		return nil, fmt.Errorf("GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY: %w", err)
 	}
-	s.cfg.Store(cfg)
-	s.stamps, s.failed = stamps, ""
-	s.log.Info("gRPC TLS files loaded again", "cert", s.files.cert)
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+	if len(f.cas) == 0 {
+		return cfg, nil
+	}
+	pool := x509.NewCertPool()
+	for _, ca := range f.cas {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("the clients' CA: %w", err)
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("the clients' CA %s: no PEM certificate in it", ca)
+		}
+	}
+	cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	if san := f.san; san != "" {
+		cfg.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+			if len(chains) == 0 || len(chains[0]) == 0 {
+				return errors.New("floodgate-rls: no verified client certificate")
+			}
+			if err := chains[0][0].VerifyHostname(san); err != nil {
+				return fmt.Errorf("floodgate-rls: the client's certificate is not for GRPC_CLIENT_TLS_SAN: %w", err)
+			}
+			return nil
+		}
+	}
+	return cfg, nil
 }
 
-// base is the configuration to give gRPC's credentials: every handshake
-// gets the one in force (to which gRPC adds its ALPN protocol, h2).
-func (s *serverTLS) base() *tls.Config {
-	return &tls.Config{GetConfigForClient: s.config, MinVersion: tls.VersionTLS12}
+// serverCreds is the configuration to give gRPC's credentials: every
+// handshake gets the one in force (to which gRPC adds its ALPN protocol,
+// h2).
+func serverCreds(r *reloading[tls.Config]) *tls.Config {
+	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		return r.get(time.Now()), nil
+	}}
 }

@@ -1,0 +1,444 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/floodgate-go/floodgate/rls/config"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"gopkg.in/yaml.v3"
+)
+
+// xdsSettings are CONFIG_TYPE=GRPC_XDS_SOTW's: where the configuration
+// server is, who this service is to it, and how to reach it again, as
+// envoyproxy/ratelimit reads them (CONFIG_GRPC_XDS_*, XDS_CLIENT_*).
+type xdsSettings struct {
+	url      string
+	nodeID   string
+	nodeMeta map[string]string
+	headers  map[string]string
+	tls      *xdsTLS // nil: plaintext
+	backoff  backoff
+	maxMsg   int // 0: gRPC's default, 4 MiB
+}
+
+// xdsTLS are the client's TLS files, and the name the server's
+// certificate must carry (the URL's host when empty).
+type xdsTLS struct {
+	cert, key, ca, san string
+}
+
+// backoff is the wait between attempts to reach the server, as
+// envoyproxy/ratelimit's (github.com/jpillora/backoff's) is: initial ×
+// factor^attempt, at most max and at least initial, with jitter a
+// random time between initial and that. With its defaults (10 s, 60 s,
+// factor 0.5) every wait is 10 s.
+type backoff struct {
+	initial, max time.Duration
+	factor       float64
+	jitter       bool
+}
+
+// wait is the wait before attempt n (from 0).
+func (b backoff) wait(n int) time.Duration {
+	d := float64(b.initial) * math.Pow(b.factor, float64(n))
+	if b.jitter {
+		d = float64(b.initial) + rand.Float64()*(d-float64(b.initial))
+	}
+	return time.Duration(min(max(d, float64(b.initial)), float64(b.max)))
+}
+
+// readXDS reads the xDS settings.
+func readXDS(getenv func(string) string, errs *[]error, warn func(string), boolean func(string, bool) bool, duration func(string, time.Duration) time.Duration) *xdsSettings {
+	fail := func(format string, args ...any) { *errs = append(*errs, fmt.Errorf(format, args...)) }
+	str := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	x := &xdsSettings{url: str("CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000"), nodeID: str("CONFIG_GRPC_XDS_NODE_ID", "default"),
+		nodeMeta: map[string]string{}, headers: map[string]string{}}
+	// Node metadata: key=value pairs, separated by commas; as
+	// envoyproxy/ratelimit, an entry without = is left out (said here).
+	for _, e := range strings.Split(getenv("CONFIG_GRPC_XDS_NODE_METADATA"), ",") {
+		if e == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			warn(fmt.Sprintf("CONFIG_GRPC_XDS_NODE_METADATA: %q has no =, and is left out of the node's metadata (key=value,key=value)", e))
+			continue
+		}
+		x.nodeMeta[k] = v
+	}
+	// Headers: key:value pairs, separated by commas (envconfig's maps).
+	for _, e := range strings.Split(getenv("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"), ",") {
+		if e == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(e, ":")
+		if !ok || k == "" {
+			fail("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS: %q is not key:value", e)
+			continue
+		}
+		x.headers[strings.ToLower(k)] = v
+	}
+	if getenv("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL") != "" {
+		duration("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", 0)
+		warn("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL has no effect, as in envoyproxy/ratelimit: XDS_CLIENT_BACKOFF_* space the attempts to reach the server")
+	}
+	if boolean("CONFIG_GRPC_XDS_SERVER_USE_TLS", false) {
+		t := &xdsTLS{cert: getenv("CONFIG_GRPC_XDS_CLIENT_TLS_CERT"), key: getenv("CONFIG_GRPC_XDS_CLIENT_TLS_KEY"),
+			ca: getenv("CONFIG_GRPC_XDS_SERVER_TLS_CACERT"), san: getenv("CONFIG_GRPC_XDS_SERVER_TLS_SAN")}
+		if (t.cert == "") != (t.key == "") {
+			fail("CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY: give both, or neither")
+		}
+		x.tls = t
+	} else {
+		for _, n := range []string{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"} {
+			if getenv(n) != "" {
+				warn(n + " is ignored: the configuration server is reached without TLS unless CONFIG_GRPC_XDS_SERVER_USE_TLS=true")
+			}
+		}
+	}
+	x.backoff = backoff{initial: duration("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", 10*time.Second),
+		max: duration("XDS_CLIENT_BACKOFF_MAX_INTERVAL", 60*time.Second), jitter: boolean("XDS_CLIENT_BACKOFF_JITTER", true), factor: 0.5}
+	if x.backoff.initial <= 0 || x.backoff.max < x.backoff.initial {
+		fail("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL=%s and XDS_CLIENT_BACKOFF_MAX_INTERVAL=%s: a wait above 0, and a most at least that", x.backoff.initial, x.backoff.max)
+	}
+	if v := getenv("XDS_CLIENT_BACKOFF_RANDOM_FACTOR"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0) || math.IsInf(f, 0) {
+			fail("XDS_CLIENT_BACKOFF_RANDOM_FACTOR=%q: a number above 0 (each wait is the one before times it)", v)
+		}
+		x.backoff.factor = f
+	}
+	if v := getenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fail("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=%q: a whole number of bytes, 0 for gRPC's 4 MiB", v)
+		}
+		x.maxMsg = n
+	}
+	return x
+}
+
+// node is the xDS node this service is to the server.
+func (x *xdsSettings) node() *corev3.Node {
+	n := &corev3.Node{Id: x.nodeID}
+	if len(x.nodeMeta) > 0 {
+		fields := make(map[string]*structpb.Value, len(x.nodeMeta))
+		for k, v := range x.nodeMeta {
+			fields[k] = structpb.NewStringValue(v)
+		}
+		n.Metadata = &structpb.Struct{Fields: fields}
+	}
+	return n
+}
+
+// credentials are the transport's: TLS with the client's certificate
+// (read again when its files change) and the server verified by the CA
+// file (or the system's roots, without one), or plaintext.
+func (x *xdsSettings) credentials(log *slog.Logger) (credentials.TransportCredentials, error) {
+	if x.tls == nil {
+		return insecure.NewCredentials(), nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tls.san}
+	if x.tls.ca != "" {
+		pem, err := os.ReadFile(x.tls.ca)
+		if err != nil {
+			return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_TLS_CACERT: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_TLS_CACERT %s: no PEM certificate in it", x.tls.ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if x.tls.cert != "" {
+		r, err := newReloading([]string{x.tls.cert, x.tls.key}, tlsCheckEvery, log, "the xDS client's certificate", func() (*tls.Certificate, error) {
+			pair, err := tls.LoadX509KeyPair(x.tls.cert, x.tls.key)
+			if err != nil {
+				return nil, fmt.Errorf("CONFIG_GRPC_XDS_CLIENT_TLS_CERT and CONFIG_GRPC_XDS_CLIENT_TLS_KEY: %w", err)
+			}
+			return &pair, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return r.get(time.Now()), nil }
+	}
+	return credentials.NewTLS(cfg), nil
+}
+
+// xdsClient keeps the configuration that an xDS server pushes applied:
+// each push, state of the world, replaces the whole configuration
+// through apply, the path a file reload takes, and is ACKed once it is
+// in force, or NACKed with the reason, the one before staying.
+type xdsClient struct {
+	set   *xdsSettings
+	log   *slog.Logger
+	apply func(*config.Config, error) error
+
+	refused    [sha256.Size]byte // the last push refused, to say so once
+	refusedWhy string
+}
+
+// run serves the stream until ctx ends, reaching the server again, after
+// the backoff's wait, each time the stream breaks. first, if not nil, is
+// closed once a push is in force.
+func (c *xdsClient) run(ctx context.Context, conn *grpc.ClientConn, first chan<- struct{}) {
+	sctx := metadata.NewOutgoingContext(ctx, metadata.New(c.set.headers))
+	ads := sotw.NewADSClient(sctx, c.set.node(), resourcev3.RateLimitConfigType)
+	for attempt := 0; ; attempt++ {
+		err := c.stream(ctx, ads, conn, &first, &attempt)
+		if ctx.Err() != nil {
+			return
+		}
+		wait := c.set.backoff.wait(attempt)
+		c.log.Warn("the xDS configuration stream broke: the configuration stays, and the server is asked again", "server", c.set.url, "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// stream opens a stream and applies each push on it until it breaks.
+// attempt goes back to 0 once a push arrives.
+func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.ClientConn, first *chan<- struct{}, attempt *int) error {
+	var opts []grpc.CallOption
+	if c.set.maxMsg > 0 {
+		opts = append(opts, grpc.MaxCallRecvMsgSize(c.set.maxMsg))
+	}
+	if err := ads.InitConnect(conn, opts...); err != nil {
+		return err
+	}
+	for {
+		resp, err := ads.Fetch()
+		if err != nil {
+			return err
+		}
+		*attempt = -1
+		if digest := pushDigest(resp.Resources); digest == c.refused {
+			// The server sends a refused push again at once (go-control-
+			// plane's cache answers a NACK with its snapshot): refuse it
+			// again after a little while, so that the two do not spin, and
+			// without counting or logging it again.
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+			if err := ads.Nack(c.refusedWhy); err != nil {
+				return err
+			}
+			continue
+		}
+		cfg, err := loadXDS(resp.Resources)
+		if err == nil {
+			err = c.apply(cfg, nil)
+		} else {
+			c.apply(nil, err) // counted, and logged, as a file that fails
+		}
+		if err != nil {
+			c.refused, c.refusedWhy = pushDigest(resp.Resources), err.Error()
+			if err := ads.Nack(c.refusedWhy); err != nil {
+				return err
+			}
+			continue
+		}
+		c.refused = [sha256.Size]byte{}
+		if err := ads.Ack(); err != nil {
+			return err
+		}
+		if *first != nil {
+			close(*first)
+			*first = nil
+		}
+	}
+}
+
+// loadXDS is the configuration of a push: every resource a
+// RateLimitConfig, each loaded as one file would be.
+func loadXDS(resources []*anypb.Any) (*config.Config, error) {
+	files := make([]config.File, 0, len(resources))
+	for i, r := range resources {
+		var rc rlsconf.RateLimitConfig
+		if err := r.UnmarshalTo(&rc); err != nil {
+			return nil, fmt.Errorf("xDS resource %d: %w", i, err)
+		}
+		data, err := xdsYAML(&rc)
+		if err != nil {
+			return nil, fmt.Errorf("xDS resource %q: %w", rc.GetName(), err)
+		}
+		files = append(files, config.File{Name: "xds:" + rc.GetName(), Data: data})
+	}
+	return config.Load(files)
+}
+
+// pushDigest is a SHA-256 of a push's resources.
+func pushDigest(resources []*anypb.Any) (sum [sha256.Size]byte) {
+	h := sha256.New()
+	for _, r := range resources {
+		fmt.Fprintf(h, "%q %d\n", r.GetTypeUrl(), len(r.GetValue()))
+		h.Write(r.GetValue())
+	}
+	h.Sum(sum[:0])
+	return sum
+}
+
+// The YAML of a RateLimitConfig, as envoyproxy/ratelimit converts one
+// (ConfigXdsProtoToYaml), so that a push loads as its file would.
+type (
+	yamlRoot struct {
+		Domain      string     `yaml:"domain"`
+		Descriptors []yamlDesc `yaml:"descriptors,omitempty"`
+	}
+	yamlDesc struct {
+		Key            string      `yaml:"key"`
+		Value          string      `yaml:"value,omitempty"`
+		RateLimit      *yamlPolicy `yaml:"rate_limit,omitempty"`
+		Descriptors    []yamlDesc  `yaml:"descriptors,omitempty"`
+		ShadowMode     bool        `yaml:"shadow_mode,omitempty"`
+		DetailedMetric bool        `yaml:"detailed_metric,omitempty"`
+	}
+	yamlPolicy struct {
+		Unit            string        `yaml:"unit,omitempty"`
+		RequestsPerUnit uint32        `yaml:"requests_per_unit"`
+		Unlimited       bool          `yaml:"unlimited,omitempty"`
+		Name            string        `yaml:"name,omitempty"`
+		Replaces        []yamlReplace `yaml:"replaces,omitempty"`
+	}
+	yamlReplace struct {
+		Name string `yaml:"name"`
+	}
+)
+
+// xdsUnits name the units by number: the types' enum ends at DAY, and
+// the server may send the rest.
+var xdsUnits = map[int32]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
+
+// xdsYAML converts rc to its YAML. A descriptor field that these types
+// do not know (quota_mode, 7, and metadata, 8, in newer ones) is an
+// error that names it: floodgate-rls does not implement them, and a
+// configuration that relies on them must not load as if they were not
+// there.
+func xdsYAML(rc *rlsconf.RateLimitConfig) ([]byte, error) {
+	if err := unknownFields("the config", rc.ProtoReflect().GetUnknown()); err != nil {
+		return nil, err
+	}
+	root := yamlRoot{Domain: rc.GetDomain()}
+	var err error
+	if root.Descriptors, err = xdsDescs(rc.GetDescriptors(), 0); err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(&root)
+}
+
+// maxDepth bounds the descriptors' nesting, which a push sets: a tree
+// deeper than any configuration has is refused before it is walked.
+const maxDepth = 64
+
+func xdsDescs(ds []*rlsconf.RateLimitDescriptor, depth int) ([]yamlDesc, error) {
+	if depth >= maxDepth && len(ds) > 0 {
+		return nil, fmt.Errorf("descriptors nested deeper than %d levels", maxDepth)
+	}
+	out := make([]yamlDesc, 0, len(ds))
+	for _, d := range ds {
+		if err := unknownFields(fmt.Sprintf("descriptor %q", d.GetKey()), d.ProtoReflect().GetUnknown()); err != nil {
+			return nil, err
+		}
+		y := yamlDesc{Key: d.GetKey(), Value: d.GetValue(), ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric()}
+		if p := d.GetRateLimit(); p != nil {
+			if err := unknownFields(fmt.Sprintf("descriptor %q's rate_limit", d.GetKey()), p.ProtoReflect().GetUnknown()); err != nil {
+				return nil, err
+			}
+			y.RateLimit = &yamlPolicy{RequestsPerUnit: p.GetRequestsPerUnit(), Unlimited: p.GetUnlimited(), Name: p.GetName()}
+			if u := int32(p.GetUnit()); u != 0 {
+				if name, ok := xdsUnits[u]; ok {
+					y.RateLimit.Unit = name
+				} else {
+					y.RateLimit.Unit = strconv.Itoa(int(u)) // refused by the load, which names it
+				}
+			}
+			for _, r := range p.GetReplaces() {
+				y.RateLimit.Replaces = append(y.RateLimit.Replaces, yamlReplace{Name: r.GetName()})
+			}
+		}
+		var err error
+		if y.Descriptors, err = xdsDescs(d.GetDescriptors(), depth+1); err != nil {
+			return nil, err
+		}
+		out = append(out, y)
+	}
+	return out, nil
+}
+
+// unknownFields is the error of fields in b, the unknown bytes of what
+// names, or nil.
+func unknownFields(what string, b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	num, _, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return fmt.Errorf("%s: unknown bytes", what)
+	}
+	switch num {
+	case 7:
+		return fmt.Errorf("%s: quota_mode is not implemented by floodgate-rls", what)
+	case 8:
+		return fmt.Errorf("%s: metadata is not implemented by floodgate-rls", what)
+	}
+	return fmt.Errorf("%s: field %d is not known to floodgate-rls", what, num)
+}
+
+// startXDS starts the xDS client, which applies each push through w,
+// and returns what stops it (and returns once it has stopped: no call
+// to the Server follows), and a channel closed once the first push is
+// in force.
+func startXDS(x *xdsSettings, w *watcher, log *slog.Logger) (stop func(), first <-chan struct{}, err error) {
+	creds, err := x.credentials(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := grpc.NewClient(x.url, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_URL=%q: %w", x.url, err)
+	}
+	c := &xdsClient{set: x, log: log, apply: w.set}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, ch := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		c.run(ctx, conn, ch)
+	}()
+	return func() {
+		cancel()
+		<-done
+		conn.Close()
+	}, ch, nil
+}
