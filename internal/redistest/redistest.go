@@ -30,6 +30,8 @@ type Server struct {
 	bin   string
 	port  int
 	extra []string // arguments beyond the defaults (a cluster node's)
+	argv  []string // with args, the whole command line (a Sentinel's), not the defaults
+	ready string   // the line that says it is ready, if not "Ready to accept connections"
 	mu    sync.Mutex
 	cmd   *exec.Cmd
 	done  chan struct{} // closed when cmd has exited
@@ -99,7 +101,15 @@ func freePort(tb testing.TB) int {
 func (s *Server) start() error {
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "notice"}
-	cmd := exec.Command(s.bin, append(args, s.extra...)...)
+	args = append(args, s.extra...)
+	if s.argv != nil {
+		args = s.argv
+	}
+	marker := "Ready to accept connections"
+	if s.ready != "" {
+		marker = s.ready
+	}
+	cmd := exec.Command(s.bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -117,7 +127,7 @@ func (s *Server) start() error {
 		for sc.Scan() {
 			if !signalled {
 				log.WriteString(sc.Text() + "\n")
-				if strings.Contains(sc.Text(), "Ready to accept connections") {
+				if strings.Contains(sc.Text(), marker) {
 					signalled = true
 					close(ready)
 				}

@@ -48,7 +48,9 @@
 // With no REDIS_URL, the limits are kept in this process: exact on one
 // replica. With REDIS_URL (REDIS_SOCKET_TYPE unix, the default, or tcp;
 // REDIS_TYPE SINGLE or CLUSTER, whose REDIS_URL lists nodes separated by
-// commas; REDIS_AUTH as password or user:password; REDIS_TLS and its
+// commas, or SENTINEL, whose REDIS_URL is the master's name and then the
+// Sentinels, and REDIS_SENTINEL_AUTH their password or user:password;
+// REDIS_AUTH as password or user:password; REDIS_TLS and its
 // certificates; REDIS_POOL_SIZE), they are kept on Redis, shared by
 // every replica: floodgate's keys, under CACHE_KEY_PREFIX (floodgate-rls
 // when unset), every key of a domain in one Cluster slot. floodgate's
@@ -170,7 +172,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 			log.Warn("Redis does not answer yet: until it does, the failure mode answers", "redis", set.redis.addrs, "err", err)
 		}
 		cancel()
-		log.Info("limits on Redis", "redis", set.redis.addrs, "cluster", set.redis.cluster, "lease_max", set.redis.store.Lease.Max)
+		log.Info("limits on Redis", "redis", set.redis.addrs, "cluster", set.redis.cluster, "sentinel_master", set.redis.master, "lease_max", set.redis.store.Lease.Max)
 	}
 	srv, err := rls.New(initial, set.options)
 	if err != nil {

@@ -44,14 +44,18 @@ type settings struct {
 // reach it, and the redislimit.Config of the Store kept on it.
 type redisSettings struct {
 	cluster  bool
+	sentinel bool   // addrs are the Sentinels of master
+	master   string // REDIS_TYPE=SENTINEL: the master's name
 	addrs    []string
 	network  string
 	user     string
 	password string
-	tls      *tls.Config
-	poolSize int
-	dial     time.Duration
-	store    redislimit.Config
+	// REDIS_SENTINEL_AUTH: the Sentinels' own
+	sentinelUser, sentinelPassword string
+	tls                            *tls.Config
+	poolSize                       int
+	dial                           time.Duration
+	store                          redislimit.Config
 }
 
 // readSettings reads the environment. Every value is checked: a setting
@@ -182,7 +186,7 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
 		"REDIS_STARTUP_MAX_ELAPSED_TIME", "PROMETHEUS_MAPPER_YAML"}
 	if s.redis == nil {
-		ignored = append(ignored, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_TLS", "REDIS_POOL_SIZE", "REDIS_TIMEOUT", "CACHE_KEY_PREFIX",
+		ignored = append(ignored, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_POOL_SIZE", "REDIS_TIMEOUT", "CACHE_KEY_PREFIX",
 			"FLOODGATE_LEASE_MAX", "FLOODGATE_FAILURE_MODE", "FLOODGATE_REDIS_TIMEOUT")
 	}
 
@@ -218,8 +222,10 @@ func readRedis(getenv func(string) string, url string, errs *[]error, boolean fu
 	case "", "SINGLE":
 	case "CLUSTER":
 		r.cluster = true
+	case "SENTINEL":
+		r.sentinel = true
 	default:
-		fail("REDIS_TYPE=%q: SINGLE or CLUSTER (floodgate-rls has no Sentinel client)", t)
+		fail("REDIS_TYPE=%q: SINGLE, CLUSTER or SENTINEL", t)
 	}
 	switch st := strings.ToLower(getenv("REDIS_SOCKET_TYPE")); st {
 	case "", "unix":
@@ -236,16 +242,20 @@ func readRedis(getenv func(string) string, url string, errs *[]error, boolean fu
 			r.addrs = append(r.addrs, a)
 		}
 	}
-	if len(r.addrs) > 1 && !r.cluster {
-		fail("REDIS_URL=%q: several addresses need REDIS_TYPE=CLUSTER", url)
-	}
-	if auth := getenv("REDIS_AUTH"); auth != "" {
-		if u, p, ok := strings.Cut(auth, ":"); ok {
-			r.user, r.password = u, p
+	switch {
+	case r.sentinel:
+		// As envoyproxy/ratelimit writes it: the master's name, then the
+		// Sentinels, reached over TCP whatever REDIS_SOCKET_TYPE says.
+		if len(r.addrs) < 2 {
+			fail("REDIS_URL=%q: REDIS_TYPE=SENTINEL needs the master's name, then a Sentinel's host:port at least (mymaster,host:26379,...)", url)
 		} else {
-			r.password = auth
+			r.master, r.addrs = r.addrs[0], r.addrs[1:]
 		}
+		r.sentinelUser, r.sentinelPassword = splitAuth(getenv("REDIS_SENTINEL_AUTH"))
+	case len(r.addrs) > 1 && !r.cluster:
+		fail("REDIS_URL=%q: several addresses need REDIS_TYPE=CLUSTER (or SENTINEL)", url)
 	}
+	r.user, r.password = splitAuth(getenv("REDIS_AUTH"))
 	if boolean("REDIS_TLS", false) {
 		r.tls = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)}
 		if ca := getenv("REDIS_TLS_CACERT"); ca != "" {
@@ -298,8 +308,22 @@ func readRedis(getenv func(string) string, url string, errs *[]error, boolean fu
 	return r
 }
 
+// splitAuth reads REDIS_AUTH or REDIS_SENTINEL_AUTH: user:password, or
+// a password alone.
+func splitAuth(auth string) (user, password string) {
+	if u, p, ok := strings.Cut(auth, ":"); ok {
+		return u, p
+	}
+	return "", auth
+}
+
 // client makes the Redis client.
 func (r *redisSettings) client() redis.UniversalClient {
+	if r.sentinel {
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.master, SentinelAddrs: r.addrs,
+			SentinelUsername: r.sentinelUser, SentinelPassword: r.sentinelPassword, Username: r.user, Password: r.password,
+			TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, ContextTimeoutEnabled: true})
+	}
 	if r.cluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, Username: r.user, Password: r.password,
 			TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, ContextTimeoutEnabled: true})
