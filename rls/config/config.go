@@ -109,11 +109,25 @@ type Entry struct {
 }
 
 // Load reads files into one Config. A domain may appear in one file
-// only.
-func Load(files []File) (*Config, error) {
+// only: it is Options{}.Load.
+func Load(files []File) (*Config, error) { return Options{}.Load(files) }
+
+// Options are how a configuration's files are read.
+type Options struct {
+	// MergeDomains lets a domain appear in several files, as
+	// envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG does: each file's
+	// descriptors join the domain's, in file order, and a descriptor
+	// that another file put at the same place (the same key and value
+	// at the top of the domain) is an error, as it is within a file.
+	// Without it, a domain in a second file is an error.
+	MergeDomains bool
+}
+
+// Load reads files into one Config.
+func (o Options) Load(files []File) (*Config, error) {
 	c := &Config{domains: map[string]*node{}, byPath: map[string]*Limit{}}
 	for _, f := range files {
-		if err := c.load(f); err != nil {
+		if err := c.load(f, o.MergeDomains); err != nil {
 			return nil, err
 		}
 	}
@@ -283,7 +297,7 @@ func errAt(name string, n *yaml.Node, format string, args ...any) error {
 }
 
 // load adds one file's domain to c.
-func (c *Config) load(f File) error {
+func (c *Config) load(f File, merge bool) error {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
 		return fmt.Errorf("%s: %w", f.Name, err)
@@ -303,10 +317,13 @@ func (c *Config) load(f File) error {
 	if domain == "" {
 		return errAt(f.Name, root, "the domain is empty")
 	}
-	if _, dup := c.domains[domain]; dup {
-		return errAt(f.Name, fields["domain"], "domain %q is in another file too", domain)
+	n, dup := c.domains[domain]
+	switch {
+	case dup && !merge:
+		return errAt(f.Name, fields["domain"], "domain %q is in another file too (MERGE_DOMAIN_CONFIG merges them)", domain)
+	case !dup:
+		n = &node{children: map[string]*node{}}
 	}
-	n := &node{children: map[string]*node{}}
 	if err := c.loadDescriptors(f.Name, n, domain, string(AppendField(nil, domain)), 0, 0, fields["descriptors"]); err != nil {
 		return err
 	}

@@ -1,6 +1,9 @@
 package config
 
 import (
+	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -365,5 +368,56 @@ func TestFields(t *testing.T) {
 		if _, rest, ok := CutField(bad); ok || rest != bad {
 			t.Fatalf("CutField(%q): ok %v, rest %q", bad, ok, rest)
 		}
+	}
+}
+
+// TestMergeDomains: with MergeDomains, a domain in two files gets both
+// files' descriptors; a descriptor at a place that the other file holds
+// is an error that names it, as within a file. Without it, the second
+// file is an error. Watch loads as its Options say.
+func TestMergeDomains(t *testing.T) {
+	a := File{"a.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}
+	b := File{"b.yaml", []byte("domain: d\ndescriptors:\n  - key: j\n    descriptors:\n      - key: n\n        rate_limit: {unit: hour, requests_per_unit: 2}\n")}
+	if _, err := Load([]File{a, b}); err == nil || !strings.Contains(err.Error(), "b.yaml:1") || !strings.Contains(err.Error(), "MERGE_DOMAIN_CONFIG") {
+		t.Fatalf("a domain in two files, not merged: %v", err)
+	}
+	c, err := Options{MergeDomains: true}.Load([]File{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Domains() != 1 || c.Len() != 2 {
+		t.Fatalf("merged: %d domains, %d rules; want 1 and 2", c.Domains(), c.Len())
+	}
+	if l := c.Find("d", []Entry{{"k", "x"}}); l == nil || l.Key != "d.k" || l.RequestsPerUnit != 1 {
+		t.Errorf("the first file's rule: %+v", l)
+	}
+	if l := c.Find("d", []Entry{{"j", "x"}, {"n", "y"}}); l == nil || l.Key != "d.j.n" || l.Unit != Hour {
+		t.Errorf("the second file's rule: %+v", l)
+	}
+	again := File{"c.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")}
+	if _, err := (Options{MergeDomains: true}).Load([]File{a, again}); err == nil || !strings.Contains(err.Error(), `c.yaml:3: descriptor "d.k" appears twice`) {
+		t.Errorf("a place in both files: %v", err)
+	}
+
+	dir := t.TempDir()
+	for _, f := range []File{a, b} {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, merge := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		ticks := make(chan time.Time)
+		got := make(chan error, 1)
+		go Options{MergeDomains: merge}.Watch(ctx, dir, false, ticks, func(_ *Config, err error) {
+			select {
+			case got <- err:
+			default:
+			}
+		})
+		if err := <-got; (err == nil) != merge {
+			t.Errorf("Watch with MergeDomains %v: %v", merge, err)
+		}
+		cancel()
 	}
 }

@@ -45,6 +45,11 @@ func stamp(dir string, ignoreDot bool) (string, error) {
 // the next tick. Watch returns when ctx ends. Give it a time.Ticker's channel: a tick of 250 ms picks a
 // change up within a second.
 func Watch(ctx context.Context, dir string, ignoreDot bool, ticks <-chan time.Time, apply func(*Config, error)) {
+	Options{}.Watch(ctx, dir, ignoreDot, ticks, apply)
+}
+
+// Watch is Watch with the files loaded as o loads them.
+func (o Options) Watch(ctx context.Context, dir string, ignoreDot bool, ticks <-chan time.Time, apply func(*Config, error)) {
 	last := "\x00" // no stamp: load at once
 	for {
 		// One round reads one tree: the link is resolved once, so that a
@@ -64,7 +69,7 @@ func Watch(ctx context.Context, dir string, ignoreDot bool, ticks <-chan time.Ti
 			files, err := ReadDir(real, ignoreDot)
 			if err == nil {
 				var c *Config
-				if c, err = Load(files); err == nil {
+				if c, err = o.Load(files); err == nil {
 					apply(c, nil)
 				}
 			}

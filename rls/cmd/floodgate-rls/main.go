@@ -29,6 +29,10 @@
 // the service answers OK with no limit, and is unhealthy, until the
 // first push is in force.
 //
+// MERGE_DOMAIN_CONFIG=true lets a domain be in several files, or
+// several resources of a push: their descriptors are merged, and one
+// that two of them put at the same place is an error, as in one file.
+//
 // With GRPC_SERVER_USE_TLS=true, gRPC is served over TLS with the
 // certificate and key in GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY.
 // A CA in GRPC_CLIENT_TLS_CACERT (envoyproxy/ratelimit's name) or
@@ -64,7 +68,7 @@
 // the rule alone); FLOODGATE_REDIS_TIMEOUT, the time a decision waits
 // for Redis. A setting that would make envoyproxy/ratelimit decide
 // otherwise and that floodgate-rls does not implement (QUOTA_MODE,
-// RESPONSE_DYNAMIC_METADATA, MERGE_DOMAIN_CONFIG, CONFIG_TYPE other than
+// RESPONSE_DYNAMIC_METADATA, CONFIG_TYPE other than
 // FILE or GRPC_XDS_SOTW, BACKEND_TYPE memcache, the per-second Redis)
 // stops it at start,
 // with a message that says so; one that has no meaning here (USE_STATSD,
@@ -145,7 +149,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	if set.xds != nil {
 		initial, _ = config.Load(nil) // until the first push
 		dir = "xds://" + set.xds.url
-	} else if initial, sum, firstErr = loadDir(dir, set.ignoreDot); firstErr != nil {
+	} else if initial, sum, firstErr = loadDir(set.load, dir, set.ignoreDot); firstErr != nil {
 		if !set.forceStart {
 			return fmt.Errorf("configuration in %s: %w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without one)", dir, firstErr)
 		}
@@ -187,7 +191,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}
 	}()
 	healthy := &healthState{grpc: health.NewServer(), needConfig: set.healthyWithConfig, needLoad: set.xds != nil}
-	w := &watcher{dir: dir, ignoreDot: set.ignoreDot, srv: srv, healthy: healthy, log: log, firstSum: sum, firstErr: firstErr}
+	w := &watcher{dir: dir, ignoreDot: set.ignoreDot, load: set.load, srv: srv, healthy: healthy, log: log, firstSum: sum, firstErr: firstErr}
 	switch {
 	case set.xds != nil:
 		// Each push replaces the configuration through the watcher's
@@ -339,6 +343,7 @@ var tlsCheckEvery = time.Second
 type watcher struct {
 	dir       string
 	ignoreDot bool
+	load      config.Options // MERGE_DOMAIN_CONFIG, for files and pushes
 	srv       *rls.Server
 	healthy   *healthState
 	log       *slog.Logger
@@ -368,7 +373,7 @@ func (w *watcher) start() (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		config.Watch(ctx, w.dir, w.ignoreDot, ticks, w.apply)
+		w.load.Watch(ctx, w.dir, w.ignoreDot, ticks, w.apply)
 	}()
 	return func() {
 		cancel()
@@ -421,12 +426,12 @@ func (w *watcher) sameAsFirst(err error) bool {
 
 // loadDir loads the configuration in dir, as config.Watch loads it, and
 // returns it with the digest of its files.
-func loadDir(dir string, ignoreDot bool) (*config.Config, [sha256.Size]byte, error) {
+func loadDir(o config.Options, dir string, ignoreDot bool) (*config.Config, [sha256.Size]byte, error) {
 	files, err := readDir(dir, ignoreDot)
 	if err != nil {
 		return nil, [sha256.Size]byte{}, err
 	}
-	c, err := config.Load(files)
+	c, err := o.Load(files)
 	return c, digest(files), err
 }
 

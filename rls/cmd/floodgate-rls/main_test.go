@@ -237,7 +237,6 @@ func TestSettings(t *testing.T) {
 		"bad log format":     {"LOG_FORMAT": "xml"},
 		"quota mode":         {"QUOTA_MODE": "true"},
 		"metadata":           {"RESPONSE_DYNAMIC_METADATA": "true"},
-		"merge":              {"MERGE_DOMAIN_CONFIG": "true"},
 		"config type":        {"CONFIG_TYPE": "CONSUL"},
 		"memcache":           {"BACKEND_TYPE": "memcache"},
 		"per-second":         {"REDIS_PERSECOND": "true"},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/rls/config"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,6 +37,7 @@ type settings struct {
 	options                                              rls.Options
 	grpcTLS                                              *tlsFiles    // nil: gRPC without TLS
 	xds                                                  *xdsSettings // nil: the configuration is read from files
+	load                                                 config.Options
 	warnings                                             []string
 	redis                                                *redisSettings // nil: the limits are in process
 }
@@ -158,9 +160,7 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	if boolean("RESPONSE_DYNAMIC_METADATA", false) {
 		refuse("RESPONSE_DYNAMIC_METADATA", "dynamic metadata in responses is not implemented by floodgate-rls")
 	}
-	if boolean("MERGE_DOMAIN_CONFIG", false) {
-		refuse("MERGE_DOMAIN_CONFIG", "a domain must be in one file with floodgate-rls")
-	}
+	s.load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG", false)
 	switch t := str("CONFIG_TYPE", "FILE"); {
 	case strings.EqualFold(t, "FILE"):
 	case strings.EqualFold(t, "GRPC_XDS_SOTW"):

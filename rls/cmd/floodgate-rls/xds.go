@@ -198,6 +198,7 @@ func (x *xdsSettings) credentials(log *slog.Logger) (credentials.TransportCreden
 // in force, or NACKed with the reason, the one before staying.
 type xdsClient struct {
 	set   *xdsSettings
+	load  config.Options
 	log   *slog.Logger
 	apply func(*config.Config, error) error
 
@@ -257,7 +258,7 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 			}
 			continue
 		}
-		cfg, err := loadXDS(resp.Resources)
+		cfg, err := loadXDS(c.load, resp.Resources)
 		if err == nil {
 			err = c.apply(cfg, nil)
 		} else {
@@ -283,7 +284,7 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 
 // loadXDS is the configuration of a push: every resource a
 // RateLimitConfig, each loaded as one file would be.
-func loadXDS(resources []*anypb.Any) (*config.Config, error) {
+func loadXDS(o config.Options, resources []*anypb.Any) (*config.Config, error) {
 	files := make([]config.File, 0, len(resources))
 	for i, r := range resources {
 		var rc rlsconf.RateLimitConfig
@@ -296,7 +297,7 @@ func loadXDS(resources []*anypb.Any) (*config.Config, error) {
 		}
 		files = append(files, config.File{Name: "xds:" + rc.GetName(), Data: data})
 	}
-	return config.Load(files)
+	return o.Load(files)
 }
 
 // pushDigest is a SHA-256 of a push's resources.
@@ -429,7 +430,7 @@ func startXDS(x *xdsSettings, w *watcher, log *slog.Logger) (stop func(), first 
 	if err != nil {
 		return nil, nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_URL=%q: %w", x.url, err)
 	}
-	c := &xdsClient{set: x, log: log, apply: w.set}
+	c := &xdsClient{set: x, load: w.load, log: log, apply: w.set}
 	ctx, cancel := context.WithCancel(context.Background())
 	done, ch := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -391,3 +391,40 @@ func TestXDSMaxMessage(t *testing.T) {
 		t.Fatal("a push above the size was applied")
 	}
 }
+
+// TestMergeDomainConfig: MERGE_DOMAIN_CONFIG=true merges a domain that
+// two files, or two resources of a push, hold; without it, the files do
+// not load and the push is NACKed.
+func TestMergeDomainConfig(t *testing.T) {
+	files := map[string]string{
+		"a.yaml": "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2}\n",
+		"b.yaml": "domain: api\ndescriptors:\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"}
+	root := runtimeDir(t, files)
+	env := map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current"), "HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"}
+	if err := run(context.Background(), func(k string) string { return env[k] }, &lockedBuffer{}, nil); err == nil || !strings.Contains(err.Error(), "MERGE_DOMAIN_CONFIG") {
+		t.Fatalf("a domain in two files, not merged: %v", err)
+	}
+	a, _ := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current"), "MERGE_DOMAIN_CONFIG": "true"})
+	c := grpcClient(t, a.grpc)
+	if code, left := xdsCall(t, c, "v"); code != pb.RateLimitResponse_OK || left != 1 {
+		t.Fatalf("the first file's rule: %v, %d left", code, left)
+	}
+	resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "api",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "j", Value: "v"}}}}})
+	if err != nil || resp.Statuses[0].LimitRemaining != 4 {
+		t.Fatalf("the second file's rule: %v, %v", resp, err)
+	}
+
+	second := &rlsconf.RateLimitConfig{Name: "api-2", Domain: "api", Descriptors: []*rlsconf.RateLimitDescriptor{
+		{Key: "j", RateLimit: &rlsconf.RateLimitPolicy{Unit: rlsconf.RateLimitUnit_HOUR, RequestsPerUnit: 5}}}}
+	for _, merge := range []string{"false", "true"} {
+		ads := startADS(t, "127.0.0.1:0")
+		ads.push(t, "n", "1", xdsConfig(2), second)
+		start(t, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": ads.addr,
+			"CONFIG_GRPC_XDS_NODE_ID": "n", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "MERGE_DOMAIN_CONFIG": merge})
+		waitFor(t, "the push answered", func() bool { return ads.answered(true, "")() || ads.answered(false, "1")() })
+		if acked := ads.answered(false, "1")(); acked != (merge == "true") {
+			t.Errorf("MERGE_DOMAIN_CONFIG=%s: ACKed %v (NACKs %q)", merge, acked, ads.nackMessages())
+		}
+	}
+}
