@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -396,5 +397,30 @@ func TestStopWatcherBeforeClose(t *testing.T) {
 	}
 	if l := logs.String(); strings.Contains(l, "not loaded") || strings.Contains(l, "after Close") || strings.Contains(l, "level=ERROR") {
 		t.Errorf("an error on the way out:\n%s", l)
+	}
+}
+
+// TestHostsIPv6: HOST and GRPC_HOST of "::", as Istio's sample sets them:
+// the servers listen on every address, IPv6 and IPv4.
+func TestHostsIPv6(t *testing.T) {
+	if ln, err := net.Listen("tcp", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	} else {
+		ln.Close()
+	}
+	root := runtimeDir(t, map[string]string{"api.yaml": "domain: api\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 5}\n"})
+	a, _ := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current"), "HOST": "::", "GRPC_HOST": "::", "DEBUG_HOST": "::"})
+	for _, host := range []string{"::1", "127.0.0.1"} {
+		_, port, err := net.SplitHostPort(a.grpc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := xdsCall(t, grpcClient(t, net.JoinHostPort(host, port)), "v"); code != pb.RateLimitResponse_OK {
+			t.Fatalf("gRPC on %s: %v", host, code)
+		}
+		_, hport, _ := net.SplitHostPort(a.http)
+		if code, body := get(t, "http://"+net.JoinHostPort(host, hport)+"/healthcheck"); code != 200 || body != "OK" {
+			t.Fatalf("/healthcheck on %s: %d %q", host, code, body)
+		}
 	}
 }
