@@ -11,7 +11,12 @@
 //   - HTTP on DEBUG_HOST:DEBUG_PORT (0.0.0.0:6070): GET /metrics
 //     (Prometheus), also on PROMETHEUS_ADDR and PROMETHEUS_PATH with
 //     USE_PROMETHEUS=true, and Go's profiles under /debug/pprof/, as
-//     envoyproxy/ratelimit serves them there.
+//     envoyproxy/ratelimit serves them there. The series are named as
+//     its Prometheus mapping, and Envoy Gateway's, name them: each
+//     rule's ratelimit_service_rate_limit_* by domain, key1 and key2,
+//     ratelimit_service_total_requests and
+//     ratelimit_service_response_time_seconds by grpc_method, and the
+//     configuration's loads; PROMETHEUS_MAPPER_YAML is not read.
 //
 // With CONFIG_TYPE=GRPC_XDS_SOTW, as Envoy Gateway sets it, the
 // configuration comes from an xDS server instead (go-control-plane's
@@ -227,9 +232,11 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	// Stream workers: a request is served on a goroutine kept for the
 	// next, whose stack has grown already, instead of a new one; a new
 	// goroutine's stack growth took a sixth of the server's CPU.
+	reg := prometheus.NewRegistry()
 	opts := []grpc.ServerOption{
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: set.maxConnAge, MaxConnectionAgeGrace: set.maxConnAgeGrace}),
 		grpc.NumStreamWorkers(uint32(16 * runtime.GOMAXPROCS(0))),
+		grpc.ChainUnaryInterceptor(newGRPCMetrics(reg).unary),
 	}
 	if set.grpcTLS != nil {
 		st, err := newServerTLS(*set.grpcTLS, tlsCheckEvery, log)
@@ -244,7 +251,6 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	healthpb.RegisterHealthServer(gs, healthy.grpc)
 	healthy.set()
 
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(srv.Collector())
 	fc := prommetrics.New()
 	if err := fc.Add("rls", srv); err != nil {

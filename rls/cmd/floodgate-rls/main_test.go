@@ -141,8 +141,10 @@ func TestServe(t *testing.T) {
 	defer conn.Close()
 	c := pb.NewRateLimitServiceClient(conn)
 	passed := 0 // a year's window: no boundary falls in the test but once in a year's worth of runs
+	calls := 0
 	call := func() *pb.RateLimitResponse {
 		t.Helper()
+		calls++
 		resp, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "api",
 			Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}})
 		if err != nil {
@@ -203,7 +205,11 @@ func TestServe(t *testing.T) {
 		t.Fatalf("after a failed load: %v, want the limit of 5 kept", r)
 	}
 	_, body := get(t, "http://"+a.debug+"/metrics")
-	for _, want := range []string{`ratelimit_service_rate_limit_total_hits{domain="api",key1="k",key2=""}`, `floodgate_keys{limiter="rls",policy="api.k",route="api"} 1`} {
+	for _, want := range []string{`ratelimit_service_rate_limit_total_hits{domain="api",key1="k",key2=""}`, `floodgate_keys{limiter="rls",policy="api.k",route="api"} 1`,
+		// The gRPC server's, as Envoy Gateway's mapping names them.
+		fmt.Sprintf(`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} %d`, calls),
+		fmt.Sprintf(`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} %d`, calls),
+		`ratelimit_service_total_requests{grpc_method="Check"} 1`} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("/metrics lacks %s:\n%s", want, body)
 		}
