@@ -430,3 +430,38 @@ func TestHostsIPv6(t *testing.T) {
 		}
 	}
 }
+
+// exampleCommand and exampleCurl are the README's first run of
+// floodgate-rls, on the example runtime directory.
+const (
+	exampleCommand = "cd rls && RUNTIME_ROOT=example/runtime go run ./cmd/floodgate-rls"
+	exampleBody    = `{"domain":"api","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}`
+	exampleCurl    = "curl -s localhost:8080/json -d '" + exampleBody + "'"
+)
+
+// TestExampleRuntime: the README's first run works on a fresh clone: the
+// example runtime directory loads, and its curl line is answered, OK
+// three times a minute, then 429.
+func TestExampleRuntime(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{exampleCommand, exampleCurl} {
+		if !strings.Contains(string(readme), line) {
+			t.Errorf("the README lacks the line %q", line)
+		}
+	}
+	a, _ := start(t, map[string]string{"RUNTIME_ROOT": filepath.Join("..", "..", "example", "runtime")})
+	for i, want := range []int{200, 200, 200, 429} {
+		resp, err := http.Post("http://"+a.http+"/json", "application/json", strings.NewReader(exampleBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || !strings.Contains(string(body), `"requestsPerUnit":3`) {
+			t.Fatalf("call %d: %d %s; want %d", i, resp.StatusCode, body, want)
+		}
+	}
+}
