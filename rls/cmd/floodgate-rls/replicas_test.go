@@ -46,11 +46,20 @@ type replica struct {
 
 var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+)`)
 
+// replicaAttr and replicaDir, if set, are the process attributes and
+// the working directory startReplica gives the process (TestImage's
+// user).
+var (
+	replicaAttr *syscall.SysProcAttr
+	replicaDir  string
+)
+
 // startReplica runs floodgate-rls with env on root's runtime directory,
 // and returns once it serves.
 func startReplica(t *testing.T, bin, root string, env ...string) *replica {
 	t.Helper()
 	cmd := exec.Command(bin)
+	cmd.SysProcAttr, cmd.Dir = replicaAttr, replicaDir
 	cmd.Env = append(os.Environ(), "HOST=127.0.0.1", "PORT=0", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0",
 		"LOG_LEVEL=info", "RUNTIME_ROOT="+filepath.Join(root, "current"))
 	cmd.Env = append(cmd.Env, env...)
