@@ -54,6 +54,13 @@ func Find() (string, error) {
 // Start starts a server on a free loopback port and stops it when tb ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	return launch(tb, mustFind(tb), nil)
+}
+
+// mustFind is redis-server's path; without one it skips the test, or,
+// with FLOODGATE_REQUIRE_REDIS=1, fails it.
+func mustFind(tb testing.TB) string {
+	tb.Helper()
 	bin, err := Find()
 	if err != nil {
 		if os.Getenv(Require) == "1" {
@@ -61,7 +68,7 @@ func Start(tb testing.TB) *Server {
 		}
 		tb.Skip(err)
 	}
-	return launch(tb, bin, nil)
+	return bin
 }
 
 // launch starts bin on a free loopback port, with the arguments extra

@@ -26,13 +26,7 @@ type Sentinel struct {
 // does.
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
-	bin, err := Find()
-	if err != nil {
-		if os.Getenv(Require) == "1" {
-			tb.Fatalf("%v (%s=1)", err, Require)
-		}
-		tb.Skip(err)
-	}
+	bin := mustFind(tb)
 	dir := tb.TempDir() // before the servers: its cleanup runs after theirs
 	s := &Sentinel{MasterName: "mymaster"}
 	// Each in a folder of its own: a replica writes the master's data
