@@ -2,12 +2,10 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -259,10 +257,9 @@ func readRedis(getenv func(string) string, url string, errs *[]error, boolean fu
 	if boolean("REDIS_TLS", false) {
 		r.tls = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", false)}
 		if ca := getenv("REDIS_TLS_CACERT"); ca != "" {
-			pem, err := os.ReadFile(ca)
-			pool := x509.NewCertPool()
-			if err != nil || !pool.AppendCertsFromPEM(pem) {
-				fail("REDIS_TLS_CACERT=%q: no certificate read (%v)", ca, err)
+			pool, err := caPool(ca)
+			if err != nil {
+				fail("REDIS_TLS_CACERT=%q: %v", ca, err)
 			}
 			r.tls.RootCAs = pool
 		}

@@ -176,15 +176,9 @@ func (f tlsFiles) load() (*tls.Config, error) {
 	if len(f.cas) == 0 {
 		return cfg, nil
 	}
-	pool := x509.NewCertPool()
-	for _, ca := range f.cas {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("the clients' CA: %w", err)
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("the clients' CA %s: no PEM certificate in it", ca)
-		}
+	pool, err := caPool(f.cas...)
+	if err != nil {
+		return nil, fmt.Errorf("the clients' CA: %w", err)
 	}
 	cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	if san := f.san; san != "" {
@@ -208,4 +202,20 @@ func serverCreds(r *reloading[tls.Config]) *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		return r.get(time.Now()), nil
 	}}
+}
+
+// caPool is a pool of the certificates in the PEM files at paths, each
+// of which must hold one at least.
+func caPool(paths ...string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	for _, p := range paths {
+		pem, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate in it", p)
+		}
+	}
+	return pool, nil
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -166,13 +164,9 @@ func (x *xdsSettings) credentials(log *slog.Logger) (credentials.TransportCreden
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tls.san}
 	if x.tls.ca != "" {
-		pem, err := os.ReadFile(x.tls.ca)
+		pool, err := caPool(x.tls.ca)
 		if err != nil {
 			return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_TLS_CACERT: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_TLS_CACERT %s: no PEM certificate in it", x.tls.ca)
 		}
 		cfg.RootCAs = pool
 	}
@@ -212,8 +206,16 @@ type xdsClient struct {
 func (c *xdsClient) run(ctx context.Context, conn *grpc.ClientConn, first chan<- struct{}) {
 	sctx := metadata.NewOutgoingContext(ctx, metadata.New(c.set.headers))
 	ads := sotw.NewADSClient(sctx, c.set.node(), resourcev3.RateLimitConfigType)
-	for attempt := 0; ; attempt++ {
-		err := c.stream(ctx, ads, conn, &first, &attempt)
+	attempt := 0
+	pushed := func(applied bool) { // a push came: the next break waits the least
+		attempt = 0
+		if applied && first != nil {
+			close(first)
+			first = nil
+		}
+	}
+	for ; ; attempt++ {
+		err := c.stream(ctx, ads, conn, pushed)
 		if ctx.Err() != nil {
 			return
 		}
@@ -227,9 +229,10 @@ func (c *xdsClient) run(ctx context.Context, conn *grpc.ClientConn, first chan<-
 	}
 }
 
-// stream opens a stream and applies each push on it until it breaks.
-// attempt goes back to 0 once a push arrives.
-func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.ClientConn, first *chan<- struct{}, attempt *int) error {
+// stream opens a stream and applies each push on it until it breaks,
+// calling pushed after each push it received, with whether it is now in
+// force.
+func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.ClientConn, pushed func(applied bool)) error {
 	var opts []grpc.CallOption
 	if c.set.maxMsg > 0 {
 		opts = append(opts, grpc.MaxCallRecvMsgSize(c.set.maxMsg))
@@ -242,7 +245,7 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 		if err != nil {
 			return err
 		}
-		*attempt = -1
+		pushed(false)
 		if digest := pushDigest(resp.Resources); digest == c.refused {
 			// The server sends a refused push again at once (go-control-
 			// plane's cache answers a NACK with its snapshot): refuse it
@@ -275,10 +278,7 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 		if err := ads.Ack(); err != nil {
 			return err
 		}
-		if *first != nil {
-			close(*first)
-			*first = nil
-		}
+		pushed(true)
 	}
 }
 
