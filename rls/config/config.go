@@ -19,6 +19,15 @@
 // floodgate-rls does not implement (quota_mode, value_to_metric,
 // metadata): a config that relies on them fails to load rather than
 // being decided otherwise.
+//
+// The YAML is read by a reader of the part of YAML that configurations
+// are written in: block and flow mappings and sequences, plain and quoted
+// scalars on one line, comments, and one document. Anchors, aliases,
+// tags, block scalars (| and >), scalars over several lines, and tabs
+// outside quoted text and comments are errors that name them. The reader
+// checks the file's shape as it reads, so that a file of the wrong shape
+// is refused at its first wrong node, and what a load costs is a small
+// multiple of the files' bytes (see Options.Load).
 package config
 
 import (
@@ -29,7 +38,6 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
-	"gopkg.in/yaml.v3"
 )
 
 // File is one configuration file: its name, for errors, and its bytes.
@@ -121,13 +129,54 @@ type Options struct {
 	// at the top of the domain) is an error, as it is within a file.
 	// Without it, a domain in a second file is an error.
 	MergeDomains bool
+	// MaxBytes bounds the files' bytes together: more is an error
+	// before any is read. 0 means DefaultMaxBytes.
+	MaxBytes int
+	// MaxDepth bounds how deep descriptors nest below their domain.
+	// 0 means DefaultMaxDepth.
+	MaxDepth int
+}
+
+// DefaultMaxBytes and DefaultMaxDepth are the bounds of an Options that
+// names none. A configuration of a million rules is about 90 MB of YAML,
+// and Envoy's descriptors are rarely more than a few entries deep.
+const (
+	DefaultMaxBytes = 128 << 20
+	DefaultMaxDepth = 32
+)
+
+// maxBytes is o.MaxBytes, or its default.
+func (o Options) maxBytes() int {
+	if o.MaxBytes <= 0 {
+		return DefaultMaxBytes
+	}
+	return o.MaxBytes
 }
 
 // Load reads files into one Config.
+//
+// What a configuration costs is bounded by its size: the files' bytes
+// together may be at most MaxBytes, descriptors nest at most MaxDepth
+// levels, and the rules' keys (each holds its ancestors' keys) may take
+// at most four times the files' bytes. The YAML is read into a compact
+// tree and refused as soon as it holds more nodes than a configuration
+// of its size can (one per three bytes), so that loading a file costs
+// a small multiple of its bytes, and an error costs no more.
 func (o Options) Load(files []File) (*Config, error) {
-	c := &Config{domains: map[string]*node{}, byPath: map[string]*Limit{}}
+	maxBytes, maxDepth := o.maxBytes(), o.MaxDepth
+	if maxDepth <= 0 {
+		maxDepth = DefaultMaxDepth
+	}
+	total := 0
 	for _, f := range files {
-		if err := c.load(f, o.MergeDomains); err != nil {
+		if total += len(f.Data); total > maxBytes {
+			return nil, fmt.Errorf("%s: the configuration's files hold more than %d bytes together", f.Name, maxBytes)
+		}
+	}
+	c := &Config{domains: map[string]*node{}, byPath: map[string]*Limit{}}
+	ld := &loader{c: c, merge: o.MergeDomains, maxDepth: maxDepth, maxKey: 4*total + 64<<10}
+	for _, f := range files {
+		if err := ld.load(f); err != nil {
 			return nil, err
 		}
 	}
@@ -291,69 +340,119 @@ func wildMatch(parts []string, s string) bool {
 	return true
 }
 
+// The keys of a file, a descriptor and a rate_limit.
+var (
+	fileKeys       = []string{"domain", "descriptors"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "share_threshold"}
+	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
+)
+
+// fileSchema is what a file may hold, which the YAML reader checks as it
+// reads: a collection where a scalar belongs, a scalar where a
+// collection does, or an unknown key is refused there, before the rest
+// of the file is read.
+var fileSchema = func() *yschema {
+	scalar := &yschema{kind: yScalar, what: "expected a string"}
+	flag := &yschema{kind: yScalar, what: "expected true or false"}
+	mapOf := func(keys []string, fields map[string]*yschema) *yschema {
+		for _, k := range keys {
+			if fields[k] == nil {
+				fields[k] = scalar
+			}
+		}
+		return &yschema{kind: yMap, what: "expected a map of " + strings.Join(keys, ", "), fields: fields, names: strings.Join(keys, ", ")}
+	}
+	replaces := &yschema{kind: ySeq, what: "replaces must be a list of {name: ...}", items: mapOf([]string{"name"}, map[string]*yschema{})}
+	rateLimit := mapOf(rateLimitKeys, map[string]*yschema{"unlimited": flag, "replaces": replaces})
+	descriptors := &yschema{kind: ySeq, what: "descriptors must be a list"}
+	descriptors.items = mapOf(descriptorKeys, map[string]*yschema{"rate_limit": rateLimit, "descriptors": descriptors,
+		"shadow_mode": flag, "detailed_metric": flag, "share_threshold": flag})
+	return mapOf(fileKeys, map[string]*yschema{"descriptors": descriptors})
+}()
+
 // errAt is an error about file name at the line of n.
-func errAt(name string, n *yaml.Node, format string, args ...any) error {
-	return fmt.Errorf("%s:%d: %s", name, n.Line, fmt.Sprintf(format, args...))
+func errAt(name string, n *ynode, format string, args ...any) error {
+	return fmt.Errorf("%s:%d: %s", name, n.line, fmt.Sprintf(format, args...))
+}
+
+// loader is one Load's state.
+type loader struct {
+	c        *Config
+	merge    bool
+	maxDepth int
+	keyBytes int // the rules' keys and paths so far
+	maxKey   int // the most keyBytes may reach
+	full     []byte
+	path     []byte
 }
 
 // load adds one file's domain to c.
-func (c *Config) load(f File, merge bool) error {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
-		return fmt.Errorf("%s: %w", f.Name, err)
+func (ld *loader) load(f File) error {
+	// The tree's scalars share f.Data's bytes, without a copy: whatever
+	// the Config keeps of them is cloned.
+	root, err := parseYAML(unsafe.String(unsafe.SliceData(f.Data), len(f.Data)), len(f.Data)/3+64, fileSchema)
+	if e, ok := err.(*yerr); ok {
+		return fmt.Errorf("%s:%d: %s", f.Name, e.line, e.msg)
 	}
-	if len(doc.Content) == 0 {
+	if root == nil {
 		return fmt.Errorf("%s: no domain: the file is empty", f.Name)
 	}
-	root := doc.Content[0]
-	fields, err := mapping(f.Name, root, "domain", "descriptors")
+	fields, err := mapping(f.Name, root, fileKeys...)
 	if err != nil {
 		return err
 	}
-	domain, err := str(f.Name, fields["domain"])
+	domain, err := str(f.Name, fields.get("domain"))
 	if err != nil {
 		return err
 	}
 	if domain == "" {
 		return errAt(f.Name, root, "the domain is empty")
 	}
-	n, dup := c.domains[domain]
+	n, dup := ld.c.domains[domain]
 	switch {
-	case dup && !merge:
-		return errAt(f.Name, fields["domain"], "domain %q is in another file too (MERGE_DOMAIN_CONFIG merges them)", domain)
+	case dup && !ld.merge:
+		return errAt(f.Name, fields.get("domain"), "domain %q is in another file too (MERGE_DOMAIN_CONFIG merges them)", domain)
 	case !dup:
-		n = &node{children: map[string]*node{}}
+		n = &node{}
 	}
-	if err := c.loadDescriptors(f.Name, n, domain, string(AppendField(nil, domain)), 0, 0, fields["descriptors"]); err != nil {
+	ld.full = append(ld.full[:0], domain...)
+	ld.path = AppendField(ld.path[:0], domain)
+	if err := ld.descriptors(f.Name, n, 0, 0, fields.get("descriptors")); err != nil {
 		return err
 	}
-	c.domains[domain] = n
+	ld.c.domains[strings.Clone(domain)] = n
 	return nil
 }
 
-// loadDescriptors adds the descriptors of seq (nil: none) under parent,
-// whose full key is prefix, whose place in the tree is path, at depth
-// levels below the domain; shared marks the share_threshold levels above.
-func (c *Config) loadDescriptors(name string, parent *node, prefix, path string, depth int, shared uint64, seq *yaml.Node) error {
-	if seq == nil || seq.Tag == "!!null" {
+// descriptors adds the descriptors of seq (nil: none) under parent,
+// whose full key is ld.full and whose place in the tree is ld.path, at
+// depth levels below the domain; shared marks the share_threshold levels
+// above.
+func (ld *loader) descriptors(name string, parent *node, depth int, shared uint64, seq *ynode) error {
+	if seq == nil || seq.kind == yNull {
 		return nil
 	}
-	if seq.Kind != yaml.SequenceNode {
+	if seq.kind != ySeq {
 		return errAt(name, seq, "descriptors must be a list")
 	}
-	for _, d := range seq.Content {
-		fields, err := mapping(name, d, "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "share_threshold")
+	if depth >= ld.maxDepth && seq.first != nil {
+		return errAt(name, seq, "descriptors nested deeper than %d levels", ld.maxDepth)
+	}
+	fullLen, pathLen := len(ld.full), len(ld.path)
+	for d := seq.first; d != nil; d = d.next {
+		ld.full, ld.path = ld.full[:fullLen], ld.path[:pathLen]
+		fields, err := mapping(name, d, descriptorKeys...)
 		if err != nil {
 			return err
 		}
-		key, err := str(name, fields["key"])
+		key, err := str(name, fields.get("key"))
 		if err != nil {
 			return err
 		}
 		if key == "" {
 			return errAt(name, d, "a descriptor has an empty key")
 		}
-		value, err := str(name, fields["value"])
+		value, err := str(name, fields.get("value"))
 		if err != nil {
 			return err
 		}
@@ -361,39 +460,50 @@ func (c *Config) loadDescriptors(name string, parent *node, prefix, path string,
 		if value != "" {
 			kv += "_" + value
 		}
-		full := prefix + "." + kv
+		ld.full = append(append(ld.full, '.'), kv...)
+		ld.path = AppendField(ld.path, kv)
 		if _, dup := parent.children[kv]; dup {
-			return errAt(name, d, "descriptor %q appears twice", full)
+			return errAt(name, d, "descriptor %q appears twice", ld.full)
 		}
-		flags := map[string]bool{}
-		for _, k := range []string{"shadow_mode", "detailed_metric", "share_threshold"} {
-			if flags[k], err = boolean(name, fields[k]); err != nil {
+		var shadow, detailed, share bool
+		for _, f := range []struct {
+			b   *bool
+			key string
+		}{{&shadow, "shadow_mode"}, {&detailed, "detailed_metric"}, {&share, "share_threshold"}} {
+			if *f.b, err = boolean(name, fields.get(f.key)); err != nil {
 				return err
 			}
 		}
-		if flags["share_threshold"] && !strings.Contains(kv, "*") {
-			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", full)
+		if share && !strings.Contains(kv, "*") {
+			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", ld.full)
 		}
-		child := &node{children: map[string]*node{}}
-		childPath := string(AppendField([]byte(path), kv))
+		kv = strings.Clone(kv)
+		child := &node{}
 		childShared := shared
-		if flags["share_threshold"] {
-			child.shared = value
+		if share {
+			child.shared = strings.Clone(value)
 			if depth < 64 {
 				childShared |= 1 << depth
 			}
 		}
-		if rl := fields["rate_limit"]; rl != nil && rl.Tag != "!!null" {
-			if child.limit, err = loadLimit(name, rl, full); err != nil {
+		if rl := fields.get("rate_limit"); rl != nil && rl.kind != yNull {
+			if ld.keyBytes += len(ld.full) + len(ld.path); ld.keyBytes > ld.maxKey {
+				return errAt(name, d, "the rules' keys would take more than %d bytes, four times the configuration's size: descriptors nested too deep with keys too long", ld.maxKey)
+			}
+			if child.limit, err = loadLimit(name, rl, string(ld.full)); err != nil {
 				return err
 			}
-			child.limit.Shadow, child.limit.Detailed = flags["shadow_mode"], flags["detailed_metric"]
-			child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), childPath, childShared
+			c := ld.c
+			child.limit.Shadow, child.limit.Detailed = shadow, detailed
+			child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), string(ld.path), childShared
 			c.rules = append(c.rules, child.limit)
-			c.byPath[childPath] = child.limit
+			c.byPath[child.limit.path] = child.limit
 		}
-		if err := c.loadDescriptors(name, child, full, childPath, depth+1, childShared, fields["descriptors"]); err != nil {
+		if err := ld.descriptors(name, child, depth+1, childShared, fields.get("descriptors")); err != nil {
 			return err
+		}
+		if parent.children == nil {
+			parent.children = map[string]*node{}
 		}
 		parent.children[kv] = child
 		if strings.Contains(kv, "*") {
@@ -404,47 +514,48 @@ func (c *Config) loadDescriptors(name string, parent *node, prefix, path string,
 }
 
 // loadLimit reads a rate_limit.
-func loadLimit(name string, m *yaml.Node, full string) (*Limit, error) {
-	fields, err := mapping(name, m, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst")
+func loadLimit(name string, m *ynode, full string) (*Limit, error) {
+	fields, err := mapping(name, m, rateLimitKeys...)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limit{Key: full}
-	if l.Unlimited, err = boolean(name, fields["unlimited"]); err != nil {
+	if l.Unlimited, err = boolean(name, fields.get("unlimited")); err != nil {
 		return nil, err
 	}
-	unit, err := str(name, fields["unit"])
+	unit, err := str(name, fields.get("unit"))
 	if err != nil {
 		return nil, err
 	}
 	switch u, ok := ParseUnit(unit); {
 	case l.Unlimited && unit != "":
-		return nil, errAt(name, fields["unit"], "an unlimited rule has no unit")
+		return nil, errAt(name, fields.get("unit"), "an unlimited rule has no unit")
 	case !l.Unlimited && !ok:
 		return nil, errAt(name, m, "unknown unit %q: second, minute, hour, day, week, month or year", unit)
 	default:
 		l.Unit = u
 	}
-	if n := fields["requests_per_unit"]; n != nil {
-		v, err := strconv.ParseUint(n.Value, 10, 32)
-		if n.Kind != yaml.ScalarNode || err != nil {
-			return nil, errAt(name, n, "requests_per_unit must be a whole number from 0 to 4294967295, not %q", n.Value)
+	if n := fields.get("requests_per_unit"); n != nil {
+		v, err := strconv.ParseUint(n.value, 10, 32)
+		if n.kind == yMap || n.kind == ySeq || err != nil {
+			return nil, errAt(name, n, "requests_per_unit must be a whole number from 0 to 4294967295, not %q", n.value)
 		}
 		l.RequestsPerUnit = uint32(v)
 	}
-	if l.Name, err = str(name, fields["name"]); err != nil {
+	if l.Name, err = str(name, fields.get("name")); err != nil {
 		return nil, err
 	}
-	if r := fields["replaces"]; r != nil && r.Tag != "!!null" {
-		if r.Kind != yaml.SequenceNode {
+	l.Name = strings.Clone(l.Name)
+	if r := fields.get("replaces"); r != nil && r.kind != yNull {
+		if r.kind != ySeq {
 			return nil, errAt(name, r, "replaces must be a list of {name: ...}")
 		}
-		for _, e := range r.Content {
+		for e := r.first; e != nil; e = e.next {
 			ef, err := mapping(name, e, "name")
 			if err != nil {
 				return nil, err
 			}
-			rn, err := str(name, ef["name"])
+			rn, err := str(name, ef.get("name"))
 			if err != nil {
 				return nil, err
 			}
@@ -454,30 +565,39 @@ func loadLimit(name string, m *yaml.Node, full string) (*Limit, error) {
 			case rn == l.Name:
 				return nil, errAt(name, e, "a rule cannot replace itself (%q)", rn)
 			}
-			l.Replaces = append(l.Replaces, rn)
+			l.Replaces = append(l.Replaces, strings.Clone(rn))
 		}
 	}
-	if l.Algorithm, err = str(name, fields["algorithm"]); err != nil {
+	if l.Algorithm, err = str(name, fields.get("algorithm")); err != nil {
 		return nil, err
 	}
 	switch l.Algorithm {
 	case "":
 		l.Algorithm = floodgate.FixedWindow
-	case floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingCounter, floodgate.SlidingLog:
+	case floodgate.TokenBucket:
+		l.Algorithm = floodgate.TokenBucket // the constant, not the file's bytes
+	case floodgate.LeakyBucket:
+		l.Algorithm = floodgate.LeakyBucket
+	case floodgate.FixedWindow:
+		l.Algorithm = floodgate.FixedWindow
+	case floodgate.SlidingCounter:
+		l.Algorithm = floodgate.SlidingCounter
+	case floodgate.SlidingLog:
+		l.Algorithm = floodgate.SlidingLog
 	default:
-		return nil, errAt(name, fields["algorithm"], "unknown algorithm %q: token_bucket, leaky_bucket, fixed_window, sliding_counter or sliding_log", l.Algorithm)
+		return nil, errAt(name, fields.get("algorithm"), "unknown algorithm %q: token_bucket, leaky_bucket, fixed_window, sliding_counter or sliding_log", l.Algorithm)
 	}
-	if b := fields["burst"]; b != nil {
-		v, err := strconv.ParseInt(b.Value, 10, 64)
+	if b := fields.get("burst"); b != nil {
+		v, err := strconv.ParseInt(b.value, 10, 64)
 		switch {
-		case b.Kind != yaml.ScalarNode || err != nil || v < 1:
-			return nil, errAt(name, b, "burst must be a whole number of 1 or more, not %q", b.Value)
+		case b.kind == yMap || b.kind == ySeq || err != nil || v < 1:
+			return nil, errAt(name, b, "burst must be a whole number of 1 or more, not %q", b.value)
 		case l.Algorithm != floodgate.TokenBucket && l.Algorithm != floodgate.LeakyBucket:
 			return nil, errAt(name, b, "burst is for token_bucket and leaky_bucket, not %s", l.Algorithm)
 		}
 		l.Burst = v
 	}
-	if l.Unlimited && (fields["algorithm"] != nil || fields["burst"] != nil) {
+	if l.Unlimited && (fields.get("algorithm") != nil || fields.get("burst") != nil) {
 		return nil, errAt(name, m, "an unlimited rule has no algorithm or burst")
 	}
 	return l, nil
@@ -491,55 +611,72 @@ var unsupported = map[string]string{
 	"metadata":        "metadata is not supported by floodgate-rls; remove it",
 }
 
-// mapping returns m's fields by name, each named in allowed; any other
-// key is an error at its line.
-func mapping(name string, m *yaml.Node, allowed ...string) (map[string]*yaml.Node, error) {
-	if m.Kind != yaml.MappingNode {
-		return nil, errAt(name, m, "expected a map of %s", strings.Join(allowed, ", "))
+// fieldSet is a mapping's fields, by their place among its allowed
+// keys.
+type fieldSet struct {
+	names []string
+	v     [8]*ynode
+}
+
+// get is the field named key, or nil.
+func (f *fieldSet) get(key string) *ynode {
+	for i, n := range f.names {
+		if n == key {
+			return f.v[i]
+		}
 	}
-	fields := make(map[string]*yaml.Node, len(m.Content)/2)
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		if k.Kind != yaml.ScalarNode {
-			return nil, errAt(name, k, "a key must be a string")
+	return nil
+}
+
+// mapping returns m's fields by name, each named in allowed (eight at
+// most); any other key is an error at its line.
+func mapping(name string, m *ynode, allowed ...string) (fieldSet, error) {
+	if m.kind != yMap {
+		return fieldSet{}, errAt(name, m, "expected a map of %s", strings.Join(allowed, ", "))
+	}
+	fields := fieldSet{names: allowed}
+	for k := m.first; k != nil; k = k.next.next {
+		v := k.next
+		if k.kind != yScalar {
+			return fieldSet{}, errAt(name, k, "a key must be a string")
 		}
-		ok := false
-		for _, a := range allowed {
-			ok = ok || k.Value == a
+		i := 0
+		for i < len(allowed) && allowed[i] != k.value {
+			i++
 		}
-		if !ok {
-			if why, known := unsupported[k.Value]; known {
-				return nil, errAt(name, k, "%s", why)
+		if i == len(allowed) {
+			if why, known := unsupported[k.value]; known {
+				return fieldSet{}, errAt(name, k, "%s", why)
 			}
-			return nil, errAt(name, k, "unknown key %q here: expected %s", k.Value, strings.Join(allowed, ", "))
+			return fieldSet{}, errAt(name, k, "unknown key %q here: expected %s", k.value, strings.Join(allowed, ", "))
 		}
-		if _, dup := fields[k.Value]; dup {
-			return nil, errAt(name, k, "key %q appears twice", k.Value)
+		if fields.v[i] != nil {
+			return fieldSet{}, errAt(name, k, "key %q appears twice", k.value)
 		}
-		fields[k.Value] = v
+		fields.v[i] = v
 	}
 	return fields, nil
 }
 
 // str is a string field's value; a missing or null field is "".
-func str(name string, n *yaml.Node) (string, error) {
-	if n == nil || n.Tag == "!!null" {
+func str(name string, n *ynode) (string, error) {
+	if n == nil || n.kind == yNull {
 		return "", nil
 	}
-	if n.Kind != yaml.ScalarNode {
+	if n.kind != yScalar {
 		return "", errAt(name, n, "expected a string")
 	}
-	return n.Value, nil
+	return n.value, nil
 }
 
 // boolean is a boolean field's value; a missing or null field is false.
-func boolean(name string, n *yaml.Node) (bool, error) {
-	if n == nil || n.Tag == "!!null" {
+func boolean(name string, n *ynode) (bool, error) {
+	if n == nil || n.kind == yNull {
 		return false, nil
 	}
-	var b bool
-	if n.Kind != yaml.ScalarNode || n.Decode(&b) != nil {
-		return false, errAt(name, n, "expected true or false, not %q", n.Value)
+	b, ok := boolValue(n)
+	if n.kind != yScalar || !ok {
+		return false, errAt(name, n, "expected true or false, not %q", n.value)
 	}
 	return b, nil
 }

@@ -183,7 +183,7 @@ func TestLoadErrors(t *testing.T) {
 		name, yaml, want string
 	}{
 		{"empty file", "", "f.yaml: no domain"},
-		{"bad yaml", "domain: [", "f.yaml: yaml:"},
+		{"bad yaml", "domain: [", "f.yaml:1: expected a string"},
 		{"unknown key", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burts: 3\n", `f.yaml:7: unknown key "burts"`},
 		{"unknown top key", "domain: d\nextra: 1\n", `f.yaml:2: unknown key "extra"`},
 		{"quota_mode", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n", "f.yaml:4: quota_mode is not supported"},

@@ -2,15 +2,12 @@ package config
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 )
-
-// MaxFileSize bounds each configuration file ReadDir reads: a file larger
-// is an error, not a load that exhausts memory.
-const MaxFileSize = 64 << 20
 
 // ReadDir reads every regular file below dir, in every subdirectory, in
 // the order of their paths: the files envoyproxy/ratelimit loads from
@@ -18,26 +15,32 @@ const MaxFileSize = 64 << 20
 // extension. With ignoreDot (RUNTIME_IGNOREDOTFILES), files and
 // directories whose names begin with a dot are left out. Symbolic links
 // are followed, as a runtime root is usually one. Each File's Name is
-// its path.
-func ReadDir(dir string, ignoreDot bool) ([]File, error) {
+// its path. It is Options{}.ReadDir.
+func ReadDir(dir string, ignoreDot bool) ([]File, error) { return Options{}.ReadDir(dir, ignoreDot) }
+
+// ReadDir is ReadDir bounded by o.MaxBytes: files that hold more together
+// are an error, and no more than that is read.
+func (o Options) ReadDir(dir string, ignoreDot bool) ([]File, error) {
 	var paths []string
 	err := walk(dir, ignoreDot, map[string]bool{}, &paths)
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(paths)
+	left := int64(o.maxBytes())
 	files := make([]File, 0, len(paths))
 	for _, p := range paths {
-		st, err := os.Stat(p)
+		f, err := os.Open(p)
 		if err != nil {
 			return nil, err
 		}
-		if st.Size() > MaxFileSize {
-			return nil, fmt.Errorf("%s: %d bytes, more than the %d a configuration file may hold", p, st.Size(), MaxFileSize)
-		}
-		data, err := os.ReadFile(p)
+		data, err := io.ReadAll(io.LimitReader(f, left+1))
+		f.Close()
 		if err != nil {
 			return nil, err
+		}
+		if left -= int64(len(data)); left < 0 {
+			return nil, fmt.Errorf("%s: the configuration's files hold more than %d bytes together", p, o.maxBytes())
 		}
 		files = append(files, File{Name: p, Data: data})
 	}

@@ -66,7 +66,7 @@ func (o Options) Watch(ctx context.Context, dir string, ignoreDot bool, ticks <-
 			last = ""
 		} else if s != last {
 			last = s
-			files, err := ReadDir(real, ignoreDot)
+			files, err := o.ReadDir(real, ignoreDot)
 			if err == nil {
 				var c *Config
 				if c, err = o.Load(files); err == nil {
