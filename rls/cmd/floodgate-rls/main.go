@@ -53,6 +53,10 @@
 // (/srv/runtime_data/current/config), read again within a second of a
 // change or of the root's link being swapped; a file that fails to load
 // keeps the configuration before it, and counts config_load_error.
+// A configuration, from files or a push, may hold at most
+// FLOODGATE_CONFIG_MAX_BYTES (128 MiB when unset) of YAML, and its
+// descriptors nest at most 32 deep: what it costs to load is a small
+// multiple of its size, and one that is refused costs no more.
 //
 // With no REDIS_URL, the limits are kept in this process: exact on one
 // replica. With REDIS_URL (REDIS_SOCKET_TYPE unix, the default, or tcp;
@@ -95,7 +99,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -409,11 +415,28 @@ func (w *watcher) set(c *config.Config, err error) error {
 	if err != nil {
 		w.srv.ConfigFailed(err)
 		w.log.Error("configuration not loaded: the one before stays", "err", err)
+		releaseMemory(time.Now())
 		return err
 	}
 	w.healthy.configLoaded(c.Domains() > 0)
 	w.log.Info("configuration loaded", "domains", c.Domains(), "rules", c.Len())
 	return nil
+}
+
+// lastRelease is when releaseMemory last gave memory back, in Unix
+// nanoseconds.
+var lastRelease atomic.Int64
+
+// releaseMemory gives the system back the memory that a refused
+// configuration took while it was read, so that a bad push leaves no
+// replica holding it, at most once every ten seconds: a server that
+// pushes bad configurations in a loop costs a collection each time.
+func releaseMemory(now time.Time) {
+	last := lastRelease.Load()
+	if now.UnixNano()-last < int64(10*time.Second) || !lastRelease.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	debug.FreeOSMemory()
 }
 
 // sameAsFirst reports whether the watcher's first load, whose error is
@@ -426,14 +449,14 @@ func (w *watcher) sameAsFirst(err error) bool {
 	if err != nil || w.firstErr != nil {
 		return err != nil && w.firstErr != nil && err.Error() == w.firstErr.Error()
 	}
-	files, err := readDir(w.dir, w.ignoreDot)
+	files, err := readDir(w.load, w.dir, w.ignoreDot)
 	return err == nil && digest(files) == w.firstSum
 }
 
 // loadDir loads the configuration in dir, as config.Watch loads it, and
 // returns it with the digest of its files.
 func loadDir(o config.Options, dir string, ignoreDot bool) (*config.Config, [sha256.Size]byte, error) {
-	files, err := readDir(dir, ignoreDot)
+	files, err := readDir(o, dir, ignoreDot)
 	if err != nil {
 		return nil, [sha256.Size]byte{}, err
 	}
@@ -444,12 +467,12 @@ func loadDir(o config.Options, dir string, ignoreDot bool) (*config.Config, [sha
 // readDir reads the files of the configuration in dir as config.Watch
 // reads them: the root's link resolved once, so that a root swapped
 // meanwhile is read whole, then every file below it (config.ReadDir).
-func readDir(dir string, ignoreDot bool) ([]config.File, error) {
+func readDir(o config.Options, dir string, ignoreDot bool) ([]config.File, error) {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, err
 	}
-	return config.ReadDir(real, ignoreDot)
+	return o.ReadDir(real, ignoreDot)
 }
 
 // digest is a SHA-256 of files: each one's name, quoted, its length and

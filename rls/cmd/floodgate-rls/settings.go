@@ -159,6 +159,13 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		refuse("RESPONSE_DYNAMIC_METADATA", "dynamic metadata in responses is not implemented by floodgate-rls")
 	}
 	s.load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG", false)
+	if v := getenv("FLOODGATE_CONFIG_MAX_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("FLOODGATE_CONFIG_MAX_BYTES=%q: a whole number of bytes, 1 or more", v))
+		}
+		s.load.MaxBytes = n
+	}
 	switch t := str("CONFIG_TYPE", "FILE"); {
 	case strings.EqualFold(t, "FILE"):
 	case strings.EqualFold(t, "GRPC_XDS_SOTW"):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -11,11 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/rls/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -24,7 +26,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
-	"gopkg.in/yaml.v3"
 )
 
 // xdsSettings are CONFIG_TYPE=GRPC_XDS_SOTW's: where the configuration
@@ -284,18 +285,32 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 
 // loadXDS is the configuration of a push: every resource a
 // RateLimitConfig, each loaded as one file would be.
+//
+// A resource is read from its bytes as they came, not decoded into
+// messages first: a descriptor costs a few bytes of YAML, where a decoded
+// message costs over a hundred, so that a push costs a small multiple of
+// its size. Every string must be UTF-8, as proto3's are; a field the
+// RateLimitConfig of ratelimit/v0.1.0 does not have is an error, except
+// quota_mode (7), which newer ones carry; a singular field given twice
+// keeps its last value, as protobuf reads it, and a rate_limit given
+// twice is an error (protobuf would merge the two).
 func loadXDS(o config.Options, resources []*anypb.Any) (*config.Config, error) {
 	files := make([]config.File, 0, len(resources))
+	total, maxBytes := 0, o.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = config.DefaultMaxBytes
+	}
 	for i, r := range resources {
-		var rc rlsconf.RateLimitConfig
-		if err := r.UnmarshalTo(&rc); err != nil {
-			return nil, fmt.Errorf("xDS resource %d: %w", i, err)
+		if r.GetTypeUrl() != resourcev3.RateLimitConfigType {
+			return nil, fmt.Errorf("xDS resource %d: type %q, not %s", i, r.GetTypeUrl(), resourcev3.RateLimitConfigType)
 		}
-		data, err := xdsYAML(&rc)
+		w := xdsWriter{max: maxBytes - total, b: make([]byte, 0, min(maxBytes-total, len(r.GetValue()))+64)}
+		name, err := w.config(r.GetValue())
 		if err != nil {
-			return nil, fmt.Errorf("xDS resource %q: %w", rc.GetName(), err)
+			return nil, fmt.Errorf("xDS resource %d (%q): %w", i, name, err)
 		}
-		files = append(files, config.File{Name: "xds:" + rc.GetName(), Data: data})
+		total += len(w.b)
+		files = append(files, config.File{Name: "xds:" + name, Data: w.b})
 	}
 	return o.Load(files)
 }
@@ -311,110 +326,314 @@ func pushDigest(resources []*anypb.Any) (sum [sha256.Size]byte) {
 	return sum
 }
 
-// The YAML of a RateLimitConfig, as envoyproxy/ratelimit converts one
-// (ConfigXdsProtoToYaml), so that a push loads as its file would.
-type (
-	yamlRoot struct {
-		Domain      string     `yaml:"domain"`
-		Descriptors []yamlDesc `yaml:"descriptors,omitempty"`
-	}
-	yamlDesc struct {
-		Key            string      `yaml:"key"`
-		Value          string      `yaml:"value,omitempty"`
-		RateLimit      *yamlPolicy `yaml:"rate_limit,omitempty"`
-		Descriptors    []yamlDesc  `yaml:"descriptors,omitempty"`
-		ShadowMode     bool        `yaml:"shadow_mode,omitempty"`
-		DetailedMetric bool        `yaml:"detailed_metric,omitempty"`
-	}
-	yamlPolicy struct {
-		Unit            string        `yaml:"unit,omitempty"`
-		RequestsPerUnit uint32        `yaml:"requests_per_unit"`
-		Unlimited       bool          `yaml:"unlimited,omitempty"`
-		Name            string        `yaml:"name,omitempty"`
-		Replaces        []yamlReplace `yaml:"replaces,omitempty"`
-	}
-	yamlReplace struct {
-		Name string `yaml:"name"`
-	}
-)
-
 // xdsUnits name the units by number: the types' enum ends at DAY, and
 // the server may send the rest.
-var xdsUnits = map[int32]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
+var xdsUnits = map[uint64]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
 
-// xdsYAML converts rc to its YAML. A descriptor field that these types
-// do not know (quota_mode, 7, and metadata, 8, in newer ones) is an
-// error that names it: floodgate-rls does not implement them, and a
-// configuration that relies on them must not load as if they were not
-// there.
-func xdsYAML(rc *rlsconf.RateLimitConfig) ([]byte, error) {
-	if err := unknownFields("the config", rc.ProtoReflect().GetUnknown()); err != nil {
-		return nil, err
-	}
-	root := yamlRoot{Domain: rc.GetDomain()}
-	var err error
-	if root.Descriptors, err = xdsDescs(rc.GetDescriptors(), 0); err != nil {
-		return nil, err
-	}
-	return yaml.Marshal(&root)
+// xdsMaxDepth bounds the descriptors' nesting that a push may hold: a
+// tree deeper than any configuration has is refused before it is walked
+// further.
+const xdsMaxDepth = 64
+
+// xdsWriter writes a RateLimitConfig's YAML, in flow style, as
+// envoyproxy/ratelimit converts one (ConfigXdsProtoToYaml), so that a
+// push loads as its file would.
+type xdsWriter struct {
+	b   []byte
+	max int // the most bytes b may hold
 }
 
-// maxDepth bounds the descriptors' nesting, which a push sets: a tree
-// deeper than any configuration has is refused before it is walked.
-const maxDepth = 64
-
-func xdsDescs(ds []*rlsconf.RateLimitDescriptor, depth int) ([]yamlDesc, error) {
-	if depth >= maxDepth && len(ds) > 0 {
-		return nil, fmt.Errorf("descriptors nested deeper than %d levels", maxDepth)
-	}
-	out := make([]yamlDesc, 0, len(ds))
-	for _, d := range ds {
-		if err := unknownFields(fmt.Sprintf("descriptor %q", d.GetKey()), d.ProtoReflect().GetUnknown()); err != nil {
-			return nil, err
-		}
-		y := yamlDesc{Key: d.GetKey(), Value: d.GetValue(), ShadowMode: d.GetShadowMode(), DetailedMetric: d.GetDetailedMetric()}
-		if p := d.GetRateLimit(); p != nil {
-			if err := unknownFields(fmt.Sprintf("descriptor %q's rate_limit", d.GetKey()), p.ProtoReflect().GetUnknown()); err != nil {
-				return nil, err
-			}
-			y.RateLimit = &yamlPolicy{RequestsPerUnit: p.GetRequestsPerUnit(), Unlimited: p.GetUnlimited(), Name: p.GetName()}
-			if u := int32(p.GetUnit()); u != 0 {
-				if name, ok := xdsUnits[u]; ok {
-					y.RateLimit.Unit = name
-				} else {
-					y.RateLimit.Unit = strconv.Itoa(int(u)) // refused by the load, which names it
-				}
-			}
-			for _, r := range p.GetReplaces() {
-				y.RateLimit.Replaces = append(y.RateLimit.Replaces, yamlReplace{Name: r.GetName()})
-			}
-		}
-		var err error
-		if y.Descriptors, err = xdsDescs(d.GetDescriptors(), depth+1); err != nil {
-			return nil, err
-		}
-		out = append(out, y)
-	}
-	return out, nil
+// xdsField is one field of a message's bytes.
+type xdsField struct {
+	num  protowire.Number
+	typ  protowire.Type
+	v    uint64 // a varint's value
+	data []byte // a length-delimited field's bytes
 }
 
-// unknownFields is the error of fields in b, the unknown bytes of what
-// names, or nil.
-func unknownFields(what string, b []byte) error {
-	if len(b) == 0 {
-		return nil
+// xdsIter walks a message's fields in order, allocating nothing.
+type xdsIter struct {
+	msg []byte
+	f   xdsField
+	err error
+}
+
+// next moves to the next field, and reports whether there is one; at
+// the end, err is set if the bytes did not parse.
+func (it *xdsIter) next() bool {
+	if len(it.msg) == 0 || it.err != nil {
+		return false
 	}
-	num, _, n := protowire.ConsumeTag(b)
+	num, typ, n := protowire.ConsumeTag(it.msg)
 	if n < 0 {
-		return fmt.Errorf("%s: unknown bytes", what)
+		it.err = errors.New("the message's bytes do not parse")
+		return false
 	}
-	switch num {
-	case 7:
-		return fmt.Errorf("%s: quota_mode is not implemented by floodgate-rls", what)
-	case 8:
-		return fmt.Errorf("%s: metadata is not implemented by floodgate-rls", what)
+	it.msg = it.msg[n:]
+	it.f = xdsField{num: num, typ: typ}
+	switch typ {
+	case protowire.VarintType:
+		it.f.v, n = protowire.ConsumeVarint(it.msg)
+	case protowire.BytesType:
+		it.f.data, n = protowire.ConsumeBytes(it.msg)
+	default:
+		n = protowire.ConsumeFieldValue(num, typ, it.msg)
 	}
-	return fmt.Errorf("%s: field %d is not known to floodgate-rls", what, num)
+	if n < 0 {
+		it.err = errors.New("the message's bytes do not parse")
+		return false
+	}
+	it.msg = it.msg[n:]
+	return true
+}
+
+// want is the error of a field of the wrong wire type, or nil.
+func (f *xdsField) want(typ protowire.Type, name string) error {
+	if f.typ != typ {
+		return fmt.Errorf("%s: wire type %d", name, f.typ)
+	}
+	return nil
+}
+
+// text is the error of a string field of the wrong wire type or not in
+// UTF-8, or nil.
+func (f *xdsField) text(name string) error {
+	if err := f.want(protowire.BytesType, name); err != nil {
+		return err
+	}
+	if !utf8.Valid(f.data) {
+		return fmt.Errorf("%s: not UTF-8", name)
+	}
+	return nil
+}
+
+// str writes s as a YAML double-quoted scalar.
+func (w *xdsWriter) str(s []byte) {
+	w.b = strconv.AppendQuote(w.b, unsafe.String(unsafe.SliceData(s), len(s)))
+}
+
+// errTooLarge is the error of a push whose YAML would pass the bound.
+var errTooLarge = errors.New("the push's configuration is larger than FLOODGATE_CONFIG_MAX_BYTES allows")
+
+// list writes a list's separator: its opening before the first item,
+// a comma before the others.
+func (w *xdsWriter) list(first bool, name string) {
+	if first {
+		w.b = append(append(w.b, name...), ": ["...)
+	} else {
+		w.b = append(w.b, ", "...)
+	}
+}
+
+// config writes a RateLimitConfig's YAML, and returns its name. Each
+// descriptor is written as it is read, with no list of them kept.
+func (w *xdsWriter) config(msg []byte) (name string, err error) {
+	var domain []byte
+	w.b = append(w.b, '{')
+	n := 0
+	for it := (xdsIter{msg: msg}); ; {
+		if !it.next() {
+			if it.err != nil {
+				return name, it.err
+			}
+			break
+		}
+		f := &it.f
+		switch f.num {
+		case 1:
+			if err := f.text("name"); err != nil {
+				return name, err
+			}
+			name = string(f.data)
+		case 2:
+			if err := f.text("domain"); err != nil {
+				return name, err
+			}
+			domain = f.data
+		case 3:
+			if err := f.want(protowire.BytesType, "descriptors"); err != nil {
+				return name, err
+			}
+			w.list(n == 0, "descriptors")
+			n++
+			if err := w.descriptor(f.data, 0); err != nil {
+				return name, err
+			}
+		default:
+			return name, fmt.Errorf("the config: field %d is not known to floodgate-rls", f.num)
+		}
+	}
+	if n > 0 {
+		w.b = append(w.b, "], "...)
+	}
+	w.b = append(w.b, "domain: "...)
+	w.str(domain)
+	w.b = append(w.b, "}\n"...)
+	if len(w.b) > w.max {
+		return name, errTooLarge
+	}
+	return name, nil
+}
+
+// descriptor writes one RateLimitDescriptor: its children first, as they
+// are read, then its own fields.
+func (w *xdsWriter) descriptor(msg []byte, depth int) error {
+	if len(w.b) > w.max {
+		return errTooLarge
+	}
+	if depth >= xdsMaxDepth {
+		return fmt.Errorf("descriptors nested deeper than %d levels", xdsMaxDepth)
+	}
+	var key, value, policy []byte
+	var hasKey, hasPolicy bool
+	var shadow, detailed, quota uint64
+	w.b = append(w.b, '{')
+	n := 0
+	for it := (xdsIter{msg: msg}); ; {
+		if !it.next() {
+			if it.err != nil {
+				return it.err
+			}
+			break
+		}
+		f := &it.f
+		var err error
+		switch f.num {
+		case 1:
+			err, key, hasKey = f.text("key"), f.data, true
+		case 2:
+			err, value = f.text("value"), f.data
+		case 3:
+			if hasPolicy {
+				return fmt.Errorf("descriptor %q: rate_limit appears twice", key)
+			}
+			err, policy, hasPolicy = f.want(protowire.BytesType, "rate_limit"), f.data, true
+		case 4:
+			if err = f.want(protowire.BytesType, "descriptors"); err == nil {
+				w.list(n == 0, "descriptors")
+				n++
+				err = w.descriptor(f.data, depth+1)
+			}
+		case 5:
+			err, shadow = f.want(protowire.VarintType, "shadow_mode"), f.v
+		case 6:
+			err, detailed = f.want(protowire.VarintType, "detailed_metric"), f.v
+		case 7:
+			err, quota = f.want(protowire.VarintType, "quota_mode"), f.v
+		case 8:
+			return fmt.Errorf("descriptor %q: metadata is not implemented by floodgate-rls", key)
+		default:
+			return fmt.Errorf("descriptor %q: field %d is not known to floodgate-rls", key, f.num)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if !hasKey || len(key) == 0 {
+		return errors.New("a descriptor has an empty key")
+	}
+	if n > 0 {
+		w.b = append(w.b, "], "...)
+	}
+	w.b = append(w.b, "key: "...)
+	w.str(key)
+	if len(value) > 0 {
+		w.b = append(w.b, ", value: "...)
+		w.str(value)
+	}
+	for _, flag := range [...]struct {
+		name string
+		v    uint64
+	}{{"shadow_mode", shadow}, {"detailed_metric", detailed}, {"quota_mode", quota}} {
+		if flag.v != 0 {
+			w.b = append(append(append(w.b, ", "...), flag.name...), ": true"...)
+		}
+	}
+	if hasPolicy {
+		w.b = append(w.b, ", rate_limit: "...)
+		if err := w.policy(key, policy); err != nil {
+			return err
+		}
+	}
+	w.b = append(w.b, '}')
+	return nil
+}
+
+// policy writes a RateLimitPolicy.
+func (w *xdsWriter) policy(key, msg []byte) error {
+	var unit, rpu, unlimited uint64
+	var name []byte
+	w.b = append(w.b, '{')
+	n := 0
+	for it := (xdsIter{msg: msg}); ; {
+		if !it.next() {
+			if it.err != nil {
+				return it.err
+			}
+			break
+		}
+		f := &it.f
+		var err error
+		switch f.num {
+		case 1:
+			err, unit = f.want(protowire.VarintType, "unit"), f.v
+		case 2:
+			err, rpu = f.want(protowire.VarintType, "requests_per_unit"), f.v
+		case 3:
+			err, unlimited = f.want(protowire.VarintType, "unlimited"), f.v
+		case 4:
+			err, name = f.text("name"), f.data
+		case 5:
+			if err = f.want(protowire.BytesType, "replaces"); err != nil {
+				return err
+			}
+			var rn []byte
+			for r := (xdsIter{msg: f.data}); r.next() || r.err != nil; {
+				if r.err != nil {
+					return r.err
+				}
+				if r.f.num != 1 {
+					return fmt.Errorf("a replaces entry: field %d is not known to floodgate-rls", r.f.num)
+				}
+				if err := r.f.text("replaces name"); err != nil {
+					return err
+				}
+				rn = r.f.data
+			}
+			w.list(n == 0, "replaces")
+			n++
+			w.b = append(w.b, "{name: "...)
+			w.str(rn)
+			w.b = append(w.b, '}')
+		default:
+			return fmt.Errorf("descriptor %q's rate_limit: field %d is not known to floodgate-rls", key, f.num)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if n > 0 {
+		w.b = append(w.b, "], "...)
+	}
+	w.b = append(w.b, "requests_per_unit: "...)
+	w.b = strconv.AppendUint(w.b, uint64(uint32(rpu)), 10) // a uint32 on the wire is its low 32 bits
+	if unit = uint64(int32(unit)); unit != 0 {
+		w.b = append(w.b, ", unit: "...)
+		if u, ok := xdsUnits[unit]; ok {
+			w.b = append(w.b, u...)
+		} else {
+			w.b = strconv.AppendQuote(w.b, strconv.FormatInt(int64(unit), 10)) // refused by the load, which names it
+		}
+	}
+	if unlimited != 0 {
+		w.b = append(w.b, ", unlimited: true"...)
+	}
+	if len(name) > 0 {
+		w.b = append(w.b, ", name: "...)
+		w.str(name)
+	}
+	w.b = append(w.b, '}')
+	return nil
 }
 
 // startXDS starts the xDS client, which applies each push through w,
