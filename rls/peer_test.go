@@ -3,6 +3,7 @@ package rls
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -172,6 +173,13 @@ func answer(r *pb.RateLimitResponse) string {
 	for _, h := range r.ResponseHeadersToAdd {
 		fmt.Fprintf(&b, " %s=%s", h.Key, h.Value)
 	}
+	if m := r.DynamicMetadata; m != nil {
+		j, err := json.Marshal(m.AsMap()) // its keys sorted
+		if err != nil {
+			j = []byte(err.Error())
+		}
+		fmt.Fprintf(&b, " metadata=%s", j)
+	}
 	return b.String()
 }
 
@@ -207,6 +215,13 @@ func times(n int, r *pb.RateLimitRequest) []*pb.RateLimitRequest {
 // a second is run again from empty counts.
 func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string][]*pb.RateLimitRequest, onRedis bool) {
 	t.Helper()
+	sideBySideOpts(t, p, files, seqs, onRedis, Options{})
+}
+
+// sideBySideOpts is sideBySide with floodgate's Server built from base
+// (its Headers and StopIncrementOverLimit set as the reference runs).
+func sideBySideOpts(t *testing.T, p *peer, files map[string]string, seqs map[string][]*pb.RateLimitRequest, onRedis bool, base Options) {
+	t.Helper()
 	var cfgFiles []config.File
 	for name, data := range files {
 		cfgFiles = append(cfgFiles, config.File{Name: name, Data: []byte(data)})
@@ -224,7 +239,8 @@ func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string]
 		reqs := seqs[name]
 		for attempt := 0; ; attempt++ {
 			p.flush(t)
-			opts := Options{Headers: true, StopIncrementOverLimit: true} // as the reference runs (see startPeer)
+			opts := base
+			opts.Headers, opts.StopIncrementOverLimit = true, true // as the reference runs (see startPeer)
 			if onRedis {
 				opts.Store = store(t, redisClient(t, p.redis.Addr), redislimit.Config{Prefix: "floodgate", FailureMode: redislimit.FailClosed})
 			}
@@ -667,5 +683,37 @@ func TestSideBySideTokenBudget(t *testing.T) {
 	stop := []string{"OK/1000", "OK/400", "OK/400", "OVER_LIMIT/0", "OK/400", "OVER_LIMIT/0", "OK/400", "OVER_LIMIT/0", "OK/400"}
 	if !slices.Equal(got, stop) {
 		t.Errorf("with StopIncrementOverLimit: %q, want %q: a refused stream's tokens counted nothing", got, stop)
+	}
+}
+
+// TestSideBySideQuota: quota_mode, QUOTA_MODE and
+// RESPONSE_DYNAMIC_METADATA answer as the reference's: the same codes,
+// counts, headers and metadata, request by request, in process and on
+// Redis.
+func TestSideBySideQuota(t *testing.T) {
+	bin := buildPeer(t)
+	redis := redistest.Start(t)
+	files := map[string]string{"quota.yaml": strings.ReplaceAll(quotaYAML, "domain: q", "domain: quota")}
+	seqs := map[string][]*pb.RateLimitRequest{
+		"quota over":           times(4, request("quota", 0, "k=a")),
+		"quota and enforced":   times(4, request("quota", 0, "k=a", "n=b")),
+		"shadow and quota":     times(3, request("quota", 0, "s=c")),
+		"weighted":             times(3, request("quota", 2, "k=d")),
+		"no rule and quota":    times(4, request("quota", 0, "none=1", "k=e")),
+		"enforced, then quota": slices.Concat(times(2, request("quota", 0, "n=f")), times(4, request("quota", 0, "k=f", "n=g"))),
+	}
+	for _, mode := range []struct {
+		name string
+		env  []string
+		opts Options
+	}{
+		{"quota_mode", []string{"RESPONSE_DYNAMIC_METADATA=true"}, Options{DynamicMetadata: true}},
+		{"QUOTA_MODE", []string{"RESPONSE_DYNAMIC_METADATA=true", "QUOTA_MODE=true"}, Options{DynamicMetadata: true, Quota: true}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			p := startPeer(t, bin, redis, files, mode.env...)
+			t.Run("in process", func(t *testing.T) { sideBySideOpts(t, p, files, seqs, false, mode.opts) })
+			t.Run("on Redis", func(t *testing.T) { sideBySideOpts(t, p, files, seqs, true, mode.opts) })
+		})
 	}
 }

@@ -22,6 +22,7 @@ type scratch struct {
 	rules   []*rule
 	hits    []uint64
 	kind    []uint8
+	quota   []bool               // over the limit answers OK: quota mode
 	ds      []floodgate.Decision // each descriptor's answer
 	state   []uint8              // how each answer was reached
 	first   []int                // the descriptor that decides for each: itself, or the first of the same rule and key
@@ -77,7 +78,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	defer sc.release()
 	n := len(ds)
 	sc.key, sc.ends = sc.key[:0], sc.ends[:0]
-	sc.rules, sc.hits, sc.kind = grow(sc.rules, n), grow(sc.hits, n), grow(sc.kind, n)
+	sc.rules, sc.hits, sc.kind, sc.quota = grow(sc.rules, n), grow(sc.hits, n), grow(sc.kind, n), grow(sc.quota, n)
 	sc.ds = grow(sc.ds, n)
 	clear(sc.names)
 	reqHits := uint64(max(1, req.GetHitsAddend()))
@@ -148,9 +149,12 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 			sc.kind[i] = kindCheck
 		case r.limit.Shadow:
 			sc.kind[i] = kindShadow
+		case r.limit.Quota || s.opts.Quota:
+			sc.kind[i] = kindShadow // charged, never refusing, as a shadow
 		default:
 			sc.kind[i] = kindEnforced
 		}
+		sc.quota[i] = r != nil && !r.limit.Shadow && (r.limit.Quota || s.opts.Quota)
 	}
 	if len(sc.names) > 0 {
 		for i, r := range sc.rules {
@@ -163,7 +167,7 @@ func (s *Server) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return s.respond(sc, ds, over), nil
+	return s.respond(sc, req, over), nil
 }
 
 // release ends the request's use of its overrides.

@@ -6,19 +6,22 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // respond builds the response from each descriptor's answer, and counts.
-func (s *Server) respond(sc *scratch, ds []*rlv3.RateLimitDescriptor, over bool) *pb.RateLimitResponse {
+func (s *Server) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.RateLimitResponse {
+	ds := req.GetDescriptors()
 	n := len(sc.kind)
 	resp := &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, n)}
 	statuses := make([]pb.RateLimitResponse_DescriptorStatus, n) // one allocation for all
 	now := s.clock.Now()
 	minIdx, minLeft := -1, uint32(math.MaxUint32)
+	var violations []int // the descriptors over a limit in quota mode
+	resetFor, reset := -1, (*durationpb.Duration)(nil)
 	for i := range n {
 		st := &statuses[i]
 		resp.Statuses[i] = st
@@ -53,9 +56,16 @@ func (s *Server) respond(sc *scratch, ds []*rlv3.RateLimitDescriptor, over bool)
 		}
 		if overHere {
 			left = 0
-			if sc.kind[i] == kindShadow {
+			switch {
+			case sc.quota[i]:
+				// As envoyproxy/ratelimit answers it: OK, with the limit
+				// and nothing left, and no reset (the headers keep it).
+				violations = append(violations, i)
+				resetFor, reset = i, st.DurationUntilReset
+				st.DurationUntilReset = nil
+			case sc.kind[i] == kindShadow:
 				stats.add(statShadow, hits)
-			} else {
+			default:
 				st.Code = pb.RateLimitResponse_OVER_LIMIT
 				over = true // a check whose key owes, too
 			}
@@ -85,11 +95,18 @@ func (s *Server) respond(sc *scratch, ds []*rlv3.RateLimitDescriptor, over bool)
 	}
 	if s.opts.Headers && minIdx >= 0 {
 		st := &statuses[minIdx]
+		d := st.DurationUntilReset
+		if minIdx == resetFor {
+			d = reset
+		}
 		resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
 			{Key: s.opts.LimitHeader, Value: strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)},
 			{Key: s.opts.RemainingHeader, Value: strconv.FormatUint(uint64(st.LimitRemaining), 10)},
-			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(st.DurationUntilReset.GetSeconds(), 10)},
+			{Key: s.opts.ResetHeader, Value: strconv.FormatInt(d.GetSeconds(), 10)},
 		}
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = metadata(sc, req, violations)
 	}
 	return resp
 }
@@ -112,4 +129,47 @@ func (r *rule) reset(now int64, d *floodgate.Decision) *durationpb.Duration {
 		return &durationpb.Duration{Seconds: r.unit - sec%r.unit}
 	}
 	return &durationpb.Duration{Seconds: int64((d.ResetAfter + time.Second - 1) / time.Second)}
+}
+
+// metadata is a response's dynamic metadata, as envoyproxy/ratelimit
+// writes it (RESPONSE_DYNAMIC_METADATA); violations are the descriptors
+// over a limit in quota mode.
+func metadata(sc *scratch, req *pb.RateLimitRequest, violations []int) *structpb.Struct {
+	ds := req.GetDescriptors()
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	descs := make([]*structpb.Value, 0, len(ds))
+	for _, d := range ds {
+		if d == nil {
+			continue
+		}
+		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			entries = append(entries, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(l.String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	if len(violations) > 0 {
+		v := make([]*structpb.Value, len(violations))
+		for i, d := range violations {
+			v[i] = structpb.NewNumberValue(float64(d))
+		}
+		fields["quotaModeViolations"] = structpb.NewListValue(&structpb.ListValue{Values: v})
+	}
+	enabled := false
+	for _, r := range sc.rules {
+		enabled = enabled || r != nil && r.limit.Quota
+	}
+	fields["quotaModeEnabled"] = structpb.NewBoolValue(enabled)
+	return &structpb.Struct{Fields: fields}
 }

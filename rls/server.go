@@ -22,6 +22,22 @@ type Options struct {
 	// SHADOW_MODE): each request is decided and counted, and the overall
 	// code is OK. The descriptors' statuses still say what was decided.
 	Shadow bool
+	// Quota puts every rule in quota mode (envoyproxy/ratelimit's
+	// QUOTA_MODE), as a rule's quota_mode does: a descriptor over its
+	// limit is answered OK, with its limit and nothing left and no
+	// duration_until_reset, and named in the dynamic metadata's
+	// quotaModeViolations; it does not refuse the request. A rule in
+	// shadow mode stays in shadow mode.
+	Quota bool
+	// DynamicMetadata adds dynamic metadata to every response
+	// (RESPONSE_DYNAMIC_METADATA), as envoyproxy/ratelimit writes it:
+	// the domain; each descriptor's entries ("key=value"), its limit
+	// override (as the message's text) and its hits_addend; the
+	// request's hits_addend when set; quotaModeViolations, the indexes
+	// of the descriptors over a limit in quota mode, when there are any;
+	// and quotaModeEnabled, whether any descriptor's rule has
+	// quota_mode (Quota alone does not set it).
+	DynamicMetadata bool
 	// NearLimitRatio is the share of a rule's limit past which admitted
 	// hits count as near_limit (NEAR_LIMIT_RATIO); 0 means 0.8. It must
 	// lie in [0, 1].

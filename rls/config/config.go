@@ -5,7 +5,7 @@
 // A file holds one domain and its descriptors, nested; a descriptor has a
 // key, an optional value (which may hold * wildcards), an optional
 // rate_limit (unit, requests_per_unit, unlimited, name, replaces), and
-// shadow_mode, detailed_metric and share_threshold. floodgate adds two
+// shadow_mode, quota_mode, detailed_metric and share_threshold. floodgate adds two
 // keys to rate_limit: algorithm (token_bucket, leaky_bucket,
 // fixed_window, sliding_counter or sliding_log; fixed_window when unset,
 // on envoyproxy/ratelimit's epoch-aligned windows) and burst (the
@@ -16,9 +16,10 @@
 // unit beside unlimited, a bad replaces entry, share_threshold without a
 // wildcard, or a floodgate key that does not apply is an error that
 // names the file and the line. So are envoyproxy/ratelimit's keys that
-// floodgate-rls does not implement (quota_mode, value_to_metric,
-// metadata): a config that relies on them fails to load rather than
-// being decided otherwise.
+// floodgate-rls does not implement (value_to_metric, and metadata, which
+// its main branch added after the version floodgate-rls follows): a
+// config that relies on them fails to load rather than being decided
+// otherwise.
 //
 // The YAML is read by a reader of the part of YAML that configurations
 // are written in: block and flow mappings and sequences, plain and quoted
@@ -66,6 +67,11 @@ type Limit struct {
 	Replaces []string
 	// Shadow decides and counts, and answers OK.
 	Shadow bool
+	// Quota (quota_mode) decides and counts, and a descriptor over the
+	// limit is answered OK with its limit and nothing left, and named
+	// in the response's dynamic metadata; the request is not refused
+	// for it. Shadow, when both are set, comes first.
+	Quota bool
 	// Detailed names the rule's statistics by the request's own values
 	// (detailed_metric).
 	Detailed bool
@@ -343,7 +349,7 @@ func wildMatch(parts []string, s string) bool {
 // The keys of a file, a descriptor and a rate_limit.
 var (
 	fileKeys       = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "share_threshold"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "share_threshold"}
 	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
 )
 
@@ -366,7 +372,7 @@ var fileSchema = func() *yschema {
 	rateLimit := mapOf(rateLimitKeys, map[string]*yschema{"unlimited": flag, "replaces": replaces})
 	descriptors := &yschema{kind: ySeq, what: "descriptors must be a list"}
 	descriptors.items = mapOf(descriptorKeys, map[string]*yschema{"rate_limit": rateLimit, "descriptors": descriptors,
-		"shadow_mode": flag, "detailed_metric": flag, "share_threshold": flag})
+		"shadow_mode": flag, "quota_mode": flag, "detailed_metric": flag, "share_threshold": flag})
 	return mapOf(fileKeys, map[string]*yschema{"descriptors": descriptors})
 }()
 
@@ -465,11 +471,11 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 		if _, dup := parent.children[kv]; dup {
 			return errAt(name, d, "descriptor %q appears twice", ld.full)
 		}
-		var shadow, detailed, share bool
+		var shadow, quota, detailed, share bool
 		for _, f := range []struct {
 			b   *bool
 			key string
-		}{{&shadow, "shadow_mode"}, {&detailed, "detailed_metric"}, {&share, "share_threshold"}} {
+		}{{&shadow, "shadow_mode"}, {&quota, "quota_mode"}, {&detailed, "detailed_metric"}, {&share, "share_threshold"}} {
 			if *f.b, err = boolean(name, fields.get(f.key)); err != nil {
 				return err
 			}
@@ -494,7 +500,7 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 				return err
 			}
 			c := ld.c
-			child.limit.Shadow, child.limit.Detailed = shadow, detailed
+			child.limit.Shadow, child.limit.Quota, child.limit.Detailed = shadow, quota, detailed
 			child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), string(ld.path), childShared
 			c.rules = append(c.rules, child.limit)
 			c.byPath[child.limit.path] = child.limit
@@ -606,9 +612,8 @@ func loadLimit(name string, m *ynode, full string) (*Limit, error) {
 // unsupported are envoyproxy/ratelimit's keys that floodgate-rls does not
 // implement, with what to do instead.
 var unsupported = map[string]string{
-	"quota_mode":      "quota_mode is not supported by floodgate-rls; remove it",
 	"value_to_metric": "value_to_metric is not supported by floodgate-rls; use detailed_metric",
-	"metadata":        "metadata is not supported by floodgate-rls; remove it",
+	"metadata":        "metadata is not supported by floodgate-rls (envoyproxy/ratelimit added it after v1.4.1-0.20260122083618-3fb702589d36, the version it follows); remove it",
 }
 
 // fieldSet is a mapping's fields, by their place among its allowed

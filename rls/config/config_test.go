@@ -186,7 +186,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad yaml", "domain: [", "f.yaml:1: expected a string"},
 		{"unknown key", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burts: 3\n", `f.yaml:7: unknown key "burts"`},
 		{"unknown top key", "domain: d\nextra: 1\n", `f.yaml:2: unknown key "extra"`},
-		{"quota_mode", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n", "f.yaml:4: quota_mode is not supported"},
+		{"quota_mode as text", "domain: d\ndescriptors:\n  - key: k\n    quota_mode: sometimes\n", `f.yaml:4: expected true or false, not "sometimes"`},
 		{"value_to_metric", "domain: d\ndescriptors:\n  - key: k\n    value_to_metric: true\n", "f.yaml:4: value_to_metric is not supported"},
 		{"metadata", "domain: d\ndescriptors:\n  - key: k\n    metadata: {a: 1}\n", "f.yaml:4: metadata is not supported"},
 		{"empty domain", "domain: \"\"\n", "f.yaml:1: the domain is empty"},
@@ -419,5 +419,17 @@ func TestMergeDomains(t *testing.T) {
 			t.Errorf("Watch with MergeDomains %v: %v", merge, err)
 		}
 		cancel()
+	}
+}
+
+// TestQuotaMode: quota_mode is read beside shadow_mode, from a file and
+// in flow style.
+func TestQuotaMode(t *testing.T) {
+	c := mustLoad(t, File{"q.yaml", []byte("domain: q\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - {key: s, shadow_mode: true, quota_mode: false, rate_limit: {unit: second, requests_per_unit: 1}}\n")})
+	if l := c.Find("q", []Entry{{"k", "x"}}); l == nil || !l.Quota || l.Shadow {
+		t.Errorf("k: %+v, want quota_mode alone", l)
+	}
+	if l := c.Find("q", []Entry{{"s", "x"}}); l == nil || l.Quota || !l.Shadow {
+		t.Errorf("s: %+v, want shadow_mode alone", l)
 	}
 }

@@ -34,6 +34,13 @@
 // the service answers OK with no limit, and is unhealthy, until the
 // first push is in force.
 //
+// QUOTA_MODE=true puts every rule in quota mode, as a descriptor's
+// quota_mode does: over its limit, the descriptor is answered OK with
+// nothing left, and the request is not refused for it.
+// RESPONSE_DYNAMIC_METADATA=true adds to every response the dynamic
+// metadata that envoyproxy/ratelimit adds (the domain, the descriptors,
+// the hits, and the descriptors over a limit in quota mode).
+//
 // MERGE_DOMAIN_CONFIG=true lets a domain be in several files, or
 // several resources of a push: their descriptors are merged, and one
 // that two of them put at the same place is an error, as in one file.
@@ -76,9 +83,9 @@
 // service fails), closed (OVER_LIMIT) or local (each replica decides by
 // the rule alone); FLOODGATE_REDIS_TIMEOUT, the time a decision waits
 // for Redis. A setting that would make envoyproxy/ratelimit decide
-// otherwise and that floodgate-rls does not implement (QUOTA_MODE,
-// RESPONSE_DYNAMIC_METADATA, CONFIG_TYPE other than
-// FILE or GRPC_XDS_SOTW, BACKEND_TYPE memcache, the per-second Redis)
+// otherwise and that floodgate-rls does not implement (CONFIG_TYPE
+// other than FILE or GRPC_XDS_SOTW, BACKEND_TYPE memcache, the
+// per-second Redis)
 // stops it at start,
 // with a message that says so; one that has no meaning here (USE_STATSD,
 // tracing, the pool and pipeline tuning of its Redis client) is named in

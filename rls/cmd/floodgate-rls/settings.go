@@ -135,6 +135,8 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	}
 	o := &s.options
 	o.Shadow = boolean("SHADOW_MODE", false)
+	o.Quota = boolean("QUOTA_MODE", false)
+	o.DynamicMetadata = boolean("RESPONSE_DYNAMIC_METADATA", false)
 	o.Headers = boolean("LIMIT_RESPONSE_HEADERS_ENABLED", false)
 	o.LimitHeader = str("LIMIT_LIMIT_HEADER", "RateLimit-Limit")
 	o.RemainingHeader = str("LIMIT_REMAINING_HEADER", "RateLimit-Remaining")
@@ -151,12 +153,6 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	// What would decide otherwise, and is not implemented: refuse.
 	refuse := func(name, why string) {
 		errs = append(errs, fmt.Errorf("%s=%s: %s", name, getenv(name), why))
-	}
-	if boolean("QUOTA_MODE", false) {
-		refuse("QUOTA_MODE", "quota mode is not implemented by floodgate-rls")
-	}
-	if boolean("RESPONSE_DYNAMIC_METADATA", false) {
-		refuse("RESPONSE_DYNAMIC_METADATA", "dynamic metadata in responses is not implemented by floodgate-rls")
 	}
 	s.load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG", false)
 	if v := getenv("FLOODGATE_CONFIG_MAX_BYTES"); v != "" {

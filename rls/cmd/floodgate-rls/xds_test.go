@@ -196,11 +196,11 @@ func TestXDS(t *testing.T) {
 	bad.Descriptors[0].RateLimit.Unit = rlsconf.RateLimitUnit_UNKNOWN
 	ads.push(t, "envoy-ratelimit", "3", bad)
 	waitFor(t, "the bad push NACKed", ads.answered(true, ""))
-	quota := xdsConfig(5)
-	quota.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 7, protowire.VarintType), 1))
-	ads.push(t, "envoy-ratelimit", "4", quota)
-	waitFor(t, "the quota_mode push NACKed", func() bool {
-		return strings.Contains(strings.Join(ads.nackMessages(), "\n"), "quota_mode")
+	meta := xdsConfig(5) // metadata (8), of envoyproxy/ratelimit's main after the pinned version
+	meta.Descriptors[0].ProtoReflect().SetUnknown(protowire.AppendBytes(protowire.AppendTag(nil, 8, protowire.BytesType), nil))
+	ads.push(t, "envoy-ratelimit", "4", meta)
+	waitFor(t, "the metadata push NACKed", func() bool {
+		return strings.Contains(strings.Join(ads.nackMessages(), "\n"), "metadata is not implemented")
 	})
 	if code, left := xdsCall(t, c, "x"); code != pb.RateLimitResponse_OK || left != 2 {
 		t.Fatalf("after the refused pushes: %v, %d left; want OK, 2 (the second push's rule)", code, left)
