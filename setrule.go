@@ -53,7 +53,10 @@ func rulesOf(t *registry.Table) *ruleSet { return (*ruleSet)(t.Aux) }
 // (the clock's reading when SetRule begins), each key held holds at most
 // min(what it held, the new capacity), and from then on it refills at the
 // new rate; a key created after the change starts full under the new
-// rule. What a key held, and what it holds after, is for each algorithm:
+// rule. A window's key has also spent what it spent: a limit lowered by d
+// leaves it d less than it held (never below 0), so that the window
+// admits no more than the new limit in all, as a counter of requests
+// would. What a key held, and what it holds after, is for each algorithm:
 //
 //   - token_bucket, leaky_bucket: its tokens at T, a fraction (or below 0
 //     while waiters hold reservations); it holds min(tokens, new capacity),
@@ -61,12 +64,14 @@ func rulesOf(t *registry.Table) *ruleSet { return (*ruleSet)(t.Aux) }
 //     rate from there. Reservations keep the times promised.
 //   - fixed_window, sliding_counter: the largest cost a request at T could
 //     take (0 if T lies in a window before the key's own). The key moves
-//     to the new period's window of T, with min(held, new Limit) left in
-//     it and no previous window's count.
+//     to the new period's window of T, with min(held', new Limit) left in
+//     it and no previous window's count, where held' is held less what
+//     the limit was lowered by, at least 0.
 //   - sliding_log: N minus the cost in the window where a request at T is
 //     charged. The key holds one entry, charged at that instant, of the
-//     cost that leaves it min(held, new Limit); it leaves the window one
-//     new Period later.
+//     cost that leaves it min(held', new Limit), held' as for the windows
+//     (a key that owes owes as much); it leaves the window one new Period
+//     later.
 //
 // Every key held is converted before SetRule returns, so every decision
 // after it respects the new rule, and a key left untouched across several

@@ -132,8 +132,9 @@ func TestSetRuleWindowByHand(t *testing.T) {
 	}{
 		{"lower limit", *rule(10, time.Second, 0), []step{
 			{key: "a", n: 4, allowed: true, rem: 6},
-			{rule: rule(5, time.Second, 0)}, // 6 held → 5
-			{key: "a", n: 5, allowed: true, rem: 0},
+			{rule: rule(5, time.Second, 0)}, // 6 held, the limit 5 lower → 1
+			{key: "a", n: 2, allowed: false, rem: 1},
+			{key: "a", n: 1, allowed: true, rem: 0},
 			{key: "a", n: 1, allowed: false, rem: 0},
 			{key: "b", n: 5, allowed: true, rem: 0},
 		}},
@@ -296,7 +297,7 @@ func (m *windowModel) allow(t, n int64) (bool, int64) {
 }
 
 func (m *windowModel) change(t int64, r floodgate.Rule) {
-	held := m.remaining(m.at(t))
+	held := max(0, m.remaining(m.at(t))-max(0, m.r.Limit-r.Limit)) // a lower limit takes its difference
 	m.r = r
 	m.k, m.prev, m.curr = floorDiv(t, int64(r.Period)), 0, r.Limit-min(held, r.Limit)
 }
@@ -331,6 +332,9 @@ func (m *logModel) allow(t, n int64) (bool, int64) {
 func (m *logModel) change(t int64, r floodgate.Rule) {
 	at := max(t, m.newest)
 	held := m.r.Limit - m.window(at)
+	if held > 0 {
+		held = max(0, held-max(0, m.r.Limit-r.Limit)) // a lower limit takes its difference
+	}
 	m.r = r
 	m.ts, m.c, m.newest = nil, nil, at
 	if cost := r.Limit - min(held, r.Limit); cost > 0 {

@@ -6,10 +6,12 @@ package atomicwindow
 // sliding counter, N − curr − ceil(prev × (T − e) / T)), and 0 when T lies
 // in a window before the state's own, which refuses every request; and
 // what it owes at T, its Decision.Owed (0 unless a charge put it in
-// debt). The converted state of rule q lies in q's window of T, k' =
-// floor(T / T'), with no previous count and a current count of
-// N' − min(held, N') + min(owed, MaxCount' − N'): at T it holds exactly
-// min(held, N'), and owes what the key owed, in units, as far as q's
+// debt). A limit lowered by d takes d from what it held (held' =
+// max(0, held − max(0, N − N'))): the key has spent what it spent. The
+// converted state of rule q lies in q's window of T, k' = floor(T / T'),
+// with no previous count and a current count of
+// N' − min(held', N') + min(owed, MaxCount' − N'): at T it holds exactly
+// min(held', N'), and owes what the key owed, in units, as far as q's
 // bound holds it (a debt above that bound is dropped: the count
 // saturates, never wraps). From then on its windows open at the new
 // period. No key gains allowance from the change; the sliding counter
@@ -32,6 +34,14 @@ func (p *Params) held(w uint64, rel, e int64, pos position) (held, owed int64) {
 	return d.Remaining, d.Owed
 }
 
+// lowered is what a key that holds held under p holds under q, before
+// q's limit bounds it: held less what the limit was lowered by, at
+// least 0. A key that spent part of p's limit has spent as much
+// of q's, so a limit lowered by d leaves it d less.
+func (p *Params) lowered(held int64, q *Params) int64 {
+	return max(0, held-max(0, p.limit-q.limit))
+}
+
 // converted is the word, relative to origin q.Origin(at), of a state of
 // rule q that holds held and owes owed at its window of at.
 func (q *Params) converted(held, owed int64) uint64 {
@@ -43,7 +53,8 @@ func (q *Params) converted(held, owed int64) uint64 {
 // is v, converted at the instant at (see above).
 func (p *Params) ConvertValue(v uint64, origin, at int64, q *Params) uint64 {
 	rel, e, pos := p.locate(at, origin)
-	return q.converted(p.held(v, rel, e, pos))
+	held, owed := p.held(v, rel, e, pos)
+	return q.converted(p.lowered(held, q), owed)
 }
 
 // FullAt returns the instant from which a window of rule p that is spent
@@ -68,7 +79,8 @@ func (s *MutexWindow) ConvertTo(at int64, q Params) *MutexWindow {
 	if isRetired(s.word) {
 		return nil
 	}
-	s.next = &MutexWindow{origin: q.Origin(at), word: q.converted(s.p.held(s.word, rel, e, pos)), p: q}
+	held, owed := s.p.held(s.word, rel, e, pos)
+	s.next = &MutexWindow{origin: q.Origin(at), word: q.converted(s.p.lowered(held, &q), owed), p: q}
 	s.word = resetWord
 	return s.next
 }

@@ -261,7 +261,8 @@ func New(cfg Config) (_ *Limiter, err error) {
 // tier, its name and its Algorithm keeps its clients' state: a new Rule
 // reaches it by floodgate's SetRule, under which no client gains
 // allowance from the change (each holds at most min(what it held, the new
-// capacity), refilling at the new rate), and a new Shadow switch takes
+// capacity), refilling at the new rate, and a window's client has spent
+// what it spent under a lower limit), and a new Shadow switch takes
 // effect at once. Its Algorithm cannot change (its state could not be
 // kept): give the policy a new name to start it afresh. A route that
 // keeps its pattern keeps its counts. The policies that no new route

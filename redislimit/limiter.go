@@ -152,11 +152,13 @@ func (l *Limiter) Key(key string) string { return l.p.Key(key) }
 //     and refills at the new rate from there.
 //   - fixed_window, sliding_counter: the largest cost a request at T could
 //     take (0 if T lies in a window before the key's own). The key moves to
-//     the new period's window of T, with min(held, new Limit) left in it
-//     and no previous window's count.
+//     the new period's window of T, with min(held', new Limit) left in it
+//     and no previous window's count, where held' is held less what the
+//     limit was lowered by, at least 0 (the key has spent what it spent).
 //   - sliding_log: Limit minus the cost in the window where a request at T
 //     is charged. The key holds one entry, stamped at T (or at its latest
-//     entry, if later), of the cost that leaves it min(held, new Limit).
+//     entry, if later), of the cost that leaves it min(held', new Limit),
+//     held' as for the windows.
 //
 // T is Redis's clock: this machine's, corrected by what Redis's TIME said
 // of the two clocks' difference, asked (within Timeout) when the Store

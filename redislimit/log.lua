@@ -260,9 +260,11 @@ local function latest()
   return max(cnew, stamp)
 end
 -- convertAt moves the key from rule (T1, N1) to (T2, N2) at x: one record
--- of the cost that leaves it min(what it held at x, N2).
+-- of the cost that leaves it min(what it held at x, N2 minus what it had
+-- spent): a lower limit takes its difference from what the key held.
 local function convertAt(x, T1, N1, T2, N2)
   local h = heldAt(x, T1, N1)
+  if h > 0 then h = max(0, h - max(0, N1 - N2)) end
   inring, cstamp, ccost, cnew = false, max(x, latest()), N2 - min(h, N2), max(x, cnew)
 end
 -- emptyAt is a key of rule (T2, N2) that holds nothing at x.

@@ -146,9 +146,10 @@ local function heldAt(x, T_, N_)
   return math.max(0, math.min(N_ - c, floor((N_ * T_ - p * (T_ - (x - kx * T_))) / T_) - c))
 end
 -- convertAt moves the key from rule (T1, N1) to (T2, N2) at x: to the new
--- window of x, holding min(what it held at x, N2).
+-- window of x, holding min(what it held at x, N2 minus what it had
+-- spent): a lower limit takes its difference from what the key held.
 local function convertAt(x, T1, N1, T2, N2)
-  local h = heldAt(x, T1, N1)
+  local h = math.max(0, heldAt(x, T1, N1) - math.max(0, N1 - N2))
   ks, ws, curr, prev = floor(x / T2), x, N2 - math.min(h, N2), 0
 end
 -- emptyAt is a key of rule (T2, N2) that holds nothing at x.

@@ -6,8 +6,10 @@ import "github.com/floodgate-go/floodgate/internal/chaos"
 // the instant T of the change is its allowance there: N minus the cost in
 // the window that ends where a request at T is charged, c = max(T, the
 // newest entry's time). The converted log of rule q is closed before c
-// and holds one entry at c of cost N' − min(held, N'): at T it holds
-// exactly min(held, N'), and that cost leaves the window at c + T', the
+// and holds one entry at c of cost N' − min(held', N'), held' being held
+// less what the limit was lowered by (at least 0: the key has spent what
+// it spent): at T it holds exactly min(held', N'), and that cost leaves
+// the window at c + T', the
 // new rule's pace. The old entries' own times are not kept: under a
 // shorter period some of them would leave sooner than they would have,
 // handing back more than the key held. A key that owes (held below 0)
@@ -34,7 +36,7 @@ func (l *Log) ConvertTo(at int64, q Params) *Log {
 		// The successor is named before the retirement, so that no caller
 		// that meets the retired log can name another; the log is live
 		// until the CAS, and no one asks a live log for its successor.
-		c := holding(q, o.charged, converted(q, held))
+		c := holding(q, o.charged, converted(l.p, q, held))
 		l.next.Store(c)
 		chaos.Yield()
 		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
@@ -54,13 +56,16 @@ func (m *MutexLog) ConvertTo(at int64, q Params) *MutexLog {
 	charged := max(at, m.newest)
 	w, _ := m.window(charged)
 	m.retired, m.reset = true, true
-	m.next = mutexHolding(q, charged, converted(q, m.p.limit-w))
+	m.next = mutexHolding(q, charged, converted(m.p, q, m.p.limit-w))
 	return m.next
 }
 
-// converted is the cost that the log of rule q converted from one that
-// held held holds (see above).
-func converted(q Params, held int64) int64 {
+// converted is the cost that the log of rule q converted from one of
+// rule p that held held holds (see above).
+func converted(p, q Params, held int64) int64 {
+	if held > 0 {
+		held = max(0, held-max(0, p.limit-q.limit)) // a lower limit takes its difference
+	}
 	return min(q.limit-min(held, q.limit), q.Bound())
 }
 
