@@ -62,7 +62,7 @@ test-full:
 test-heap:
 	$(GO) test -count=1 -run 'Memory|HeapBound' . ./httplimit
 	cd redislimit && $(GO) test -count=1 -run 'Memory|HeapBound' .
-	cd rls && $(GO) test -count=1 -run 'HeapBound' .
+	cd rls && $(GO) test -count=1 -run 'HeapBound|LoadCost' . ./config ./cmd/floodgate-rls
 
 # The lock-free packages and the stress suite with -tags chaos, which
 # widens the window between each load and its CAS and makes the stress

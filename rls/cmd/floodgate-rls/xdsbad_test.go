@@ -93,7 +93,7 @@ func TestXDSBadInput(t *testing.T) {
 	}
 	after := heap()
 	t.Logf("%d NACKs; heap %d MB before the bad pushes, %d MB after", nacks, before>>20, after>>20)
-	if after > before+16<<20 {
+	if !raceDetector && after > before+16<<20 {
 		t.Errorf("the heap grew from %d to %d MB: what was refused is still held", before>>20, after>>20)
 	}
 	if n := strings.Count(logs.String(), "configuration not loaded"); n > nacks+1 {

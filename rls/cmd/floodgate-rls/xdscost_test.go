@@ -29,6 +29,9 @@ func xdsAny(t *testing.T, rc *rlsconf.RateLimitConfig) *anypb.Any {
 // bytes, whatever its shape, and a refused one costs no more. The push's
 // bytes are read as they are, never decoded into messages.
 func TestXDSLoadCost(t *testing.T) {
+	if raceDetector {
+		t.Skip("a heap figure under the race detector means nothing: make test runs this test without -race")
+	}
 	rules := &rlsconf.RateLimitConfig{Name: "eg", Domain: "envoy-gateway/default/eg/http"}
 	for i := 0; i < 10_000; i++ {
 		v := fmt.Sprintf("httproute/default/backend/rule/0/match/0/route-%d", i)
