@@ -34,6 +34,15 @@
 // the service answers OK with no limit, and is unhealthy, until the
 // first push is in force.
 //
+// TRACING_ENABLED=true makes each gRPC call a server span (a child of
+// the caller's, from W3C trace context), sent through the OpenTelemetry
+// SDK to the OTLP endpoint that OTEL_EXPORTER_OTLP_ENDPOINT and the
+// other OTEL_EXPORTER_OTLP_* variables name, over TRACING_EXPORTER_PROTOCOL
+// (http, the default, or grpc), with TRACING_SERVICE_NAME (RateLimit),
+// TRACING_SERVICE_NAMESPACE and TRACING_SERVICE_INSTANCE_ID (a random
+// UUID when unset) as its resource, TRACING_SAMPLING_RATE of the traces
+// that no caller sampled (1: all).
+//
 // QUOTA_MODE=true puts every rule in quota mode, as a descriptor's
 // quota_mode does: over its limit, the descriptor is answered OK with
 // nothing left, and the request is not refused for it.
@@ -88,7 +97,7 @@
 // per-second Redis)
 // stops it at start,
 // with a message that says so; one that has no meaning here (USE_STATSD,
-// tracing, the pool and pipeline tuning of its Redis client) is named in
+// the pool and pipeline tuning of its Redis client) is named in
 // a warning and ignored.
 package main
 
@@ -258,6 +267,23 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverCreds(st))))
 		log.Info("gRPC over TLS", "cert", set.grpcTLS.cert, "client_cas", set.grpcTLS.cas, "client_san", set.grpcTLS.san)
+	}
+	if set.tracing != nil {
+		tp, err := set.tracing.start(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn("tracing: the last spans were not sent", "err", err)
+			}
+		}()
+		// Outermost: the span covers what the other interceptors do.
+		opts = append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(traceUnary(tp))}, opts...)
+		log.Info("tracing", "protocol", set.tracing.protocol, "service", set.tracing.service, "namespace", set.tracing.namespace,
+			"instance", set.tracing.instance, "sampling_rate", set.tracing.rate)
 	}
 	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, srv)

@@ -37,7 +37,8 @@ type settings struct {
 	xds                                                  *xdsSettings // nil: the configuration is read from files
 	load                                                 config.Options
 	warnings                                             []string
-	redis                                                *redisSettings // nil: the limits are in process
+	redis                                                *redisSettings   // nil: the limits are in process
+	tracing                                              *tracingSettings // nil: TRACING_ENABLED is not true
 }
 
 // redisSettings are the Redis backend's: where Redis is and how to
@@ -155,6 +156,7 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		errs = append(errs, fmt.Errorf("%s=%s: %s", name, getenv(name), why))
 	}
 	s.load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG", false)
+	s.tracing = readTracing(getenv, &errs, boolean)
 	if v := getenv("FLOODGATE_CONFIG_MAX_BYTES"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -183,7 +185,7 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		s.redis = readRedis(getenv, url, &errs, boolean, duration)
 	}
 	ignored := []string{"USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
-		"TRACING_ENABLED", "LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
+		"LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
 		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
 		"REDIS_STARTUP_MAX_ELAPSED_TIME", "PROMETHEUS_MAPPER_YAML"}
 	if s.redis == nil {
