@@ -10,21 +10,26 @@ import (
 	"time"
 )
 
-// Sentinel is a master, its replica and one Sentinel that watches them
-// under MasterName, with a quorum of one and a master declared down
-// after half a second, so that a killed master's replica takes over
-// within a few seconds: three redis-server processes on loopback, with
-// no persistence. They stop when the test ends.
+// Sentinel is a master, its replica and the Sentinels that watch them
+// under MasterName, with a quorum of a majority of them and a master
+// declared down after half a second, so that a killed master's replica
+// takes over within a few seconds: redis-server processes on loopback,
+// with no persistence. They stop when the test ends.
 type Sentinel struct {
-	Master, Replica, Sentinel *Server
+	Master, Replica, Sentinel *Server   // Sentinel is the first of Sentinels
+	Sentinels                 []*Server // every Sentinel
 	MasterName                string
 }
 
 // StartSentinel starts the master, then its replica, and once the
-// replica's link is up, the Sentinel; it returns once the Sentinel knows
+// replica's link is up, one Sentinel; it returns once the Sentinel knows
 // the replica. It skips the test where redis-server is missing, as Start
 // does.
-func StartSentinel(tb testing.TB) *Sentinel {
+func StartSentinel(tb testing.TB) *Sentinel { tb.Helper(); return StartSentinels(tb, 1) }
+
+// StartSentinels is StartSentinel with n Sentinels, whose quorum is
+// n/2+1; it returns once every one knows the replica and the others.
+func StartSentinels(tb testing.TB, n int) *Sentinel {
 	tb.Helper()
 	bin := mustFind(tb)
 	dir := tb.TempDir() // before the servers: its cleanup runs after theirs
@@ -40,30 +45,41 @@ func StartSentinel(tb testing.TB) *Sentinel {
 		f, err := infoFields(s.Replica.Addr, "INFO", "replication")
 		return f["master_link_status"] == "up", err
 	})
-	conf := filepath.Join(dir, "sentinel.conf") // the Sentinel rewrites it
-	s.Sentinel = &Server{tb: tb, bin: bin, argv: []string{conf, "--sentinel"}, ready: "+monitor master"}
-	for attempt := 0; ; attempt++ {
-		s.Sentinel.port = freePort(tb)
-		text := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %[2]s 500\nsentinel failover-timeout %[2]s 5000\n",
-			s.Sentinel.port, s.MasterName, s.Master.port)
-		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
-			tb.Fatal(err)
+	for k := range n {
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", k)) // the Sentinel rewrites it
+		sen := &Server{tb: tb, bin: bin, argv: []string{conf, "--sentinel"}, ready: "+monitor master"}
+		for attempt := 0; ; attempt++ {
+			sen.port = freePort(tb)
+			text := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor %s 127.0.0.1 %d %d\nsentinel down-after-milliseconds %[2]s 500\nsentinel failover-timeout %[2]s 5000\n",
+				sen.port, s.MasterName, s.Master.port, n/2+1)
+			if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+				tb.Fatal(err)
+			}
+			err := sen.start()
+			if err == nil {
+				break
+			}
+			if attempt == 4 {
+				tb.Fatalf("redistest: %v", err)
+			}
 		}
-		err := s.Sentinel.start()
-		if err == nil {
-			break
-		}
-		if attempt == 4 {
-			tb.Fatalf("redistest: %v", err)
-		}
+		sen.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(sen.port))
+		tb.Cleanup(sen.Stop)
+		s.Sentinels = append(s.Sentinels, sen)
 	}
-	s.Sentinel.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Sentinel.port))
-	tb.Cleanup(s.Sentinel.Stop)
-	waitUntil(tb, deadline, "the Sentinel's knowledge of the replica", func() (bool, error) {
-		v, err := do(s.Sentinel.Addr, "SENTINEL", "REPLICAS", s.MasterName)
-		rs, _ := v.([]any)
-		return len(rs) == 1, err
-	})
+	s.Sentinel = s.Sentinels[0]
+	for _, sen := range s.Sentinels {
+		waitUntil(tb, deadline, "each Sentinel's knowledge of the replica and the other Sentinels", func() (bool, error) {
+			v, err := do(sen.Addr, "SENTINEL", "REPLICAS", s.MasterName)
+			rs, _ := v.([]any)
+			if len(rs) != 1 || err != nil {
+				return false, err
+			}
+			v, err = do(sen.Addr, "SENTINEL", "SENTINELS", s.MasterName)
+			others, _ := v.([]any)
+			return len(others) == n-1, err
+		})
+	}
 	return s
 }
 
