@@ -206,8 +206,9 @@ func sum(v [replicas]int64) int64 {
 // with grpclimit on a redislimit.Store of its own, called round-robin by
 // 64 goroutines as one client (127.0.0.1), admit exactly the limit of
 // Health/Check between them (plus the whole units the rule refilled
-// during the run), per request and in lease mode; every other call is
-// ResourceExhausted. In lease mode the client then calls Health/List, a
+// during the run) per request, and never more in lease mode, where a
+// batch a replica may be given back too late to be taken; every other
+// call is ResourceExhausted. In lease mode the client then calls Health/List, a
 // policy of its own, below its limit, until the replicas hold units of it
 // leased ahead. Once each server has stopped gracefully and closed its
 // interceptors, which returns those units, for each policy what Redis
@@ -241,8 +242,16 @@ func TestReplicasShareOneLimit(t *testing.T) {
 			admitted := sum(ok)
 			extra := int64(time.Since(begin) / step)
 			t.Logf("Check: admitted %v = %d of %d calls, denied %v, refill allowance %d", ok, admitted, demand, denied, extra)
-			if admitted < limit || admitted > limit+extra {
-				t.Errorf("%d admitted across the replicas, want %d (up to %d with the refill)", admitted, limit, limit+extra)
+			// Per request, every unit is taken. In lease mode a replica
+			// caches a denial for up to a lease's TTL (what Redis lacked is
+			// in other replicas' leases, spent or given back within it), so
+			// units a replica gives back at the end of the run may find
+			// every other one still refusing from its cache: at most a
+			// batch a replica is left untaken, and the count after the
+			// stop below finds it on Redis.
+			floor := limit - replicas*mode.lease
+			if admitted < floor || admitted > limit+extra {
+				t.Errorf("%d admitted across the replicas, want %d (at least %d in lease mode, up to %d with the refill)", admitted, limit, floor, limit+extra)
 			}
 
 			// Leases held at the stop, for Close to return: List below its
