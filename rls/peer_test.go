@@ -1,9 +1,7 @@
 package rls
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -21,6 +19,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls/internal/peertest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,30 +32,6 @@ import (
 
 // peerModule is the directory whose go.mod pins the reference.
 const peerModule = "testdata/ratelimit-peer"
-
-// buildPeer builds the reference server into dir. The Go build cache
-// makes every build after the first a link.
-func buildPeer(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: the reference server is built and run by the full tests (make test, make check), not the cross-platform ones")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to build envoyproxy/ratelimit with")
-	}
-	bin := filepath.Join(t.TempDir(), "ratelimit")
-	cmd := exec.Command(gobin, "build", "-o", bin, "github.com/envoyproxy/ratelimit/src/service_cmd")
-	cmd.Dir = peerModule
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		if os.Getenv(redistest.Require) == "1" {
-			t.Fatalf("building envoyproxy/ratelimit: %v\n%s", err, out)
-		}
-		t.Skipf("cannot build envoyproxy/ratelimit (is the Go module proxy reachable?): %v\n%s", err, out)
-	}
-	return bin
-}
 
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -90,97 +65,21 @@ func startPeer(t *testing.T, bin string, redis *redistest.Server, files map[stri
 		}
 	}
 	grpcPort := freePort(t)
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr,
-		"RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "PORT="+freePort(t), "GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort,
-		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+freePort(t), "LOG_LEVEL=warn",
-		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true", "EXPIRATION_JITTER_MAX_SECONDS=0")
-	cmd.Env = append(cmd.Env, env...)
-	logs := &strings.Builder{}
-	var mu sync.Mutex
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			mu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	conn, err := grpc.NewClient("127.0.0.1:"+grpcPort, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	p := &peer{client: pb.NewRateLimitServiceClient(conn), redis: redis}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := p.client.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "readiness-probe", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}})
-		cancel()
-		if err == nil {
-			return p
-		}
-		if time.Now().After(deadline) {
-			mu.Lock()
-			defer mu.Unlock()
-			t.Fatalf("envoyproxy/ratelimit never answered: %v\n%s", err, logs)
-		}
-		time.Sleep(50 * time.Millisecond) // waiting on another process's start, not asserting a time
-	}
+	defaults := []string{"USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redis.Addr,
+		"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "PORT=" + freePort(t), "GRPC_HOST=127.0.0.1", "GRPC_PORT=" + grpcPort,
+		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=" + freePort(t), "LOG_LEVEL=warn",
+		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true", "LIMIT_RESPONSE_HEADERS_ENABLED=true", "EXPIRATION_JITTER_MAX_SECONDS=0"}
+	proc := peertest.Start(t, bin, append(defaults, env...)...) // env after the defaults: the later of two settings wins
+	return &peer{redis: redis, client: proc.Dial(t, "127.0.0.1:"+grpcPort,
+		&pb.RateLimitRequest{Domain: "readiness-probe", Descriptors: []*rlv3.RateLimitDescriptor{desc("k", "v")}},
+		grpc.WithTransportCredentials(insecure.NewCredentials()))}
 }
 
 // flush empties the reference's Redis: every count starts again.
 func (p *peer) flush(t *testing.T) {
 	t.Helper()
-	c, err := net.Dial("tcp", p.redis.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("*1\r\n$8\r\nFLUSHALL\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "+OK") {
-		t.Fatalf("FLUSHALL: %q %v", line, err)
-	}
-}
-
-// answer is a response as the comparison reads it: every field a client
-// of the service sees.
-func answer(r *pb.RateLimitResponse) string {
-	var b strings.Builder
-	b.WriteString(r.OverallCode.String())
-	for _, s := range r.Statuses {
-		fmt.Fprintf(&b, " [%s left=%d reset=%ds", s.Code, s.LimitRemaining, s.DurationUntilReset.GetSeconds())
-		if l := s.CurrentLimit; l != nil {
-			fmt.Fprintf(&b, " limit=%d/%s", l.RequestsPerUnit, l.Unit)
-			if l.Name != "" {
-				fmt.Fprintf(&b, " name=%s", l.Name)
-			}
-		}
-		b.WriteString("]")
-	}
-	for _, h := range r.ResponseHeadersToAdd {
-		fmt.Fprintf(&b, " %s=%s", h.Key, h.Value)
-	}
-	if m := r.DynamicMetadata; m != nil {
-		j, err := json.Marshal(m.AsMap()) // its keys sorted
-		if err != nil {
-			j = []byte(err.Error())
-		}
-		fmt.Fprintf(&b, " metadata=%s", j)
-	}
-	return b.String()
+	p.redis.Flush()
 }
 
 // request builds a request of domain with descriptors, each given as
@@ -256,7 +155,7 @@ func sideBySideOpts(t *testing.T, p *peer, files map[string]string, seqs map[str
 					}
 					continue
 				}
-				if a, b := answer(theirs), answer(mine); a != b {
+				if a, b := peertest.Answer(theirs, true), peertest.Answer(mine, true); a != b {
 					diffs = append(diffs, fmt.Sprintf("request %d:\n  envoyproxy/ratelimit %s\n  floodgate            %s", i, a, b))
 				}
 			}
@@ -340,7 +239,7 @@ descriptors:
 // limit_remaining, duration_until_reset, current_limit and headers: on
 // the reference's own integration and example configs, and on ours.
 func TestSideBySide(t *testing.T) {
-	bin := buildPeer(t)
+	bin := peertest.Build(t, peerModule)
 	redis := redistest.Start(t)
 	configs := readPeerConfigs(t)
 	configs["ours.yaml"] = map[string]string{"ours.yaml": oursYAML}
@@ -438,7 +337,7 @@ func TestSideBySide(t *testing.T) {
 //     reads the value literally; envoyproxy/ratelimit matches inner
 //     wildcards since March 2026 (#1085), as floodgate does.
 func TestSideBySideDifferences(t *testing.T) {
-	bin := buildPeer(t)
+	bin := peertest.Build(t, peerModule)
 	redis := redistest.Start(t)
 	files := map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"}
 	cfg, err := config.Load([]config.File{{Name: "d.yaml", Data: []byte(files["d.yaml"])}})
@@ -625,7 +524,7 @@ func TestSideBySideDifferences(t *testing.T) {
 // counted nothing, so every check passes and 600 of the 2,400 served are
 // counted, the difference the README names.
 func TestSideBySideTokenBudget(t *testing.T) {
-	bin := buildPeer(t)
+	bin := peertest.Build(t, peerModule)
 	srv := redistest.Start(t)
 	files := map[string]string{"ai.yaml": "domain: ai\ndescriptors:\n  - key: tokens\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"}
 	cfg, err := config.Load([]config.File{{Name: "ai.yaml", Data: []byte(files["ai.yaml"])}})
@@ -691,7 +590,7 @@ func TestSideBySideTokenBudget(t *testing.T) {
 // counts, headers and metadata, request by request, in process and on
 // Redis.
 func TestSideBySideQuota(t *testing.T) {
-	bin := buildPeer(t)
+	bin := peertest.Build(t, peerModule)
 	redis := redistest.Start(t)
 	files := map[string]string{"quota.yaml": strings.ReplaceAll(quotaYAML, "domain: q", "domain: quota")}
 	seqs := map[string][]*pb.RateLimitRequest{

@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/testmain"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls/internal/peertest"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -78,9 +79,9 @@ func TestRedisMatchesInProcess(t *testing.T) {
 					continue // a window of a second may have ended between the two
 				}
 				if testing.Verbose() {
-					t.Logf("%d %v\n  %s\n  %s", i, req.Descriptors, answer(a), answer(b))
+					t.Logf("%d %v\n  %s\n  %s", i, req.Descriptors, peertest.Answer(a, true), peertest.Answer(b, true))
 				}
-				if sa, sb := answer(a), answer(b); sa != sb {
+				if sa, sb := peertest.Answer(a, true), peertest.Answer(b, true); sa != sb {
 					t.Fatalf("request %d %v:\n  on Redis   %s\n  in process %s", i, req.Descriptors, sa, sb)
 				}
 			}

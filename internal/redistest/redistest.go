@@ -209,5 +209,22 @@ func (s *Server) Restart() {
 	s.tb.Fatalf("redistest: restart: %v", err)
 }
 
+// Flush empties the server (FLUSHALL): every key is gone, its scripts
+// stay.
+func (s *Server) Flush() {
+	s.tb.Helper()
+	c, err := net.DialTimeout("tcp", s.Addr, 5*time.Second)
+	if err != nil {
+		s.tb.Fatalf("redistest: flush: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("*1\r\n$8\r\nFLUSHALL\r\n")); err != nil {
+		s.tb.Fatalf("redistest: flush: %v", err)
+	}
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || !strings.HasPrefix(line, "+OK") {
+		s.tb.Fatalf("redistest: FLUSHALL answered %q, %v", line, err)
+	}
+}
+
 // Stop ends the server, paused or not; the test's cleanup calls it.
 func (s *Server) Stop() { s.Kill() }

@@ -35,6 +35,8 @@ type adsServer struct {
 
 	mu       sync.Mutex
 	requests []*discoveryv3.DiscoveryRequest
+	streams  []int64          // the stream of each request
+	nodes    map[int64]string // each stream's node, from its first request
 	headers  []metadata.MD
 }
 
@@ -42,7 +44,7 @@ type adsServer struct {
 // with opts (its credentials), until the test ends.
 func startADS(t *testing.T, addr string, opts ...grpc.ServerOption) *adsServer {
 	t.Helper()
-	a := &adsServer{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)}
+	a := &adsServer{cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), nodes: map[int64]string{}}
 	cb := serverv3.CallbackFuncs{
 		StreamOpenFunc: func(ctx context.Context, _ int64, _ string) error {
 			md, _ := metadata.FromIncomingContext(ctx)
@@ -51,9 +53,13 @@ func startADS(t *testing.T, addr string, opts ...grpc.ServerOption) *adsServer {
 			a.mu.Unlock()
 			return nil
 		},
-		StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
+		StreamRequestFunc: func(stream int64, r *discoveryv3.DiscoveryRequest) error {
 			a.mu.Lock()
 			a.requests = append(a.requests, r)
+			a.streams = append(a.streams, stream)
+			if id := r.GetNode().GetId(); id != "" {
+				a.nodes[stream] = id
+			}
 			a.mu.Unlock()
 			return nil
 		},
@@ -103,6 +109,19 @@ func (a *adsServer) answered(nack bool, version string) func() bool {
 		}
 		return false
 	}
+}
+
+// nacks is how many NACKs the clients of node have sent.
+func (a *adsServer) nacks(node string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for i, r := range a.requests {
+		if r.ErrorDetail != nil && a.nodes[a.streams[i]] == node {
+			n++
+		}
+	}
+	return n
 }
 
 // nackMessages are the NACKs' messages.
