@@ -17,6 +17,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/testcerts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -78,20 +79,20 @@ func freeAddr(t *testing.T) string {
 func TestEnvoyGateway(t *testing.T) {
 	redis := redistest.Start(t)
 	certs := t.TempDir() // the envoy-rate-limit secret: tls.crt, tls.key, ca.crt
-	ca := newCA(t, "envoy-gateway")
-	cert, key, _ := ca.issue(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", "ratelimit.test")
+	ca := testcerts.NewCA(t, "envoy-gateway")
+	cert, key, _ := ca.Issue(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", "ratelimit.test")
 	writeFile(t, filepath.Join(certs, "tls.crt"), cert)
 	writeFile(t, filepath.Join(certs, "tls.key"), key)
-	writeFile(t, filepath.Join(certs, "ca.crt"), ca.pem)
+	writeFile(t, filepath.Join(certs, "ca.crt"), ca.PEM)
 	// Envoy Gateway's controller: the ADS server, TLS 1.3, client
 	// certificates of its CA required.
-	ctlCert, ctlKey, _ := ca.issue(t, "envoy-gateway")
+	ctlCert, ctlKey, _ := ca.Issue(t, "envoy-gateway")
 	pair, err := tls.X509KeyPair(ctlCert, ctlKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	ads := startADS(t, "127.0.0.1:0", grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair},
 		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13, MaxVersion: tls.VersionTLS13})))
 	ads.push(t, "envoy-ratelimit", "1", egConfig(10))
@@ -123,7 +124,7 @@ func TestEnvoyGateway(t *testing.T) {
 	waitFor(t, "healthy once the first push is in force", healthy(t, a))
 
 	// Envoy's proxies show a certificate of the same CA.
-	proxyCert, proxyKey, _ := ca.issue(t, "envoy")
+	proxyCert, proxyKey, _ := ca.Issue(t, "envoy")
 	envoy := tlsClient(t, a.grpc, ca, proxyCert, proxyKey)
 	for i := range 4 {
 		code, left, limit, err := egCall(envoy)
@@ -204,7 +205,7 @@ func TestEnvoyGateway(t *testing.T) {
 			serials.Store(sn, true)
 		}
 	}()
-	cert2, key2, sn2 := ca.issue(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", "ratelimit.test")
+	cert2, key2, sn2 := ca.Issue(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", "ratelimit.test")
 	if err := os.WriteFile(filepath.Join(certs, "tls.crt"), cert2[:len(cert2)/2], 0o644); err != nil { // caught half-written
 		t.Fatal(err)
 	}

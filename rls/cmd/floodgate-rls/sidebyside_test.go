@@ -14,6 +14,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/testcerts"
 	"github.com/floodgate-go/floodgate/rls/internal/peertest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -114,18 +115,18 @@ func version(c pb.RateLimitServiceClient) uint32 {
 func TestSideBySideXDS(t *testing.T) {
 	bin := peertest.Build(t, peerModule)
 	certs := t.TempDir()
-	ca := newCA(t, "envoy-gateway")
-	cert, key, _ := ca.issue(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", "ratelimit.test")
+	ca := testcerts.NewCA(t, "envoy-gateway")
+	cert, key, _ := ca.Issue(t, "envoy-ratelimit.envoy-gateway-system.svc.cluster.local", "ratelimit.test")
 	writeFile(t, filepath.Join(certs, "tls.crt"), cert)
 	writeFile(t, filepath.Join(certs, "tls.key"), key)
-	writeFile(t, filepath.Join(certs, "ca.crt"), ca.pem)
-	ctlCert, ctlKey, _ := ca.issue(t, "envoy-gateway")
+	writeFile(t, filepath.Join(certs, "ca.crt"), ca.PEM)
+	ctlCert, ctlKey, _ := ca.Issue(t, "envoy-gateway")
 	pair, err := tls.X509KeyPair(ctlCert, ctlKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	ads := startADS(t, "127.0.0.1:0", grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair},
 		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13, MaxVersion: tls.VersionTLS13})))
 	const ours, theirs = "envoy-ratelimit", "envoy-ratelimit-reference"
@@ -153,7 +154,7 @@ func TestSideBySideXDS(t *testing.T) {
 		"LIMIT_RESPONSE_HEADERS_ENABLED": "true", "RESPONSE_DYNAMIC_METADATA": "true",
 		"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true", "EXPIRATION_JITTER_MAX_SECONDS": "0",
 	}
-	proxyCert, proxyKey, _ := ca.issue(t, "envoy")
+	proxyCert, proxyKey, _ := ca.Issue(t, "envoy")
 	proxy := func() grpc.DialOption {
 		pair, err := tls.X509KeyPair(proxyCert, proxyKey)
 		if err != nil {

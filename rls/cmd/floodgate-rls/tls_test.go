@@ -2,83 +2,21 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate/internal/testcerts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 )
-
-// testCA is a certificate authority made for one test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-var serial int64
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
-func newCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key := newKey(t)
-	serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue makes a certificate for dns names (and 127.0.0.1), signed by ca:
-// its PEM certificate and key, and its serial number.
-func (ca *testCA) issue(t *testing.T, dns ...string) (certPEM, keyPEM []byte, sn int64) {
-	t.Helper()
-	key := newKey(t)
-	serial++
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: dns, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kd, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), serial
-}
 
 // writeFile writes data to path whole: to a temporary name, renamed in.
 func writeFile(t *testing.T, path string, data []byte) {
@@ -94,10 +32,10 @@ func writeFile(t *testing.T, path string, data []byte) {
 
 // tlsClient dials addr over TLS, trusting ca, with the client
 // certificate cert and key if given.
-func tlsClient(t *testing.T, addr string, ca *testCA, certPEM, keyPEM []byte) pb.RateLimitServiceClient {
+func tlsClient(t *testing.T, addr string, ca *testcerts.CA, certPEM, keyPEM []byte) pb.RateLimitServiceClient {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	cfg := &tls.Config{RootCAs: pool, ServerName: "ratelimit.test"}
 	if certPEM != nil {
 		pair, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -160,14 +98,14 @@ func tlsServer(t *testing.T, dir string, env map[string]string) (addrs, *lockedB
 // client and a client of another CA refused.
 func TestTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca, other := newCA(t, "ca"), newCA(t, "other")
-	cert, key, sn := ca.issue(t, "ratelimit.test")
+	ca, other := testcerts.NewCA(t, "ca"), testcerts.NewCA(t, "other")
+	cert, key, sn := ca.Issue(t, "ratelimit.test")
 	writeFile(t, filepath.Join(dir, "tls.crt"), cert)
 	writeFile(t, filepath.Join(dir, "tls.key"), key)
-	writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
-	writeFile(t, filepath.Join(dir, "other.crt"), other.pem)
-	clientCert, clientKey, _ := ca.issue(t, "envoy.gateway.test")
-	otherCert, otherKey, _ := other.issue(t, "envoy.gateway.test")
+	writeFile(t, filepath.Join(dir, "ca.crt"), ca.PEM)
+	writeFile(t, filepath.Join(dir, "other.crt"), other.PEM)
+	clientCert, clientKey, _ := ca.Issue(t, "envoy.gateway.test")
+	otherCert, otherKey, _ := other.Issue(t, "envoy.gateway.test")
 
 	t.Run("server only", func(t *testing.T) {
 		a, _ := tlsServer(t, dir, nil)
@@ -213,7 +151,7 @@ func TestTLS(t *testing.T) {
 		if _, err := ask(tlsClient(t, a.grpc, ca, clientCert, clientKey)); err != nil {
 			t.Fatalf("a client of the name: %v", err)
 		}
-		wrongCert, wrongKey, _ := ca.issue(t, "someone.else.test")
+		wrongCert, wrongKey, _ := ca.Issue(t, "someone.else.test")
 		if _, err := ask(tlsClient(t, a.grpc, ca, wrongCert, wrongKey)); err == nil {
 			t.Fatal("a client certificate of another name was answered")
 		}
@@ -227,20 +165,20 @@ func TestTLS(t *testing.T) {
 // taken.
 func TestTLSRotation(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, "ca")
-	cert, key, first := ca.issue(t, "ratelimit.test")
+	ca := testcerts.NewCA(t, "ca")
+	cert, key, first := ca.Issue(t, "ratelimit.test")
 	crt, kf := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	writeFile(t, crt, cert)
 	writeFile(t, kf, key)
-	writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
-	clientCert, clientKey, _ := ca.issue(t, "envoy.gateway.test")
+	writeFile(t, filepath.Join(dir, "ca.crt"), ca.PEM)
+	clientCert, clientKey, _ := ca.Issue(t, "envoy.gateway.test")
 	a, logs := tlsServer(t, dir, map[string]string{"GRPC_SERVER_TLS_CA_CERT": "ca"})
 
 	before := tlsClient(t, a.grpc, ca, clientCert, clientKey)
 	if got, err := ask(before); err != nil || got != first {
 		t.Fatalf("first certificate: %d, %v; want %d", got, err, first)
 	}
-	cert2, key2, second := ca.issue(t, "ratelimit.test")
+	cert2, key2, second := ca.Issue(t, "ratelimit.test")
 	writeFile(t, crt, cert2)
 	writeFile(t, kf, key2)
 	if got, err := ask(tlsClient(t, a.grpc, ca, clientCert, clientKey)); err != nil || got != second {
@@ -251,7 +189,7 @@ func TestTLSRotation(t *testing.T) {
 	}
 
 	// Half a rotation: a new certificate whose key is not there yet.
-	cert3, key3, third := ca.issue(t, "ratelimit.test")
+	cert3, key3, third := ca.Issue(t, "ratelimit.test")
 	writeFile(t, crt, cert3)
 	if got, err := ask(tlsClient(t, a.grpc, ca, clientCert, clientKey)); err != nil || got != second {
 		t.Fatalf("with a certificate and a key that do not match: certificate %d, %v; want %d, the one before", got, err, second)
@@ -265,9 +203,9 @@ func TestTLSRotation(t *testing.T) {
 	}
 
 	// A CA rotated in: clients of the new CA are verified.
-	ca2 := newCA(t, "ca2")
-	writeFile(t, filepath.Join(dir, "ca.crt"), append(append([]byte{}, ca.pem...), ca2.pem...))
-	c2Cert, c2Key, _ := ca2.issue(t, "envoy.gateway.test")
+	ca2 := testcerts.NewCA(t, "ca2")
+	writeFile(t, filepath.Join(dir, "ca.crt"), append(append([]byte{}, ca.PEM...), ca2.PEM...))
+	c2Cert, c2Key, _ := ca2.Issue(t, "envoy.gateway.test")
 	if _, err := ask(tlsClient(t, a.grpc, ca, c2Cert, c2Key)); err != nil {
 		t.Fatalf("a client of the CA rotated in: %v", err)
 	}
@@ -278,11 +216,11 @@ func TestTLSRotation(t *testing.T) {
 // named in a warning.
 func TestTLSSettings(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, "ca")
-	cert, key, _ := ca.issue(t, "ratelimit.test")
+	ca := testcerts.NewCA(t, "ca")
+	cert, key, _ := ca.Issue(t, "ratelimit.test")
 	writeFile(t, filepath.Join(dir, "tls.crt"), cert)
 	writeFile(t, filepath.Join(dir, "tls.key"), key)
-	writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
+	writeFile(t, filepath.Join(dir, "ca.crt"), ca.PEM)
 	writeFile(t, filepath.Join(dir, "junk.crt"), []byte("not a certificate"))
 	for name, c := range map[string]struct {
 		env  map[string]string

@@ -18,6 +18,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/floodgate-go/floodgate/internal/testcerts"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -301,10 +302,10 @@ func TestXDSReconnect(t *testing.T) {
 // verified by the CA file and CONFIG_GRPC_XDS_SERVER_TLS_SAN.
 func TestXDSTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newCA(t, "ca")
-	srvCert, srvKey, _ := ca.issue(t, "envoy-gateway")
-	cliCert, cliKey, _ := ca.issue(t, "envoy-ratelimit")
-	writeFile(t, filepath.Join(dir, "ca.crt"), ca.pem)
+	ca := testcerts.NewCA(t, "ca")
+	srvCert, srvKey, _ := ca.Issue(t, "envoy-gateway")
+	cliCert, cliKey, _ := ca.Issue(t, "envoy-ratelimit")
+	writeFile(t, filepath.Join(dir, "ca.crt"), ca.PEM)
 	writeFile(t, filepath.Join(dir, "tls.crt"), cliCert)
 	writeFile(t, filepath.Join(dir, "tls.key"), cliKey)
 	pair, err := tls.X509KeyPair(srvCert, srvKey)
@@ -312,7 +313,7 @@ func TestXDSTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.cert)
+	pool.AddCert(ca.Cert)
 	ads := startADS(t, "127.0.0.1:0", grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair},
 		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13})))
 	ads.push(t, "n", "1", xdsConfig(2))
