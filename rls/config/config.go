@@ -32,6 +32,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -96,10 +97,40 @@ func (l *Limit) SharedLevel(i int) bool { return i >= 0 && i < 64 && l.shared&(1
 
 // node is one level of a domain's descriptors.
 type node struct {
-	children map[string]*node // by key, or key_value
+	children map[string]*node // by key, or key_value, where there are two or more
+	oneKey   string           // the one child's key or key_value, where there is one
+	one      *node            // the one child (a route's rule, under Envoy Gateway)
 	wild     []wildEntry      // the children whose key_value holds a *, in file order
 	limit    *Limit
 	shared   string // share_threshold: the value pattern that the matched values share, as a key
+}
+
+// child is the child of key or key_value kv, or nil.
+func (n *node) child(kv string) *node {
+	if n.children == nil {
+		if n.one != nil && n.oneKey == kv {
+			return n.one
+		}
+		return nil
+	}
+	return n.children[kv]
+}
+
+// addChild adds c as the child kv; siblings is how many children the
+// list that holds c gives n (a merged domain's come from several).
+func (n *node) addChild(kv string, c *node, siblings int) {
+	if n.children == nil && n.one == nil && siblings == 1 {
+		n.oneKey, n.one = kv, c
+		return
+	}
+	if n.children == nil {
+		n.children = make(map[string]*node, max(siblings, 2)) // at its size: no rehash as it fills
+		if n.one != nil {
+			n.children[n.oneKey] = n.one
+			n.oneKey, n.one = "", nil
+		}
+	}
+	n.children[kv] = c
 }
 
 // wildEntry is a child whose key_value is a pattern: its parts, split on
@@ -141,6 +172,10 @@ type Options struct {
 	// MaxDepth bounds how deep descriptors nest below their domain.
 	// 0 means DefaultMaxDepth.
 	MaxDepth int
+	// Pace, if set, is called after each descriptor is loaded: a caller
+	// that loads in the background while serving can pause there, so
+	// that the load never takes the CPU that serving needs.
+	Pace func()
 }
 
 // DefaultMaxBytes and DefaultMaxDepth are the bounds of an Options that
@@ -179,12 +214,16 @@ func (o Options) Load(files []File) (*Config, error) {
 			return nil, fmt.Errorf("%s: the configuration's files hold more than %d bytes together", f.Name, maxBytes)
 		}
 	}
-	c := &Config{domains: map[string]*node{}, byPath: map[string]*Limit{}}
-	ld := &loader{c: c, merge: o.MergeDomains, maxDepth: maxDepth, maxKey: 4*total + 64<<10}
+	c := &Config{domains: map[string]*node{}}
+	ld := &loader{c: c, merge: o.MergeDomains, maxDepth: maxDepth, maxKey: 4*total + 64<<10, pace: o.Pace}
 	for _, f := range files {
 		if err := ld.load(f); err != nil {
 			return nil, err
 		}
+	}
+	c.byPath = make(map[string]*Limit, len(c.rules)) // at its size, once: no map grows a rule at a time
+	for _, l := range c.rules {
+		c.byPath[l.path] = l
 	}
 	return c, nil
 }
@@ -280,17 +319,17 @@ func (c *Config) AppendKey(dst []byte, domain string, entries []Entry) (*Limit, 
 	var buf [1 << 10]byte
 	for i, e := range entries {
 		kv := keyValue(&buf, e) // valid until the next entry: nothing keeps it
-		next := n.children[kv]
+		next := n.child(kv)
 		if next == nil {
 			for _, w := range n.wild {
 				if wildMatch(w.parts, kv) {
-					next = n.children[w.key]
+					next = n.child(w.key)
 					break
 				}
 			}
 		}
 		if next == nil {
-			next = n.children[e.Key]
+			next = n.child(e.Key)
 		}
 		if next == nil {
 			return nil, dst[:start]
@@ -306,7 +345,7 @@ func (c *Config) AppendKey(dst []byte, domain string, entries []Entry) (*Limit, 
 			}
 			return next.limit, dst
 		}
-		if len(next.children) == 0 {
+		if next.one == nil && len(next.children) == 0 {
 			return nil, dst[:start]
 		}
 		n = next
@@ -383,20 +422,26 @@ func errAt(name string, n *ynode, format string, args ...any) error {
 
 // loader is one Load's state.
 type loader struct {
-	c        *Config
-	merge    bool
-	maxDepth int
-	keyBytes int // the rules' keys and paths so far
-	maxKey   int // the most keyBytes may reach
-	full     []byte
-	path     []byte
+	c          *Config
+	merge      bool
+	maxDepth   int
+	keyBytes   int // the rules' keys and paths so far
+	maxKey     int // the most keyBytes may reach
+	full       []byte
+	path       []byte
+	kv         []byte  // a descriptor's key_value, then its rule's key and path
+	nodes      []node  // the rest of the block newNode takes from
+	limits     []Limit // the rest of the block loadLimit takes from
+	nodesMade  int     // the nodes of every block so far
+	limitsMade int
+	pace       func() // Options.Pace
 }
 
 // load adds one file's domain to c.
 func (ld *loader) load(f File) error {
 	// The tree's scalars share f.Data's bytes, without a copy: whatever
 	// the Config keeps of them is cloned.
-	root, err := parseYAML(unsafe.String(unsafe.SliceData(f.Data), len(f.Data)), len(f.Data)/3+64, fileSchema)
+	root, err := parseYAML(unsafe.String(unsafe.SliceData(f.Data), len(f.Data)), len(f.Data)/3+64, fileSchema, ld.pace)
 	if e, ok := err.(*yerr); ok {
 		return fmt.Errorf("%s:%d: %s", f.Name, e.line, e.msg)
 	}
@@ -445,7 +490,11 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 		return errAt(name, seq, "descriptors nested deeper than %d levels", ld.maxDepth)
 	}
 	fullLen, pathLen := len(ld.full), len(ld.path)
+	siblings := 0
 	for d := seq.first; d != nil; d = d.next {
+		if ld.pace != nil {
+			ld.pace()
+		}
 		ld.full, ld.path = ld.full[:fullLen], ld.path[:pathLen]
 		fields, err := mapping(name, d, descriptorKeys...)
 		if err != nil {
@@ -462,13 +511,13 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 		if err != nil {
 			return err
 		}
-		kv := key
+		ld.kv = append(ld.kv[:0], key...)
 		if value != "" {
-			kv += "_" + value
+			ld.kv = append(append(ld.kv, '_'), value...)
 		}
-		ld.full = append(append(ld.full, '.'), kv...)
-		ld.path = AppendField(ld.path, kv)
-		if _, dup := parent.children[kv]; dup {
+		ld.full = append(append(ld.full, '.'), ld.kv...)
+		ld.path = AppendField(ld.path, unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv)))
+		if parent.child(unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv))) != nil {
 			return errAt(name, d, "descriptor %q appears twice", ld.full)
 		}
 		var shadow, quota, detailed, share bool
@@ -480,11 +529,11 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 				return err
 			}
 		}
-		if share && !strings.Contains(kv, "*") {
+		if share && !bytes.Contains(ld.kv, []byte{'*'}) {
 			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", ld.full)
 		}
-		kv = strings.Clone(kv)
-		child := &node{}
+		kv := string(ld.kv)
+		child := ld.newNode()
 		childShared := shared
 		if share {
 			child.shared = strings.Clone(value)
@@ -496,22 +545,26 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 			if ld.keyBytes += len(ld.full) + len(ld.path); ld.keyBytes > ld.maxKey {
 				return errAt(name, d, "the rules' keys would take more than %d bytes, four times the configuration's size: descriptors nested too deep with keys too long", ld.maxKey)
 			}
-			if child.limit, err = loadLimit(name, rl, string(ld.full)); err != nil {
+			// The key and the path in one string: one allocation a rule.
+			ld.kv = append(append(ld.kv[:0], ld.full...), ld.path...)
+			both := string(ld.kv)
+			if child.limit, err = ld.loadLimit(name, rl, both[:len(ld.full)]); err != nil {
 				return err
 			}
 			c := ld.c
 			child.limit.Shadow, child.limit.Quota, child.limit.Detailed = shadow, quota, detailed
-			child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), string(ld.path), childShared
+			child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), both[len(ld.full):], childShared
 			c.rules = append(c.rules, child.limit)
-			c.byPath[child.limit.path] = child.limit
 		}
 		if err := ld.descriptors(name, child, depth+1, childShared, fields.get("descriptors")); err != nil {
 			return err
 		}
-		if parent.children == nil {
-			parent.children = map[string]*node{}
+		if siblings == 0 {
+			for e := seq.first; e != nil; e = e.next {
+				siblings++
+			}
 		}
-		parent.children[kv] = child
+		parent.addChild(kv, child, siblings)
 		if strings.Contains(kv, "*") {
 			parent.wild = append(parent.wild, wildEntry{key: kv, parts: strings.Split(kv, "*")})
 		}
@@ -519,13 +572,36 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 	return nil
 }
 
+// block is the size of the next block of newNode's or loadLimit's,
+// made blocks so far: as many as those, from 2 to 256, so that a small
+// configuration holds no more than twice what it uses.
+func block(made int) int { return min(256, max(2, made)) }
+
+// newNode is a node of the configuration, from a block of them: a load
+// makes many, each a few words, and keeps them all.
+func (ld *loader) newNode() *node {
+	if len(ld.nodes) == 0 {
+		ld.nodes = make([]node, block(ld.nodesMade))
+		ld.nodesMade += len(ld.nodes)
+	}
+	n := &ld.nodes[0]
+	ld.nodes = ld.nodes[1:]
+	return n
+}
+
 // loadLimit reads a rate_limit.
-func loadLimit(name string, m *ynode, full string) (*Limit, error) {
+func (ld *loader) loadLimit(name string, m *ynode, full string) (*Limit, error) {
 	fields, err := mapping(name, m, rateLimitKeys...)
 	if err != nil {
 		return nil, err
 	}
-	l := &Limit{Key: full}
+	if len(ld.limits) == 0 {
+		ld.limits = make([]Limit, block(ld.limitsMade))
+		ld.limitsMade += len(ld.limits)
+	}
+	l := &ld.limits[0]
+	ld.limits = ld.limits[1:]
+	l.Key = full
 	if l.Unlimited, err = boolean(name, fields.get("unlimited")); err != nil {
 		return nil, err
 	}

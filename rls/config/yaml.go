@@ -59,6 +59,7 @@ type yparser struct {
 	nodes []ynode // the current block of nodes, allocated in chunks
 	count int     // nodes made
 	max   int     // the most nodes the document may make
+	pace  func()  // Options.Pace, called every 256 nodes
 }
 
 // yerr is a syntax error at a line.
@@ -72,7 +73,7 @@ func (e *yerr) Error() string { return fmt.Sprintf("line %d: %s", e.line, e.msg)
 // parseYAML reads src's one document; root is nil for a document that
 // holds nothing. maxNodes bounds the nodes it may make: past them it
 // stops, so that no input costs more than that bound.
-func parseYAML(src string, maxNodes int, schema *yschema) (root *ynode, err error) {
+func parseYAML(src string, maxNodes int, schema *yschema, pace func()) (root *ynode, err error) {
 	if !utf8.ValidString(src) {
 		return nil, &yerr{1, "the file is not valid UTF-8"}
 	}
@@ -98,7 +99,7 @@ func parseYAML(src string, maxNodes int, schema *yschema) (root *ynode, err erro
 		i += w
 	}
 	src = strings.TrimPrefix(src, "\ufeff")
-	p := &yparser{src: src, line: 1, max: maxNodes}
+	p := &yparser{src: src, line: 1, max: maxNodes, pace: pace}
 	defer func() {
 		if r := recover(); r != nil {
 			e, ok := r.(*yerr)
@@ -151,6 +152,9 @@ func (p *yparser) node(kind ykind, line int, s *yschema) *ynode {
 	}
 	if len(p.nodes) == 0 {
 		p.nodes = make([]ynode, min(256, p.max))
+		if p.pace != nil {
+			p.pace()
+		}
 	}
 	n := &p.nodes[0]
 	p.nodes = p.nodes[1:]

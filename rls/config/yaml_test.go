@@ -124,7 +124,7 @@ func FuzzYAML(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		n, err := parseYAML(s, len(s)+64, nil)
+		n, err := parseYAML(s, len(s)+64, nil, nil)
 		var y yaml.Node
 		yerr := yaml.Unmarshal([]byte(s), &y)
 		switch {
@@ -157,7 +157,7 @@ func TestYAMLRefuses(t *testing.T) {
 		{"a: \x01\n", "control character"},
 		{"a: \xff\n", "UTF-8"},
 	} {
-		_, err := parseYAML(tc.src, len(tc.src)/3+64, nil)
+		_, err := parseYAML(tc.src, len(tc.src)/3+64, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error with %q", tc.src, err, tc.want)
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -199,6 +200,7 @@ type xdsClient struct {
 
 	refused    [sha256.Size]byte // the last push refused, to say so once
 	refusedWhy string
+	scratch    []byte // the YAML of the last push loaded, whose buffer the next reuses
 }
 
 // run serves the stream until ctx ends, reaching the server again, after
@@ -262,7 +264,7 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 			}
 			continue
 		}
-		cfg, err := loadXDS(c.load, resp.Resources)
+		cfg, err := loadXDS(c.load, resp.Resources, &c.scratch)
 		if err == nil {
 			err = c.apply(cfg, nil)
 		} else {
@@ -294,25 +296,40 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 // quota_mode (7), which newer ones carry; a singular field given twice
 // keeps its last value, as protobuf reads it, and a rate_limit given
 // twice is an error (protobuf would merge the two).
-func loadXDS(o config.Options, resources []*anypb.Any) (*config.Config, error) {
+func loadXDS(o config.Options, resources []*anypb.Any, scratch *[]byte) (*config.Config, error) {
 	files := make([]config.File, 0, len(resources))
-	total, maxBytes := 0, o.MaxBytes
+	maxBytes := o.MaxBytes
 	if maxBytes <= 0 {
 		maxBytes = config.DefaultMaxBytes
+	}
+	// Every resource's YAML is written into one buffer, which the next
+	// push reuses once this one has loaded (a Config keeps none of its
+	// files' bytes): a push allocates no text, and clears none.
+	var b []byte
+	if scratch != nil {
+		b = (*scratch)[:0]
 	}
 	for i, r := range resources {
 		if r.GetTypeUrl() != resourcev3.RateLimitConfigType {
 			return nil, fmt.Errorf("xDS resource %d: type %q, not %s", i, r.GetTypeUrl(), resourcev3.RateLimitConfigType)
 		}
-		w := xdsWriter{max: maxBytes - total, b: make([]byte, 0, min(maxBytes-total, len(r.GetValue()))+64)}
+		if b == nil {
+			b = make([]byte, 0, min(maxBytes, len(r.GetValue()))+64)
+		}
+		start := len(b)
+		w := xdsWriter{max: maxBytes, b: b, pace: o.Pace}
 		name, err := w.config(r.GetValue())
 		if err != nil {
 			return nil, fmt.Errorf("xDS resource %d (%q): %w", i, name, err)
 		}
-		total += len(w.b)
-		files = append(files, config.File{Name: "xds:" + name, Data: w.b})
+		b = w.b
+		files = append(files, config.File{Name: "xds:" + name, Data: b[start:]})
 	}
-	return o.Load(files)
+	c, err := o.Load(files)
+	if err == nil && scratch != nil {
+		*scratch = b // the size of a configuration in force, whose rules cost more
+	}
+	return c, err
 }
 
 // pushDigest is a SHA-256 of a push's resources.
@@ -339,8 +356,9 @@ const xdsMaxDepth = 64
 // envoyproxy/ratelimit converts one (ConfigXdsProtoToYaml), so that a
 // push loads as its file would.
 type xdsWriter struct {
-	b   []byte
-	max int // the most bytes b may hold
+	b    []byte
+	max  int    // the most bytes b may hold
+	pace func() // called after each descriptor
 }
 
 // xdsField is one field of a message's bytes.
@@ -407,9 +425,18 @@ func (f *xdsField) text(name string) error {
 	return nil
 }
 
-// str writes s as a YAML double-quoted scalar.
+// str writes s as a YAML double-quoted scalar: as it is between quotes
+// where it is printable ASCII with no quote or backslash (the names of
+// routes and rules), escaped by strconv's Go syntax, which YAML's double
+// quotes read alike, where not.
 func (w *xdsWriter) str(s []byte) {
-	w.b = strconv.AppendQuote(w.b, unsafe.String(unsafe.SliceData(s), len(s)))
+	for _, c := range s {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			w.b = strconv.AppendQuote(w.b, unsafe.String(unsafe.SliceData(s), len(s)))
+			return
+		}
+	}
+	w.b = append(append(append(w.b, '"'), s...), '"')
 }
 
 // errTooLarge is the error of a push whose YAML would pass the bound.
@@ -456,6 +483,9 @@ func (w *xdsWriter) config(msg []byte) (name string, err error) {
 			}
 			w.list(n == 0, "descriptors")
 			n++
+			if w.pace != nil {
+				w.pace()
+			}
 			if err := w.descriptor(f.data, 0); err != nil {
 				return name, err
 			}
@@ -487,6 +517,12 @@ func (w *xdsWriter) descriptor(msg []byte, depth int) error {
 	var key, value, policy []byte
 	var hasKey, hasPolicy bool
 	var shadow, detailed, quota uint64
+	if cap(w.b)-len(w.b) < 4<<10 {
+		// Doubled (up to the bound), not by append's quarter for large
+		// slices: a push's YAML is copied about once as it grows, not a
+		// dozen times.
+		w.b = slices.Grow(w.b, max(4<<10, min(len(w.b), w.max+4<<10-len(w.b))))
+	}
 	w.b = append(w.b, '{')
 	n := 0
 	for it := (xdsIter{msg: msg}); ; {

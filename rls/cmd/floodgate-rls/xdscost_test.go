@@ -75,7 +75,7 @@ func TestXDSLoadCost(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		c, err := loadXDS(tc.o, []*anypb.Any{tc.r})
+		c, err := loadXDS(tc.o, []*anypb.Any{tc.r}, nil)
 		runtime.ReadMemStats(&after)
 		alloc := float64(after.TotalAlloc - before.TotalAlloc)
 		runtime.GC()
