@@ -535,3 +535,58 @@ func TestReload(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadFirstUseMeanwhile: SetConfig carries the rules in use over
+// without the lock, pausing at Options.Pace, while requests go on; a
+// rule first used then, by the configuration before, keeps the count it
+// took into the new configuration; one used before keeps its count too,
+// and SetConfig after Close is an error.
+func TestReloadFirstUseMeanwhile(t *testing.T) {
+	clock := floodgate.NewManualClock(unixStart)
+	yaml := func(extra string) *config.Config {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n")
+		for i := range 200 {
+			fmt.Fprintf(&b, "  - {key: k%d, rate_limit: {unit: hour, requests_per_unit: 3}}\n", i)
+		}
+		b.WriteString(extra)
+		return mustConfig(t, b.String())
+	}
+	var c pb.RateLimitServiceClient
+	paused := 0
+	s, c := serve(t, yaml(""), Options{Clock: clock, Pace: func() {
+		if paused++; paused == 1 {
+			for range 3 { // k10's first use, while SetConfig carries the rules over
+				if !admits(t, c, "d", desc("k10", "x")) {
+					t.Error("k10 refused within its limit")
+				}
+			}
+		}
+	}})
+	for i := range 100 {
+		if i != 10 && !admits(t, c, "d", desc(fmt.Sprintf("k%d", i), "x")) {
+			t.Fatalf("k%d refused on its first request", i)
+		}
+	}
+	for range 2 {
+		admits(t, c, "d", desc("k20", "x")) // k20 spends all 3
+	}
+	if err := s.SetConfig(yaml("  - {key: more, rate_limit: {unit: hour, requests_per_unit: 1}}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if paused == 0 {
+		t.Fatal("SetConfig never paused")
+	}
+	for _, k := range []string{"k10", "k20"} {
+		if admits(t, c, "d", desc(k, "x")) {
+			t.Errorf("%s admitted after the reload: its spent count was lost", k)
+		}
+	}
+	if !admits(t, c, "d", desc("k30", "x")) {
+		t.Error("k30, 1 of 3 spent, refused after the reload")
+	}
+	s.Close()
+	if err := s.SetConfig(yaml("")); err == nil || !strings.Contains(err.Error(), "after Close") {
+		t.Errorf("SetConfig after Close: %v", err)
+	}
+}

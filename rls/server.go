@@ -115,6 +115,12 @@ type Options struct {
 	// nothing. That is what a request limit wants: a client that keeps
 	// sending while refused pays nothing for it.
 	StopIncrementOverLimit bool
+	// Pace, if set, is called every 64 rules while SetConfig carries the
+	// rules in use over to the new configuration: a caller that reloads
+	// while serving can pause there (see config.Options.Pace), so that a
+	// reload of many rules never takes the CPU that requests need.
+	// Requests are served meanwhile, by the configuration before.
+	Pace func()
 }
 
 // charger is a Store that takes charges that cannot be refused, as
@@ -146,10 +152,11 @@ type Server struct {
 	charger charger               // the Store, unless StopIncrementOverLimit
 	own     *floodgate.LocalStore // the Store in process, when Options gave none
 
-	// mu serializes SetConfig, Close, and each rule's first use with the
-	// snapshot they read; a request that finds its rule made takes no
-	// lock.
+	// mu serializes SetConfig's swap of the snapshot, Close, and each
+	// rule's first use with the snapshot they read; a request that finds
+	// its rule made takes no lock. setMu serializes SetConfig.
 	mu     sync.Mutex
+	setMu  sync.Mutex
 	snap   atomic.Pointer[snapshot]
 	closed bool
 
@@ -255,9 +262,11 @@ func UnixClock() floodgate.Clock {
 // new limit by SetRule, so no client gains allowance from the reload. A
 // rule whose algorithm changes starts afresh. If a rule of cfg cannot be
 // held (see Check), SetConfig returns the error and changes nothing.
-// Requests go on meanwhile: the lock it holds is only taken by a rule's
-// first request, and the policies it drops are closed after it is
-// released.
+// Requests go on meanwhile, by the configuration before: SetConfig
+// carries the rules in use over without a lock (pausing at Options.Pace),
+// and holds the lock that a rule's first request takes only to carry
+// over the rules first used meanwhile and to swap the configuration; the
+// policies it drops are closed after.
 func (s *Server) SetConfig(cfg *config.Config) error {
 	if cfg == nil {
 		return errors.New("rls: SetConfig needs a configuration")
@@ -265,34 +274,58 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 	if err := s.Check(cfg); err != nil {
 		return err
 	}
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return errors.New("rls: SetConfig after Close")
+	}
 	var dropped []*rule
 	defer func() {
 		for _, r := range dropped {
 			r.close()
 		}
 	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("rls: SetConfig after Close")
-	}
 	old := s.snap.Load()
 	next := &snapshot{cfg: cfg, rules: make([]atomic.Pointer[rule], cfg.Len())}
-	for i := range old.rules {
-		r := old.rules[i].Load()
-		if r == nil {
-			continue
-		}
+	carry := func(r *rule) {
 		nl := cfg.Same(r.limit)
 		if nl == nil || nl.Unlimited || nl.Algorithm != r.limit.Algorithm || r.zero() != (nl.RequestsPerUnit == 0) {
 			dropped = append(dropped, r)
-			continue
+			return
 		}
 		if !r.zero() && ruleOf(nl) != ruleOf(r.limit) && r.pol.SetRule(ruleOf(nl)) != nil {
 			dropped = append(dropped, r) // Check took the rule: not reached; the rule would start afresh
-			continue
+			return
 		}
 		next.rules[nl.Index].Store(r.reconfigured(nl, s.opts.MaxDetailed))
+	}
+	// The rules in use are carried over without the lock, requests
+	// served meanwhile by the snapshot before (a policy's SetRule is safe
+	// while it decides); those first used meanwhile, under the lock, with
+	// the swap.
+	carried := make([]bool, len(old.rules))
+	for i := range old.rules {
+		if s.opts.Pace != nil && i%64 == 63 {
+			s.opts.Pace()
+		}
+		if r := old.rules[i].Load(); r != nil {
+			carry(r)
+			carried[i] = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		dropped = nil // Close has closed every policy of the snapshot
+		return errors.New("rls: SetConfig after Close")
+	}
+	for i := range old.rules {
+		if r := old.rules[i].Load(); r != nil && !carried[i] {
+			carry(r)
+		}
 	}
 	s.snap.Store(next)
 	s.loads.Add(1)
