@@ -1,43 +1,43 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
 
-// TestPacer: a load paced runs for its run, then sleeps for its rest,
-// then runs again; a call after a pause (the next load) starts a new run
-// and sleeps for nothing.
+// TestPacer: a load paced yields its processor every yield while it
+// runs, rests after each run, and runs again; a call after a pause (the
+// next load) starts a new run, with no rest.
 func TestPacer(t *testing.T) {
 	clock := time.Unix(1e9, 0)
-	var slept []time.Duration
-	p := newPacer(2*time.Millisecond, 3*time.Millisecond)
+	var events []string
+	p := newPacer(2*time.Millisecond, 3*time.Millisecond, time.Millisecond)
 	p.now = func() time.Time { return clock }
-	p.sleep = func(d time.Duration) { slept = append(slept, d); clock = clock.Add(d) }
+	p.sleep = func(d time.Duration) { events = append(events, "rest "+d.String()); clock = clock.Add(d) }
+	p.gosched = func() { events = append(events, "yield") }
 	step := func(d time.Duration) { clock = clock.Add(d); p.pace() }
-	p.pace() // a load's first descriptor
-	for range 3 {
-		step(500 * time.Microsecond) // 1.5 ms of running: no rest yet
+	check := func(when string, want ...string) {
+		t.Helper()
+		if got := strings.Join(events, ", "); got != strings.Join(want, ", ") {
+			t.Fatalf("%s: %q, want %q", when, got, want)
+		}
 	}
-	if len(slept) != 0 {
-		t.Fatalf("slept %v within the first 2 ms", slept)
-	}
-	step(500 * time.Microsecond) // 2 ms: rest
-	if len(slept) != 1 || slept[0] != 3*time.Millisecond {
-		t.Fatalf("after 2 ms of running slept %v, want [3ms]", slept)
-	}
+	p.pace() // a load's first call
+	step(500 * time.Microsecond)
+	check("0.5 ms in")
+	step(500 * time.Microsecond)
+	check("1 ms in", "yield")
+	step(500 * time.Microsecond)
+	check("1.5 ms in", "yield")
+	step(500 * time.Microsecond)
+	check("2 ms in", "yield", "rest 3ms")
 	step(time.Millisecond)
-	if len(slept) != 1 {
-		t.Fatalf("1 ms after resting slept %v", slept)
-	}
+	check("1 ms after the rest", "yield", "rest 3ms", "yield")
 	step(time.Millisecond)
-	if len(slept) != 2 {
-		t.Fatalf("2 ms after resting slept %v, want a second rest", slept)
-	}
+	check("2 ms after the rest", "yield", "rest 3ms", "yield", "rest 3ms")
 	clock = clock.Add(time.Second) // the load ends; the next begins a second later
 	p.pace()
-	step(time.Millisecond)
-	if len(slept) != 2 {
-		t.Fatalf("a new load's first 1 ms slept: %v", slept)
-	}
+	step(500 * time.Microsecond)
+	check("a new load", "yield", "rest 3ms", "yield", "rest 3ms")
 }

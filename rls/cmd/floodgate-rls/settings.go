@@ -156,7 +156,10 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		errs = append(errs, fmt.Errorf("%s=%s: %s", name, getenv(name), why))
 	}
 	s.load.MergeDomains = boolean("MERGE_DOMAIN_CONFIG", false)
-	s.load.Pace = newPacer(loadRun, loadRest).pace // files and pushes are loaded one at a time
+	// Files and pushes are loaded, and put in force, one at a time, on
+	// one pace.
+	s.load.Pace = newPacer(loadRun, loadRest, loadYield).pace
+	o.Pace = s.load.Pace
 	s.tracing = readTracing(getenv, &errs, boolean)
 	if v := getenv("FLOODGATE_CONFIG_MAX_BYTES"); v != "" {
 		n, err := strconv.Atoi(v)
