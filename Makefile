@@ -126,9 +126,10 @@ fuzz:
 # `make bench-full` is the long run for a quiet many-core machine.
 # BENCHES names the families a pass runs; BenchmarkIdle (Idle) leaves
 # floodgate-rls idle for 10 s in each of its two scenarios whatever
-# BENCHTIME says, some 27 s of each pass on 2 cores.
+# BENCHTIME says, some 27 s of each pass on 2 cores; BenchmarkXDS's load
+# runs 10 s a service whatever it says, some 30 s a pass with its pushes.
 GOROUTINES ?= 1,4,64
-BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|Idle|Charge)$$
+BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge)$$
 
 bench:
 	GO='$(GO)' BENCHSTAT='$(BENCHSTAT)' COUNT='$(COUNT)' BENCHTIME='$(BENCHTIME)' GOROUTINES='$(GOROUTINES)' \

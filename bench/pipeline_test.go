@@ -46,7 +46,7 @@ func TestBenchPipeline(t *testing.T) {
 	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware", "Charge"}
 	withRedis := false
 	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
-		families = append(families, "Redis", "RLS", "Idle")
+		families = append(families, "Redis", "RLS", "XDS", "TLS", "Idle")
 		withRedis = true
 	}
 	for _, f := range families {

@@ -22,6 +22,7 @@ import (
 	"github.com/loov/hrtime"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -277,35 +278,46 @@ func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
 		"REDIS_SOCKET_TYPE=tcp"}
 	var out []rlsServer
 	start := func(name, bin string, env ...string) {
-		port, debug := freePort(b), freePort(b)
-		env = append(append(append([]string{}, common...), env...), "GRPC_PORT="+port, "PORT="+freePort(b), "DEBUG_PORT="+debug)
-		pid := runProcess(b, bin, env)
-		conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { conn.Close() })
-		c := pb.NewRateLimitServiceClient(conn)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, err := c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "hot", Value: "probe"}}}}})
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%s never answered: %v", name, err)
-			}
-			time.Sleep(50 * time.Millisecond) // another process starting
-		}
-		out = append(out, rlsServer{name: name, client: c, pid: pid, debug: "127.0.0.1:" + debug})
+		out = append(out, startService(b, name, bin, append(append([]string{}, common...), env...), insecure.NewCredentials(), rlsProbe))
 	}
 	start("envoy-ratelimit", peer, "REDIS_URL="+redisAddr)
 	start("floodgate-rls-redis", ours, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-redis")
 	start("floodgate-rls-lease", ours, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-lease", "FLOODGATE_LEASE_MAX=100000")
 	start("floodgate-rls-local", ours)
 	return out
+}
+
+// rlsProbe is the request a service must answer, without an error, to
+// be ready.
+var rlsProbe = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "hot", Value: "probe"}}}}}
+
+// startService runs a service's binary bin with env and loopback ports
+// of its own, connects to its gRPC port with creds, and returns once it
+// answers probe without an error (within a minute).
+func startService(b *testing.B, name, bin string, env []string, creds credentials.TransportCredentials, probe *pb.RateLimitRequest) rlsServer {
+	port, debug := freePort(b), freePort(b)
+	env = append(append([]string{}, env...), "GRPC_PORT="+port, "PORT="+freePort(b), "DEBUG_PORT="+debug)
+	pid := runProcess(b, bin, env)
+	conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	c := pb.NewRateLimitServiceClient(conn)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.ShouldRateLimit(ctx, probe)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s never answered: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond) // another process starting
+	}
+	return rlsServer{name: name, client: c, pid: pid, debug: "127.0.0.1:" + debug}
 }
 
 // buildBinary builds pkg in the module at dir into bin.

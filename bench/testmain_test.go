@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/floodgate-go/floodgate/internal/testmain"
@@ -12,6 +14,16 @@ import (
 // finalizer, when the garbage collector frees the store, and offers no
 // way to stop it, so whether it is still running at the end depends on
 // when the collector last ran.
+//
+// Run with FLOODGATE_BENCH_ADS set, the binary is BenchmarkXDS's ADS
+// server instead (see startADS).
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(adsChild); dir != "" {
+		if err := serveADS(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "the ADS server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	testmain.Run(m, goleak.IgnoreTopFunction("github.com/ulule/limiter/v3/drivers/store/memory.(*cleaner).Run"))
 }

@@ -579,3 +579,43 @@ BenchmarkCharge/scenario=1M-uniform-parallel/impl=floodgate-tb/op=settle-2  1  1
 		t.Errorf("a charge table without BenchmarkCharge: %q", tb.rows)
 	}
 }
+
+// TestGatewayTable: BenchmarkXDS's and BenchmarkTLS's figures make one
+// row per service, with the medians over the passes beside issue 43's
+// targets; a service with no figure of a benchmark shows none there.
+func TestGatewayTable(t *testing.T) {
+	d := parseString(t, `BenchmarkXDS/scenario=push-10000/impl=envoy-ratelimit-2  1  190000000 ns/op
+BenchmarkXDS/scenario=push-10000/impl=floodgate-rls-2  1  150000000 ns/op
+BenchmarkXDS/scenario=load-pushes-1s/impl=envoy-ratelimit-2  1  5000000000 ns/op  30000000 p99-pushes-ns  8000000 p99-quiet-ns  3.750 p99-ratio  8000 requests/op
+BenchmarkXDS/scenario=load-pushes-1s/impl=floodgate-rls-2  1  5000000000 ns/op  9000000 p99-pushes-ns  5000000 p99-quiet-ns  1.800 p99-ratio  8000 requests/op
+BenchmarkXDS/scenario=push-10000/impl=floodgate-rls-2  1  170000000 ns/op
+BenchmarkXDS/scenario=load-pushes-1s/impl=floodgate-rls-2  1  5000000000 ns/op  8000000 p99-pushes-ns  5000000 p99-quiet-ns  1.600 p99-ratio  8000 requests/op
+BenchmarkXDS/scenario=push-10000/impl=floodgate-rls-2  1  160000000 ns/op
+BenchmarkXDS/scenario=load-pushes-1s/impl=floodgate-rls-2  1  5000000000 ns/op  10000000 p99-pushes-ns  4000000 p99-quiet-ns  2.500 p99-ratio  8000 requests/op
+BenchmarkTLS/scenario=clients-1000-desc-1/impl=envoy-ratelimit-2  1  90000 ns/op  0 failed/req  87000 plain-ns/req  90000 tls-ns/req  3.333 tls-rps-loss-%
+BenchmarkTLS/scenario=clients-1000-desc-1/impl=floodgate-rls-redis-2  1  50000 ns/op  0 failed/req  45000 plain-ns/req  50000 tls-ns/req  10.00 tls-rps-loss-%
+`)
+	tb := gatewayTable(d)
+	want := [][]string{
+		{"floodgate-rls", "160", "≤ 1000", "5000", "9000", "1.80×", "≤ 2×", "–", "–", "–", "–"},
+		{"floodgate-rls-redis", "–", "–", "–", "–", "–", "–", "22222", "20000", "10.0%", "≤ 15%"},
+		{"envoy-ratelimit", "190", "≤ 1000", "8000", "30000", "3.75×", "≤ 2×", "11494", "11111", "3.3%", "≤ 15%"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+	md := summary(d, "bench-raw.txt", nil)
+	for _, want := range []string{"## 1. Envoy Gateway's deployment: pushes and TLS", "The team's targets (issue 43)"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	if tb := gatewayTable(parseString(t, raw)); len(tb.rows) != 0 {
+		t.Errorf("a gateway table without its benchmarks: %q", tb.rows)
+	}
+}

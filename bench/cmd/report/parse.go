@@ -32,7 +32,14 @@ const (
 	unitAdded  = "goroutines-added"
 	unitBRule  = "heap-B/rule"
 	unitRSS    = "rss-MB"
-	floodgate  = "floodgate-"
+
+	unitP99Quiet  = "p99-quiet-ns"
+	unitP99Pushes = "p99-pushes-ns"
+	unitP99Ratio  = "p99-ratio"
+	unitPlainNs   = "plain-ns/req"
+	unitTLSNs     = "tls-ns/req"
+	unitTLSLoss   = "tls-rps-loss-%"
+	floodgate     = "floodgate-"
 )
 
 // perKeyPeers are the peers that keep a limit per key: the "best per-key

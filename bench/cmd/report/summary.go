@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), idleTable(d), chargeTable(d), deniedTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), gatewayTable(d), idleTable(d), chargeTable(d), deniedTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -794,6 +794,71 @@ func rlsTable(d *dataset) table {
 				t.rows = append(t.rows, append(row, ratio, p99ratio, ownRatio))
 			}
 		}
+	}
+	return t
+}
+
+// The targets of issue 43 for floodgate-rls as Envoy Gateway deploys it,
+// which gatewayTable prints beside BenchmarkXDS's and BenchmarkTLS's
+// figures.
+const (
+	pushTarget     = 1e9 // ns from a push of 10,000 rules to its use
+	p99RatioTarget = 2   // p99 with a push every second ÷ p99 with none
+	tlsLossTarget  = 15  // % of plaintext's requests a second that TLS loses
+)
+
+// gatewayTable shows both services as Envoy Gateway deploys them
+// (BenchmarkXDS, BenchmarkTLS): per service, the time a push of 10,000
+// rules takes to be used, the p99 of ShouldRateLimit with no push and
+// with one every second, and their ratio; and per service and store, the
+// requests a second over plaintext and over TLS, and the share TLS
+// loses; each beside issue 43's target.
+func gatewayTable(d *dataset) table {
+	t := table{
+		title: "Envoy Gateway's deployment: pushes and TLS",
+		note: "Each service as a process, as Envoy Gateway deploys envoyproxy/ratelimit: on one redis-server that the benchmark starts, configured over xDS by go-control-plane's ADS server and snapshot cache (in the benchmark's process) over TLS 1.3 with client certificates, and serving gRPC over TLS 1.3 to clients that show one. " +
+			"push is the time from the ADS server's new snapshot of 10,000 rules (Envoy Gateway's shape: a route's descriptor and its rule below it), every rule changed, to the service answering by it. " +
+			"p99 quiet and p99 with pushes are ShouldRateLimit's 99th percentile latency in µs under an open loop of 2,000 requests a second, each for a random route of the 10,000, in seconds with no push and in seconds that start with such a push, four of each interleaved (half a second after each push counts in neither); the ratio is the second ÷ the first, the median of the passes' ratios. " +
+			"req/s is BenchmarkRLS's clients-1000-desc-1 load (64 callers over one connection) on a process serving plaintext and on one serving TLS, alternately in four rounds; TLS loss is the share of the plaintext requests a second that TLS loses, 100 × (1 − plaintext ÷ TLS time per request). " +
+			"envoy-ratelimit is envoyproxy/ratelimit at the version rls/testdata/ratelimit-peer pins; floodgate-rls-redis decides on Redis, -local in process. " +
+			"The team's targets (issue 43): a push of 10,000 rules used within 1 s; p99 with pushes ≤ 2× p99 quiet; TLS loses ≤ 15% of the requests a second, for both services.",
+		header: []string{"impl", "push (ms)", "target", "p99 quiet (µs)", "p99 with pushes (µs)", "ratio", "target", "plaintext (req/s)", "TLS (req/s)", "TLS loss", "target"},
+		right:  rightFrom(1, 11),
+	}
+	ms := func(v float64) string { return fmt.Sprintf("%.0f", v/1e6) }
+	us := func(v float64) string { return fmt.Sprintf("%.0f", v/1e3) }
+	rps := func(v float64) string { return fmt.Sprintf("%.0f", 1e9/v) }
+	var impls []string
+	for _, fam := range []string{"XDS", "TLS"} {
+		for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam }, unitNs) {
+			if !slices.Contains(impls, impl) {
+				impls = append(impls, impl)
+			}
+		}
+	}
+	for _, impl := range oursFirst(impls) {
+		push, pushOK := d.value(benchKey{family: "XDS", scenario: "push-10000", impl: impl}, unitNs)
+		load := benchKey{family: "XDS", scenario: "load-pushes-1s", impl: impl}
+		quiet, qOK := d.value(load, unitP99Quiet)
+		pushed, pOK := d.value(load, unitP99Pushes)
+		ratio, rOK := d.value(load, unitP99Ratio)
+		tls := benchKey{family: "TLS", scenario: "clients-1000-desc-1", impl: impl}
+		plain, plainOK := d.value(tls, unitPlainNs)
+		secure, secureOK := d.value(tls, unitTLSNs)
+		loss, lossOK := d.value(tls, unitTLSLoss)
+		row := []string{impl, cell(push, pushOK, ms), missing, cell(quiet, qOK, us), cell(pushed, pOK, us),
+			cell(ratio, rOK, func(v float64) string { return fmt.Sprintf("%.2f×", v) }), missing,
+			cell(plain, plainOK, rps), cell(secure, secureOK, rps), cell(loss, lossOK, func(v float64) string { return fmt.Sprintf("%.1f%%", v) }), missing}
+		if pushOK {
+			row[2] = fmt.Sprintf("≤ %.0f", pushTarget/1e6)
+		}
+		if rOK {
+			row[6] = fmt.Sprintf("≤ %d×", p99RatioTarget)
+		}
+		if lossOK {
+			row[10] = fmt.Sprintf("≤ %d%%", tlsLossTarget)
+		}
+		t.rows = append(t.rows, row)
 	}
 	return t
 }
