@@ -816,7 +816,7 @@ const (
 func gatewayTable(d *dataset) table {
 	t := table{
 		title: "Envoy Gateway's deployment: pushes and TLS",
-		note: "Each service as a process, as Envoy Gateway deploys envoyproxy/ratelimit: on one redis-server that the benchmark starts, configured over xDS by go-control-plane's ADS server and snapshot cache (in the benchmark's process) over TLS 1.3 with client certificates, and serving gRPC over TLS 1.3 to clients that show one. " +
+		note: "Each service as a process, as Envoy Gateway deploys envoyproxy/ratelimit: on one redis-server that the benchmark starts, configured over xDS by go-control-plane's ADS server and snapshot cache (a process of its own) over TLS 1.3 with client certificates, and serving gRPC over TLS 1.3 to clients that show one. " +
 			"push is the time from the ADS server's new snapshot of 10,000 rules (Envoy Gateway's shape: a route's descriptor and its rule below it), every rule changed, to the service answering by it. " +
 			"p99 quiet and p99 with pushes are ShouldRateLimit's 99th percentile latency in µs under an open loop of 2,000 requests a second, each for a random route of the 10,000, in seconds with no push and in seconds that start with such a push, four of each interleaved (half a second after each push counts in neither); the ratio is the second ÷ the first, the median of the passes' ratios. " +
 			"req/s is BenchmarkRLS's clients-1000-desc-1 load (64 callers over one connection) on a process serving plaintext and on one serving TLS, alternately in four rounds; TLS loss is the share of the plaintext requests a second that TLS loses, 100 × (1 − plaintext ÷ TLS time per request). " +
