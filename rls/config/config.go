@@ -172,9 +172,10 @@ type Options struct {
 	// MaxDepth bounds how deep descriptors nest below their domain.
 	// 0 means DefaultMaxDepth.
 	MaxDepth int
-	// Pace, if set, is called after each descriptor is loaded: a caller
-	// that loads in the background while serving can pause there, so
-	// that the load never takes the CPU that serving needs.
+	// Pace, if set, is called often while a configuration loads (before
+	// each descriptor, and every 256 nodes of its YAML): a caller that
+	// loads in the background while serving can pause there, so that the
+	// load never takes the CPU that serving needs.
 	Pace func()
 }
 
@@ -433,7 +434,7 @@ type loader struct {
 	nodes      []node  // the rest of the block newNode takes from
 	limits     []Limit // the rest of the block loadLimit takes from
 	nodesMade  int     // the nodes of every block so far
-	limitsMade int
+	limitsMade int     // the Limits of every block so far
 	pace       func() // Options.Pace
 }
 
