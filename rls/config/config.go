@@ -435,7 +435,7 @@ type loader struct {
 	limits     []Limit // the rest of the block loadLimit takes from
 	nodesMade  int     // the nodes of every block so far
 	limitsMade int     // the Limits of every block so far
-	pace       func() // Options.Pace
+	pace       func()  // Options.Pace
 }
 
 // load adds one file's domain to c.
