@@ -82,30 +82,6 @@ func (p *peer) flush(t *testing.T) {
 	p.redis.Flush()
 }
 
-// request builds a request of domain with descriptors, each given as
-// key=value pairs separated by commas ("a=1,b=2"; "a" alone has an empty
-// value).
-func request(domain string, hits uint32, descs ...string) *pb.RateLimitRequest {
-	r := &pb.RateLimitRequest{Domain: domain, HitsAddend: hits}
-	for _, d := range descs {
-		var kv []string
-		for _, e := range strings.Split(d, ",") {
-			k, v, _ := strings.Cut(e, "=")
-			kv = append(kv, k, v)
-		}
-		r.Descriptors = append(r.Descriptors, desc(kv...))
-	}
-	return r
-}
-
-func times(n int, r *pb.RateLimitRequest) []*pb.RateLimitRequest {
-	out := make([]*pb.RateLimitRequest, n)
-	for i := range out {
-		out[i] = r
-	}
-	return out
-}
-
 // sideBySide sends each sequence to both servers, request by request,
 // and requires the same answer to each, both with
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. A sequence runs from empty
@@ -155,7 +131,7 @@ func sideBySideOpts(t *testing.T, p *peer, files map[string]string, seqs map[str
 					}
 					continue
 				}
-				if a, b := peertest.Answer(theirs, true), peertest.Answer(mine, true); a != b {
+				if a, b := peertest.Answer(theirs), peertest.Answer(mine); a != b {
 					diffs = append(diffs, fmt.Sprintf("request %d:\n  envoyproxy/ratelimit %s\n  floodgate            %s", i, a, b))
 				}
 			}
@@ -245,54 +221,54 @@ func TestSideBySide(t *testing.T) {
 	configs["ours.yaml"] = map[string]string{"ours.yaml": oursYAML}
 	seqs := map[string]map[string][]*pb.RateLimitRequest{
 		"another.yaml": {
-			"key2 20/min":  times(22, request("another", 0, "key2=a")),
-			"key3 10/hour": times(12, request("another", 0, "key3=b")),
-			"key4 20/day":  times(22, request("another", 0, "key4")),
+			"key2 20/min":  peertest.Times(22, peertest.Request("another", 0, "key2=a")),
+			"key3 10/hour": peertest.Times(12, peertest.Request("another", 0, "key3=b")),
+			"key4 20/day":  peertest.Times(22, peertest.Request("another", 0, "key4")),
 			"both, then key3's end": slices.Concat(
-				times(12, request("another", 0, "key2=a", "key3=b")),
-				times(3, request("another", 0, "key2=a"))),
+				peertest.Times(12, peertest.Request("another", 0, "key2=a", "key3=b")),
+				peertest.Times(3, peertest.Request("another", 0, "key2=a"))),
 		},
 		"basic.yaml": {
-			"key1 50/s":         times(52, request("basic", 0, "key1=x")),
-			"one per minute":    times(3, request("basic", 0, "one_per_minute=y")),
-			"hits 7 on 50/s":    times(9, request("basic", 7, "key1=z")),
-			"unknown key":       times(2, request("basic", 0, "nope=1")),
-			"unknown domain":    times(2, request("nowhere", 0, "key1=x")),
-			"deeper than rules": times(2, request("basic", 0, "key1=x,more=1")),
+			"key1 50/s":         peertest.Times(52, peertest.Request("basic", 0, "key1=x")),
+			"one per minute":    peertest.Times(3, peertest.Request("basic", 0, "one_per_minute=y")),
+			"hits 7 on 50/s":    peertest.Times(9, peertest.Request("basic", 7, "key1=z")),
+			"unknown key":       peertest.Times(2, peertest.Request("basic", 0, "nope=1")),
+			"unknown domain":    peertest.Times(2, peertest.Request("nowhere", 0, "key1=x")),
+			"deeper than rules": peertest.Times(2, peertest.Request("basic", 0, "key1=x,more=1")),
 		},
 		"share_threshold.yaml": {
-			"shared":     slices.Concat(times(6, request("share-threshold-test", 0, "files=files/a")), times(6, request("share-threshold-test", 0, "files=files/b"))),
-			"not shared": slices.Concat(times(6, request("share-threshold-test", 0, "files_no_share=files_no_share/a")), times(6, request("share-threshold-test", 0, "files_no_share=files_no_share/b"))),
+			"shared":     slices.Concat(peertest.Times(6, peertest.Request("share-threshold-test", 0, "files=files/a")), peertest.Times(6, peertest.Request("share-threshold-test", 0, "files=files/b"))),
+			"not shared": slices.Concat(peertest.Times(6, peertest.Request("share-threshold-test", 0, "files_no_share=files_no_share/a")), peertest.Times(6, peertest.Request("share-threshold-test", 0, "files_no_share=files_no_share/b"))),
 		},
 		"config.yaml": {
-			"users": times(3, request("mongo_cps", 0, "database=users")),
-			"other": times(2, request("mongo_cps", 0, "database=other")),
+			"users": peertest.Times(3, peertest.Request("mongo_cps", 0, "database=users")),
+			"other": peertest.Times(2, peertest.Request("mongo_cps", 0, "database=other")),
 		},
 		"example.yaml": {
-			"account":            times(6, request("rl", 0, "category=account")),
-			"bkthomps":           times(4, request("rl", 0, "source_cluster=proxy,destination_cluster=bkthomps")),
-			"mock":               times(3, request("rl", 0, "source_cluster=proxy,destination_cluster=mock")),
-			"replaced":           times(6, request("rl", 0, "category=account", "source_cluster=proxy,destination_cluster=bkthomps", "source_cluster=proxy,destination_cluster=fake")),
-			"foo":                times(4, request("rl", 0, "foo=x")),
-			"foo bar":            times(5, request("rl", 0, "foo=x,bar=y")),
-			"foo bar bkthomps":   times(3, request("rl", 0, "foo=x,bar=bkthomps")),
-			"banned":             times(2, request("rl", 0, "foo=x,bar=banned")),
-			"banned replaced":    times(3, request("rl", 0, "foo=x,bar=banned", "source_cluster=proxy,destination_cluster=override")),
-			"baz":                times(3, request("rl", 0, "foo=x,baz=z")),
-			"not-so-shady":       times(5, request("rl", 0, "foo=x,baz=not-so-shady")),
-			"all or nothing":     times(5, request("rl", 0, "foo=x", "foo=x,bar=y")),
-			"over at the second": times(4, request("rl", 0, "foo=x,baz=z", "foo=x,bar=y")),
+			"account":            peertest.Times(6, peertest.Request("rl", 0, "category=account")),
+			"bkthomps":           peertest.Times(4, peertest.Request("rl", 0, "source_cluster=proxy,destination_cluster=bkthomps")),
+			"mock":               peertest.Times(3, peertest.Request("rl", 0, "source_cluster=proxy,destination_cluster=mock")),
+			"replaced":           peertest.Times(6, peertest.Request("rl", 0, "category=account", "source_cluster=proxy,destination_cluster=bkthomps", "source_cluster=proxy,destination_cluster=fake")),
+			"foo":                peertest.Times(4, peertest.Request("rl", 0, "foo=x")),
+			"foo bar":            peertest.Times(5, peertest.Request("rl", 0, "foo=x,bar=y")),
+			"foo bar bkthomps":   peertest.Times(3, peertest.Request("rl", 0, "foo=x,bar=bkthomps")),
+			"banned":             peertest.Times(2, peertest.Request("rl", 0, "foo=x,bar=banned")),
+			"banned replaced":    peertest.Times(3, peertest.Request("rl", 0, "foo=x,bar=banned", "source_cluster=proxy,destination_cluster=override")),
+			"baz":                peertest.Times(3, peertest.Request("rl", 0, "foo=x,baz=z")),
+			"not-so-shady":       peertest.Times(5, peertest.Request("rl", 0, "foo=x,baz=not-so-shady")),
+			"all or nothing":     peertest.Times(5, peertest.Request("rl", 0, "foo=x", "foo=x,bar=y")),
+			"over at the second": peertest.Times(4, peertest.Request("rl", 0, "foo=x,baz=z", "foo=x,bar=y")),
 		},
 		"ours.yaml": {
-			"api wildcard":    slices.Concat(times(3, request("ours", 0, "path=/api/a")), times(3, request("ours", 0, "path=/api/b"))),
-			"default key":     times(7, request("ours", 0, "path=/elsewhere")),
-			"gold":            times(8, request("ours", 0, "user=u,plan=gold")),
-			"everyone":        times(4, request("ours", 0, "user=u,plan=free")),
-			"gold replaces":   times(8, request("ours", 0, "user=u,plan=gold", "user=u,plan=free")),
-			"health":          times(3, request("ours", 0, "health=1")),
-			"shadowed":        times(4, request("ours", 0, "shadowed=1")),
-			"closed":          times(2, request("ours", 0, "closed=1")),
-			"team and closed": times(2, request("ours", 0, "team=t", "closed=1")),
+			"api wildcard":    slices.Concat(peertest.Times(3, peertest.Request("ours", 0, "path=/api/a")), peertest.Times(3, peertest.Request("ours", 0, "path=/api/b"))),
+			"default key":     peertest.Times(7, peertest.Request("ours", 0, "path=/elsewhere")),
+			"gold":            peertest.Times(8, peertest.Request("ours", 0, "user=u,plan=gold")),
+			"everyone":        peertest.Times(4, peertest.Request("ours", 0, "user=u,plan=free")),
+			"gold replaces":   peertest.Times(8, peertest.Request("ours", 0, "user=u,plan=gold", "user=u,plan=free")),
+			"health":          peertest.Times(3, peertest.Request("ours", 0, "health=1")),
+			"shadowed":        peertest.Times(4, peertest.Request("ours", 0, "shadowed=1")),
+			"closed":          peertest.Times(2, peertest.Request("ours", 0, "closed=1")),
+			"team and closed": peertest.Times(2, peertest.Request("ours", 0, "team=t", "closed=1")),
 		},
 	}
 	for name, files := range configs {
@@ -371,7 +347,7 @@ func TestSideBySideDifferences(t *testing.T) {
 		p := startPeer(t, bin, redis, files)
 		p.flush(t)
 		_, ours := serve(t, cfg, Options{})
-		reqs := []*pb.RateLimitRequest{request("d", 8, "k=a"), request("d", 5, "k=a"), request("d", 2, "k=a")}
+		reqs := []*pb.RateLimitRequest{peertest.Request("d", 8, "k=a"), peertest.Request("d", 5, "k=a"), peertest.Request("d", 2, "k=a")}
 		theirs, mine := run(p, ours, reqs)
 		t.Logf("envoyproxy/ratelimit: %q\nfloodgate:            %q", theirs, mine)
 		if got := codes(theirs); got != "OK/2 OVER_LIMIT/0 OVER_LIMIT/0" {
@@ -393,7 +369,7 @@ func TestSideBySideDifferences(t *testing.T) {
 		p := startPeer(t, bin, redis, files, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false")
 		p.flush(t)
 		_, ours := serve(t, cfg, Options{})
-		reqs := slices.Concat(times(12, request("d", 0, "j=a", "k=a")), times(1, request("d", 0, "j=a")))
+		reqs := slices.Concat(peertest.Times(12, peertest.Request("d", 0, "j=a", "k=a")), peertest.Times(1, peertest.Request("d", 0, "j=a")))
 		theirs, mine := run(p, ours, reqs)
 		// j is charged by the reference for each of the two refused pairs.
 		if got := codes(theirs[12:]); got != "OK/87" {
@@ -468,7 +444,7 @@ func TestSideBySideDifferences(t *testing.T) {
 			}
 		}
 		left := func(r *pb.RateLimitResponse, i int) uint32 { return r.Statuses[i].LimitRemaining }
-		step("shadow over its limit", times(5, request("ours", 0, "shadowed=1", "team=t")), func(theirs, mine []*pb.RateLimitResponse) string {
+		step("shadow over its limit", peertest.Times(5, peertest.Request("ours", 0, "shadowed=1", "team=t")), func(theirs, mine []*pb.RateLimitResponse) string {
 			if left(theirs[4], 1) != 1 || theirs[4].OverallCode != pb.RateLimitResponse_OK {
 				return "the reference should stop charging team once the shadow is over: team left 1, OK"
 			}
@@ -477,7 +453,7 @@ func TestSideBySideDifferences(t *testing.T) {
 			}
 			return ""
 		})
-		step("one descriptor twice", slices.Concat(times(3, request("ours", 0, "team=t", "team=t")), times(1, request("ours", 0, "team=t"))), func(theirs, mine []*pb.RateLimitResponse) string {
+		step("one descriptor twice", slices.Concat(peertest.Times(3, peertest.Request("ours", 0, "team=t", "team=t")), peertest.Times(1, peertest.Request("ours", 0, "team=t"))), func(theirs, mine []*pb.RateLimitResponse) string {
 			if theirs[3].OverallCode != pb.RateLimitResponse_OVER_LIMIT {
 				return "the reference should have charged the refused pair: team alone refused after it"
 			}
@@ -486,7 +462,7 @@ func TestSideBySideDifferences(t *testing.T) {
 			}
 			return ""
 		})
-		step("inner wildcard", times(1, request("ours", 0, "path=/axxbyyc")), func(theirs, mine []*pb.RateLimitResponse) string {
+		step("inner wildcard", peertest.Times(1, peertest.Request("ours", 0, "path=/axxbyyc")), func(theirs, mine []*pb.RateLimitResponse) string {
 			if l := theirs[0].Statuses[0].CurrentLimit; l == nil || l.Unit != pb.RateLimitResponse_RateLimit_WEEK {
 				return "the pinned reference should read /a*b*c literally, and give the default key's 5 a week"
 			}
@@ -500,9 +476,9 @@ func TestSideBySideDifferences(t *testing.T) {
 		p := startPeer(t, bin, redis, files)
 		p.flush(t)
 		_, ours := serve(t, cfg, Options{})
-		check := request("d", 0, "k=c")
+		check := peertest.Request("d", 0, "k=c")
 		check.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
-		theirs, mine := run(p, ours, []*pb.RateLimitRequest{request("d", 3, "k=c"), check, check})
+		theirs, mine := run(p, ours, []*pb.RateLimitRequest{peertest.Request("d", 3, "k=c"), check, check})
 		for i := range theirs {
 			if codes(theirs[i:i+1]) != codes(mine[i:i+1]) {
 				t.Fatalf("request %d: envoyproxy/ratelimit %s, floodgate %s", i, theirs[i], mine[i])
@@ -594,12 +570,12 @@ func TestSideBySideQuota(t *testing.T) {
 	redis := redistest.Start(t)
 	files := map[string]string{"quota.yaml": strings.ReplaceAll(quotaYAML, "domain: q", "domain: quota")}
 	seqs := map[string][]*pb.RateLimitRequest{
-		"quota over":           times(4, request("quota", 0, "k=a")),
-		"quota and enforced":   times(4, request("quota", 0, "k=a", "n=b")),
-		"shadow and quota":     times(3, request("quota", 0, "s=c")),
-		"weighted":             times(3, request("quota", 2, "k=d")),
-		"no rule and quota":    times(4, request("quota", 0, "none=1", "k=e")),
-		"enforced, then quota": slices.Concat(times(2, request("quota", 0, "n=f")), times(4, request("quota", 0, "k=f", "n=g"))),
+		"quota over":           peertest.Times(4, peertest.Request("quota", 0, "k=a")),
+		"quota and enforced":   peertest.Times(4, peertest.Request("quota", 0, "k=a", "n=b")),
+		"shadow and quota":     peertest.Times(3, peertest.Request("quota", 0, "s=c")),
+		"weighted":             peertest.Times(3, peertest.Request("quota", 2, "k=d")),
+		"no rule and quota":    peertest.Times(4, peertest.Request("quota", 0, "none=1", "k=e")),
+		"enforced, then quota": slices.Concat(peertest.Times(2, peertest.Request("quota", 0, "n=f")), peertest.Times(4, peertest.Request("quota", 0, "k=f", "n=g"))),
 	}
 	for _, mode := range []struct {
 		name string

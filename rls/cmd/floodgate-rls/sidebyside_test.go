@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/internal/redistest"
@@ -62,33 +61,10 @@ func sbsConfigs(v, eg, k uint32, malformed bool) []*rlsconf.RateLimitConfig {
 	return []*rlsconf.RateLimitConfig{probe, gw, api}
 }
 
-// sbsRequest is a request of domain for hits, with descriptors written
-// as key=value pairs separated by commas.
-func sbsRequest(domain string, hits uint32, descs ...string) *pb.RateLimitRequest {
-	r := &pb.RateLimitRequest{Domain: domain, HitsAddend: hits}
-	for _, d := range descs {
-		desc := &rlv3.RateLimitDescriptor{}
-		for _, e := range strings.Split(d, ",") {
-			k, v, _ := strings.Cut(e, "=")
-			desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
-		}
-		r.Descriptors = append(r.Descriptors, desc)
-	}
-	return r
-}
-
-func repeat(n int, r *pb.RateLimitRequest) []*pb.RateLimitRequest {
-	out := make([]*pb.RateLimitRequest, n)
-	for i := range out {
-		out[i] = r
-	}
-	return out
-}
-
 // version is the configuration version a service has in force, from
 // the probe domain's limit.
 func version(c pb.RateLimitServiceClient) uint32 {
-	resp, err := c.ShouldRateLimit(context.Background(), sbsRequest("probe", 1, "version"))
+	resp, err := c.ShouldRateLimit(context.Background(), peertest.Request("probe", 1, "version"))
 	if err != nil || len(resp.Statuses) != 1 {
 		return 0
 	}
@@ -180,7 +156,7 @@ func TestSideBySideXDS(t *testing.T) {
 		theirEnv = append(theirEnv, k+"="+v)
 	}
 	proc := peertest.Start(t, bin, theirEnv...)
-	ref := proc.Dial(t, grpcAddr, sbsRequest("probe", 1, "version"), proxy())
+	ref := proc.Dial(t, grpcAddr, peertest.Request("probe", 1, "version"), proxy())
 	waitFor(t, "both services on the first push", func() bool { return version(fg) == 0 && version(ref) == 0 })
 
 	// Both refuse a plaintext client.
@@ -196,30 +172,30 @@ func TestSideBySideXDS(t *testing.T) {
 	}
 
 	before := [][]*pb.RateLimitRequest{
-		repeat(4, egRequest),
-		repeat(4, sbsRequest(egDomain, 0, "x-user-id=alice")),
-		{sbsRequest(egDomain, 0, egRoute+"="+egRoute+","+egRule+"="+egRule, "x-user-id=bob")},
-		repeat(2, sbsRequest("api", 0, "k=shadow")),
-		repeat(2, sbsRequest("api", 0, "k=free")),
-		repeat(6, sbsRequest("api", 0, "k=x")),
-		repeat(2, sbsRequest("api", 3, "k=y")),
-		repeat(3, sbsRequest("api", 0, "tier=gold,user=u1")),
-		{sbsRequest("api", 0, "tier=silver,user=u1"), sbsRequest("api", 0, "nothing=here"), sbsRequest("nope", 0, "k=x")},
-		repeat(5, sbsRequest("api", 0, "a=1", "b=1")),
-		repeat(3, sbsRequest("api", 0, "a=2")),
-		{sbsRequest("api", 1, "k=z", "k=free", "a=3")},
+		peertest.Times(4, egRequest),
+		peertest.Times(4, peertest.Request(egDomain, 0, "x-user-id=alice")),
+		{peertest.Request(egDomain, 0, egRoute+"="+egRoute+","+egRule+"="+egRule, "x-user-id=bob")},
+		peertest.Times(2, peertest.Request("api", 0, "k=shadow")),
+		peertest.Times(2, peertest.Request("api", 0, "k=free")),
+		peertest.Times(6, peertest.Request("api", 0, "k=x")),
+		peertest.Times(2, peertest.Request("api", 3, "k=y")),
+		peertest.Times(3, peertest.Request("api", 0, "tier=gold,user=u1")),
+		{peertest.Request("api", 0, "tier=silver,user=u1"), peertest.Request("api", 0, "nothing=here"), peertest.Request("nope", 0, "k=x")},
+		peertest.Times(5, peertest.Request("api", 0, "a=1", "b=1")),
+		peertest.Times(3, peertest.Request("api", 0, "a=2")),
+		{peertest.Request("api", 1, "k=z", "k=free", "a=3")},
 	}
 	// After a push that lowers Envoy Gateway's rule from 10 to 6 an hour
 	// with 4 spent, and k from 5 to 3 a minute with 5 spent on k=x.
 	after := [][]*pb.RateLimitRequest{
-		repeat(4, egRequest),
-		repeat(2, sbsRequest("api", 0, "k=x")),
-		repeat(4, sbsRequest("api", 0, "k=w")),
-		repeat(3, sbsRequest(egDomain, 0, "x-user-id=alice")),
+		peertest.Times(4, egRequest),
+		peertest.Times(2, peertest.Request("api", 0, "k=x")),
+		peertest.Times(4, peertest.Request("api", 0, "k=w")),
+		peertest.Times(3, peertest.Request(egDomain, 0, "x-user-id=alice")),
 	}
 	// After a push that cannot load.
 	refused := [][]*pb.RateLimitRequest{
-		{egRequest, sbsRequest("api", 0, "k=w"), sbsRequest("api", 0, "a=1", "b=1")},
+		{egRequest, peertest.Request("api", 0, "k=w"), peertest.Request("api", 0, "a=1", "b=1")},
 	}
 
 	compare := func(phase string, seqs [][]*pb.RateLimitRequest) (diffs []string) {
@@ -231,7 +207,7 @@ func TestSideBySideXDS(t *testing.T) {
 					diffs = append(diffs, fmt.Sprintf("%s, sequence %d, request %d: envoyproxy/ratelimit %v, floodgate %v", phase, s, i, err1, err2))
 					continue
 				}
-				if x, y := peertest.Answer(r1, true), peertest.Answer(r2, true); x != y {
+				if x, y := peertest.Answer(r1), peertest.Answer(r2); x != y {
 					diffs = append(diffs, fmt.Sprintf("%s, sequence %d, request %d:\n  envoyproxy/ratelimit %s\n  floodgate            %s", phase, s, i, x, y))
 				}
 			}
@@ -268,12 +244,12 @@ func TestSideBySideXDS(t *testing.T) {
 		// limit keeps envoyproxy/ratelimit from counting the request's
 		// other descriptors; floodgate-rls counts them, as a shadow rule
 		// enforces nothing.
-		mixed := sbsRequest("api", 0, "k=shadow", "k=v")
+		mixed := peertest.Request("api", 0, "k=shadow", "k=v")
 		r1, err1 := ref.ShouldRateLimit(context.Background(), mixed)
 		r2, err2 := fg.ShouldRateLimit(context.Background(), mixed)
 		if err1 != nil || err2 != nil || r1.Statuses[1].LimitRemaining != 3 || r2.Statuses[1].LimitRemaining != 2 {
 			diffs = append(diffs, fmt.Sprintf("a shadow rule over its limit beside k=v: envoyproxy/ratelimit %v %s, floodgate %v %s; want k=v uncounted there (3 left of 3), counted here (2)",
-				err1, peertest.Answer(r1, true), err2, peertest.Answer(r2, true)))
+				err1, peertest.Answer(r1), err2, peertest.Answer(r2)))
 		}
 		if time.Now().Unix() != sec {
 			if attempt < 10 {

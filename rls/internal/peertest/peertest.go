@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"google.golang.org/grpc"
@@ -122,17 +123,12 @@ func (p *Process) Dial(t testing.TB, addr string, probe *pb.RateLimitRequest, op
 }
 
 // Answer is a response as the comparisons read it: every field a client
-// of the service sees. With resets false, it leaves out what depends on
-// the second the answer was given in (duration_until_reset and the
-// RateLimit-Reset header), for two answers given in different seconds.
-func Answer(r *pb.RateLimitResponse, resets bool) string {
+// of the service sees.
+func Answer(r *pb.RateLimitResponse) string {
 	var b strings.Builder
 	b.WriteString(r.OverallCode.String())
 	for _, s := range r.Statuses {
-		fmt.Fprintf(&b, " [%s left=%d", s.Code, s.LimitRemaining)
-		if resets {
-			fmt.Fprintf(&b, " reset=%ds", s.DurationUntilReset.GetSeconds())
-		}
+		fmt.Fprintf(&b, " [%s left=%d reset=%ds", s.Code, s.LimitRemaining, s.DurationUntilReset.GetSeconds())
 		if l := s.CurrentLimit; l != nil {
 			fmt.Fprintf(&b, " limit=%d/%s", l.RequestsPerUnit, l.Unit)
 			if l.Name != "" {
@@ -142,9 +138,6 @@ func Answer(r *pb.RateLimitResponse, resets bool) string {
 		b.WriteString("]")
 	}
 	for _, h := range r.ResponseHeadersToAdd {
-		if !resets && strings.EqualFold(h.Key, "RateLimit-Reset") {
-			continue
-		}
 		fmt.Fprintf(&b, " %s=%s", h.Key, h.Value)
 	}
 	if m := r.DynamicMetadata; m != nil {
@@ -155,4 +148,29 @@ func Answer(r *pb.RateLimitResponse, resets bool) string {
 		fmt.Fprintf(&b, " metadata=%s", j)
 	}
 	return b.String()
+}
+
+// Request is a request of domain for hits, with descriptors written as
+// key=value pairs separated by commas ("a=1,b=2"; "a" alone has an empty
+// value).
+func Request(domain string, hits uint32, descs ...string) *pb.RateLimitRequest {
+	r := &pb.RateLimitRequest{Domain: domain, HitsAddend: hits}
+	for _, d := range descs {
+		desc := &rlv3.RateLimitDescriptor{}
+		for _, e := range strings.Split(d, ",") {
+			k, v, _ := strings.Cut(e, "=")
+			desc.Entries = append(desc.Entries, &rlv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		r.Descriptors = append(r.Descriptors, desc)
+	}
+	return r
+}
+
+// Times is r n times over.
+func Times(n int, r *pb.RateLimitRequest) []*pb.RateLimitRequest {
+	out := make([]*pb.RateLimitRequest, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
 }
