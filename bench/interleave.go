@@ -22,14 +22,16 @@ func Slice(l Limiter, ks []string, seq []uint32, g, pause int, d time.Duration) 
 
 // picker is a timed worker that calls Allow on ks[seq[i]] for successive i
 // from a random starting point, in rounds of 64 calls between looks at
-// stop, and counts in denied the calls refused; with pause above 0 it
-// pauses after each call (see Slice). seq must have a power-of-two
-// length.
+// stop, the first round before the first look (a goroutine scheduled only
+// after stop is set still counts calls, so a slice's ns per call is never
+// a division by zero), and counts in denied the calls refused; with pause
+// above 0 it pauses after each call (see Slice). seq must have a
+// power-of-two length.
 func picker(l Limiter, ks []string, seq []uint32, pause int, denied *atomic.Int64) func(*atomic.Bool) int {
 	mask := len(seq) - 1
 	return func(stop *atomic.Bool) int {
 		i, n, x := rand.IntN(len(seq)), 0, rand.Uint64()|1
-		for !stop.Load() {
+		for {
 			for range 64 {
 				if !l.Allow(ks[seq[i&mask]]) {
 					denied.Add(1)
@@ -40,8 +42,10 @@ func picker(l Limiter, ks []string, seq []uint32, pause int, denied *atomic.Int6
 				}
 			}
 			n += 64
+			if stop.Load() {
+				return n
+			}
 		}
-		return n
 	}
 }
 
