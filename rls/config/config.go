@@ -29,6 +29,10 @@
 // checks the file's shape as it reads, so that a file of the wrong shape
 // is refused at its first wrong node, and what a load costs is a small
 // multiple of the files' bytes (see Options.Load).
+//
+// An xDS push (RateLimitConfig resources, as Envoy Gateway serves them)
+// loads as the YAML that envoyproxy/ratelimit converts it to would, read
+// from its bytes with no text between (see Options.LoadXDS).
 package config
 
 import (
@@ -205,28 +209,40 @@ func (o Options) maxBytes() int {
 // of its size can (one per three bytes), so that loading a file costs
 // a small multiple of its bytes, and an error costs no more.
 func (o Options) Load(files []File) (*Config, error) {
-	maxBytes, maxDepth := o.maxBytes(), o.MaxDepth
-	if maxDepth <= 0 {
-		maxDepth = DefaultMaxDepth
-	}
+	maxBytes := o.maxBytes()
 	total := 0
 	for _, f := range files {
 		if total += len(f.Data); total > maxBytes {
 			return nil, fmt.Errorf("%s: the configuration's files hold more than %d bytes together", f.Name, maxBytes)
 		}
 	}
-	c := &Config{domains: map[string]*node{}}
-	ld := &loader{c: c, merge: o.MergeDomains, maxDepth: maxDepth, maxKey: 4*total + 64<<10, pace: o.Pace}
+	ld := o.loader(total)
 	for _, f := range files {
 		if err := ld.load(f); err != nil {
 			return nil, err
 		}
 	}
+	return ld.done(), nil
+}
+
+// loader is a load's loader, for a configuration of size bytes.
+func (o Options) loader(size int) *loader {
+	maxDepth := o.MaxDepth
+	if maxDepth <= 0 {
+		maxDepth = DefaultMaxDepth
+	}
+	c := &Config{domains: map[string]*node{}}
+	return &loader{c: c, merge: o.MergeDomains, maxDepth: maxDepth, maxKey: 4*size + 64<<10, pace: o.Pace}
+}
+
+// done is the Config loaded.
+func (ld *loader) done() *Config {
+	c := ld.c
 	c.byPath = make(map[string]*Limit, len(c.rules)) // at its size, once: no map grows a rule at a time
 	for _, l := range c.rules {
 		c.byPath[l.path] = l
 	}
-	return c, nil
+	return c
 }
 
 // Domains returns how many domains c holds.
@@ -416,8 +432,12 @@ var fileSchema = func() *yschema {
 	return mapOf(fileKeys, map[string]*yschema{"descriptors": descriptors})
 }()
 
-// errAt is an error about file name at the line of n.
+// errAt is an error about file name at the line of n (a node of a push,
+// which has no lines, is line 0: the error names none).
 func errAt(name string, n *ynode, format string, args ...any) error {
+	if n.line == 0 {
+		return fmt.Errorf("%s: %s", name, fmt.Sprintf(format, args...))
+	}
 	return fmt.Errorf("%s:%d: %s", name, n.line, fmt.Sprintf(format, args...))
 }
 
@@ -449,31 +469,52 @@ func (ld *loader) load(f File) error {
 	if root == nil {
 		return fmt.Errorf("%s: no domain: the file is empty", f.Name)
 	}
-	fields, err := mapping(f.Name, root, fileKeys...)
+	return ld.domain(f.Name, root)
+}
+
+// domain adds the domain of root, a file's tree, to c.
+func (ld *loader) domain(name string, root *ynode) error {
+	fields, err := mapping(name, root, fileKeys...)
 	if err != nil {
 		return err
 	}
-	domain, err := str(f.Name, fields.get("domain"))
+	domain, err := str(name, fields.get("domain"))
 	if err != nil {
 		return err
 	}
+	n, err := ld.open(name, root, fields.get("domain"), domain)
+	if err != nil {
+		return err
+	}
+	if err := ld.descriptors(name, n, 0, 0, fields.get("descriptors")); err != nil {
+		return err
+	}
+	ld.close(domain, n)
+	return nil
+}
+
+// open starts domain, the value of at in the file's tree root, and
+// returns its node: its descriptors are added to that, and close adds
+// it to c.
+func (ld *loader) open(name string, root, at *ynode, domain string) (*node, error) {
 	if domain == "" {
-		return errAt(f.Name, root, "the domain is empty")
+		return nil, errAt(name, root, "the domain is empty")
 	}
 	n, dup := ld.c.domains[domain]
 	switch {
 	case dup && !ld.merge:
-		return errAt(f.Name, fields.get("domain"), "domain %q is in another file too (MERGE_DOMAIN_CONFIG merges them)", domain)
+		return nil, errAt(name, at, "domain %q is in another file too (MERGE_DOMAIN_CONFIG merges them)", domain)
 	case !dup:
 		n = &node{}
 	}
 	ld.full = append(ld.full[:0], domain...)
 	ld.path = AppendField(ld.path[:0], domain)
-	if err := ld.descriptors(f.Name, n, 0, 0, fields.get("descriptors")); err != nil {
-		return err
-	}
+	return n, nil
+}
+
+// close adds domain, whose node open returned, to c.
+func (ld *loader) close(domain string, n *node) {
 	ld.c.domains[strings.Clone(domain)] = n
-	return nil
 }
 
 // descriptors adds the descriptors of seq (nil: none) under parent,
@@ -490,86 +531,93 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 	if depth >= ld.maxDepth && seq.first != nil {
 		return errAt(name, seq, "descriptors nested deeper than %d levels", ld.maxDepth)
 	}
-	fullLen, pathLen := len(ld.full), len(ld.path)
 	siblings := 0
 	for d := seq.first; d != nil; d = d.next {
-		if ld.pace != nil {
-			ld.pace()
-		}
-		ld.full, ld.path = ld.full[:fullLen], ld.path[:pathLen]
-		fields, err := mapping(name, d, descriptorKeys...)
-		if err != nil {
+		siblings++
+	}
+	for d := seq.first; d != nil; d = d.next {
+		if err := ld.descriptor(name, parent, depth, shared, d, siblings); err != nil {
 			return err
-		}
-		key, err := str(name, fields.get("key"))
-		if err != nil {
-			return err
-		}
-		if key == "" {
-			return errAt(name, d, "a descriptor has an empty key")
-		}
-		value, err := str(name, fields.get("value"))
-		if err != nil {
-			return err
-		}
-		ld.kv = append(ld.kv[:0], key...)
-		if value != "" {
-			ld.kv = append(append(ld.kv, '_'), value...)
-		}
-		ld.full = append(append(ld.full, '.'), ld.kv...)
-		ld.path = AppendField(ld.path, unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv)))
-		if parent.child(unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv))) != nil {
-			return errAt(name, d, "descriptor %q appears twice", ld.full)
-		}
-		var shadow, quota, detailed, share bool
-		for _, f := range []struct {
-			b   *bool
-			key string
-		}{{&shadow, "shadow_mode"}, {&quota, "quota_mode"}, {&detailed, "detailed_metric"}, {&share, "share_threshold"}} {
-			if *f.b, err = boolean(name, fields.get(f.key)); err != nil {
-				return err
-			}
-		}
-		if share && !bytes.Contains(ld.kv, []byte{'*'}) {
-			return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", ld.full)
-		}
-		kv := string(ld.kv)
-		child := ld.newNode()
-		childShared := shared
-		if share {
-			child.shared = strings.Clone(value)
-			if depth < 64 {
-				childShared |= 1 << depth
-			}
-		}
-		if rl := fields.get("rate_limit"); rl != nil && rl.kind != yNull {
-			if ld.keyBytes += len(ld.full) + len(ld.path); ld.keyBytes > ld.maxKey {
-				return errAt(name, d, "the rules' keys would take more than %d bytes, four times the configuration's size: descriptors nested too deep with keys too long", ld.maxKey)
-			}
-			// The key and the path in one string: one allocation a rule.
-			ld.kv = append(append(ld.kv[:0], ld.full...), ld.path...)
-			both := string(ld.kv)
-			if child.limit, err = ld.loadLimit(name, rl, both[:len(ld.full)]); err != nil {
-				return err
-			}
-			c := ld.c
-			child.limit.Shadow, child.limit.Quota, child.limit.Detailed = shadow, quota, detailed
-			child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), both[len(ld.full):], childShared
-			c.rules = append(c.rules, child.limit)
-		}
-		if err := ld.descriptors(name, child, depth+1, childShared, fields.get("descriptors")); err != nil {
-			return err
-		}
-		if siblings == 0 {
-			for e := seq.first; e != nil; e = e.next {
-				siblings++
-			}
-		}
-		parent.addChild(kv, child, siblings)
-		if strings.Contains(kv, "*") {
-			parent.wild = append(parent.wild, wildEntry{key: kv, parts: strings.Split(kv, "*")})
 		}
 	}
+	return nil
+}
+
+// descriptor adds descriptor d under parent, as descriptors does, one of
+// siblings in its list.
+func (ld *loader) descriptor(name string, parent *node, depth int, shared uint64, d *ynode, siblings int) error {
+	if ld.pace != nil {
+		ld.pace()
+	}
+	fullLen, pathLen := len(ld.full), len(ld.path)
+	fields, err := mapping(name, d, descriptorKeys...)
+	if err != nil {
+		return err
+	}
+	key, err := str(name, fields.get("key"))
+	if err != nil {
+		return err
+	}
+	if key == "" {
+		return errAt(name, d, "a descriptor has an empty key")
+	}
+	value, err := str(name, fields.get("value"))
+	if err != nil {
+		return err
+	}
+	ld.kv = append(ld.kv[:0], key...)
+	if value != "" {
+		ld.kv = append(append(ld.kv, '_'), value...)
+	}
+	ld.full = append(append(ld.full, '.'), ld.kv...)
+	ld.path = AppendField(ld.path, unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv)))
+	if parent.child(unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv))) != nil {
+		return errAt(name, d, "descriptor %q appears twice", ld.full)
+	}
+	var shadow, quota, detailed, share bool
+	for _, f := range []struct {
+		b   *bool
+		key string
+	}{{&shadow, "shadow_mode"}, {&quota, "quota_mode"}, {&detailed, "detailed_metric"}, {&share, "share_threshold"}} {
+		if *f.b, err = boolean(name, fields.get(f.key)); err != nil {
+			return err
+		}
+	}
+	if share && !bytes.Contains(ld.kv, []byte{'*'}) {
+		return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", ld.full)
+	}
+	kv := string(ld.kv)
+	child := ld.newNode()
+	childShared := shared
+	if share {
+		child.shared = strings.Clone(value)
+		if depth < 64 {
+			childShared |= 1 << depth
+		}
+	}
+	if rl := fields.get("rate_limit"); rl != nil && rl.kind != yNull {
+		if ld.keyBytes += len(ld.full) + len(ld.path); ld.keyBytes > ld.maxKey {
+			return errAt(name, d, "the rules' keys would take more than %d bytes, four times the configuration's size: descriptors nested too deep with keys too long", ld.maxKey)
+		}
+		// The key and the path in one string: one allocation a rule.
+		ld.kv = append(append(ld.kv[:0], ld.full...), ld.path...)
+		both := string(ld.kv)
+		if child.limit, err = ld.loadLimit(name, rl, both[:len(ld.full)]); err != nil {
+			return err
+		}
+		c := ld.c
+		child.limit.Shadow, child.limit.Quota, child.limit.Detailed = shadow, quota, detailed
+		child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), both[len(ld.full):], childShared
+		c.rules = append(c.rules, child.limit)
+	}
+	if err := ld.descriptors(name, child, depth+1, childShared, fields.get("descriptors")); err != nil {
+		return err
+	}
+	parent.addChild(kv, child, siblings)
+	if strings.Contains(kv, "*") {
+		parent.wild = append(parent.wild, wildEntry{key: kv, parts: strings.Split(kv, "*")})
+	}
+	ld.full, ld.path = ld.full[:fullLen], ld.path[:pathLen] // the parent's again, for the next
 	return nil
 }
 

@@ -703,6 +703,14 @@ func (p *yparser) flowItem(s *yschema) *ynode {
 // into a bool: true and false in any of their cases, and YAML 1.1's
 // yes, no, on, off, y and n.
 func boolValue(n *ynode) (bool, bool) {
+	if !n.quoted {
+		switch n.value {
+		case "true":
+			return true, true
+		case "false":
+			return false, true
+		}
+	}
 	style := yaml.Style(0)
 	if n.quoted {
 		style = yaml.DoubleQuotedStyle

@@ -9,12 +9,9 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
-	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
@@ -24,7 +21,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -200,7 +196,6 @@ type xdsClient struct {
 
 	refused    [sha256.Size]byte // the last push refused, to say so once
 	refusedWhy string
-	scratch    []byte // the YAML of the last push loaded, whose buffer the next reuses
 }
 
 // run serves the stream until ctx ends, reaching the server again, after
@@ -264,7 +259,7 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 			}
 			continue
 		}
-		cfg, err := loadXDS(c.load, resp.Resources, &c.scratch)
+		cfg, err := loadXDS(c.load, resp.Resources)
 		if err == nil {
 			err = c.apply(cfg, nil)
 		} else {
@@ -286,48 +281,18 @@ func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.C
 }
 
 // loadXDS is the configuration of a push: every resource a
-// RateLimitConfig, each loaded as one file would be.
-//
-// A resource is read from its bytes as they came, not decoded into
-// messages first: a descriptor costs a few bytes of YAML, where a decoded
-// message costs over a hundred, so that a push costs a small multiple of
-// its size. Every string must be UTF-8, as proto3's are; a field the
-// RateLimitConfig of ratelimit/v0.1.0 does not have is an error, except
-// quota_mode (7), which newer ones carry; a singular field given twice
-// keeps its last value, as protobuf reads it, and a rate_limit given
-// twice is an error (protobuf would merge the two).
-func loadXDS(o config.Options, resources []*anypb.Any, scratch *[]byte) (*config.Config, error) {
-	files := make([]config.File, 0, len(resources))
-	maxBytes := o.MaxBytes
-	if maxBytes <= 0 {
-		maxBytes = config.DefaultMaxBytes
-	}
-	// Every resource's YAML is written into one buffer, which the next
-	// push reuses once this one has loaded (a Config keeps none of its
-	// files' bytes): a push allocates no text, and clears none.
-	var b []byte
-	if scratch != nil {
-		b = (*scratch)[:0]
-	}
+// RateLimitConfig, each loaded as one file would be (config.LoadXDS).
+func loadXDS(o config.Options, resources []*anypb.Any) (*config.Config, error) {
+	msgs := make([][]byte, len(resources))
 	for i, r := range resources {
 		if r.GetTypeUrl() != resourcev3.RateLimitConfigType {
 			return nil, fmt.Errorf("xDS resource %d: type %q, not %s", i, r.GetTypeUrl(), resourcev3.RateLimitConfigType)
 		}
-		if b == nil {
-			b = make([]byte, 0, min(maxBytes, len(r.GetValue()))+64)
-		}
-		start := len(b)
-		w := xdsWriter{max: maxBytes, b: b, pace: o.Pace}
-		name, err := w.config(r.GetValue())
-		if err != nil {
-			return nil, fmt.Errorf("xDS resource %d (%q): %w", i, name, err)
-		}
-		b = w.b
-		files = append(files, config.File{Name: "xds:" + name, Data: b[start:]})
+		msgs[i] = r.GetValue()
 	}
-	c, err := o.Load(files)
-	if err == nil && scratch != nil {
-		*scratch = b // the size of a configuration in force, whose rules cost more
+	c, err := o.LoadXDS(msgs)
+	if errors.Is(err, config.ErrTooLarge) {
+		err = fmt.Errorf("%w (FLOODGATE_CONFIG_MAX_BYTES)", err)
 	}
 	return c, err
 }
@@ -341,335 +306,6 @@ func pushDigest(resources []*anypb.Any) (sum [sha256.Size]byte) {
 	}
 	h.Sum(sum[:0])
 	return sum
-}
-
-// xdsUnits name the units by number: the types' enum ends at DAY, and
-// the server may send the rest.
-var xdsUnits = map[uint64]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
-
-// xdsMaxDepth bounds the descriptors' nesting that a push may hold: a
-// tree deeper than any configuration has is refused before it is walked
-// further.
-const xdsMaxDepth = 64
-
-// xdsWriter writes a RateLimitConfig's YAML, in flow style, as
-// envoyproxy/ratelimit converts one (ConfigXdsProtoToYaml), so that a
-// push loads as its file would.
-type xdsWriter struct {
-	b    []byte
-	max  int    // the most bytes b may hold
-	pace func() // called after each descriptor
-}
-
-// xdsField is one field of a message's bytes.
-type xdsField struct {
-	num  protowire.Number
-	typ  protowire.Type
-	v    uint64 // a varint's value
-	data []byte // a length-delimited field's bytes
-}
-
-// xdsIter walks a message's fields in order, allocating nothing.
-type xdsIter struct {
-	msg []byte
-	f   xdsField
-	err error
-}
-
-// next moves to the next field, and reports whether there is one; at
-// the end, err is set if the bytes did not parse.
-func (it *xdsIter) next() bool {
-	if len(it.msg) == 0 || it.err != nil {
-		return false
-	}
-	num, typ, n := protowire.ConsumeTag(it.msg)
-	if n < 0 {
-		it.err = errors.New("the message's bytes do not parse")
-		return false
-	}
-	it.msg = it.msg[n:]
-	it.f = xdsField{num: num, typ: typ}
-	switch typ {
-	case protowire.VarintType:
-		it.f.v, n = protowire.ConsumeVarint(it.msg)
-	case protowire.BytesType:
-		it.f.data, n = protowire.ConsumeBytes(it.msg)
-	default:
-		n = protowire.ConsumeFieldValue(num, typ, it.msg)
-	}
-	if n < 0 {
-		it.err = errors.New("the message's bytes do not parse")
-		return false
-	}
-	it.msg = it.msg[n:]
-	return true
-}
-
-// want is the error of a field of the wrong wire type, or nil.
-func (f *xdsField) want(typ protowire.Type, name string) error {
-	if f.typ != typ {
-		return fmt.Errorf("%s: wire type %d", name, f.typ)
-	}
-	return nil
-}
-
-// text is the error of a string field of the wrong wire type or not in
-// UTF-8, or nil.
-func (f *xdsField) text(name string) error {
-	if err := f.want(protowire.BytesType, name); err != nil {
-		return err
-	}
-	if !utf8.Valid(f.data) {
-		return fmt.Errorf("%s: not UTF-8", name)
-	}
-	return nil
-}
-
-// str writes s as a YAML double-quoted scalar: as it is between quotes
-// where it is printable ASCII with no quote or backslash (the names of
-// routes and rules), escaped by strconv's Go syntax, which YAML's double
-// quotes read alike, where not.
-func (w *xdsWriter) str(s []byte) {
-	for _, c := range s {
-		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			w.b = strconv.AppendQuote(w.b, unsafe.String(unsafe.SliceData(s), len(s)))
-			return
-		}
-	}
-	w.b = append(append(append(w.b, '"'), s...), '"')
-}
-
-// errTooLarge is the error of a push whose YAML would pass the bound.
-var errTooLarge = errors.New("the push's configuration is larger than FLOODGATE_CONFIG_MAX_BYTES allows")
-
-// list writes a list's separator: its opening before the first item,
-// a comma before the others.
-func (w *xdsWriter) list(first bool, name string) {
-	if first {
-		w.b = append(append(w.b, name...), ": ["...)
-	} else {
-		w.b = append(w.b, ", "...)
-	}
-}
-
-// config writes a RateLimitConfig's YAML, and returns its name. Each
-// descriptor is written as it is read, with no list of them kept.
-func (w *xdsWriter) config(msg []byte) (name string, err error) {
-	var domain []byte
-	w.b = append(w.b, '{')
-	n := 0
-	for it := (xdsIter{msg: msg}); ; {
-		if !it.next() {
-			if it.err != nil {
-				return name, it.err
-			}
-			break
-		}
-		f := &it.f
-		switch f.num {
-		case 1:
-			if err := f.text("name"); err != nil {
-				return name, err
-			}
-			name = string(f.data)
-		case 2:
-			if err := f.text("domain"); err != nil {
-				return name, err
-			}
-			domain = f.data
-		case 3:
-			if err := f.want(protowire.BytesType, "descriptors"); err != nil {
-				return name, err
-			}
-			w.list(n == 0, "descriptors")
-			n++
-			if w.pace != nil {
-				w.pace()
-			}
-			if err := w.descriptor(f.data, 0); err != nil {
-				return name, err
-			}
-		default:
-			return name, fmt.Errorf("the config: field %d is not known to floodgate-rls", f.num)
-		}
-	}
-	if n > 0 {
-		w.b = append(w.b, "], "...)
-	}
-	w.b = append(w.b, "domain: "...)
-	w.str(domain)
-	w.b = append(w.b, "}\n"...)
-	if len(w.b) > w.max {
-		return name, errTooLarge
-	}
-	return name, nil
-}
-
-// descriptor writes one RateLimitDescriptor: its children first, as they
-// are read, then its own fields.
-func (w *xdsWriter) descriptor(msg []byte, depth int) error {
-	if len(w.b) > w.max {
-		return errTooLarge
-	}
-	if depth >= xdsMaxDepth {
-		return fmt.Errorf("descriptors nested deeper than %d levels", xdsMaxDepth)
-	}
-	var key, value, policy []byte
-	var hasKey, hasPolicy bool
-	var shadow, detailed, quota uint64
-	if cap(w.b)-len(w.b) < 4<<10 {
-		// Doubled (up to the bound), not by append's quarter for large
-		// slices: a push's YAML is copied about once as it grows, not a
-		// dozen times.
-		w.b = slices.Grow(w.b, max(4<<10, min(len(w.b), w.max+4<<10-len(w.b))))
-	}
-	w.b = append(w.b, '{')
-	n := 0
-	for it := (xdsIter{msg: msg}); ; {
-		if !it.next() {
-			if it.err != nil {
-				return it.err
-			}
-			break
-		}
-		f := &it.f
-		var err error
-		switch f.num {
-		case 1:
-			err, key, hasKey = f.text("key"), f.data, true
-		case 2:
-			err, value = f.text("value"), f.data
-		case 3:
-			if hasPolicy {
-				return fmt.Errorf("descriptor %q: rate_limit appears twice", key)
-			}
-			err, policy, hasPolicy = f.want(protowire.BytesType, "rate_limit"), f.data, true
-		case 4:
-			if err = f.want(protowire.BytesType, "descriptors"); err == nil {
-				w.list(n == 0, "descriptors")
-				n++
-				err = w.descriptor(f.data, depth+1)
-			}
-		case 5:
-			err, shadow = f.want(protowire.VarintType, "shadow_mode"), f.v
-		case 6:
-			err, detailed = f.want(protowire.VarintType, "detailed_metric"), f.v
-		case 7:
-			err, quota = f.want(protowire.VarintType, "quota_mode"), f.v
-		case 8:
-			return fmt.Errorf("descriptor %q: metadata is not implemented by floodgate-rls", key)
-		default:
-			return fmt.Errorf("descriptor %q: field %d is not known to floodgate-rls", key, f.num)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if !hasKey || len(key) == 0 {
-		return errors.New("a descriptor has an empty key")
-	}
-	if n > 0 {
-		w.b = append(w.b, "], "...)
-	}
-	w.b = append(w.b, "key: "...)
-	w.str(key)
-	if len(value) > 0 {
-		w.b = append(w.b, ", value: "...)
-		w.str(value)
-	}
-	for _, flag := range [...]struct {
-		name string
-		v    uint64
-	}{{"shadow_mode", shadow}, {"detailed_metric", detailed}, {"quota_mode", quota}} {
-		if flag.v != 0 {
-			w.b = append(append(append(w.b, ", "...), flag.name...), ": true"...)
-		}
-	}
-	if hasPolicy {
-		w.b = append(w.b, ", rate_limit: "...)
-		if err := w.policy(key, policy); err != nil {
-			return err
-		}
-	}
-	w.b = append(w.b, '}')
-	return nil
-}
-
-// policy writes a RateLimitPolicy.
-func (w *xdsWriter) policy(key, msg []byte) error {
-	var unit, rpu, unlimited uint64
-	var name []byte
-	w.b = append(w.b, '{')
-	n := 0
-	for it := (xdsIter{msg: msg}); ; {
-		if !it.next() {
-			if it.err != nil {
-				return it.err
-			}
-			break
-		}
-		f := &it.f
-		var err error
-		switch f.num {
-		case 1:
-			err, unit = f.want(protowire.VarintType, "unit"), f.v
-		case 2:
-			err, rpu = f.want(protowire.VarintType, "requests_per_unit"), f.v
-		case 3:
-			err, unlimited = f.want(protowire.VarintType, "unlimited"), f.v
-		case 4:
-			err, name = f.text("name"), f.data
-		case 5:
-			if err = f.want(protowire.BytesType, "replaces"); err != nil {
-				return err
-			}
-			var rn []byte
-			for r := (xdsIter{msg: f.data}); r.next() || r.err != nil; {
-				if r.err != nil {
-					return r.err
-				}
-				if r.f.num != 1 {
-					return fmt.Errorf("a replaces entry: field %d is not known to floodgate-rls", r.f.num)
-				}
-				if err := r.f.text("replaces name"); err != nil {
-					return err
-				}
-				rn = r.f.data
-			}
-			w.list(n == 0, "replaces")
-			n++
-			w.b = append(w.b, "{name: "...)
-			w.str(rn)
-			w.b = append(w.b, '}')
-		default:
-			return fmt.Errorf("descriptor %q's rate_limit: field %d is not known to floodgate-rls", key, f.num)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	if n > 0 {
-		w.b = append(w.b, "], "...)
-	}
-	w.b = append(w.b, "requests_per_unit: "...)
-	w.b = strconv.AppendUint(w.b, uint64(uint32(rpu)), 10) // a uint32 on the wire is its low 32 bits
-	if unit = uint64(int32(unit)); unit != 0 {
-		w.b = append(w.b, ", unit: "...)
-		if u, ok := xdsUnits[unit]; ok {
-			w.b = append(w.b, u...)
-		} else {
-			w.b = strconv.AppendQuote(w.b, strconv.FormatInt(int64(unit), 10)) // refused by the load, which names it
-		}
-	}
-	if unlimited != 0 {
-		w.b = append(w.b, ", unlimited: true"...)
-	}
-	if len(name) > 0 {
-		w.b = append(w.b, ", name: "...)
-		w.str(name)
-	}
-	w.b = append(w.b, '}')
-	return nil
 }
 
 // startXDS starts the xDS client, which applies each push through w,
