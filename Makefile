@@ -127,7 +127,7 @@ fuzz:
 # BENCHES names the families a pass runs; BenchmarkIdle (Idle) leaves
 # floodgate-rls idle for 10 s in each of its two scenarios whatever
 # BENCHTIME says, some 27 s of each pass on 2 cores; BenchmarkXDS's load
-# runs 10 s a service whatever it says, some 30 s a pass with its pushes.
+# runs 20 s a service whatever it says, some 50 s a pass with its pushes.
 GOROUTINES ?= 1,4,64
 BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge)$$
 

@@ -283,7 +283,7 @@ func startEG(b *testing.B, redisAddr string, e *egTLS, ads *adsServer) []xdsServ
 //   - scenario=load-pushes-1s: ShouldRateLimit's latency (an open loop
 //     of 2,000 requests a second, each for a random route of the 10,000;
 //     see paced) in seconds that start with such a push (p99-pushes-ns)
-//     and in quiet seconds (p99-quiet-ns), four of each interleaved, with
+//     and in quiet seconds (p99-quiet-ns), eight of each interleaved, with
 //     half a second that counts in neither after each pushed one, so
 //     that a push's aftermath never falls in a quiet second; p99-ratio
 //     is the first ÷ the second.
@@ -320,7 +320,7 @@ func BenchmarkXDS(b *testing.B) {
 				// both alike; half a second that counts in neither after
 				// each push, so that its aftermath never falls in a quiet
 				// second.
-				for range 4 {
+				for range 8 {
 					pushed = append(pushed, paced(s.client, 2000, time.Second, func() {
 						version++
 						ads.push(b, s.node, version)
