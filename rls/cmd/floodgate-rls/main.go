@@ -24,7 +24,8 @@
 // CONFIG_GRPC_XDS_NODE_ID with CONFIG_GRPC_XDS_NODE_METADATA's key=value
 // pairs, sending CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS; over TLS with
 // CONFIG_GRPC_XDS_SERVER_USE_TLS and its CLIENT_TLS_CERT, CLIENT_TLS_KEY,
-// SERVER_TLS_CACERT and SERVER_TLS_SAN; XDS_CLIENT_BACKOFF_* space the
+// SERVER_TLS_CACERT and SERVER_TLS_SAN, the files read again when they
+// change, as the server's are; XDS_CLIENT_BACKOFF_* space the
 // attempts after the stream breaks, and XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES
 // bounds a push). Each push is the whole configuration, one
 // RateLimitConfig a file, applied as a file reload is (no key gains

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,19 +155,31 @@ func (x *xdsSettings) node() *corev3.Node {
 }
 
 // credentials are the transport's: TLS with the client's certificate
-// (read again when its files change) and the server verified by the CA
-// file (or the system's roots, without one), or plaintext.
+// and the server verified by the CA file (or the system's roots,
+// without one), each read again when its files change, or plaintext.
 func (x *xdsSettings) credentials(log *slog.Logger) (credentials.TransportCredentials, error) {
 	if x.tls == nil {
 		return insecure.NewCredentials(), nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: x.tls.san}
 	if x.tls.ca != "" {
-		pool, err := caPool(x.tls.ca)
+		ca, err := newReloading([]string{x.tls.ca}, tlsCheckEvery, log, "the xDS server's CA", func() (*x509.CertPool, error) {
+			pool, err := caPool(x.tls.ca)
+			if err != nil {
+				return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_TLS_CACERT: %w", err)
+			}
+			return pool, nil
+		})
 		if err != nil {
-			return nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_TLS_CACERT: %w", err)
+			return nil, err
 		}
-		cfg.RootCAs = pool
+		// The server's chain is verified below, by the CA as it is at
+		// each handshake, and its name as crypto/tls would verify it:
+		// RootCAs is read once, when the connection's config is made.
+		cfg.InsecureSkipVerify = true
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyServer(cs, ca.get(time.Now()))
+		}
 	}
 	if x.tls.cert != "" {
 		r, err := newReloading([]string{x.tls.cert, x.tls.key}, tlsCheckEvery, log, "the xDS client's certificate", func() (*tls.Certificate, error) {
@@ -182,6 +195,21 @@ func (x *xdsSettings) credentials(log *slog.Logger) (credentials.TransportCreden
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return r.get(time.Now()), nil }
 	}
 	return credentials.NewTLS(cfg), nil
+}
+
+// verifyServer verifies a server's chain by roots, and that it is for
+// the name the client asked for, as crypto/tls does without
+// InsecureSkipVerify.
+func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("the xDS server showed no certificate")
+	}
+	opts := x509.VerifyOptions{Roots: roots, DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+	for _, c := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	_, err := cs.PeerCertificates[0].Verify(opts)
+	return err
 }
 
 // xdsClient keeps the configuration that an xDS server pushes applied:

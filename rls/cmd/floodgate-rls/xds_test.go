@@ -299,8 +299,12 @@ func TestXDSReconnect(t *testing.T) {
 
 // TestXDSTLS: the configuration server reached over TLS 1.3 with a
 // client certificate, as Envoy Gateway's requires, its certificate
-// verified by the CA file and CONFIG_GRPC_XDS_SERVER_TLS_SAN.
+// verified by the CA file and CONFIG_GRPC_XDS_SERVER_TLS_SAN; the CA
+// file is read again when it changes.
 func TestXDSTLS(t *testing.T) {
+	old := tlsCheckEvery
+	tlsCheckEvery = 0 // every handshake looks at the files: the test rotates them at once
+	t.Cleanup(func() { tlsCheckEvery = old })
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, "ca")
 	srvCert, srvKey, _ := ca.Issue(t, "envoy-gateway")
@@ -335,6 +339,29 @@ func TestXDSTLS(t *testing.T) {
 	waitFor(t, "a word of the server's certificate", func() bool { return strings.Contains(logs.String(), "someone-else") })
 	if healthy(t, b)() {
 		t.Fatal("took a push from a server whose certificate is for another name")
+	}
+
+	// A server whose certificate is of another CA is not trusted, until
+	// the CA file holds that CA: it is read again, with no restart.
+	ca2 := testcerts.NewCA(t, "ca2")
+	srv2Cert, srv2Key, _ := ca2.Issue(t, "envoy-gateway")
+	pair2, err := tls.X509KeyPair(srv2Cert, srv2Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated := startADS(t, "127.0.0.1:0", grpc.Creds(credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair2},
+		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13})))
+	rotated.push(t, "n", "1", xdsConfig(2))
+	base["CONFIG_GRPC_XDS_SERVER_URL"], base["CONFIG_GRPC_XDS_SERVER_TLS_SAN"] = rotated.addr, "envoy-gateway"
+	r, rlogs := start(t, base)
+	waitFor(t, "the other CA's certificate refused", func() bool { return strings.Contains(rlogs.String(), "unknown authority") })
+	if healthy(t, r)() {
+		t.Fatal("took a push from a server whose certificate is of a CA not in the file")
+	}
+	writeFile(t, filepath.Join(dir, "ca.crt"), ca2.PEM)
+	waitFor(t, "the push of the server of the new CA in force", healthy(t, r))
+	if !strings.Contains(rlogs.String(), "the xDS server's CA: the files changed") {
+		t.Errorf("the CA's reload is not in the log:\n%s", rlogs)
 	}
 }
 
