@@ -15,7 +15,15 @@ const Never = decision.Never
 // needs: RateLimit-Limit, RateLimit-Remaining, Retry-After and
 // RateLimit-Reset.
 type Decision struct {
-	Allowed    bool
+	Allowed bool
+	// Unreached reports that no key's state made the decision: a Store
+	// could not reach its state, and its failure mode answered with a
+	// fixed answer, admitting or refusing every request (redislimit's
+	// FailOpen and FailClosed). A refusal that is Unreached refuses even
+	// a request that would charge nothing, such as a check of a budget.
+	// A failure mode that decides by another state (redislimit's
+	// FailLocal) leaves it false, as does every decision in process.
+	Unreached  bool
 	Limit      int64         // the capacity that applied
 	Remaining  int64         // whole requests of cost 1 still allowed now, after this decision
 	RetryAfter time.Duration // 0 when allowed; else the shortest wait after which the same request could pass

@@ -54,9 +54,9 @@ func ExampleLimiter_AllowN() {
 	fmt.Printf("%+v\n", limiter.AllowN("api-key-1", 2))
 	fmt.Printf("%+v\n", limiter.AllowN("api-key-1", 6)) // above the capacity: never
 	// Output:
-	// {Allowed:true Limit:5 Remaining:1 RetryAfter:0s ResetAfter:800ms Owed:0}
-	// {Allowed:false Limit:5 Remaining:1 RetryAfter:200ms ResetAfter:800ms Owed:0}
-	// {Allowed:false Limit:5 Remaining:1 RetryAfter:2562047h47m16.854775807s ResetAfter:800ms Owed:0}
+	// {Allowed:true Unreached:false Limit:5 Remaining:1 RetryAfter:0s ResetAfter:800ms Owed:0}
+	// {Allowed:false Unreached:false Limit:5 Remaining:1 RetryAfter:200ms ResetAfter:800ms Owed:0}
+	// {Allowed:false Unreached:false Limit:5 Remaining:1 RetryAfter:2562047h47m16.854775807s ResetAfter:800ms Owed:0}
 }
 
 // A global cap bounds all clients together. A client refused by the cap

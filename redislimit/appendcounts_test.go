@@ -119,21 +119,27 @@ func TestCountsFailures(t *testing.T) {
 				FailureMode: mode, Clock: clock, BreakAfter: 3, ProbeEvery: time.Second})
 			var want figures
 			fail := map[FailureMode]*int64{FailLocal: &want.failLocal, FailOpen: &want.failOpen, FailClosed: &want.failClosed}[mode]
-			allow := func(stage, key string) {
+			// A decision the FailureMode made is Unreached, except
+			// FailLocal's, which its local state made.
+			allow := func(stage, key string, byMode bool) {
 				t.Helper()
-				if _, err := l.Allow(ctx, key); err != nil {
+				d, err := l.Allow(ctx, key)
+				if err != nil {
 					t.Fatalf("%s: %v", stage, err)
+				}
+				if want := byMode && mode != FailLocal; d.Unreached != want {
+					t.Fatalf("%s: %+v, want Unreached %v", stage, d, want)
 				}
 			}
 
-			allow("healthy", "k")
+			allow("healthy", "k", false)
 			want.allowed, want.calls = 1, 1
 			checkCounts(t, "healthy", l, want)
 
 			if err := c.RPush(ctx, l.Key("list"), "x").Err(); err != nil {
 				t.Fatal(err)
 			}
-			allow("key error", "list")
+			allow("key error", "list", true)
 			want.calls++
 			want.keyErrs++
 			*fail++
@@ -142,7 +148,7 @@ func TestCountsFailures(t *testing.T) {
 			if err := c.Do(ctx, "acl", "setuser", "default", "-evalsha", "-eval").Err(); err != nil {
 				t.Fatal(err)
 			}
-			allow("NOPERM", "k")
+			allow("NOPERM", "k", true)
 			want.calls++
 			want.others++
 			*fail++
@@ -150,26 +156,26 @@ func TestCountsFailures(t *testing.T) {
 			if err := c.Do(ctx, "acl", "setuser", "default", "+@all").Err(); err != nil {
 				t.Fatal(err)
 			}
-			allow("permitted again", "k")
+			allow("permitted again", "k", false)
 			want.allowed++
 			want.calls++
 			checkCounts(t, "permitted again", l, want)
 
 			srv.Pause()
 			for i := 0; i < 3; i++ {
-				allow("paused", "k")
+				allow("paused", "k", true)
 			}
 			want.calls += 3
 			want.timeouts += 3
 			*fail += 3
 			want.open, want.opens = 1, 1
 			checkCounts(t, "paused: the breaker opens", l, want)
-			allow("breaker open", "k")
+			allow("breaker open", "k", true)
 			*fail++
 			checkCounts(t, "breaker open", l, want)
 			srv.Resume()
 			clock.Advance(time.Second)
-			allow("probe", "k")
+			allow("probe", "k", false)
 			want.allowed++
 			want.calls++
 			want.open = 0

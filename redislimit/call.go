@@ -166,13 +166,13 @@ func (p *policy) fallback(key string, n int64, dry bool) floodgate.Decision {
 	capacity := p.rs().capacity
 	switch s.set.mode {
 	case FailOpen:
-		return floodgate.Decision{Allowed: true, Limit: capacity, Remaining: capacity - n}
+		return floodgate.Decision{Allowed: true, Unreached: true, Limit: capacity, Remaining: capacity - n}
 	case FailClosed:
-		return floodgate.Decision{Limit: capacity, RetryAfter: time.Duration(s.breaker.every)}
+		return floodgate.Decision{Unreached: true, Limit: capacity, RetryAfter: time.Duration(s.breaker.every)}
 	}
 	t, err := p.local()
 	if err != nil { // Check took the rule: not reached
-		return floodgate.Decision{Limit: capacity, RetryAfter: time.Duration(s.breaker.every)}
+		return floodgate.Decision{Unreached: true, Limit: capacity, RetryAfter: time.Duration(s.breaker.every)}
 	}
 	if dry {
 		return t.lim.Peek(key)

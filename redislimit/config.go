@@ -20,10 +20,13 @@ const (
 	// replicas a client may pass up to R times the rule while Redis is
 	// away, unless Local says less.
 	FailLocal FailureMode = iota
-	// FailOpen admits every request while Redis cannot decide.
+	// FailOpen admits every request while Redis cannot decide; its
+	// decisions are Unreached.
 	FailOpen
 	// FailClosed denies every request while Redis cannot decide, with
-	// RetryAfter set to the breaker's probe interval.
+	// RetryAfter set to the breaker's probe interval; its decisions are
+	// Unreached, so that a caller that only checks a key (a Peek, which
+	// would charge nothing) is refused too.
 	FailClosed
 )
 

@@ -334,7 +334,7 @@ func looks(ns []int64, shadow []bool, refused int, all []floodgate.Decision) {
 // left when it would not.
 func asLook(d floodgate.Decision, n int64) floodgate.Decision {
 	if !d.Allowed {
-		return floodgate.Decision{Limit: d.Limit, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
+		return floodgate.Decision{Unreached: d.Unreached, Limit: d.Limit, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
 	}
 	d.Remaining += n - 1
 	return d
@@ -351,7 +351,7 @@ func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, n
 	case FailOpen:
 		for i, p := range ps {
 			c := p.rs().capacity
-			all[i] = floodgate.Decision{Allowed: true, Limit: c, Remaining: c - ns[i]}
+			all[i] = floodgate.Decision{Allowed: true, Unreached: true, Limit: c, Remaining: c - ns[i]}
 		}
 		return -1, resFailOpen, nil
 	case FailClosed:
@@ -363,7 +363,7 @@ func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, n
 			}
 		}
 		for i, p := range ps {
-			all[i] = floodgate.Decision{Limit: p.rs().capacity, RetryAfter: time.Duration(s.breaker.every)}
+			all[i] = floodgate.Decision{Unreached: true, Limit: p.rs().capacity, RetryAfter: time.Duration(s.breaker.every)}
 		}
 		return refused, resFailClosed, nil
 	}

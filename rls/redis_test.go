@@ -238,6 +238,45 @@ func TestRedisFailure(t *testing.T) {
 	}
 }
 
+// TestRedisFailClosedCheck: while Redis is away, FailClosed refuses a
+// check (a descriptor's hits_addend of 0, as Envoy AI Gateway sends before
+// a stream) as it refuses a hit: a token budget is not open while its
+// state cannot be read. Without leases and with them (where a key whose
+// lease this replica holds is checked by the lease, Redis or not, so the
+// checks are of a key it holds none of); a key at its limit passes a
+// check while Redis is up, as envoyproxy/ratelimit answers one.
+func TestRedisFailClosedCheck(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := mustConfig(t, basic)
+	for _, lease := range []int64{0, 100} {
+		st := store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: fmt.Sprint("fail-closed-check-", lease), FailureMode: redislimit.FailClosed,
+			Timeout: 200 * time.Millisecond, Lease: redislimit.Lease{Max: lease}})
+		_, c := serve(t, cfg, Options{Store: st})
+		check := func(v string) *rlv3.RateLimitDescriptor {
+			d := desc("small", v)
+			d.HitsAddend = wrapperspb.UInt64(0)
+			return d
+		}
+		for range 2 {
+			ask(t, c, "d", desc("small", "f"))
+		}
+		if r := ask(t, c, "d", check("f")); r.OverallCode != pb.RateLimitResponse_OK {
+			t.Fatalf("lease %d: a check of a key at its limit, Redis up: %v, want OK", lease, r)
+		}
+		srv.Pause()
+		ds := []*rlv3.RateLimitDescriptor{check("h"), desc("small", "g"), check("h")}
+		if lease == 0 {
+			ds = append(ds, check("f"))
+		}
+		for _, d := range ds {
+			if r := ask(t, c, "d", d); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("lease %d: Redis away, FailClosed, %v: %v, want OVER_LIMIT", lease, d, r)
+			}
+		}
+		srv.Resume()
+	}
+}
+
 // TestRedisReload: on Redis, a config changed mid-run keeps each key's
 // state through the policies' SetRule: a limit lowered while 16 callers
 // race never lets a key pass more than it could have before, and a rule

@@ -49,7 +49,9 @@ func (s *Server) respond(sc *scratch, req *pb.RateLimitRequest, over bool) *pb.R
 			overHere = true
 		case peeked:
 			left = remainingNow(d)
-			overHere = uint64(left) < sc.cost[i] || d.Owed > 0 // a key that owes refuses a check too
+			// A key that owes refuses a check too, as does a Store that
+			// cannot reach its state and refuses by its failure mode.
+			overHere = uint64(left) < sc.cost[i] || d.Owed > 0 || d.Unreached && !d.Allowed
 		default:
 			left = d.Remaining
 			overHere = owes(d)

@@ -16,6 +16,7 @@ const Never = time.Duration(math.MaxInt64)
 // Its layout is floodgate.Decision's.
 type Decision struct {
 	Allowed    bool
+	Unreached  bool // never set here: only a Store's failure mode sets it
 	Limit      int64
 	Remaining  int64
 	RetryAfter time.Duration
