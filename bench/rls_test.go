@@ -259,23 +259,7 @@ func BenchmarkRLS(b *testing.B) {
 // startRLSServers builds and starts both services, each on the same
 // configuration, and stops them when b ends.
 func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
-	dir := b.TempDir()
-	root := filepath.Join(dir, "runtime")
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	peer := filepath.Join(dir, "ratelimit")
-	buildBinary(b, "../rls/testdata/ratelimit-peer", peer, "github.com/envoyproxy/ratelimit/src/service_cmd")
-	ours := filepath.Join(dir, "floodgate-rls")
-	buildBinary(b, "../rls", ours, "./cmd/floodgate-rls")
-
-	common := []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=warn", "USE_STATSD=false",
-		"REDIS_SOCKET_TYPE=tcp"}
+	common, peer, ours := rlsSetup(b)
 	var out []rlsServer
 	start := func(name, bin string, env ...string) {
 		out = append(out, startService(b, name, bin, append(append([]string{}, common...), env...), insecure.NewCredentials(), rlsProbe))
@@ -285,6 +269,31 @@ func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
 	start("floodgate-rls-lease", ours, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-lease", "FLOODGATE_LEASE_MAX=100000")
 	start("floodgate-rls-local", ours)
 	return out
+}
+
+// rlsSetup writes BenchmarkRLS's configuration into a runtime folder of
+// its own and builds both services: it returns the environment that
+// every service of the benchmark starts with (that folder, loopback
+// hosts, quiet logs, Redis over TCP), and the binaries of
+// envoyproxy/ratelimit and of floodgate-rls.
+func rlsSetup(b *testing.B) (common []string, peer, ours string) {
+	dir := b.TempDir()
+	root := filepath.Join(dir, "runtime")
+	cfgDir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	peer = filepath.Join(dir, "ratelimit")
+	buildBinary(b, "../rls/testdata/ratelimit-peer", peer, "github.com/envoyproxy/ratelimit/src/service_cmd")
+	ours = filepath.Join(dir, "floodgate-rls")
+	buildBinary(b, "../rls", ours, "./cmd/floodgate-rls")
+	common = []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
+		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=warn", "USE_STATSD=false",
+		"REDIS_SOCKET_TYPE=tcp"}
+	return common, peer, ours
 }
 
 // rlsProbe is the request a service must answer, without an error, to

@@ -417,21 +417,7 @@ func BenchmarkTLS(b *testing.B) {
 	}
 	srv := redistest.Start(b)
 	e := newEGTLS(b)
-	dir := b.TempDir()
-	root := filepath.Join(dir, "runtime")
-	cfgDir := filepath.Join(root, "ratelimit", "config")
-	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	peer := filepath.Join(dir, "ratelimit")
-	buildBinary(b, "../rls/testdata/ratelimit-peer", peer, "github.com/envoyproxy/ratelimit/src/service_cmd")
-	ours := filepath.Join(dir, "floodgate-rls")
-	buildBinary(b, "../rls", ours, "./cmd/floodgate-rls")
-	common := []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=warn", "USE_STATSD=false", "REDIS_SOCKET_TYPE=tcp"}
+	common, peer, ours := rlsSetup(b)
 	clients := make([]*pb.RateLimitRequest, 1000)
 	for i := range clients {
 		clients[i] = &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "client", Value: "c" + strconv.Itoa(i)}}}}}
