@@ -35,8 +35,9 @@
 // the service answers OK with no limit, and is unhealthy, until the
 // first push is in force.
 //
-// TRACING_ENABLED=true makes each gRPC call a server span (a child of
-// the caller's, from W3C trace context), sent through the OpenTelemetry
+// TRACING_ENABLED=true makes each gRPC call, and each call of POST
+// /json, a server span (a child of the caller's, from W3C trace context
+// in its metadata or headers), sent through the OpenTelemetry
 // SDK to the OTLP endpoint that OTEL_EXPORTER_OTLP_ENDPOINT and the
 // other OTEL_EXPORTER_OTLP_* variables name, over TRACING_EXPORTER_PROTOCOL
 // (http, the default, or grpc), with TRACING_SERVICE_NAME (RateLimit),
@@ -269,6 +270,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverCreds(st))))
 		log.Info("gRPC over TLS", "cert", set.grpcTLS.cert, "client_cas", set.grpcTLS.cas, "client_san", set.grpcTLS.san)
 	}
+	jsonHandler := srv.JSONHandler()
 	if set.tracing != nil {
 		tp, err := set.tracing.start(ctx)
 		if err != nil {
@@ -283,6 +285,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}()
 		// Outermost: the span covers what the other interceptors do.
 		opts = append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(traceUnary(tp))}, opts...)
+		jsonHandler = traceJSON(tp, jsonHandler)
 		log.Info("tracing", "protocol", set.tracing.protocol, "service", set.tracing.service, "namespace", set.tracing.namespace,
 			"instance", set.tracing.instance, "sampling_rate", set.tracing.rate)
 	}
@@ -306,7 +309,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 
 	mux := http.NewServeMux()
 	mux.Handle("/healthcheck", healthy)
-	mux.Handle("/json", srv.JSONHandler())
+	mux.Handle("/json", jsonHandler)
 	debug := http.NewServeMux()
 	debug.Handle("/metrics", metrics)
 	debug.HandleFunc("/debug/pprof/", pprof.Index)

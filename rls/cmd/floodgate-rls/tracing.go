@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -135,4 +136,50 @@ func traceUnary(tp trace.TracerProvider) grpc.UnaryServerInterceptor {
 		}
 		return resp, err
 	}
+}
+
+// traceJSON is a server span for each call of the JSON endpoint, named
+// as OpenTelemetry's HTTP instrumentation names it ("POST /json"), and a
+// child of the caller's span when its headers carry W3C trace context:
+// the HTTP status, and the overall code that it stands for (200 OK, 429
+// OVER_LIMIT). A status of 500 or more marks the span as an error.
+func traceJSON(tp trace.TracerProvider, next http.Handler) http.Handler {
+	tracer := tp.Tracer("github.com/floodgate-go/floodgate/rls/cmd/floodgate-rls")
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := tracer.Start(ctx, r.Method+" /json", trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+			attribute.String("http.request.method", r.Method), attribute.String("http.route", "/json"), attribute.String("url.path", r.URL.Path)))
+		defer span.End()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r.WithContext(ctx))
+		span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
+		switch {
+		case sw.status == http.StatusOK:
+			span.SetAttributes(attribute.String("ratelimit.overall_code", pb.RateLimitResponse_OK.String()))
+		case sw.status == http.StatusTooManyRequests:
+			span.SetAttributes(attribute.String("ratelimit.overall_code", pb.RateLimitResponse_OVER_LIMIT.String()))
+		case sw.status >= 500:
+			span.SetStatus(otelcodes.Error, http.StatusText(sw.status))
+		}
+	})
+}
+
+// statusWriter is a ResponseWriter that keeps the status written.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
 }

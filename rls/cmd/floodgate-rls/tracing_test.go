@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -98,8 +99,41 @@ func TestTracing(t *testing.T) {
 			if _, err := c.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "api", Descriptors: xdsDescriptor("k", "v")}); err != nil {
 				t.Fatal(err)
 			}
+			// The JSON endpoint, with the trace context in its headers.
+			const jsonParent = "00f067aa0ba902b8"
+			req, err := http.NewRequest(http.MethodPost, "http://"+a.http+"/json",
+				strings.NewReader(`{"domain": "api", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("traceparent", "00-"+traceID+"-"+jsonParent+"-01")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("/json: %s", resp.Status)
+			}
 			if err := stop(); err != nil { // sends what is left
 				t.Fatal(err)
+			}
+			js, _ := col.find("POST /json")
+			if js == nil {
+				t.Fatal("no span of the JSON call reached the collector")
+			}
+			if hex.EncodeToString(js.TraceId) != traceID || hex.EncodeToString(js.ParentSpanId) != jsonParent || js.Kind != tracepb.Span_SPAN_KIND_SERVER {
+				t.Errorf("JSON span: trace %x, parent %x, kind %v; want the caller's trace, a server span", js.TraceId, js.ParentSpanId, js.Kind)
+			}
+			jattrs := map[string]string{}
+			for _, kv := range js.Attributes {
+				jattrs[kv.Key] = kv.Value.GetStringValue()
+				if kv.Key == "http.response.status_code" {
+					jattrs[kv.Key] = fmt.Sprint(kv.Value.GetIntValue())
+				}
+			}
+			if jattrs["ratelimit.overall_code"] != "OK" || jattrs["http.response.status_code"] != "200" || jattrs["http.route"] != "/json" {
+				t.Errorf("JSON span attributes: %v", jattrs)
 			}
 			span, res := col.find("envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
 			if span == nil {
