@@ -95,9 +95,12 @@ func parseRule(name string, r floodgate.Rule) (s *script, kind scriptKind, inter
 }
 
 // newRules is rule r, of step interval µs, as p's calls need it, with
-// history h.
-func (p *policy) newRules(r floodgate.Rule, interval int64, h []change, gen int64) *rules {
-	rs := &rules{rule: r, interval: interval, capacity: r.Capacity(), history: h, gen: gen}
+// history h, whose arguments to the scripts, boxed, are hist (three a
+// change: interval, capacity, end). A change's boxes never change, so
+// that each new rules shares those of the changes it carries over, and
+// boxes only its new ones.
+func (p *policy) newRules(r floodgate.Rule, interval int64, h []change, hist []any, gen int64) *rules {
+	rs := &rules{rule: r, interval: interval, capacity: r.Capacity(), history: h, hist: hist, gen: gen}
 	if p.kind == kindLog {
 		rs.hold = interval // how far ahead a lease is stamped; without leases, only in range
 	}
@@ -119,10 +122,6 @@ func (p *policy) newRules(r floodgate.Rule, interval int64, h []change, gen int6
 		}
 	}
 	if len(h) > 0 {
-		rs.hist = make([]any, 0, 3*len(h))
-		for _, c := range h {
-			rs.hist = append(rs.hist, c.interval, c.capacity, c.end)
-		}
 		rs.pruneAt = h[0].expires
 	}
 	p.box(rs)
@@ -165,28 +164,36 @@ func (p *policy) SetRule(r floodgate.Rule) error {
 	}
 	cur := p.rs()
 	if interval == cur.interval && r.Capacity() == cur.capacity {
-		p.cur.Store(p.newRules(r, interval, cur.history, cur.gen))
+		p.cur.Store(p.newRules(r, interval, cur.history, cur.hist, cur.gen))
 		return nil
 	}
 	at := p.s.changeInstant()
-	h := append([]change(nil), cur.history...)
-	if len(h) > 0 {
-		at = max(at, h[len(h)-1].end) // changes keep their order on the clock
+	kept, keptHist := cur.history, cur.hist
+	if len(kept) > 0 {
+		at = max(at, kept[len(kept)-1].end) // changes keep their order on the clock
 	}
-	h = append(h, change{interval: cur.interval, capacity: cur.capacity, end: at, expires: at + p.ttlMax(cur)})
-	if len(h) > maxHistory {
+	last := change{interval: cur.interval, capacity: cur.capacity, end: at, expires: at + p.ttlMax(cur)}
+	var head []change
+	if len(kept)+1 > maxHistory {
 		// The oldest are cut short: one change of no known rule, which
 		// lasts as long as the longest of theirs.
-		cut := len(h) - maxHistory + 1
-		c := change{end: h[cut-1].end}
-		for _, o := range h[:cut] {
+		cut := len(kept) + 2 - maxHistory
+		c := change{end: kept[cut-1].end}
+		for _, o := range kept[:cut] {
 			c.expires = max(c.expires, o.expires)
 		}
-		h = append([]change{c}, h[cut:]...)
+		head, kept, keptHist = []change{c}, kept[cut:], keptHist[3*cut:]
 	}
+	h := make([]change, 0, len(head)+len(kept)+1)
+	h = append(append(append(h, head...), kept...), last)
+	hist := make([]any, 0, 3*len(h))
+	for _, c := range head {
+		hist = append(hist, c.interval, c.capacity, c.end)
+	}
+	hist = append(append(hist, keptHist...), last.interval, last.capacity, last.end)
 	// A new gen: every batch and cached denial of the old rule is spent
 	// or answered no more (see take and cachedDenial).
-	p.cur.Store(p.newRules(r, interval, h, cur.gen+1))
+	p.cur.Store(p.newRules(r, interval, h, hist, cur.gen+1))
 	return nil
 }
 
@@ -253,9 +260,12 @@ func (p *policy) prune(rs *rules, now int64) {
 	if p.rs() != rs {
 		return
 	}
-	h := rs.history
+	h, hist := rs.history, rs.hist
 	for len(h) > 0 && h[0].expires <= now {
-		h = h[1:]
+		h, hist = h[1:], hist[3:]
 	}
-	p.cur.Store(p.newRules(rs.rule, rs.interval, append([]change(nil), h...), rs.gen))
+	if len(h) == 0 {
+		h, hist = nil, nil
+	}
+	p.cur.Store(p.newRules(rs.rule, rs.interval, append([]change(nil), h...), hist, rs.gen))
 }

@@ -180,7 +180,7 @@ func (s *Store) newPolicy(name, algorithm string, rule floodgate.Rule, localRule
 		p.keyHead = s.set.prefix + ":" + hex.EncodeToString(sum[:8]) + ":" + algorithm + ":"
 		p.tagged, p.tag = true, s.set.hashTag
 	}
-	p.cur.Store(p.newRules(rule, interval, nil, 0))
+	p.cur.Store(p.newRules(rule, interval, nil, nil, 0))
 	s.live[name] = p
 	return p, nil
 }
