@@ -115,8 +115,9 @@ type Options struct {
 	// nothing. That is what a request limit wants: a client that keeps
 	// sending while refused pays nothing for it.
 	StopIncrementOverLimit bool
-	// Pace, if set, is called every 64 rules while SetConfig carries the
-	// rules in use over to the new configuration: a caller that reloads
+	// Pace, if set, is called every 64 rules while SetConfig checks the
+	// new configuration's rules and carries the rules in use over to
+	// it: a caller that reloads
 	// while serving can pause there (see config.Options.Pace), so that a
 	// reload of many rules never takes the CPU that requests need.
 	// Requests are served meanwhile, by the configuration before.
@@ -271,7 +272,7 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 	if cfg == nil {
 		return errors.New("rls: SetConfig needs a configuration")
 	}
-	if err := s.Check(cfg); err != nil {
+	if err := s.check(cfg, s.opts.Pace); err != nil {
 		return err
 	}
 	s.setMu.Lock()
@@ -339,13 +340,19 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 // round trips under each bucket's rule). The error names the first rule
 // refused, by its file's key. New and SetConfig check; a tool that
 // validates config files may too.
-func (s *Server) Check(cfg *config.Config) error {
+func (s *Server) Check(cfg *config.Config) error { return s.check(cfg, nil) }
+
+// check is Check, calling pace (if not nil) every 64 rules.
+func (s *Server) check(cfg *config.Config, pace func()) error {
 	type shape struct {
 		alg  string
 		rule floodgate.Rule
 	}
 	seen := map[shape]error{}
 	for i := range cfg.Len() {
+		if pace != nil && i%64 == 63 {
+			pace()
+		}
 		l := cfg.Rule(i)
 		if l.Unlimited || l.RequestsPerUnit == 0 {
 			continue
