@@ -13,8 +13,9 @@ import (
 // yields its processor to the requests waiting for one every loadYield,
 // so that none waits for it longer. A push of 10,000 rules, every rule
 // changed, takes some 16 ms of CPU to load on a 2-core machine
-// (BenchmarkLoadXDS), and a few more to put in force; paced, some 100 ms
-// from the push to its use.
+// (BenchmarkLoadXDS), and some 20 ms more to put in force when every
+// rule is in use on Redis (rls's BenchmarkSetConfig); paced, some
+// 100–300 ms from the push to its use.
 const loadRun, loadRest, loadYield = time.Millisecond, 2 * time.Millisecond, 50 * time.Microsecond
 
 // pacer is a config.Options.Pace: it yields (runtime.Gosched) each time
