@@ -154,6 +154,15 @@ type Hooks struct {
 	// as one atomic step with respect to its grants, and remembers what it
 	// held (see floodgate's MaxKeys). The table then removes the slot.
 	Evict func(t *Table, i int, now int64)
+	// Retire, if not nil, replaces Spent and Evict at the bound, for
+	// states that must never be evicted while they hold something (an
+	// in-flight limit's held slots, which nothing could remember): it
+	// retires the state in slot i of t, in one atomic step with respect
+	// to its grants, only if it holds nothing, and reports whether it
+	// did. A new key at the bound then takes the place of the first key
+	// that Retire accepts, from a random slot on; if none does, the new
+	// key is not created.
+	Retire func(t *Table, i int) bool
 }
 
 // Flat maps IDs to states in sharded open-addressing tables with linear
@@ -281,7 +290,9 @@ func (f *Flat) Current(id ID) *Table { return f.shardOf(id).table.Load() }
 // key however many goroutines race on it: init gives the new state's word
 // (relative to the table's Origin) and, for tables of pointers, its state.
 // If init reports false, nothing is created and the slot returned is -1.
-// At the bound, a key already held is evicted first (see Flat).
+// At the bound, a key already held is evicted first (see Flat); with
+// Hooks.Retire, when no key of the shard may be retired, nothing is
+// created either, and the slot is -1.
 func (f *Flat) Insert(id ID, now int64, init func(t *Table) (w uint64, p unsafe.Pointer, ok bool)) (*Table, int) {
 	sh := f.shardOf(id)
 	sh.mu.Lock()
@@ -294,8 +305,8 @@ func (f *Flat) Insert(id ID, now int64, init func(t *Table) (w uint64, p unsafe.
 	if !ok {
 		return t, -1
 	}
-	if f.bound > 0 && int(sh.live.Load()) >= f.bound {
-		f.evictOne(sh, t, now)
+	if f.bound > 0 && int(sh.live.Load()) >= f.bound && !f.evictOne(sh, t, now) {
+		return t, -1 // every key of the shard is busy (Hooks.Retire)
 	}
 	if (sh.used+1)*4 > t.n*slotsPerBucket*3 { // above a load of 0.75
 		t = f.migrate(sh, t, t.Origin)
@@ -312,13 +323,18 @@ func (f *Flat) Insert(id ID, now int64, init func(t *Table) (w uint64, p unsafe.
 // random slot, the first eight keys (or those within 64 slots, if fewer),
 // and of those the one whose state would be fresh soonest. An idle key
 // (fresh already) is taken at once and costs nothing to forget; among
-// busy ones, the one that leaves the least to remember.
-func (f *Flat) evictOne(sh *flatShard, t *Table, now int64) {
+// busy ones, the one that leaves the least to remember. With
+// Hooks.Retire, the first key from a random slot that Retire accepts; it
+// reports false when the shard holds no such key.
+func (f *Flat) evictOne(sh *flatShard, t *Table, now int64) bool {
 	sh.rng ^= sh.rng << 13
 	sh.rng ^= sh.rng >> 7
 	sh.rng ^= sh.rng << 17
 	n := uint64(t.slots())
 	start := sh.rng % n
+	if f.hooks.Retire != nil {
+		return f.retireOne(sh, t, start)
+	}
 	best, bestAt, seen := -1, int64(math.MaxInt64), 0
 	for k := uint64(0); k < n; k++ {
 		if best >= 0 && (seen >= 8 || k >= 64) {
@@ -341,10 +357,33 @@ func (f *Flat) evictOne(sh *flatShard, t *Table, now int64) {
 		}
 	}
 	if best < 0 {
-		return
+		return false
 	}
 	f.hooks.Evict(t, best, now)
 	f.tombstone(sh, t, best)
+	return true
+}
+
+// retireOne removes the first key from slot start on, wrapping around,
+// that Hooks.Retire retires, and reports whether there was one. Under the
+// lock. It reads every slot when every key is busy: a shard full of keys
+// that hold something costs its new keys a scan of it.
+func (f *Flat) retireOne(sh *flatShard, t *Table, start uint64) bool {
+	n := uint64(t.slots())
+	for k := range n {
+		i := int((start + k) % n)
+		if i&slotMask == slotsPerBucket {
+			continue
+		}
+		if h := t.hi(i); h == emptyHi || h == tombHi {
+			continue
+		}
+		if f.hooks.Retire(t, i) {
+			f.tombstone(sh, t, i)
+			return true
+		}
+	}
+	return false
 }
 
 // tombstone removes slot i, whose state has been retired. Under the lock.
