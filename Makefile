@@ -68,7 +68,7 @@ test-heap:
 # widens the window between each load and its CAS and makes the stress
 # tests prove that CASes lost.
 test-chaos:
-	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./atomicwindow ./shardedlog ./stress .
+	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./atomicwindow ./shardedlog ./inflight ./stress .
 
 # Every library module vetted and built with the oldest Go its go.mod
 # names, which the go command fetches through the module proxy.
@@ -116,6 +116,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLogTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiterTwins$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) .
+	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./inflight
 
 # `make bench` runs bench/run.sh: the harness built once and run COUNT
 # times, one pass after another, so that every implementation's samples

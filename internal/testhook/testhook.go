@@ -28,6 +28,10 @@ const (
 // name a mutex twin. Set by floodgate.
 var Twins func(cfg any) any
 
+// InFlightTwin returns a copy of an inflight.Config whose Limiter is the
+// mutex twin of the lock-free one. Set by inflight.
+var InFlightTwin func(cfg any) any
+
 // Algorithm returns the floodgate.Algorithm that floodgate.New would build
 // for a floodgate.Config (its Algorithm, a twin's name included, and its
 // Rule), or New's error for it. Set by floodgate.

@@ -1,0 +1,242 @@
+package inflight_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"testing"
+
+	"github.com/floodgate-go/floodgate/inflight"
+	"github.com/floodgate-go/floodgate/internal/testhook"
+)
+
+// side is one of the two Limiters a differential run drives, with what it
+// holds: the slots it was given, those it released, and its waiters.
+type side struct {
+	l        *inflight.Limiter
+	slots    []inflight.Slot
+	released []inflight.Slot
+	waiters  map[string][]*pending // per key, in the order they queued
+}
+
+// pending is one Acquire that queued.
+type pending struct {
+	cancel context.CancelFunc
+	done   chan result
+}
+
+// FuzzTwins drives the lock-free Limiter and its mutex twin with the same
+// operations, over a few keys, and requires the same answer to each and
+// the same state after each: slots held and waiters queued per key, keys
+// held, slots in use, and which waiter a release served (the first).
+func FuzzTwins(f *testing.F) {
+	f.Add(uint8(2), uint8(2), uint8(0), []byte{0, 0, 0, 8, 1, 1, 16, 2, 3, 4, 5, 0})
+	f.Add(uint8(1), uint8(3), uint8(0), []byte{0, 8, 8, 8, 8, 1, 9, 1, 1, 1, 1})
+	f.Add(uint8(1), uint8(2), uint8(3), []byte{0, 8, 8, 4, 12, 1, 1, 1, 20, 20, 28})
+	f.Add(uint8(3), uint8(0), uint8(2), []byte{0, 16, 32, 8, 1, 1, 5, 6, 7})
+	f.Add(uint8(2), uint8(1), uint8(1), []byte{0, 0, 8, 8, 17, 1, 9, 2, 2, 5, 6, 6})
+	f.Add(uint8(1), uint8(4), uint8(0), []byte{3, 11, 11, 19, 27, 12, 4, 1, 1, 1, 1, 7})
+	f.Fuzz(twins)
+}
+
+// twins is FuzzTwins's run of one input.
+func twins(t *testing.T, limit, queue, global uint8, ops []byte) {
+	{
+		if len(ops) > 200 {
+			ops = ops[:200]
+		}
+		cfg := inflight.Config{Limit: int(limit%4) + 1, Queue: int(queue % 5), Global: int(global % 6)}
+		var sides [2]*side
+		for k := range sides {
+			c := cfg
+			if k == 1 {
+				c = testhook.InFlightTwin(cfg).(inflight.Config)
+			}
+			l, err := inflight.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sides[k] = &side{l: l, waiters: map[string][]*pending{}}
+		}
+		keys := []string{"a", "b", "c", "d"}
+		for n, op := range ops {
+			key := keys[op>>3%4]
+			what := fmt.Sprintf("op %d (%d on %s)", n, op&7, key)
+			var answers [2]string
+			for k, s := range sides {
+				answers[k] = s.apply(t, op, key)
+			}
+			if answers[0] != answers[1] {
+				t.Fatalf("%s: lock-free %s, twin %s", what, answers[0], answers[1])
+			}
+			var states [2]string
+			for k, s := range sides {
+				states[k] = s.state(keys)
+			}
+			if states[0] != states[1] {
+				t.Fatalf("after %s: lock-free %s, twin %s", what, states[0], states[1])
+			}
+		}
+		for _, s := range sides {
+			s.finish(t, keys)
+		}
+	}
+}
+
+// apply runs one operation and returns its answer as text.
+func (s *side) apply(t *testing.T, op byte, key string) string {
+	switch op & 7 {
+	case 0:
+		sl, ok := s.l.TryAcquire(key)
+		if ok {
+			s.slots = append(s.slots, sl)
+		}
+		return fmt.Sprint("try ", ok)
+	case 1, 2:
+		// Release the oldest (1) or newest (2) slot held.
+		if len(s.slots) == 0 {
+			return "none"
+		}
+		j := 0
+		if op&7 == 2 {
+			j = len(s.slots) - 1
+		}
+		sl := s.slots[j]
+		s.slots = append(s.slots[:j], s.slots[j+1:]...)
+		s.released = append(s.released, sl)
+		before := s.waiting()
+		ok := sl.Release()
+		return fmt.Sprint("release ", ok, " ", s.served(t, before))
+	case 3:
+		// A stale copy of a released slot releases nothing.
+		if len(s.released) == 0 {
+			return "none"
+		}
+		return fmt.Sprint("stale ", s.released[len(s.released)-1].Release())
+	case 4:
+		ctx, cancel := context.WithCancel(context.Background())
+		p := &pending{cancel: cancel, done: make(chan result, 1)}
+		before := s.l.Waiting(key)
+		go func() {
+			sl, err := s.l.Acquire(ctx, key)
+			p.done <- result{sl, err}
+		}()
+		for len(p.done) == 0 && s.l.Waiting(key) == before {
+			runtime.Gosched()
+		}
+		if len(p.done) == 0 {
+			s.waiters[key] = append(s.waiters[key], p)
+			return "queued"
+		}
+		cancel()
+		r := <-p.done
+		if r.err == nil {
+			s.slots = append(s.slots, r.slot)
+		}
+		return fmt.Sprint("acquire ", errName(r.err))
+	case 5:
+		// The first waiter of the key gives up.
+		q := s.waiters[key]
+		if len(q) == 0 {
+			return "none"
+		}
+		s.waiters[key] = q[1:]
+		q[0].cancel()
+		r := <-q[0].done
+		return fmt.Sprint("cancel ", errName(r.err), " ", r.slot.Held())
+	case 6:
+		return fmt.Sprint("evict ", s.l.EvictIdle())
+	default:
+		return fmt.Sprint("sweep ", inflight.Sweep(s.l))
+	}
+}
+
+// waiting returns the waiters queued per key.
+func (s *side) waiting() map[string]int {
+	m := map[string]int{}
+	for k := range s.waiters {
+		m[k] = s.l.Waiting(k)
+	}
+	return m
+}
+
+// served finds the waiter a release handed its slot to, if its key's
+// queue shrank, and requires it to be the first of the key's waiters.
+func (s *side) served(t *testing.T, before map[string]int) string {
+	for k, q := range s.waiters {
+		if len(q) == 0 || s.l.Waiting(k) == before[k] {
+			continue
+		}
+		cases := make([]reflect.SelectCase, len(q))
+		for j, p := range q {
+			cases[j] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.done)}
+		}
+		j, v, _ := reflect.Select(cases)
+		if j != 0 {
+			t.Fatalf("a release served waiter %d of %s, not the first", j, k)
+		}
+		r := v.Interface().(result)
+		if r.err != nil {
+			t.Fatalf("the served waiter of %s: %v", k, r.err)
+		}
+		q[0].cancel()
+		s.waiters[k] = q[1:]
+		s.slots = append(s.slots, r.slot)
+		return "served " + k
+	}
+	return ""
+}
+
+// state describes what the Limiter holds.
+func (s *side) state(keys []string) string {
+	out := fmt.Sprintf("len %d inuse %d", s.l.Len(), s.l.InUse())
+	for _, k := range keys {
+		out += fmt.Sprintf(" %s:%d/%d", k, s.l.Held(k), s.l.Waiting(k))
+	}
+	return out
+}
+
+// finish closes the Limiter, which must wake every waiter, releases every
+// slot, and requires nothing to be held.
+func (s *side) finish(t *testing.T, keys []string) {
+	s.l.Close()
+	for _, q := range s.waiters {
+		for _, p := range q {
+			r := <-p.done
+			p.cancel()
+			if !errors.Is(r.err, inflight.ErrClosed) {
+				t.Fatalf("a waiter at Close: %v", r.err)
+			}
+		}
+	}
+	for _, sl := range s.slots {
+		if !sl.Release() {
+			t.Fatal("a held slot did not release")
+		}
+	}
+	if st := s.state(keys); s.l.EvictIdle() != s.l.Len()+0 && s.l.Len() != 0 {
+		t.Fatalf("at the end: %s", st)
+	}
+	for _, k := range keys {
+		if s.l.Held(k) != 0 || s.l.Waiting(k) != 0 {
+			t.Fatalf("at the end: %s", s.state(keys))
+		}
+	}
+	if s.l.InUse() != 0 || s.l.Len() != 0 {
+		t.Fatalf("at the end: %s", s.state(keys))
+	}
+}
+
+func errName(err error) string {
+	for _, e := range []error{inflight.ErrFull, inflight.ErrGlobal, inflight.ErrKeys, inflight.ErrClosed, context.Canceled} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	if err != nil {
+		return "unexpected " + err.Error()
+	}
+	return "ok"
+}

@@ -1,0 +1,343 @@
+package inflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/testhook"
+	"github.com/floodgate-go/floodgate/internal/word"
+	"github.com/floodgate-go/floodgate/registry"
+	"golang.org/x/sys/cpu"
+)
+
+// Config configures a Limiter. Only Limit is required.
+type Config struct {
+	// Limit is the most slots one key may hold at once: 1 to MaxLimit.
+	Limit int
+
+	// Queue is the most waiters Acquire may queue per key, 0 to MaxLimit.
+	// 0, the default, means Acquire never waits: a key whose slots are
+	// all held is refused at once, as TryAcquire refuses it.
+	Queue int
+
+	// Global, above 0, caps the slots held over all keys together (up to
+	// MaxLimit). A slot is taken from it before the key's, and given back
+	// when the key's is refused. The queue waits for a key's slots only:
+	// a request that finds the global cap full is refused at once.
+	Global int
+
+	// MaxKeys > 0 bounds the keys held: Len never exceeds it. A new key
+	// at the bound takes the place of a key that holds nothing; when
+	// every key of its shard holds a slot or a waiter, the new key is
+	// refused (ErrKeys). 0, the default, means unbounded. Negative is an
+	// error.
+	MaxKeys int
+
+	// IdleTTL > 0 starts a sweeper that removes, every IdleTTL, the keys
+	// that hold nothing and have not been acquired since its previous
+	// sweep. Close stops it. 0 means no sweeper; negative is an error.
+	IdleTTL time.Duration
+
+	twin bool // the mutex twin: set only through testhook.InFlightTwin
+}
+
+// Errors that Acquire returns. A refusal is final for this attempt; the
+// context's error is returned as it is.
+var (
+	// ErrFull: every slot of the key is held, and its queue is full (or
+	// Config.Queue is 0).
+	ErrFull = errors.New("inflight: every slot of the key is held")
+	// ErrGlobal: every slot of the global cap is held.
+	ErrGlobal = errors.New("inflight: every slot of the global cap is held")
+	// ErrKeys: MaxKeys are held, and every key that the new one could
+	// replace holds a slot or a waiter.
+	ErrKeys = errors.New("inflight: MaxKeys keys are held, and all of them are busy")
+	// ErrClosed: the Limiter was closed while the request waited, or
+	// before it had to wait.
+	ErrClosed = errors.New("inflight: the limiter is closed")
+)
+
+// A Limiter bounds the requests each key holds at once: at most Limit
+// slots of a key are held at any instant, from any number of goroutines.
+// TryAcquire takes a slot or refuses at once; Acquire may wait for one in
+// the key's queue. Each slot taken comes as a Slot, whose Release gives it
+// back once.
+//
+// A key's state is one word in a sharded flat table: an acquisition and a
+// release are one CAS on it, with no lock, and allocate nothing for a key
+// already held. Only a key that has waiters takes a lock (its queue's).
+//
+// A key that holds a slot or a waiter is never removed: not by EvictIdle,
+// nor the sweeper, nor MaxKeys. A key removed while it holds nothing comes
+// back with every slot free, which is exactly the state it left: unlike a
+// rate, an in-flight count has no history to remember.
+//
+// A Limiter is safe for concurrent use. The zero value is not usable:
+// call New.
+type Limiter struct {
+	limit  uint64
+	queue  uint64
+	flat   registry.Flat
+	hasher *registry.Hasher
+	global *counter // nil without Config.Global
+	queues *queues
+	twin   *twin // the mutex twin, instead of the table and queues
+	max    int
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	swept    chan struct{}
+}
+
+// counter is the global cap's count, on a line of its own.
+type counter struct {
+	_   cpu.CacheLinePad
+	n   atomic.Int64
+	max int64
+	_   cpu.CacheLinePad
+}
+
+// take takes one of the cap's slots, if one is free.
+func (c *counter) take() bool {
+	for {
+		v := c.n.Load()
+		if v >= c.max {
+			return false
+		}
+		chaos.Yield()
+		if c.n.CompareAndSwap(v, v+1) {
+			return true
+		}
+		chaos.Lost("inflight.global")
+	}
+}
+
+// New validates cfg and returns a Limiter. A Limit outside 1 to MaxLimit,
+// a Queue or Global outside 0 to MaxLimit, and a negative MaxKeys or
+// IdleTTL are errors.
+func New(cfg Config) (*Limiter, error) {
+	switch {
+	case cfg.Limit < 1 || cfg.Limit > MaxLimit:
+		return nil, fmt.Errorf("inflight: Limit must be 1 to %d slots per key, got %d", MaxLimit, cfg.Limit)
+	case cfg.Queue < 0 || cfg.Queue > MaxLimit:
+		return nil, fmt.Errorf("inflight: Queue must be 0 (no waiting) to %d waiters per key, got %d", MaxLimit, cfg.Queue)
+	case cfg.Global < 0 || cfg.Global > MaxLimit:
+		return nil, fmt.Errorf("inflight: Global must be 0 (no cap) to %d slots, got %d", MaxLimit, cfg.Global)
+	case cfg.MaxKeys < 0:
+		return nil, fmt.Errorf("inflight: MaxKeys must be 0 (unbounded) or positive, got %d", cfg.MaxKeys)
+	case cfg.IdleTTL < 0:
+		return nil, fmt.Errorf("inflight: IdleTTL must be 0 (no sweeper) or positive, got %v", cfg.IdleTTL)
+	}
+	l := &Limiter{limit: uint64(cfg.Limit), queue: uint64(cfg.Queue), hasher: registry.NewHasher(), max: cfg.MaxKeys}
+	if cfg.Global > 0 {
+		l.global = &counter{max: int64(cfg.Global)}
+	}
+	if cfg.twin {
+		l.twin = newTwin(l)
+	} else {
+		l.flat = registry.NewFlat(registry.FlatConfig{MaxKeys: cfg.MaxKeys, Hooks: registry.Hooks{Retire: retireIdle}})
+		l.queues = new(queues)
+	}
+	if cfg.IdleTTL > 0 {
+		l.stop, l.swept = make(chan struct{}), make(chan struct{})
+		ticker := time.NewTicker(cfg.IdleTTL)
+		go func() {
+			defer ticker.Stop()
+			defer close(l.swept)
+			for {
+				select {
+				case <-l.stop:
+					return
+				case <-ticker.C:
+					l.sweep()
+				}
+			}
+		}()
+	}
+	return l, nil
+}
+
+func init() {
+	testhook.InFlightTwin = func(c any) any {
+		cfg := c.(Config)
+		cfg.twin = true
+		return cfg
+	}
+}
+
+// TryAcquire takes one of key's slots if one is free and no waiter is
+// queued for the key, and reports whether it did. It never waits, and
+// allocates nothing for a key already held.
+func (l *Limiter) TryAcquire(key string) (Slot, bool) {
+	s, r := l.acquire(l.hasher.ID(key))
+	return s, r == granted
+}
+
+// acquire is TryAcquire for key id, with the reason of a refusal.
+func (l *Limiter) acquire(id registry.ID) (Slot, refusal) {
+	if l.twin != nil {
+		return l.twin.acquire(id)
+	}
+	g := l.global
+	if g != nil && !g.take() {
+		return Slot{}, globalFull
+	}
+	t, i, r := l.take(id)
+	if r != granted {
+		if g != nil {
+			g.n.Add(-1)
+		}
+		return Slot{}, r
+	}
+	return l.issue(id, t, i), granted
+}
+
+// Acquire takes one of key's slots, waiting for one if they are all held
+// and the key's queue has room: waiters are served in the order they came,
+// and none is overtaken by a later Acquire or TryAcquire. It returns the
+// context's error, and no slot, if ctx is done before a slot is taken
+// (already done: at once, even if a slot is free); ErrFull if the queue is
+// full; ErrGlobal, ErrKeys or ErrClosed (see each). A waiter that gives up
+// takes no slot and leaves no gap in the queue.
+func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
+	if err := ctx.Err(); err != nil {
+		return Slot{}, err
+	}
+	id := l.hasher.ID(key)
+	s, r := l.acquire(id)
+	switch {
+	case r == granted:
+		return s, nil
+	case r != keyFull:
+		return Slot{}, r.err()
+	case l.queue == 0:
+		return Slot{}, ErrFull
+	case l.twin != nil:
+		return l.twin.wait(ctx, id)
+	}
+	return l.wait(ctx, id)
+}
+
+// err is the error Acquire returns for a refusal.
+func (r refusal) err() error {
+	switch r {
+	case keyFull:
+		return ErrFull
+	case keysFull:
+		return ErrKeys
+	case globalFull:
+		return ErrGlobal
+	}
+	return nil
+}
+
+// release gives back key id's slot i of t: to the first waiter, if one is
+// queued, or to the key (and the global cap).
+func (l *Limiter) release(id registry.ID, t *registry.Table, i int) {
+	if l.twin != nil {
+		l.twin.release(id)
+		return
+	}
+	for !l.putBack(id, t, i) {
+		if l.handOff(id) {
+			return
+		}
+		t, i = l.flat.Find(id) // the waiter left meanwhile: put it back after all
+	}
+	if g := l.global; g != nil {
+		g.n.Add(-1)
+	}
+}
+
+// Held returns the slots of key held now.
+func (l *Limiter) Held(key string) int {
+	h, _ := l.count(l.hasher.ID(key))
+	return h
+}
+
+// Waiting returns the waiters queued for key now.
+func (l *Limiter) Waiting(key string) int {
+	_, w := l.count(l.hasher.ID(key))
+	return w
+}
+
+// count returns what key id holds now: slots and waiters.
+func (l *Limiter) count(id registry.ID) (int, int) {
+	if l.twin != nil {
+		return l.twin.count(id)
+	}
+	t, i := l.flat.Find(id)
+	if i < 0 {
+		return 0, 0
+	}
+	v := t.Word(i).Load()
+	if word.IsMark(v) {
+		return 0, 0
+	}
+	return int(held(v)), int(waiting(v))
+}
+
+// InUse returns the slots held over all keys together, when Config.Global
+// is set; otherwise 0.
+func (l *Limiter) InUse() int {
+	if l.twin != nil {
+		return l.twin.inUseNow()
+	}
+	if l.global == nil {
+		return 0
+	}
+	return int(l.global.n.Load())
+}
+
+// Len returns the number of keys held now. With MaxKeys it never exceeds
+// MaxKeys.
+func (l *Limiter) Len() int {
+	if l.twin != nil {
+		return l.twin.len()
+	}
+	return l.flat.Len()
+}
+
+// EvictIdle removes every key that holds no slot and no waiter, and
+// returns how many it removed. It changes no decision: such a key comes
+// back, on its next acquisition, exactly as it was.
+func (l *Limiter) EvictIdle() int {
+	if l.twin != nil {
+		return l.twin.evictIdle(false)
+	}
+	return l.flat.DeleteIf(retireIdle)
+}
+
+// sweep is the sweeper's pass: it removes the keys that hold nothing and
+// were not acquired since the previous pass.
+func (l *Limiter) sweep() int {
+	if l.twin != nil {
+		return l.twin.evictIdle(true)
+	}
+	return l.flat.DeleteIf(retireUntouched)
+}
+
+// Close stops the sweeper, if any, and wakes every waiter with ErrClosed.
+// Later, an Acquire that would have to wait returns ErrClosed; one that
+// finds a slot free takes it, and TryAcquire and Release work as before,
+// so that the work in flight ends normally. Close is idempotent and
+// returns nil.
+func (l *Limiter) Close() error {
+	l.stopOnce.Do(func() {
+		if l.twin != nil {
+			l.twin.close()
+		} else {
+			l.closeQueues()
+		}
+		if l.stop != nil {
+			close(l.stop)
+			<-l.swept
+		}
+	})
+	return nil
+}

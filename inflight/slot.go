@@ -1,0 +1,59 @@
+package inflight
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/floodgate-go/floodgate/registry"
+)
+
+// A Slot is one slot held: the right of one request of its key to run.
+// Release gives it back. A Slot is a small value, and copies of it are the
+// same slot: whichever copy is released first gives it back, and every
+// other Release of it, before or after, is a no-op. The zero Slot holds
+// nothing.
+type Slot struct {
+	t   *ticket
+	gen uint64 // t's generation when the slot was issued
+}
+
+// ticket is where a held slot lives: its key, where the key's word was,
+// and a generation that its release moves on by one, in one CAS, so that
+// a slot is released once and a stale copy of it, whose generation is
+// past, releases nothing. Tickets are pooled: a Slot costs no allocation.
+type ticket struct {
+	gen atomic.Uint64
+	l   *Limiter
+	id  registry.ID
+	t   *registry.Table
+	i   int
+}
+
+var tickets = sync.Pool{New: func() any { return new(ticket) }}
+
+// issue returns a Slot for the slot just taken on key id, at slot i of t.
+func (l *Limiter) issue(id registry.ID, t *registry.Table, i int) Slot {
+	k := tickets.Get().(*ticket)
+	k.l, k.id, k.t, k.i = l, id, t, i
+	return Slot{t: k, gen: k.gen.Load()}
+}
+
+// Release gives the slot back, and reports whether this call did: false
+// for the zero Slot and for a slot already released. A slot is given to
+// the first of its key's waiters, if any; otherwise it is free. Release
+// never blocks on a waiter, works after the Limiter's Close, and may be
+// called from any goroutine.
+func (s Slot) Release() bool {
+	k := s.t
+	if k == nil || !k.gen.CompareAndSwap(s.gen, s.gen+1) {
+		return false
+	}
+	l, id, t, i := k.l, k.id, k.t, k.i
+	k.l, k.t = nil, nil
+	tickets.Put(k)
+	l.release(id, t, i)
+	return true
+}
+
+// Held reports whether the slot is held: issued and not yet released.
+func (s Slot) Held() bool { return s.t != nil && s.t.gen.Load() == s.gen }

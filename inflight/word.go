@@ -1,0 +1,158 @@
+package inflight
+
+import (
+	"unsafe"
+
+	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/word"
+	"github.com/floodgate-go/floodgate/registry"
+)
+
+// A key's state is one word, inline in the flat table beside the key's
+// identity:
+//
+//	bit 62       touched: set by every acquisition, cleared by the sweeper
+//	bits 31..61  the waiters queued for the key (see queue.go)
+//	bits 0..30   the slots held
+//
+// Bit 63 is always clear, so that a state is never one of the table's
+// marks (word.Moved, word.Dead), whose top two bits are 10.
+//
+// The protocol. An acquisition CASes held up by one, only while no waiter
+// is queued and fewer than the limit are held; a release CASes it down by
+// one, only while no waiter is queued. While a waiter is queued, held is
+// the limit and the word changes only under the key's queue lock: a
+// release then hands its slot to the first waiter (waiters down by one,
+// held unchanged), a waiter that gives up takes itself off (waiters down
+// by one), and a newcomer that must wait queues (waiters up by one). So
+// the fast paths take no lock, and no acquisition overtakes a waiter.
+//
+// A word that holds nothing (held and waiters 0) is the state a new key
+// would get: it may be removed (EvictIdle, the sweeper, MaxKeys), by a CAS
+// to word.Dead that no acquisition can slip under. A word that holds
+// anything is never removed.
+const (
+	heldMask = 1<<31 - 1
+	waitOne  = 1 << 31
+	waitMask = heldMask << 31
+	touched  = 1 << 62
+
+	// MaxLimit is the largest Limit, Queue and Global (the width of a
+	// count in the key's word).
+	MaxLimit = heldMask
+)
+
+// held returns the slots held in state v.
+func held(v uint64) uint64 { return v & heldMask }
+
+// waiting returns the waiters queued in state v.
+func waiting(v uint64) uint64 { return (v & waitMask) >> 31 }
+
+// idle reports whether state v holds nothing: no slot, no waiter.
+func idle(v uint64) bool { return v&^touched == 0 }
+
+// refusal is why an acquisition did not take a slot.
+type refusal uint8
+
+const (
+	granted    refusal = iota
+	keyFull            // every slot held, or waiters queued before it
+	keysFull           // MaxKeys reached, and every key held busy
+	globalFull         // the global cap's slots are all held
+)
+
+// take takes one slot of key id, creating its word on first use. It
+// returns the slot's place in the table, for its release, or why it
+// could not.
+func (l *Limiter) take(id registry.ID) (*registry.Table, int, refusal) {
+	t := l.flat.Current(id)
+	i := t.Lookup(id)
+	for {
+		if i < 0 {
+			if t, i = l.create(id); i < 0 {
+				return t, i, keysFull
+			}
+		}
+		w := t.Word(i)
+		v := w.Load()
+		switch {
+		case word.IsMark(v):
+			i = -1 // moved by a resize or removed while idle: find it again
+			continue
+		case v&waitMask != 0 || held(v) >= l.limit:
+			return t, i, keyFull
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, (v+1)|touched) {
+			return t, i, granted
+		}
+		chaos.Lost("inflight.take")
+	}
+}
+
+// create finds or creates key id's word under its shard's lock. The slot
+// is -1 when the table is at MaxKeys and every key in the shard holds a
+// slot or a waiter.
+func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
+	return l.flat.Insert(id, 0, func(*registry.Table) (uint64, unsafe.Pointer, bool) { return 0, nil, true })
+}
+
+// putBack gives back one slot of key id, found at slot i of t when it was
+// taken, unless a waiter is queued: it then reports false, and the caller
+// hands the slot over under the queue's lock. A key that holds a slot is
+// never removed, so the word is live, or moved by a resize to the table's
+// successor.
+func (l *Limiter) putBack(id registry.ID, t *registry.Table, i int) bool {
+	for {
+		w := t.Word(i)
+		v := w.Load()
+		switch {
+		case v == word.Moved:
+			t, i = l.flat.Find(id)
+			continue
+		case word.IsMark(v) || held(v) == 0:
+			panic("inflight: a slot was released on a key that holds none") // a broken invariant, never a caller's input
+		case v&waitMask != 0:
+			return false
+		}
+		chaos.Yield()
+		if w.CompareAndSwap(v, v-1) {
+			return true
+		}
+		chaos.Lost("inflight.release")
+	}
+}
+
+// retireIdle is the registry's Retire hook: it removes a key that holds
+// nothing, in one CAS that no acquisition slips under.
+func retireIdle(t *registry.Table, i int) bool {
+	return word.RetireIf(t.Word(i), idle)
+}
+
+// retireUntouched is the sweeper's: it removes a key that holds nothing
+// and has not been acquired since the previous sweep, and clears the
+// touched mark of every other, so that a key is removed after one whole
+// sweep period without an acquisition.
+func retireUntouched(t *registry.Table, i int) bool {
+	w := t.Word(i)
+	for {
+		v := w.Load()
+		switch {
+		case word.IsMark(v):
+			return false
+		case v == 0:
+			chaos.Yield()
+			if w.CompareAndSwap(0, word.Dead) {
+				return true
+			}
+		case v&touched == 0:
+			return false
+		default:
+			chaos.Yield()
+			if w.CompareAndSwap(v, v&^touched) {
+				return false
+			}
+		}
+		chaos.Lost("inflight.sweep")
+	}
+}

@@ -1,0 +1,162 @@
+package stress
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/floodgate-go/floodgate/inflight"
+	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/testhook"
+)
+
+// probe counts what the goroutines hold of one key (or of all keys, for
+// the global cap) at every instant: up by one after an acquisition, down
+// by one before the release, and the most it ever counted.
+type probe struct {
+	now, most atomic.Int64
+}
+
+func (p *probe) up() {
+	n := p.now.Add(1)
+	for {
+		m := p.most.Load()
+		if n <= m || p.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (p *probe) down() { p.now.Add(-1) }
+
+// TestInFlightNeverAboveLimit runs 64 goroutines on GOMAXPROCS above the
+// cores against the in-flight Limiter and its mutex twin, on a few keys:
+// they take slots with TryAcquire and with Acquire (some of whose
+// contexts another goroutine cancels while they wait), hold them for a
+// random while and release them, some twice. A probe per key, and one
+// over all keys, counts what is held at every instant: never above the
+// limit, nor above the global cap; and at the end every slot is free,
+// no waiter is left, and every key can be evicted.
+func TestInFlightNeverAboveLimit(t *testing.T) {
+	old := runtime.GOMAXPROCS(max(8, 4*runtime.NumCPU()))
+	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
+	const limit, global, queue = 3, 7, 4
+	keys := []string{"a", "b", "c", "d"}
+	for _, form := range []string{"lockfree", "mutex"} {
+		for _, capped := range []bool{false, true} {
+			name := form
+			if capped {
+				name += "/global"
+			}
+			t.Run(name, func(t *testing.T) {
+				cfg := inflight.Config{Limit: limit, Queue: queue}
+				if capped {
+					cfg.Global = global
+				}
+				if form == "mutex" {
+					cfg = testhook.InFlightTwin(cfg).(inflight.Config)
+				}
+				before := chaos.Retries()
+				runInFlight(t, cfg, keys)
+				for again := 0; form == "lockfree" && chaos.Enabled && chaos.Retries() == before && again < contendTries; again++ {
+					t.Logf("no CAS retried: running again (%d of %d)", again+1, contendTries)
+					runInFlight(t, cfg, keys)
+				}
+				if form == "lockfree" && chaos.Enabled && chaos.Retries() == before {
+					t.Fatal("no CAS ever retried: the test did not contend, so it proves nothing")
+				}
+				t.Logf("CAS retries: %d (counted only with -tags chaos)", chaos.Retries()-before)
+			})
+		}
+	}
+}
+
+func runInFlight(t *testing.T, cfg inflight.Config, keys []string) {
+	l, err := inflight.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := make([]probe, len(keys))
+	var all probe
+	var served, refused, cancelled atomic.Int64
+	// pending holds the cancel of the latest Acquire that asked to be
+	// cancelled: the next release cancels it, whatever it is doing then.
+	var pending atomic.Pointer[context.CancelFunc]
+	hammer(size(400_000), func(r *rand.Rand) {
+		k := r.IntN(len(keys))
+		var s inflight.Slot
+		var ok bool
+		var err error
+		switch r.IntN(4) {
+		case 0, 1:
+			s, ok = l.TryAcquire(keys[k])
+		default:
+			ctx := context.Background()
+			if r.IntN(3) == 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+				pending.Store(&cancel)
+			}
+			s, err = l.Acquire(ctx, keys[k])
+			switch {
+			case err == nil:
+				ok = true
+			case errors.Is(err, context.Canceled):
+				cancelled.Add(1)
+			case !errors.Is(err, inflight.ErrFull) && !errors.Is(err, inflight.ErrGlobal):
+				t.Errorf("Acquire: %v", err)
+			}
+		}
+		if !ok {
+			refused.Add(1)
+			return
+		}
+		served.Add(1)
+		probes[k].up()
+		all.up()
+		for range r.IntN(40) {
+			runtime.Gosched()
+		}
+		probes[k].down()
+		all.down()
+		if c := pending.Swap(nil); c != nil {
+			(*c)()
+		}
+		if !s.Release() {
+			t.Error("a held slot did not release")
+		}
+		if r.IntN(8) == 0 && s.Release() {
+			t.Error("a slot released twice")
+		}
+	})
+	for k, key := range keys {
+		if m := probes[k].most.Load(); m > int64(cfg.Limit) {
+			t.Errorf("key %s: %d held at once, limit %d", key, m, cfg.Limit)
+		}
+		if h, w := l.Held(key), l.Waiting(key); h != 0 || w != 0 {
+			t.Errorf("key %s at the end: %d held, %d waiting", key, h, w)
+		}
+	}
+	if cfg.Global > 0 {
+		if m := all.most.Load(); m > int64(cfg.Global) {
+			t.Errorf("%d held at once over all keys, global cap %d", m, cfg.Global)
+		}
+		if l.InUse() != 0 {
+			t.Errorf("InUse at the end: %d", l.InUse())
+		}
+	}
+	if n := l.EvictIdle(); n != len(keys) || l.Len() != 0 {
+		t.Errorf("EvictIdle at the end removed %d of %d keys, left %d", n, len(keys), l.Len())
+	}
+	l.Close()
+	t.Logf("%d served, %d refused, %d cancelled; most held at once %d, %d, %d, %d; over all keys %d",
+		served.Load(), refused.Load(), cancelled.Load(), probes[0].most.Load(), probes[1].most.Load(),
+		probes[2].most.Load(), probes[3].most.Load(), all.most.Load())
+	if served.Load() == 0 || refused.Load() == 0 {
+		t.Error("the run did not both serve and refuse: it proves nothing")
+	}
+}
