@@ -130,7 +130,7 @@ fuzz:
 # BENCHTIME says, some 27 s of each pass on 2 cores; BenchmarkXDS's load
 # runs 20 s a service whatever it says, some 50 s a pass with its pushes.
 GOROUTINES ?= 1,4,64
-BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge)$$
+BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight)$$
 
 bench:
 	GO='$(GO)' BENCHSTAT='$(BENCHSTAT)' COUNT='$(COUNT)' BENCHTIME='$(BENCHTIME)' GOROUTINES='$(GOROUTINES)' \

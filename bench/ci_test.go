@@ -155,7 +155,7 @@ func TestBenchesAgree(t *testing.T) {
 	if err != nil {
 		t.Fatalf("BENCHES %q: %v", inMake, err)
 	}
-	for _, f := range []string{"BenchmarkIdle", "BenchmarkCharge"} {
+	for _, f := range []string{"BenchmarkIdle", "BenchmarkCharge", "BenchmarkInFlight"} {
 		if !re.MatchString(f) {
 			t.Errorf("BENCHES %q does not run %s", inMake, f)
 		}

@@ -31,7 +31,9 @@
 // request; BenchmarkIdle, what floodgate-rls's rules cost while nobody
 // asks for them (CPU, goroutines, heap a rule). BenchmarkCharge holds a
 // cost known after the work, Charge and Reserve then Settle, against
-// AllowN on the same keys, for every algorithm.
+// AllowN on the same keys, for every algorithm. BenchmarkInFlight times a
+// slot of an in-flight limit taken and given back, floodgate's beside
+// golang.org/x/sync/semaphore and acronis/go-appkit's per-key limiter.
 //
 // The benchmarks (allow_test.go) are named so that `benchstat -col /impl`
 // puts implementations side by side; BenchmarkPaired times the sliding log

@@ -43,7 +43,7 @@ func TestBenchPipeline(t *testing.T) {
 	if bytes.Contains(raw, []byte("--- FAIL")) {
 		t.Errorf("a benchmark failed:\n%s", tail(string(raw), 40))
 	}
-	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware", "Charge"}
+	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware", "Charge", "InFlight"}
 	withRedis := false
 	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
 		families = append(families, "Redis", "RLS", "XDS", "TLS", "Idle")
@@ -69,14 +69,17 @@ func TestBenchPipeline(t *testing.T) {
 			t.Errorf("%s was not written: %v", name, err)
 		}
 	}
-	// BenchmarkIdle's and BenchmarkCharge's figures reach the summary only
-	// through their own tables.
+	// BenchmarkIdle's, BenchmarkCharge's and BenchmarkInFlight's figures
+	// reach the summary only through their own tables.
 	md, err := os.ReadFile(filepath.Join(out, "summary.md"))
 	if withRedis && err == nil && !bytes.Contains(md, []byte("| rules-10000 |")) {
 		t.Errorf("summary.md has no row of BenchmarkIdle's table:\n%s", tail(string(md), 40))
 	}
 	if err == nil && !regexp.MustCompile(`(?m)^\| 1M-uniform-parallel +\| floodgate-sl +\|`).Match(md) {
 		t.Errorf("summary.md has no row of BenchmarkCharge's table:\n%s", tail(string(md), 40))
+	}
+	if err == nil && !regexp.MustCompile(`(?m)^\| hotkey-parallel +\| +\d`).Match(md) {
+		t.Errorf("summary.md has no row of BenchmarkInFlight's table:\n%s", tail(string(md), 40))
 	}
 }
 

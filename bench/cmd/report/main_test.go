@@ -619,3 +619,40 @@ BenchmarkTLS/scenario=clients-1000-desc-1/impl=floodgate-rls-redis-2  1  50000 n
 		t.Errorf("a gateway table without its benchmarks: %q", tb.rows)
 	}
 }
+
+// TestInFlightTable: BenchmarkInFlight's table has a row per scenario
+// with each implementation's median, floodgate's ratios to the semaphore,
+// to go-appkit and to the floor, and floodgate's allocs/op; a figure
+// missing shows none.
+func TestInFlightTable(t *testing.T) {
+	d := parseString(t, `BenchmarkInFlight/scenario=hotkey/impl=floodgate-2  1000  36.00 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=hotkey/impl=floodgate-2  1000  40.00 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=hotkey/impl=floodgate-mutex-2  1000  80.00 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=hotkey/impl=semaphore-2  1000  25.00 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=hotkey/impl=go-appkit-2  1000  100.0 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=hotkey/impl=floor-2  1000  12.00 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=1M-uniform-parallel/impl=floodgate-2  1  360.0 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=1M-uniform-parallel/impl=semaphore-2  1  80.00 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=1M-uniform-parallel/impl=go-appkit-2  1  2400 ns/op  0 B/op  0 allocs/op
+`)
+	tb := inflightTable(d)
+	want := [][]string{
+		{"hotkey", "38.0", "80.0", "25.0", "100", "12.0", "1.52×", "0.38×", "3.17×", "0.0"},
+		{"1M-uniform-parallel", "360", "–", "80.0", "2400", "–", "4.50×", "0.15×", "–", "0.0"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+	md := summary(d, "bench-raw.txt", nil)
+	if !strings.Contains(md, "In-flight limits: a slot taken and given back") || !strings.Contains(md, "floodgate ÷ go-appkit ≤ 0.5× on 1M keys") {
+		t.Errorf("summary lacks the in-flight table:\n%s", md)
+	}
+	if tb := inflightTable(parseString(t, raw)); len(tb.rows) != 0 {
+		t.Errorf("an in-flight table without BenchmarkInFlight: %q", tb.rows)
+	}
+}

@@ -27,7 +27,7 @@ func summary(d *dataset, in string, charts []string) string {
 	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
 	tables = append(tables, bytesTables(d)...)
 	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), gatewayTable(d), idleTable(d), chargeTable(d), deniedTable(d))
+	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), gatewayTable(d), idleTable(d), chargeTable(d), inflightTable(d), deniedTable(d))
 	n := 0
 	for _, t := range tables {
 		if len(t.rows) == 0 {
@@ -988,6 +988,44 @@ func chargeTable(d *dataset) table {
 				ratioCell(c, cOK, a, aOK), ratioCell(s, sOK, a, aOK), ratioCell(s, sOK, 2*a, aOK), ratioCell(alone, aloneOK, a, aOK),
 				strings.Join(allocs, ", ")})
 		}
+	}
+	return t
+}
+
+// inflightTable holds floodgate's in-flight limit (BenchmarkInFlight,
+// issue 44) against golang.org/x/sync/semaphore, acronis/go-appkit's
+// per-key limiter and the floor of two atomic adds: per scenario, each
+// one's ns/op for a slot taken and given back, floodgate's ratio to each,
+// and floodgate's allocs/op.
+func inflightTable(d *dataset) table {
+	const fam = "InFlight"
+	impls := []string{"floodgate", "floodgate-mutex", "semaphore", "go-appkit", "floor"}
+	t := table{
+		title: "In-flight limits: a slot taken and given back",
+		note: "ns/op of one request's round through an in-flight limit, a slot taken and given back, under a limit no run reaches: " +
+			"floodgate's lock-free inflight.Limiter (TryAcquire, then Release) and its mutex twin; golang.org/x/sync/semaphore, one global semaphore " +
+			"for every key (TryAcquire(1), then Release(1)); acronis/go-appkit's per-key limiter as its InFlightLimit middleware keeps it " +
+			"(an LRU cache behind one mutex, and per key a channel of slots and one of backlog slots; its HTTP handling and per-request timer left out); " +
+			"and the floor, the two atomic adds on one word that any exact count makes, with no key to find (hot key only). " +
+			"hotkey is one key from one goroutine, hotkey-parallel from every core; 1M-uniform-parallel 1M keys, each held once before the timer starts, " +
+			"picked uniformly from every core. The team's targets (issue 44): floodgate ÷ semaphore ≤ 0.5× on the hot key and on 1M keys, " +
+			"floodgate ÷ go-appkit ≤ 0.5× on 1M keys, and no allocation.",
+		header: []string{"scenario", "floodgate (ns/op)", "mutex twin (ns/op)", "semaphore (ns/op)", "go-appkit (ns/op)", "floor (ns/op)",
+			"÷ semaphore", "÷ go-appkit", "÷ floor", "floodgate allocs/op"},
+		right: rightFrom(1, 10),
+	}
+	for _, sc := range d.scenarios(fam) {
+		vals := make([]float64, len(impls))
+		oks := make([]bool, len(impls))
+		row := []string{sc}
+		for j, impl := range impls {
+			vals[j], oks[j] = d.value(benchKey{family: fam, scenario: sc, impl: impl}, unitNs)
+			row = append(row, cell(vals[j], oks[j], fmtNs))
+		}
+		allocs, aOK := d.value(benchKey{family: fam, scenario: sc, impl: "floodgate"}, "allocs/op")
+		row = append(row, ratioCell(vals[0], oks[0], vals[2], oks[2]), ratioCell(vals[0], oks[0], vals[3], oks[3]),
+			ratioCell(vals[0], oks[0], vals[4], oks[4]), cell(allocs, aOK, fmtNs))
+		t.rows = append(t.rows, row)
 	}
 	return t
 }
