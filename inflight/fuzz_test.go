@@ -19,6 +19,7 @@ type side struct {
 	slots    []inflight.Slot
 	released []inflight.Slot
 	waiters  map[string][]*pending // per key, in the order they queued
+	global   bool                  // the Limiter has a global cap
 }
 
 // pending is one Acquire that queued.
@@ -32,12 +33,15 @@ type pending struct {
 // the same state after each: slots held and waiters queued per key, keys
 // held, slots in use, and which waiter a release served (the first).
 func FuzzTwins(f *testing.F) {
-	f.Add(uint8(2), uint8(2), uint8(0), []byte{0, 0, 0, 8, 1, 1, 16, 2, 3, 4, 5, 0})
-	f.Add(uint8(1), uint8(3), uint8(0), []byte{0, 8, 8, 8, 8, 1, 9, 1, 1, 1, 1})
-	f.Add(uint8(1), uint8(2), uint8(3), []byte{0, 8, 8, 4, 12, 1, 1, 1, 20, 20, 28})
-	f.Add(uint8(3), uint8(0), uint8(2), []byte{0, 16, 32, 8, 1, 1, 5, 6, 7})
-	f.Add(uint8(2), uint8(1), uint8(1), []byte{0, 0, 8, 8, 17, 1, 9, 2, 2, 5, 6, 6})
-	f.Add(uint8(1), uint8(4), uint8(0), []byte{3, 11, 11, 19, 27, 12, 4, 1, 1, 1, 1, 7})
+	// An op is what*9... : op%9 says what (see apply), op/9%4 the key.
+	op := func(what, key int) byte { return byte(key*9 + what) }
+	f.Add(uint8(2), uint8(2), uint8(0), []byte{op(0, 0), op(0, 0), op(0, 0), op(0, 1), op(1, 0), op(1, 0), op(0, 2), op(2, 0), op(3, 0), op(4, 0), op(5, 0), op(0, 0)})
+	f.Add(uint8(1), uint8(3), uint8(0), []byte{op(0, 0), op(4, 0), op(4, 0), op(4, 0), op(1, 0), op(1, 0), op(5, 0), op(1, 0), op(1, 0), op(6, 0), op(7, 0)})
+	f.Add(uint8(1), uint8(2), uint8(3), []byte{op(0, 0), op(0, 1), op(0, 2), op(0, 3), op(4, 1), op(1, 0), op(1, 0), op(6, 1), op(7, 1), op(7, 2)})
+	f.Add(uint8(3), uint8(0), uint8(2), []byte{op(0, 0), op(0, 1), op(0, 2), op(4, 0), op(1, 0), op(1, 0), op(6, 0), op(7, 0), op(7, 0)})
+	f.Add(uint8(0), uint8(3), uint8(0), []byte{op(0, 0), op(4, 0), op(4, 0), op(4, 0), op(8, 2), op(1, 0), op(8, 0), op(1, 0), op(1, 0), op(1, 0), op(1, 0)})
+	f.Add(uint8(2), uint8(2), uint8(4), []byte{op(0, 0), op(0, 0), op(0, 0), op(4, 0), op(4, 0), op(8, 0), op(1, 0), op(1, 0), op(8, 3), op(1, 0), op(1, 0), op(1, 0)})
+	f.Add(uint8(1), uint8(4), uint8(0), []byte{op(0, 1), op(4, 1), op(4, 1), op(4, 2), op(5, 1), op(8, 1), op(1, 0), op(1, 0), op(1, 0), op(6, 0), op(7, 0)})
 	f.Fuzz(twins)
 }
 
@@ -58,12 +62,12 @@ func twins(t *testing.T, limit, queue, global uint8, ops []byte) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sides[k] = &side{l: l, waiters: map[string][]*pending{}}
+			sides[k] = &side{l: l, waiters: map[string][]*pending{}, global: cfg.Global > 0}
 		}
 		keys := []string{"a", "b", "c", "d"}
 		for n, op := range ops {
-			key := keys[op>>3%4]
-			what := fmt.Sprintf("op %d (%d on %s)", n, op&7, key)
+			key := keys[op/9%4]
+			what := fmt.Sprintf("op %d (%d on %s)", n, op%9, key)
 			var answers [2]string
 			for k, s := range sides {
 				answers[k] = s.apply(t, op, key)
@@ -87,7 +91,7 @@ func twins(t *testing.T, limit, queue, global uint8, ops []byte) {
 
 // apply runs one operation and returns its answer as text.
 func (s *side) apply(t *testing.T, op byte, key string) string {
-	switch op & 7 {
+	switch op % 9 {
 	case 0:
 		sl, ok := s.l.TryAcquire(key)
 		if ok {
@@ -100,7 +104,7 @@ func (s *side) apply(t *testing.T, op byte, key string) string {
 			return "none"
 		}
 		j := 0
-		if op&7 == 2 {
+		if op%9 == 2 {
 			j = len(s.slots) - 1
 		}
 		sl := s.slots[j]
@@ -148,8 +152,18 @@ func (s *side) apply(t *testing.T, op byte, key string) string {
 		return fmt.Sprint("cancel ", errName(r.err), " ", r.slot.Held())
 	case 6:
 		return fmt.Sprint("evict ", s.l.EvictIdle())
+	case 7:
+		return fmt.Sprint("sweep ", s.l.Sweep())
 	default:
-		return fmt.Sprint("sweep ", inflight.Sweep(s.l))
+		// A new limit, 1 to 4: a higher one serves the waiters it makes
+		// room for, in order. Not under a global cap: which keys' waiters
+		// the cap's last slots go to is not specified.
+		if s.l.InUse() > 0 || s.global {
+			return "none"
+		}
+		before := s.waiting()
+		err := s.l.SetLimit(int(op/36)%4 + 1)
+		return fmt.Sprint("limit ", err, s.served(t, before))
 	}
 }
 
@@ -162,31 +176,47 @@ func (s *side) waiting() map[string]int {
 	return m
 }
 
-// served finds the waiter a release handed its slot to, if its key's
-// queue shrank, and requires it to be the first of the key's waiters.
+// served finds the waiters that a release or a new limit served, by the
+// keys whose queues shrank, and requires them to be the first of their
+// key's waiters: n served must be the first n.
 func (s *side) served(t *testing.T, before map[string]int) string {
-	for k, q := range s.waiters {
-		if len(q) == 0 || s.l.Waiting(k) == before[k] {
+	out := ""
+	for _, k := range []string{"a", "b", "c", "d"} {
+		q := s.waiters[k]
+		n := before[k] - s.l.Waiting(k)
+		if len(q) == 0 || n <= 0 {
 			continue
 		}
-		cases := make([]reflect.SelectCase, len(q))
-		for j, p := range q {
-			cases[j] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.done)}
+		pending := map[int]bool{}
+		for j := range n {
+			pending[j] = true
 		}
-		j, v, _ := reflect.Select(cases)
-		if j != 0 {
-			t.Fatalf("a release served waiter %d of %s, not the first", j, k)
+		for range n {
+			cases := make([]reflect.SelectCase, len(q))
+			for j, p := range q {
+				cases[j] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.done)}
+				if j < n && !pending[j] {
+					cases[j].Chan = reflect.Value{} // received already: never chosen
+				}
+			}
+			j, v, _ := reflect.Select(cases)
+			if j >= n {
+				t.Fatalf("%d waiters of %s were served, and one was waiter %d", n, k, j)
+			}
+			delete(pending, j)
+			r := v.Interface().(result)
+			if r.err != nil {
+				t.Fatalf("a served waiter of %s: %v", k, r.err)
+			}
+			s.slots = append(s.slots, r.slot)
 		}
-		r := v.Interface().(result)
-		if r.err != nil {
-			t.Fatalf("the served waiter of %s: %v", k, r.err)
+		for _, p := range q[:n] {
+			p.cancel()
 		}
-		q[0].cancel()
-		s.waiters[k] = q[1:]
-		s.slots = append(s.slots, r.slot)
-		return "served " + k
+		s.waiters[k] = q[n:]
+		out += fmt.Sprintf(" served %s:%d", k, n)
 	}
-	return ""
+	return out
 }
 
 // state describes what the Limiter holds.

@@ -438,17 +438,54 @@ func TestSweepRemovesKeysIdleForAWholePeriod(t *testing.T) {
 		s, _ := l.TryAcquire("idle")
 		s.Release()
 		busy, _ := l.TryAcquire("busy")
-		if n := inflight.Sweep(l); n != 0 {
+		if n := l.Sweep(); n != 0 {
 			t.Fatalf("the first sweep removed %d keys acquired since the last one", n)
 		}
-		if n := inflight.Sweep(l); n != 1 || l.Held("busy") != 1 || l.Len() != 1 {
+		if n := l.Sweep(); n != 1 || l.Held("busy") != 1 || l.Len() != 1 {
 			t.Fatalf("the second sweep removed %d (want the idle key only); busy holds %d", n, l.Held("busy"))
 		}
 		busy.Release()
 		s, _ = l.TryAcquire("idle") // back, and touched again
 		s.Release()
-		if n := inflight.Sweep(l); n != 1 || l.Len() != 1 {
+		if n := l.Sweep(); n != 1 || l.Len() != 1 {
 			t.Fatalf("a sweep removed %d, left %d: want busy gone (untouched since its release's sweep) and idle kept", n, l.Len())
+		}
+	})
+}
+
+func TestSetLimit(t *testing.T) {
+	forms(t, inflight.Config{Limit: 1, Queue: 4}, func(t *testing.T, l *inflight.Limiter) {
+		bg := context.Background()
+		held, _ := l.TryAcquire("k")
+		w1, w2, w3 := startWaiter(l, bg, "k"), startWaiter(l, bg, "k"), startWaiter(l, bg, "k")
+		if err := l.SetLimit(3); err != nil {
+			t.Fatal(err)
+		}
+		r1, r2 := <-w1, <-w2
+		if r1.err != nil || r2.err != nil || len(w3) != 0 || l.Held("k") != 3 || l.Waiting("k") != 1 {
+			t.Fatalf("a limit raised to 3 served %v, %v, and the third early: %v; %d held, %d waiting",
+				r1.err, r2.err, len(w3) != 0, l.Held("k"), l.Waiting("k"))
+		}
+		if err := l.SetLimit(1); err != nil {
+			t.Fatal(err)
+		}
+		// 3 held under a limit of 1: releases go back until 1 is held,
+		// then the next is handed to the waiter.
+		held.Release()
+		r1.slot.Release()
+		if len(w3) != 0 || l.Held("k") != 1 {
+			t.Fatalf("under a lowered limit: the waiter served early %v, %d held", len(w3) != 0, l.Held("k"))
+		}
+		r2.slot.Release()
+		r3 := <-w3
+		if r3.err != nil || l.Held("k") != 1 {
+			t.Fatalf("the waiter: %v, %d held", r3.err, l.Held("k"))
+		}
+		r3.slot.Release()
+		for _, bad := range []int{0, -1, inflight.MaxLimit + 1} {
+			if err := l.SetLimit(bad); err == nil || !strings.Contains(err.Error(), "Limit must be 1 to") {
+				t.Errorf("SetLimit(%d) = %v", bad, err)
+			}
 		}
 	})
 }

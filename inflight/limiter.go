@@ -80,7 +80,7 @@ var (
 // A Limiter is safe for concurrent use. The zero value is not usable:
 // call New.
 type Limiter struct {
-	limit  uint64
+	limit  atomic.Uint64 // SetLimit changes it
 	queue  uint64
 	flat   registry.Flat
 	hasher *registry.Hasher
@@ -133,7 +133,8 @@ func New(cfg Config) (*Limiter, error) {
 	case cfg.IdleTTL < 0:
 		return nil, fmt.Errorf("inflight: IdleTTL must be 0 (no sweeper) or positive, got %v", cfg.IdleTTL)
 	}
-	l := &Limiter{limit: uint64(cfg.Limit), queue: uint64(cfg.Queue), hasher: registry.NewHasher(), max: cfg.MaxKeys}
+	l := &Limiter{queue: uint64(cfg.Queue), hasher: registry.NewHasher(), max: cfg.MaxKeys}
+	l.limit.Store(uint64(cfg.Limit))
 	if cfg.Global > 0 {
 		l.global = &counter{max: int64(cfg.Global)}
 	}
@@ -154,7 +155,7 @@ func New(cfg Config) (*Limiter, error) {
 				case <-l.stop:
 					return
 				case <-ticker.C:
-					l.sweep()
+					l.Sweep()
 				}
 			}
 		}()
@@ -313,13 +314,34 @@ func (l *Limiter) EvictIdle() int {
 	return l.flat.DeleteIf(retireIdle)
 }
 
-// sweep is the sweeper's pass: it removes the keys that hold nothing and
-// were not acquired since the previous pass.
-func (l *Limiter) sweep() int {
+// Sweep removes the keys that hold nothing and were not acquired since
+// the previous Sweep, and returns how many it removed: called every T, it
+// removes a key within 2T of its last use. It is the pass that the
+// sweeper of Config.IdleTTL makes, for a caller that sweeps many
+// Limiters from one goroutine of its own.
+func (l *Limiter) Sweep() int {
 	if l.twin != nil {
 		return l.twin.evictIdle(true)
 	}
 	return l.flat.DeleteIf(retireUntouched)
+}
+
+// SetLimit changes the limit of every key while the Limiter serves: 1 to
+// MaxLimit, or an error. A higher limit serves at once the waiters it
+// makes room for, in their order. Under a lower one, a key that holds
+// more than the new limit keeps its slots until they are released, and
+// takes no new one, nor serves a waiter, until it holds fewer.
+func (l *Limiter) SetLimit(limit int) error {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Errorf("inflight: Limit must be 1 to %d slots per key, got %d", MaxLimit, limit)
+	}
+	if l.twin != nil {
+		l.twin.setLimit(uint64(limit))
+		return nil
+	}
+	l.limit.Store(uint64(limit))
+	l.serveRoom()
+	return nil
 }
 
 // Close stops the sweeper, if any, and wakes every waiter with ErrClosed.

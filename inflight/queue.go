@@ -109,7 +109,7 @@ func (l *Limiter) wait(ctx context.Context, id registry.ID) (Slot, error) {
 		switch {
 		case word.IsMark(v):
 			continue
-		case v&waitMask == 0 && held(v) < l.limit: // freed meanwhile
+		case v&waitMask == 0 && held(v) < l.limit.Load(): // freed meanwhile
 			if g := l.global; g != nil && !g.take() {
 				s.mu.Unlock()
 				return Slot{}, ErrGlobal
@@ -207,6 +207,56 @@ func (l *Limiter) handOff(id registry.ID) bool {
 	w.state = handed
 	close(w.ready)
 	return true
+}
+
+// serveRoom serves, after SetLimit raised the limit, the waiters of every
+// key for which it made room, in their order: each takes a slot (and one
+// of the global cap, if any, while it has one free).
+func (l *Limiter) serveRoom() {
+	for k := range l.queues.s {
+		s := &l.queues.s[k]
+		s.mu.Lock()
+		for id, ls := range s.keys {
+			for ls.head != nil && l.serveFirst(id, ls) {
+			}
+			if ls.head == nil {
+				delete(s.keys, id)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// serveFirst gives key id's first waiter a slot if the key holds fewer
+// than the limit, and reports whether it did. Under the stripe's lock.
+func (l *Limiter) serveFirst(id registry.ID, ls *list) bool {
+	for {
+		t, i := l.flat.Find(id) // a key with waiters is never removed
+		wd := t.Word(i)
+		v := wd.Load()
+		switch {
+		case v == word.Moved:
+			continue
+		case held(v) >= l.limit.Load():
+			return false
+		}
+		if g := l.global; g != nil && !g.take() {
+			return false
+		}
+		chaos.Yield()
+		if wd.CompareAndSwap(v, v-waitOne+1) {
+			w := ls.head
+			ls.remove(w)
+			w.t, w.i = t, i
+			w.state = handed
+			close(w.ready)
+			return true
+		}
+		if g := l.global; g != nil {
+			g.n.Add(-1)
+		}
+		chaos.Lost("inflight.room")
+	}
 }
 
 // closeQueues wakes every waiter with ErrClosed and stops queueing.

@@ -13,6 +13,7 @@ import (
 // testhook.InFlightTwin).
 type twin struct {
 	l      *Limiter
+	limit  uint64
 	mu     sync.Mutex
 	keys   map[registry.ID]*twinKey
 	inUse  int64
@@ -30,7 +31,30 @@ type twinWaiter struct {
 	state waitState
 }
 
-func newTwin(l *Limiter) *twin { return &twin{l: l, keys: make(map[registry.ID]*twinKey)} }
+func newTwin(l *Limiter) *twin {
+	return &twin{l: l, limit: l.limit.Load(), keys: make(map[registry.ID]*twinKey)}
+}
+
+// setLimit is SetLimit: a higher limit serves the waiters it makes room
+// for, in order, while the global cap has slots free.
+func (tw *twin) setLimit(limit uint64) {
+	tw.mu.Lock()
+	defer tw.mu.Unlock()
+	tw.limit = limit
+	for _, k := range tw.keys {
+		for len(k.queue) > 0 && k.held < limit {
+			if g := tw.l.global; g != nil && tw.inUse >= g.max {
+				break
+			}
+			w := k.queue[0]
+			k.queue = k.queue[1:]
+			k.held++
+			tw.inUse++
+			w.state = handed
+			close(w.ready)
+		}
+	}
+}
 
 // key returns id's state, created if absent, or nil when MaxKeys are held
 // and every one of them is busy. Under the lock.
@@ -66,7 +90,7 @@ func (tw *twin) grab(id registry.ID) refusal {
 	switch {
 	case k == nil:
 		return keysFull
-	case len(k.queue) > 0 || k.held >= tw.l.limit:
+	case len(k.queue) > 0 || k.held >= tw.limit:
 		return keyFull
 	}
 	k.held++
@@ -142,7 +166,7 @@ func (tw *twin) release(id registry.ID) {
 	if k == nil || k.held == 0 {
 		panic("inflight: a slot was released on a key that holds none")
 	}
-	if len(k.queue) > 0 {
+	if len(k.queue) > 0 && k.held <= tw.limit {
 		w := k.queue[0]
 		k.queue = k.queue[1:]
 		w.state = handed

@@ -79,7 +79,7 @@ func (l *Limiter) take(id registry.ID) (*registry.Table, int, refusal) {
 		case word.IsMark(v):
 			i = -1 // moved by a resize or removed while idle: find it again
 			continue
-		case v&waitMask != 0 || held(v) >= l.limit:
+		case v&waitMask != 0 || held(v) >= l.limit.Load():
 			return t, i, keyFull
 		}
 		chaos.Yield()
@@ -98,8 +98,9 @@ func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
 }
 
 // putBack gives back one slot of key id, found at slot i of t when it was
-// taken, unless a waiter is queued: it then reports false, and the caller
-// hands the slot over under the queue's lock. A key that holds a slot is
+// taken, unless a waiter is queued and the key holds no more than the
+// limit: it then reports false, and the caller hands the slot over under
+// the queue's lock. A key that holds a slot is
 // never removed, so the word is live, or moved by a resize to the table's
 // successor.
 func (l *Limiter) putBack(id registry.ID, t *registry.Table, i int) bool {
@@ -112,8 +113,8 @@ func (l *Limiter) putBack(id registry.ID, t *registry.Table, i int) bool {
 			continue
 		case word.IsMark(v) || held(v) == 0:
 			panic("inflight: a slot was released on a key that holds none") // a broken invariant, never a caller's input
-		case v&waitMask != 0:
-			return false
+		case v&waitMask != 0 && held(v) <= l.limit.Load():
+			return false // hand it to the first waiter (above a lowered limit, it goes back)
 		}
 		chaos.Yield()
 		if w.CompareAndSwap(v, v-1) {
