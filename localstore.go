@@ -88,8 +88,9 @@ type LocalStore struct {
 	maxKeys int
 	ttl     time.Duration
 
-	mu   sync.Mutex
-	live map[string]*localPolicy
+	mu    sync.Mutex
+	live  map[string]*localPolicy
+	slots map[string]*localSlots // in-flight policies (see SlotPolicy)
 
 	stop  chan struct{}
 	swept chan struct{}
@@ -135,6 +136,15 @@ func (s *LocalStore) sweepNow() {
 		if now := p.l.now(); now >= math.MinInt64+int64(s.ttl) {
 			p.l.evictIdleAt(now - int64(s.ttl))
 		}
+	}
+	s.mu.Lock()
+	slots := make([]*localSlots, 0, len(s.slots))
+	for _, p := range s.slots {
+		slots = append(slots, p)
+	}
+	s.mu.Unlock()
+	for _, p := range slots {
+		p.l.Sweep() // a key that held nothing for two sweeps: an IdleTTL
 	}
 }
 
@@ -204,7 +214,7 @@ func (s *LocalStore) Policy(name, algorithm string, rule Rule) (StorePolicy, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.live[name] != nil {
+	if s.live[name] != nil || s.slots[name] != nil {
 		return nil, fmt.Errorf("floodgate: a live policy of the Store is named %q already", name)
 	}
 	l, err := New(cfg)

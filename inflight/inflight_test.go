@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"strconv"
 	"strings"
@@ -36,20 +37,25 @@ func forms(t *testing.T, cfg inflight.Config, f func(t *testing.T, l *inflight.L
 }
 
 func TestNewRefusesBadConfig(t *testing.T) {
-	for _, c := range []struct {
+	type bad struct {
 		cfg  inflight.Config
 		want string
-	}{
+	}
+	cases := []bad{
 		{inflight.Config{}, "Limit must be 1 to"},
 		{inflight.Config{Limit: -1}, "got -1"},
-		{inflight.Config{Limit: inflight.MaxLimit + 1}, "Limit must be 1 to 2147483647"},
 		{inflight.Config{Limit: 1, Queue: -1}, "Queue must be 0"},
-		{inflight.Config{Limit: 1, Queue: inflight.MaxLimit + 1}, "Queue must be 0"},
 		{inflight.Config{Limit: 1, Global: -3}, "Global must be 0"},
-		{inflight.Config{Limit: 1, Global: inflight.MaxLimit + 1}, "Global must be 0"},
 		{inflight.Config{Limit: 1, MaxKeys: -1}, "MaxKeys must be 0"},
 		{inflight.Config{Limit: 1, IdleTTL: -1}, "IdleTTL must be 0"},
-	} {
+	}
+	if over := int64(inflight.MaxLimit) + 1; over <= math.MaxInt { // an int of 32 bits cannot hold it
+		cases = append(cases,
+			bad{inflight.Config{Limit: int(over)}, "Limit must be 1 to 2147483647"},
+			bad{inflight.Config{Limit: 1, Queue: int(over)}, "Queue must be 0"},
+			bad{inflight.Config{Limit: 1, Global: int(over)}, "Global must be 0"})
+	}
+	for _, c := range cases {
 		l, err := inflight.New(c.cfg)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("New(%+v) = %v, %v; want an error containing %q", c.cfg, l, err, c.want)
@@ -482,7 +488,11 @@ func TestSetLimit(t *testing.T) {
 			t.Fatalf("the waiter: %v, %d held", r3.err, l.Held("k"))
 		}
 		r3.slot.Release()
-		for _, bad := range []int{0, -1, inflight.MaxLimit + 1} {
+		bads := []int{0, -1}
+		if over := int64(inflight.MaxLimit) + 1; over <= math.MaxInt {
+			bads = append(bads, int(over))
+		}
+		for _, bad := range bads {
 			if err := l.SetLimit(bad); err == nil || !strings.Contains(err.Error(), "Limit must be 1 to") {
 				t.Errorf("SetLimit(%d) = %v", bad, err)
 			}

@@ -295,6 +295,14 @@ func (l *Limiter) InUse() int {
 	return int(l.global.n.Load())
 }
 
+// Limit returns the limit of every key: Config.Limit, or the latest
+// SetLimit's.
+func (l *Limiter) Limit() int { return int(l.limit.Load()) }
+
+// MaxKeys returns Config.MaxKeys: the bound Len never exceeds, 0 for
+// none.
+func (l *Limiter) MaxKeys() int { return l.max }
+
 // Len returns the number of keys held now. With MaxKeys it never exceeds
 // MaxKeys.
 func (l *Limiter) Len() int {
@@ -335,11 +343,11 @@ func (l *Limiter) SetLimit(limit int) error {
 	if limit < 1 || limit > MaxLimit {
 		return fmt.Errorf("inflight: Limit must be 1 to %d slots per key, got %d", MaxLimit, limit)
 	}
+	l.limit.Store(uint64(limit))
 	if l.twin != nil {
 		l.twin.setLimit(uint64(limit))
 		return nil
 	}
-	l.limit.Store(uint64(limit))
 	l.serveRoom()
 	return nil
 }
