@@ -69,6 +69,10 @@ const (
 	StoreLeased
 	StoreReturned
 	StoreLapsed
+	// InFlight is the requests a middleware's in-flight policy holds a
+	// slot for now, in this process: they were admitted and have not
+	// ended.
+	InFlight
 	numMetrics
 )
 
@@ -166,6 +170,8 @@ var infos = [numMetrics]Info{
 		"Unspent leased units given back to a Store.", false, "", ""},
 	StoreLapsed: {"floodgate_store_lapsed_units_total", "floodgate.store.lapsed", Counter, "{unit}",
 		"Unspent leased units whose time ran out before they could go back.", false, "", ""},
+	InFlight: {"floodgate_in_flight", "floodgate.in_flight", Gauge, "{request}",
+		"Requests that hold a slot of an in-flight policy now, in this process.", true, "", ""},
 }
 
 // Info returns m's names and description. It panics for a Metric that is

@@ -56,6 +56,25 @@ type Policy struct {
 	// never sees it. A value that is not one non-negative decimal integer
 	// is ignored. "" takes the cost the handler reports instead.
 	CostHeader string
+	// InFlight, above 0, makes the policy an in-flight limit instead of
+	// a rate: at most InFlight requests of a client at once, 1 to
+	// inflight.MaxLimit. A request takes a slot when it is admitted and
+	// gives it back when the handler returns. Rule, Algorithm, After,
+	// Estimate and CostHeader are then zero. The route's in-flight
+	// policies take their slots before its rate policies decide, all or
+	// nothing: a request that an in-flight policy refuses is charged by
+	// no rate policy, and one that a rate policy refuses gives its slots
+	// back. A refusal is a 429 with Retry-After (see RetryAfter), and no
+	// RateLimit headers: an in-flight limit is not a quota over time,
+	// which is what they describe. In process, an in-flight policy is an
+	// inflight.Limiter with the middleware's MaxKeys; on a Store, the
+	// Store must be a floodgate.SlotStore.
+	InFlight int
+	// RetryAfter is the Retry-After of an in-flight policy's refusal,
+	// rounded up to whole seconds; 0 is one second. A slot frees when
+	// one of the client's requests ends, which the server cannot
+	// foresee: set it to how long the route's requests usually run.
+	RetryAfter time.Duration
 }
 
 // Route is an endpoint with limits of its own.
@@ -373,7 +392,7 @@ func (l *Limiter) specs(ps []Policy) ([]policy.Spec, error) {
 	specs := make([]policy.Spec, len(ps))
 	for i, p := range ps {
 		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow,
-			After: p.After, Estimate: p.Estimate}
+			After: p.After, Estimate: p.Estimate, InFlight: p.InFlight, RetryAfter: p.RetryAfter}
 		if p.CostHeader == "" {
 			continue
 		}
@@ -463,12 +482,16 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 		}
 		var d floodgate.Decision
 		var m *meter
-		if !l.check(w, r, rt, also, &d, &m) {
+		var held policy.Held
+		if !l.check(w, r, rt, also, &d, &m, &held) {
 			if m != nil {
 				m.settle(r, true) // what a route reserved before the other refused
 			}
 			l.deny(w, r, d)
 			return
+		}
+		if held.Len() > 0 {
+			defer held.Release() // when the handler returns, or panics
 		}
 		if m == nil {
 			next.ServeHTTP(w, r)
@@ -485,18 +508,23 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 // (stricter, never looser), and the headers carry both routes' policies.
 // It reports whether to serve r, and writes the refusal to *d when not.
 // A route whose policies are After reserves their estimates in *m, which
-// it makes (see meter).
-func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route, d *floodgate.Decision, m **meter) bool {
+// it makes (see meter). A route's in-flight policies take their slots
+// into held first (see Policy.InFlight); a refused request holds none.
+func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route, d *floodgate.Decision, m **meter, held *policy.Held) bool {
 	client := l.Client(r)
 	tier := ""
 	if l.tier != nil {
 		tier = l.tier(r, client)
 	}
 	s := rt.For(tier)
+	h := w.Header()
+	if s.Slotted() && !s.Acquire(r.Context(), client, held, d) {
+		setRetryAfter(h, d.RetryAfter)
+		return false
+	}
 	var buf [floodgate.MaxPolicies]floodgate.Decision
 	each := buf[:len(s.Names)]
 	serve := decide(w, r, s, client, each, d, m)
-	h := w.Header()
 	shown, dh := s.Shows(), floodgate.Decision{}
 	if l.legacy { // only the legacy headers read dh
 		dh = restrictive(each, s.Shown)
@@ -508,6 +536,12 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route,
 	if also != nil && serve {
 		s2 := also.For(tier)
 		more := make([]floodgate.Decision, len(s2.Names))
+		if s2.Slotted() && !s2.Acquire(r.Context(), client, held, d) {
+			// What rt granted stays spent, as when also's rate refuses.
+			held.Release()
+			setRetryAfter(h, d.RetryAfter)
+			return false
+		}
 		serve = decide(w, r, s2, client, more, d, m)
 		if s2.Shows() {
 			if dh2 := restrictive(more, s2.Shown); !shown || dh2.Remaining < dh.Remaining {
@@ -531,6 +565,9 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route,
 	}
 	if !serve && d.RetryAfter != floodgate.Never {
 		setRetryAfter(h, d.RetryAfter)
+	}
+	if !serve {
+		held.Release()
 	}
 	return serve
 }

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"time"
+
 	"github.com/floodgate-go/floodgate"
 )
 
@@ -28,7 +30,21 @@ type Spec struct {
 	// (httplimit's response header or trailer, grpclimit's metadata key),
 	// "" for a cost the handler reports.
 	CostKey string
+	// InFlight, above 0, makes the policy an in-flight limit: at most
+	// InFlight requests of a key at once, each holding a slot from its
+	// admission until it ends (see Set.Acquire). Rule, Algorithm, After
+	// and Estimate are then zero.
+	InFlight int
+	// RetryAfter is the Retry-After of an in-flight policy's refusal: 0
+	// is DefaultRetryAfter.
+	RetryAfter time.Duration
 }
+
+// DefaultRetryAfter is the Retry-After of an in-flight policy's refusal
+// when it gives none: a slot frees when one of the client's requests
+// ends, which the server cannot foresee; a second is the shortest wait
+// that the header can say.
+const DefaultRetryAfter = time.Second
 
 // algorithmName is a's name, "" being the token bucket.
 func algorithmName(a string) string {

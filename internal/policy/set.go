@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/inflight"
 	"github.com/floodgate-go/floodgate/internal/tally"
 )
 
@@ -41,6 +43,7 @@ const (
 const (
 	entryDenied = iota
 	entryShadow
+	entryHeld // an in-flight policy's slots held now: up at Acquire, down at Release
 	entryCounts
 )
 
@@ -67,6 +70,7 @@ type Set struct {
 	settler floodgate.Settler     // store, when a policy is After (see Reserve)
 	asks    []floodgate.Ask       // each policy's, with its shadow switch; a request sets the key and cost
 	entries []*Entry
+	slots   []*Entry // the in-flight policies, in order (see Acquire)
 	route   *Route
 	// uncounted makes Decide skip its counts (Builder.Uncounted).
 	uncounted bool
@@ -77,10 +81,21 @@ type Set struct {
 type Entry struct {
 	// Spec is the policy as the latest Builder gave it.
 	Spec Spec
-	// SP is the policy on the Store, which holds its clients' state.
-	SP    floodgate.StorePolicy
+	// SP is the policy on the Store, which holds its clients' state; nil
+	// for an in-flight policy.
+	SP floodgate.StorePolicy
+	// Slots is an in-flight policy on the Store; nil for a rate policy.
+	Slots floodgate.SlotPolicy
 	label string        // the policy label: the name, or "tier/name"
-	count *tally.Counts // entryDenied, entryShadow
+	count *tally.Counts // entryDenied, entryShadow, entryHeld
+}
+
+// closer is what holds the entry's clients' state.
+func (e *Entry) closer() Closer {
+	if e.Slots != nil {
+		return e.Slots
+	}
+	return e.SP
 }
 
 // For returns the Set for a request in tier ("" for none): the tier's
@@ -109,6 +124,9 @@ func (r *Route) Exempt() { r.count.Inc(routeExempt) }
 // Store answered is refused, and counted by the Store alone (as
 // abandoned).
 func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.Decision, refusal *floodgate.Decision) (serve bool) {
+	if len(s.asks) == 0 { // in-flight policies only: Acquire decided
+		return s.verdict(-1)
+	}
 	var d floodgate.Decision
 	var j int
 	var err error
@@ -131,6 +149,77 @@ func (s *Set) Decide(ctx context.Context, key string, n int64, each []floodgate.
 	}
 	return serve
 }
+
+// Slotted reports whether s has in-flight policies: a request must take
+// their slots with Acquire before Decide, and give them back when it
+// ends.
+func (s *Set) Slotted() bool { return len(s.slots) > 0 }
+
+// Acquire takes a slot of key from each of the Set's in-flight policies,
+// into h, before its rate policies decide the request (Decide or
+// Reserve, which do not count it again): all or nothing, so that a
+// request that any enforced in-flight policy refuses holds no slot, and
+// is charged by no rate policy. A shadow policy that has no slot free
+// counts the request as shadow_denied and lets it pass without one.
+// It reports whether to go on, and writes the refusal to *refusal when
+// not: its Limit is the policy's, Remaining 0, and RetryAfter and
+// ResetAfter the policy's RetryAfter. The refusal is counted as denied
+// under the policy; a caller gone before the Store answered is counted
+// by the Store alone. A request refused afterwards, by a rate policy or
+// another route, must Release h; one served Releases it when it ends.
+func (s *Set) Acquire(ctx context.Context, key string, h *Held, refusal *floodgate.Decision) bool {
+	for _, e := range s.slots {
+		slot, ok, err := e.Slots.Acquire(ctx, key)
+		switch {
+		case ok:
+			h.add(slot, e, s.uncounted)
+			continue
+		case err == nil && e.Spec.Shadow:
+			s.count(e.count, entryShadow)
+			continue
+		case err == nil:
+			s.count(e.count, entryDenied)
+		}
+		h.Release()
+		wait := cmp.Or(e.Spec.RetryAfter, DefaultRetryAfter)
+		*refusal = floodgate.Decision{Limit: int64(e.Slots.Limit()), RetryAfter: wait, ResetAfter: wait}
+		return false
+	}
+	return true
+}
+
+// Held is the slots a request took (Set.Acquire), for as long as it
+// runs: its zero value holds none. It is not safe for concurrent use.
+type Held struct {
+	n       int
+	slots   [2 * floodgate.MaxPolicies]floodgate.Slot // two Sets, for a request that two routes decide
+	entries [2 * floodgate.MaxPolicies]*Entry         // nil where the gauge is not counted
+}
+
+func (h *Held) add(slot floodgate.Slot, e *Entry, uncounted bool) {
+	if uncounted {
+		e = nil
+	} else {
+		e.count.Add(entryHeld, 1)
+	}
+	h.slots[h.n], h.entries[h.n] = slot, e
+	h.n++
+}
+
+// Release gives back every slot h holds, once: a second Release gives
+// back nothing.
+func (h *Held) Release() {
+	for i := range h.n {
+		if h.slots[i].Release() && h.entries[i] != nil {
+			h.entries[i].count.Add(entryHeld, -1)
+		}
+		h.slots[i], h.entries[i] = floodgate.Slot{}, nil
+	}
+	h.n = 0
+}
+
+// Len returns the number of slots h holds.
+func (h *Held) Len() int { return h.n }
 
 // After reports whether a policy of s is After: its requests must be
 // decided by Reserve, and settled by Settle when they end.
@@ -338,8 +427,17 @@ type Builder struct {
 
 // pendingRule is a kept policy's new rule, which Commit gives it.
 type pendingRule struct {
-	e    *Entry
-	rule floodgate.Rule
+	e     *Entry
+	rule  floodgate.Rule
+	limit int // an in-flight policy's new limit, instead of rule
+}
+
+// all returns the Set's rate policies, then its in-flight ones.
+func (s *Set) all() []*Entry {
+	if len(s.slots) == 0 {
+		return s.entries
+	}
+	return append(slices.Clip(s.entries), s.slots...)
 }
 
 // NewBuilder returns a Builder for a middleware's routes, whose policies
@@ -351,7 +449,7 @@ func NewBuilder(store floodgate.Store, valid func(string) bool, showShadow bool,
 	for _, r := range old {
 		b.oldCount[r.Name] = r.count
 		for tier, s := range r.sets() {
-			for _, e := range s.entries {
+			for _, e := range s.all() {
 				b.old[entryKey(r.Name, tier, e.Spec.Name)] = e
 			}
 		}
@@ -411,7 +509,7 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	s := &Set{route: r, uncounted: b.Uncounted, store: b.Store}
 	s.local, _ = b.Store.(*floodgate.LocalStore)
 	seen := make(map[string]bool, len(specs))
-	for i, sp := range specs {
+	for _, sp := range specs {
 		if !b.Valid(sp.Name) {
 			return nil, fmt.Errorf("policy name %q: %w", sp.Name, ErrName)
 		}
@@ -431,10 +529,22 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 			return nil, fmt.Errorf("policy name %q used twice", sp.Name)
 		}
 		seen[sp.Name] = true
+		if sp.InFlight != 0 || sp.RetryAfter != 0 {
+			if err := b.checkSlots(sp); err != nil {
+				return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
+			}
+			e, err := b.slotEntry(r.Name, tier, sp)
+			if err != nil {
+				return nil, err
+			}
+			s.slots = append(s.slots, e)
+			continue
+		}
 		e, err := b.entry(r.Name, tier, sp)
 		if err != nil {
 			return nil, err
 		}
+		i := len(s.Names)
 		s.Names = append(s.Names, sp.Name)
 		s.Specs = append(s.Specs, sp)
 		s.entries = append(s.entries, e)
@@ -446,6 +556,49 @@ func (b *Builder) set(r *Route, tier string, specs []Spec) (*Set, error) {
 	return s, nil
 }
 
+// checkSlots checks an in-flight policy's spec: a limit in range, a wait
+// of 0 or more, and nothing of a rate policy.
+func (b *Builder) checkSlots(sp Spec) error {
+	switch {
+	case sp.InFlight < 1 || sp.InFlight > inflight.MaxLimit:
+		return fmt.Errorf("an in-flight limit of %d: want 1 to %d requests of a client at once", sp.InFlight, inflight.MaxLimit)
+	case sp.RetryAfter < 0:
+		return fmt.Errorf("a RetryAfter of %v: want 0 (a second) or more", sp.RetryAfter)
+	case sp.Rule != floodgate.Rule{} || sp.Algorithm != "" || sp.After || sp.Estimate != 0 || sp.CostKey != "":
+		return errors.New("an in-flight limit (InFlight) has no Rule, Algorithm, After, Estimate or cost: make a policy of each kind")
+	}
+	if _, ok := b.Store.(floodgate.SlotStore); !ok {
+		return fmt.Errorf("an in-flight limit needs a Store that is a floodgate.SlotStore; %T is not", b.Store)
+	}
+	return nil
+}
+
+// slotEntry is the in-flight policy's Entry: the one a replacement keeps,
+// or a new one.
+func (b *Builder) slotEntry(route, tier string, sp Spec) (*Entry, error) {
+	label := sp.Name
+	if tier != "" {
+		label = tier + "/" + sp.Name
+	}
+	if e, ok := b.old[entryKey(route, tier, sp.Name)]; ok {
+		if e.Slots == nil {
+			return nil, fmt.Errorf("policy %q: it cannot change from a rate limit to an in-flight limit while serving (give it a new name)", sp.Name)
+		}
+		if sp.InFlight != e.Spec.InFlight {
+			b.rules = append(b.rules, pendingRule{e: e, limit: sp.InFlight})
+		}
+		b.kept[e] = true
+		return &Entry{Spec: sp, Slots: e.Slots, label: label, count: e.count}, nil
+	}
+	p, err := b.Store.(floodgate.SlotStore).SlotPolicy(StoreName(route, tier, sp.Name), sp.InFlight)
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
+	}
+	e := &Entry{Spec: sp, Slots: p, label: label, count: tally.New(entryCounts)}
+	b.fresh = append(b.fresh, e)
+	return e, nil
+}
+
 // entry is the policy's Entry: the one a replacement keeps, or a new one.
 func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 	label := sp.Name
@@ -453,6 +606,9 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 		label = tier + "/" + sp.Name
 	}
 	if e, ok := b.old[entryKey(route, tier, sp.Name)]; ok {
+		if e.Slots != nil {
+			return nil, fmt.Errorf("policy %q: it cannot change from an in-flight limit to a rate limit while serving (give it a new name)", sp.Name)
+		}
 		if algorithmName(e.Spec.Algorithm) != algorithmName(sp.Algorithm) {
 			return nil, fmt.Errorf("policy %q: its algorithm cannot change from %s to %s while serving: its clients' state would be lost (give it a new name to start it afresh)",
 				sp.Name, algorithmName(e.Spec.Algorithm), algorithmName(sp.Algorithm))
@@ -463,7 +619,7 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 			if err := b.Store.Check(sp.Algorithm, sp.Rule); err != nil {
 				return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
 			}
-			b.rules = append(b.rules, pendingRule{e, sp.Rule})
+			b.rules = append(b.rules, pendingRule{e: e, rule: sp.Rule})
 		}
 		b.kept[e] = true
 		kept := &Entry{Spec: sp, SP: e.SP, label: label, count: e.count}
@@ -503,7 +659,7 @@ type Closer interface{ Close() error }
 // Abort closes the Store policies the Builder made, after an error.
 func (b *Builder) Abort() {
 	for _, e := range b.fresh {
-		e.SP.Close()
+		e.closer().Close()
 	}
 }
 
@@ -517,14 +673,20 @@ func (b *Builder) Abort() {
 // Check took in Route; the policies before it have their new rules then.
 func (b *Builder) Commit() ([]Closer, error) {
 	for _, p := range b.rules {
-		if err := p.e.SP.SetRule(p.rule); err != nil {
+		var err error
+		if p.e.Slots != nil {
+			err = p.e.Slots.SetLimit(p.limit)
+		} else {
+			err = p.e.SP.SetRule(p.rule)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.e.Spec.Name, err)
 		}
 	}
 	var retired []Closer
 	for _, e := range b.old {
 		if !b.kept[e] {
-			retired = append(retired, e.SP)
+			retired = append(retired, e.closer())
 		}
 	}
 	return retired, nil
@@ -536,8 +698,8 @@ func Closers(routes []*Route) []Closer {
 	var all []Closer
 	for _, r := range routes {
 		for _, s := range r.sets() {
-			for _, e := range s.entries {
-				all = append(all, e.SP)
+			for _, e := range s.all() {
+				all = append(all, e.closer())
 			}
 		}
 	}
@@ -583,6 +745,17 @@ func (s *Set) appendCounts(dst []counts.Sample) []counts.Sample {
 			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.ShadowDenied, Value: e.count.Value(entryShadow)})
 		from := len(dst)
 		dst = e.SP.AppendCounts(dst)
+		for i := from; i < len(dst); i++ {
+			dst[i].Route, dst[i].Policy = route, e.label
+		}
+	}
+	for _, e := range s.slots {
+		dst = append(dst,
+			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.Denied, Value: e.count.Value(entryDenied)},
+			counts.Sample{Metric: counts.Requests, Route: route, Policy: e.label, Label: counts.ShadowDenied, Value: e.count.Value(entryShadow)},
+			counts.Sample{Metric: counts.InFlight, Route: route, Policy: e.label, Value: e.count.Value(entryHeld)})
+		from := len(dst)
+		dst = e.Slots.AppendCounts(dst)
 		for i := from; i < len(dst); i++ {
 			dst[i].Route, dst[i].Policy = route, e.label
 		}
