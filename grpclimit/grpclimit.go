@@ -62,6 +62,25 @@ type Policy struct {
 	// value that is not one non-negative decimal integer is ignored. ""
 	// takes the cost the handler reports instead.
 	CostKey string
+	// InFlight, above 0, makes the policy an in-flight limit instead of
+	// a rate: at most InFlight calls of a client at once, 1 to
+	// inflight.MaxLimit. A call takes a slot when it is admitted and gives
+	// it back when its handler returns: a unary call's when it answers, a
+	// stream's when the stream ends. Rule, Algorithm, After, Estimate and
+	// CostKey are then zero. The entry's in-flight policies take their
+	// slots before its rate policies decide, all or nothing: a call that
+	// an in-flight policy refuses is charged by no rate policy, and one
+	// that a rate policy refuses gives its slots back. Config.PerMessage
+	// charges a stream's messages to its rate policies only. A refusal is
+	// ResourceExhausted with RetryInfo (see RetryAfter). In process, an
+	// in-flight policy is an inflight.Limiter with the interceptor's
+	// MaxKeys; on a Store, the Store must be a floodgate.SlotStore.
+	InFlight int
+	// RetryAfter is the RetryInfo delay of an in-flight policy's
+	// refusal; 0 is one second. A slot frees when one of the client's
+	// calls ends, which the server cannot foresee: set it to how long the
+	// method's calls usually run.
+	RetryAfter time.Duration
 }
 
 // Config configures a Limiter. The zero value of every field but Methods
@@ -312,7 +331,7 @@ func (l *Limiter) specs(ps []Policy) ([]policy.Spec, error) {
 	specs := make([]policy.Spec, len(ps))
 	for i, p := range ps {
 		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow,
-			After: p.After, Estimate: p.Estimate, CostKey: p.CostKey}
+			After: p.After, Estimate: p.Estimate, CostKey: p.CostKey, InFlight: p.InFlight, RetryAfter: p.RetryAfter}
 		if p.CostKey == "" {
 			continue
 		}
@@ -407,7 +426,8 @@ func (l *Limiter) Client(ctx context.Context, fullMethod string) string {
 // no limit applies), else the ResourceExhausted status error a refused
 // call returns.
 func (l *Limiter) Check(ctx context.Context, fullMethod string) error {
-	_, _, m, err := l.open(ctx, fullMethod)
+	_, _, m, held, err := l.open(ctx, fullMethod)
+	held.Release() // a bare check has no end: an in-flight slot goes back at once
 	if m != nil {
 		m.settle(ctx) // a bare check has no end to wait for: its estimate stands
 	}
@@ -417,15 +437,17 @@ func (l *Limiter) Check(ctx context.Context, fullMethod string) error {
 // open decides the call in ctx to fullMethod: the Set that decided it and
 // its key, for a stream's messages (nil when no limit applies or an
 // exemption let it through), the meter of a call whose Set has After
-// policies, to settle when it ends, and the refusal, if any.
-func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, string, *meter, error) {
+// policies, to settle when it ends, the slots of its in-flight policies,
+// to release when it ends (nil when it has none: Release on nil does
+// nothing), and the refusal, if any. A refused call holds no slot.
+func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, string, *meter, *policy.Held, error) {
 	rt := l.table.Load().match(fullMethod)
 	if rt == nil {
-		return nil, "", nil, nil
+		return nil, "", nil, nil, nil
 	}
 	if l.exempt != nil && l.exempt(ctx, fullMethod) {
 		rt.Exempt()
-		return nil, "", nil, nil
+		return nil, "", nil, nil, nil
 	}
 	key := l.Client(ctx, fullMethod)
 	tier := ""
@@ -433,15 +455,28 @@ func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, str
 		tier = l.tier(ctx, fullMethod, key)
 	}
 	s := rt.For(tier)
+	var held *policy.Held
+	if s.Slotted() {
+		held = new(policy.Held)
+		var d floodgate.Decision
+		if !s.Acquire(ctx, key, held, &d) {
+			return s, key, nil, nil, inFlightRefusal(d)
+		}
+	}
 	if s.After() {
 		m := newMeter(s, key)
 		var d floodgate.Decision
 		if !s.Reserve(ctx, key, 1, nil, &d, &m.hold) {
-			return s, key, nil, refusal(d)
+			held.Release()
+			return s, key, nil, nil, refusal(d)
 		}
-		return s, key, m, nil
+		return s, key, m, held, nil
 	}
-	return s, key, nil, decide(ctx, s, key)
+	if err := decide(ctx, s, key); err != nil {
+		held.Release()
+		return s, key, nil, nil, err
+	}
+	return s, key, nil, held, nil
 }
 
 // decide charges one call or message for key, and returns its refusal.
@@ -465,12 +500,25 @@ func refusal(d floodgate.Decision) error {
 	return st.Err()
 }
 
+// inFlightRefusal is the status error of a call that an in-flight policy
+// refused, with the policy's RetryAfter as RetryInfo.
+func inFlightRefusal(d floodgate.Decision) error {
+	st := status.New(codes.ResourceExhausted, "too many calls in flight")
+	if withInfo, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+		st = withInfo
+	}
+	return st.Err()
+}
+
 // UnaryServerInterceptor limits unary calls.
 func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		_, _, m, err := l.open(ctx, info.FullMethod)
+		_, _, m, held, err := l.open(ctx, info.FullMethod)
 		if err != nil {
 			return nil, err
+		}
+		if held != nil {
+			defer held.Release() // when the handler returns, or panics
 		}
 		if m != nil {
 			defer m.settle(ctx) // a handler that panics has cost what it reported
@@ -484,9 +532,12 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 // and with Config.PerMessage for every message it receives.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		s, key, m, err := l.open(ss.Context(), info.FullMethod)
+		s, key, m, held, err := l.open(ss.Context(), info.FullMethod)
 		if err != nil {
 			return err
+		}
+		if held != nil {
+			defer held.Release() // when the stream ends
 		}
 		if m != nil {
 			defer m.settle(ss.Context())

@@ -207,8 +207,11 @@ func (h *Held) add(slot floodgate.Slot, e *Entry, uncounted bool) {
 }
 
 // Release gives back every slot h holds, once: a second Release gives
-// back nothing.
+// back nothing, nor does Release of a nil Held.
 func (h *Held) Release() {
+	if h == nil {
+		return
+	}
 	for i := range h.n {
 		if h.slots[i].Release() && h.entries[i] != nil {
 			h.entries[i].count.Add(entryHeld, -1)
