@@ -118,7 +118,23 @@ type Config struct {
 	// then "<Prefix>:<policy>:<algorithm>:{<tag>}:<key>", each of tag and
 	// key as 32 hex digits of its hash.
 	HashTag func(key string) string
+
+	// SlotTTL is how long a slot of an in-flight policy (Store.SlotPolicy)
+	// stays held on Redis without its holder: the Store renews every slot
+	// it holds every third of it, all of them in one pipeline, so that a
+	// living holder never loses its slot, and a replica that dies holding
+	// slots gives them back within SlotTTL. 0 means 10 s, or three
+	// Timeouts if that is longer; else at least 100 ms and three Timeouts
+	// (a renewal must reach Redis in time), and at most an hour.
+	SlotTTL time.Duration
 }
+
+// The bounds of Config.SlotTTL.
+const (
+	defaultSlotTTL = 10 * time.Second
+	minSlotTTL     = 100 * time.Millisecond
+	maxSlotTTL     = time.Hour
+)
 
 // Stats counts what a Store (or a Limiter) has done since it was made.
 type Stats struct {
@@ -160,6 +176,11 @@ type Stats struct {
 	// Reloads counts the times a Redis Cluster's slot map was reloaded
 	// after a failure (see Config.ProbeEvery).
 	Reloads int64
+	// SlotsHeld is the in-flight slots the Store holds on Redis now (see
+	// SlotPolicy); SlotRenewals counts the pipelines that renewed them,
+	// one every third of Config.SlotTTL while any is held, and
+	// SlotRenewCommands the commands those sent, one per client key.
+	SlotsHeld, SlotRenewals, SlotRenewCommands int64
 }
 
 const (
@@ -191,6 +212,7 @@ type settings struct {
 	onError      func(error)
 	lease        Lease
 	hashTag      func(string) string
+	slotTTL      time.Duration
 }
 
 // readConfig checks what New and NewStore check alike: the client, and
@@ -236,6 +258,11 @@ func readConfig(client redis.UniversalClient, cfg Config) (settings, error) {
 	}
 	set.lease.TTL = orDefault(cfg.Lease.TTL, defaultLeaseTTL)
 	set.lease.MaxKeys = orDefault(cfg.Lease.MaxKeys, defaultLeaseKeys)
+	set.slotTTL = orDefault(cfg.SlotTTL, max(defaultSlotTTL, 3*set.timeout))
+	if low := max(minSlotTTL, 3*set.timeout); cfg.SlotTTL < 0 || set.slotTTL < low || set.slotTTL > maxSlotTTL {
+		return settings{}, fmt.Errorf("redislimit: SlotTTL must be 0 (the default) or %v (100 ms and three Timeouts) to %v, got %v: a holder renews its slots every third of it",
+			low, maxSlotTTL, cfg.SlotTTL)
+	}
 	return set, nil
 }
 

@@ -88,10 +88,18 @@ type Store struct {
 	otherErrs                                                                    atomic.Int64 // the errs neither timeouts nor keyErrs
 	reloaded, reloads                                                            atomic.Int64 // the last cluster reload (clock ns), and their count
 
+	// The in-flight policies' slots (see SlotPolicy): those this Store
+	// holds, which it renews, and where their members' names come from.
+	holding  holding
+	slotOnce sync.Once
+	slotID   string
+	slotSeq  atomic.Uint64
+
 	mu         sync.Mutex
-	live       map[string]*policy // the live policies, by name
-	standalone bool               // a Limiter's: its one policy's keys carry no policy hash and no braces
-	refunds    sync.WaitGroup     // refunds in flight, which Close waits for
+	live       map[string]*policy     // the live policies, by name
+	slotLive   map[string]*slotPolicy // the live in-flight policies, by name
+	standalone bool                   // a Limiter's: its one policy's keys carry no policy hash and no braces
+	refunds    sync.WaitGroup         // refunds in flight, which Close waits for
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	closeErr   error
@@ -125,6 +133,7 @@ func newStore(client redis.UniversalClient, set settings, standalone bool, setup
 	s := &Store{client: client, set: set, results: tally.New(int(numResults)), hasher: registry.NewHasher(),
 		margin: ttlMargin, live: map[string]*policy{}, standalone: standalone}
 	s.batch.s = s
+	s.holding.s, s.holding.stop = s, make(chan struct{})
 	s.budget.d, s.budget.grain = set.timeout, set.timeout/8
 	s.breaker.after, s.breaker.every = set.breakAfter, set.probeEvery
 	s.breaker.openUntil.Store(closed)
@@ -169,7 +178,7 @@ func (s *Store) newPolicy(name, algorithm string, rule floodgate.Rule, localRule
 	if s.closed.Load() {
 		return nil, errors.New("redislimit: Policy after Close")
 	}
-	if s.live[name] != nil {
+	if s.live[name] != nil || s.slotLive[name] != nil {
 		return nil, fmt.Errorf("redislimit: a live policy of the Store is named %q already", name)
 	}
 	p := &policy{s: s, name: name, alg: algorithm, script: sc, kind: kind, localRule: localRule, seed: rand.Uint64()}
@@ -219,6 +228,10 @@ func (s *Store) Close() error {
 		for _, p := range s.live {
 			ps = append(ps, p)
 		}
+		sps := make([]*slotPolicy, 0, len(s.slotLive))
+		for _, p := range s.slotLive {
+			sps = append(sps, p)
+		}
 		s.mu.Unlock()
 		var errs []error
 		if s.lease != nil {
@@ -227,6 +240,10 @@ func (s *Store) Close() error {
 		for _, p := range ps {
 			errs = append(errs, p.Close())
 		}
+		for _, p := range sps {
+			errs = append(errs, p.Close())
+		}
+		s.holding.close()
 		// The batches in flight, whose callers may all have left, may yet
 		// answer with a charge to refund: their refunds are waited for too.
 		deadline := time.Now().Add(s.set.timeout)
@@ -259,6 +276,7 @@ func (s *Store) Stats() Stats {
 		Calls: s.calls.Load(), Errors: s.errs.Load(), Timeouts: s.timeouts.Load(), Loads: s.loads.Load(),
 		Fallbacks: s.fallbacks.Load(), Opens: s.opens.Load(), KeyErrors: s.keyErrs.Load(), Abandoned: s.abandoned.Load(),
 		Refunded: s.refunded.Load(), Reloads: s.reloads.Load(),
+		SlotsHeld: int64(s.holding.held()), SlotRenewals: s.holding.renewals.Load(), SlotRenewCommands: s.holding.renewedCmds.Load(),
 	}
 	if ls := s.lease; ls != nil {
 		st.Leased, st.Returned, st.Lapsed = ls.leased.Load(), ls.returned.Load(), ls.lapsed.Load()

@@ -1,0 +1,392 @@
+package redislimit
+
+import (
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/inflight"
+	"github.com/redis/go-redis/v9"
+)
+
+// In-flight policies on Redis. A client's slots are one sorted set, its
+// holders scored by when they expire (see slots.lua): an acquisition is
+// one script that drops the expired holders and adds its own if fewer
+// than the limit remain, a release one that removes it. The Store keeps
+// the slots it holds in a table, and renews all of them every third of
+// Config.SlotTTL, in one pipeline (one round trip per Redis node), so a
+// living holder's slot never expires and a dead replica's do.
+
+//go:embed slots.lua
+var slotsSource string
+
+var slotsScript = &script{src: slotsSource, sha: sha1hex(slotsSource)}
+
+// The ops of slots.lua.
+const (
+	slotAcquire = 1
+	slotRelease = 2
+	slotRenew   = 3
+)
+
+// slotPolicy is a Store's in-flight policy.
+type slotPolicy struct {
+	s       *Store
+	name    string
+	keyHead string // "<Prefix>:<policy hash>:slots:"
+	limit   atomic.Int64
+
+	localOnce sync.Once
+	local     *inflight.Limiter // FailLocal's, made at the first fallback
+}
+
+// SlotPolicy returns an in-flight policy named name: at most limit slots
+// of each client held at once across every replica on the Store's Redis,
+// limit from 1 to inflight.MaxLimit. A slot is one member of its client's
+// sorted set, with an expiry that the Store renews while it is held (see
+// Config.SlotTTL): exact while the holders keep up their renewals. An
+// acquisition is one round trip, and so is a release.
+//
+// When Redis cannot answer an acquisition, the FailureMode does:
+// FailOpen admits it with a slot that holds nothing, FailClosed refuses
+// it, and FailLocal decides it by an inflight.Limiter of limit in this
+// process (each replica then allows limit on its own). A caller whose
+// context ends before Redis answers is refused; a slot that Redis gave it
+// meanwhile is released.
+func (s *Store) SlotPolicy(name string, limit int) (floodgate.SlotPolicy, error) {
+	if limit < 1 || limit > inflight.MaxLimit {
+		return nil, fmt.Errorf("redislimit: an in-flight limit must be 1 to %d slots per client, got %d", inflight.MaxLimit, limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return nil, errors.New("redislimit: SlotPolicy after Close")
+	}
+	if s.live[name] != nil || s.slotLive[name] != nil {
+		return nil, fmt.Errorf("redislimit: slot policy %q: %w", name, floodgate.ErrSlotName)
+	}
+	sum := sha256.Sum256([]byte(name))
+	p := &slotPolicy{s: s, name: name, keyHead: s.set.prefix + ":" + hex.EncodeToString(sum[:8]) + ":slots:"}
+	p.limit.Store(int64(limit))
+	if s.slotLive == nil {
+		s.slotLive = map[string]*slotPolicy{}
+	}
+	s.slotLive[name] = p
+	return p, nil
+}
+
+// key is the Redis key of client key's slots: braced, so that a Redis
+// Cluster keeps the one key on one node, and with Config.HashTag as a
+// rate policy's key.
+func (p *slotPolicy) key(key string) string {
+	var h [32]byte
+	hashInto(&h, key)
+	if tag := p.s.set.hashTag; tag != nil {
+		var t [32]byte
+		hashInto(&t, tag(key))
+		return p.keyHead + "{" + string(t[:]) + "}:" + string(h[:])
+	}
+	return p.keyHead + "{" + string(h[:]) + "}"
+}
+
+// Limit returns the policy's limit.
+func (p *slotPolicy) Limit() int { return int(p.limit.Load()) }
+
+// SetLimit changes the limit: the next acquisitions count against it,
+// on every replica once each has it. Holders above a lowered limit keep
+// their slots until they release them.
+func (p *slotPolicy) SetLimit(limit int) error {
+	if limit < 1 || limit > inflight.MaxLimit {
+		return fmt.Errorf("redislimit: an in-flight limit must be 1 to %d slots per client, got %d", inflight.MaxLimit, limit)
+	}
+	p.limit.Store(int64(limit))
+	if l := p.local; l != nil {
+		l.SetLimit(limit)
+	}
+	return nil
+}
+
+// Acquire takes one of key's slots on Redis, if one is free: one round
+// trip. See SlotPolicy.
+func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, bool, error) {
+	s := p.s
+	rkey := p.key(key)
+	member := s.slotMember()
+	args := []any{"evalsha", slotsScript.sha, 1, rkey, slotAcquire, s.scriptNow(), s.set.slotTTL.Microseconds(), p.limit.Load(), member}
+	var v []int64
+	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
+		v, err = s.batch.do(ctx, args, slotsScript.src, time.Now().Add(s.set.timeout), nil)
+		if err == nil && len(v) != 2 {
+			err = fmt.Errorf("redislimit: the slots script answered %v", v)
+		}
+		return err
+	})
+	switch o {
+	case tripAnswered:
+		if v[0] != 1 {
+			s.results.Inc(int(resDenied))
+			return floodgate.Slot{}, false, nil
+		}
+		s.results.Inc(int(resAllowed))
+		h := &redisSlot{p: p, rkey: rkey, member: member}
+		s.holding.add(h)
+		return floodgate.HeldSlot(h), true, nil
+	case tripAbandoned:
+		s.abandoned.Add(1)
+		s.results.Inc(int(resAbandoned))
+		// Redis may have run the script after the caller left: remove the
+		// member, which removes nothing if it never got there.
+		go p.remove(rkey, member)
+		return floodgate.Slot{}, false, callerErr
+	}
+	s.fallbacks.Add(1)
+	s.results.Inc(int(s.failResult()))
+	switch s.set.mode {
+	case FailOpen:
+		return floodgate.Slot{}, true, nil
+	case FailClosed:
+		return floodgate.Slot{}, false, nil
+	}
+	p.localOnce.Do(func() {
+		p.local, _ = inflight.New(inflight.Config{Limit: p.Limit(), MaxKeys: s.set.localMaxKeys}) // the limit was checked
+	})
+	ls, ok := p.local.TryAcquire(key)
+	if !ok {
+		return floodgate.Slot{}, false, nil
+	}
+	return floodgate.HeldSlot(localSlot{ls}), true, nil
+}
+
+// remove releases member of rkey on Redis, within Timeout, whatever the
+// breaker says: a release that fails leaves the slot to expire.
+func (p *slotPolicy) remove(rkey, member string) {
+	s := p.s
+	ctx, cancel := context.WithTimeout(context.Background(), s.set.timeout)
+	defer cancel()
+	args := []any{"evalsha", slotsScript.sha, 1, rkey, slotRelease, s.scriptNow(), s.set.slotTTL.Microseconds(), 0, member}
+	if _, err := s.batch.do(ctx, args, slotsScript.src, time.Now().Add(s.set.timeout), nil); err != nil && s.set.onError != nil {
+		s.set.onError(err)
+	}
+}
+
+// AppendCounts appends nothing: a slot policy's decisions are the
+// Store's counts, and the middleware keeps its gauge.
+func (p *slotPolicy) AppendCounts(dst []counts.Sample) []counts.Sample { return dst }
+
+// Close takes the policy out of the Store. Its slots held stay valid, and
+// renewed, until released.
+func (p *slotPolicy) Close() error {
+	p.s.mu.Lock()
+	if p.s.slotLive[p.name] == p {
+		delete(p.s.slotLive, p.name)
+	}
+	p.s.mu.Unlock()
+	if p.local != nil {
+		p.local.Close()
+	}
+	return nil
+}
+
+// redisSlot is a slot held on Redis.
+type redisSlot struct {
+	p        *slotPolicy
+	rkey     string
+	member   string
+	released atomic.Bool
+}
+
+// Release gives the slot back on Redis, once: it stops its renewals and
+// removes its member, in one round trip (a release that fails leaves the
+// slot to expire within SlotTTL).
+func (h *redisSlot) Release() bool {
+	if !h.released.CompareAndSwap(false, true) {
+		return false
+	}
+	h.p.s.holding.remove(h)
+	h.p.remove(h.rkey, h.member)
+	return true
+}
+
+// localSlot is a slot that FailLocal's limiter gave.
+type localSlot struct{ s inflight.Slot }
+
+func (l localSlot) Release() bool { return l.s.Release() }
+
+// slotMember returns a member name no other holder uses: the Store's
+// random id and a count.
+func (s *Store) slotMember() string {
+	s.slotOnce.Do(func() { s.slotID = strconv.FormatUint(rand.Uint64(), 36) + ":" })
+	return s.slotID + strconv.FormatUint(s.slotSeq.Add(1), 36)
+}
+
+// holding is the slots a Store holds on Redis, which its renewer renews:
+// by Redis key, each key's members.
+type holding struct {
+	s       *Store
+	mu      sync.Mutex
+	keys    map[string]map[string]*redisSlot
+	n       int
+	running bool          // the renewer runs; it stops when nothing is held
+	stop    chan struct{} // closed by Close
+	done    chan struct{} // closed when the renewer has stopped
+
+	renewals, renewedCmds atomic.Int64
+}
+
+// add records h for renewal, and starts the renewer if it is not running.
+func (hd *holding) add(h *redisSlot) {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if hd.keys == nil {
+		hd.keys = map[string]map[string]*redisSlot{}
+	}
+	m := hd.keys[h.rkey]
+	if m == nil {
+		m = map[string]*redisSlot{}
+		hd.keys[h.rkey] = m
+	}
+	m[h.member] = h
+	hd.n++
+	if !hd.running {
+		select {
+		case <-hd.stop:
+			return // closed: what is held is no longer renewed
+		default:
+		}
+		hd.running = true
+		hd.done = make(chan struct{})
+		go hd.renewer(hd.done)
+	}
+}
+
+// remove takes h out of the renewals.
+func (hd *holding) remove(h *redisSlot) {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	if m := hd.keys[h.rkey]; m != nil && m[h.member] == h {
+		delete(m, h.member)
+		hd.n--
+		if len(m) == 0 {
+			delete(hd.keys, h.rkey)
+		}
+	}
+}
+
+// held returns the slots held now.
+func (hd *holding) held() int {
+	hd.mu.Lock()
+	defer hd.mu.Unlock()
+	return hd.n
+}
+
+// renewer renews every slot held, every third of SlotTTL, until nothing
+// is held or the Store closes.
+func (hd *holding) renewer(done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(hd.s.set.slotTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-hd.stop:
+			return
+		case <-t.C:
+		}
+		if !hd.renew() {
+			return
+		}
+	}
+}
+
+// renew renews every slot held now, in one pipeline: one command per key
+// (its members together). It reports false, and marks the renewer
+// stopped, when nothing is held.
+func (hd *holding) renew() bool {
+	hd.mu.Lock()
+	if hd.n == 0 {
+		hd.running = false
+		hd.mu.Unlock()
+		return false
+	}
+	s := hd.s
+	now, ttl := s.scriptNow(), s.set.slotTTL.Microseconds()
+	batch := make([][]any, 0, len(hd.keys))
+	for rkey, m := range hd.keys {
+		args := make([]any, 0, 9+len(m))
+		args = append(args, "evalsha", slotsScript.sha, 1, rkey, slotRenew, now, ttl, 0)
+		for member := range m {
+			args = append(args, member)
+		}
+		batch = append(batch, args)
+	}
+	hd.mu.Unlock()
+	hd.renewals.Add(1)
+	hd.renewedCmds.Add(int64(len(batch)))
+	ctx, cancel := context.WithTimeout(context.Background(), s.set.timeout)
+	defer cancel()
+	if err := s.pipelineEval(ctx, batch, slotsScript.src); err != nil && s.set.onError != nil {
+		s.set.onError(fmt.Errorf("redislimit: renewing in-flight slots: %w", err))
+	}
+	return true
+}
+
+// pipelineEval sends every EVALSHA of batch in one pipeline, and those
+// that Redis answered NOSCRIPT again as EVAL of src; the error is the
+// first other failure.
+func (s *Store) pipelineEval(ctx context.Context, batch [][]any, src string) error {
+	for round := 0; round < 2 && len(batch) > 0; round++ {
+		pipe := s.client.Pipeline()
+		cmds := make([]*redis.Cmd, len(batch))
+		for i, args := range batch {
+			cmds[i] = redis.NewCmd(ctx, args...)
+			pipe.Process(ctx, cmds[i])
+		}
+		pipe.Exec(ctx)
+		s.calls.Add(1)
+		var again [][]any
+		for i, c := range cmds {
+			err := c.Err()
+			switch {
+			case err == nil:
+			case redis.HasErrorPrefix(err, "NOSCRIPT"):
+				args := batch[i]
+				args[0], args[1] = "eval", src
+				again = append(again, args)
+			default:
+				return err
+			}
+		}
+		if len(again) > 0 {
+			s.loads.Add(1)
+		}
+		batch = again
+	}
+	return nil
+}
+
+// close stops the renewer. Slots still held are no longer renewed:
+// they expire within SlotTTL unless released first.
+func (hd *holding) close() {
+	hd.mu.Lock()
+	select {
+	case <-hd.stop:
+	default:
+		close(hd.stop)
+	}
+	done := hd.done
+	running := hd.running
+	hd.running = false
+	hd.mu.Unlock()
+	if running {
+		<-done
+	}
+}

@@ -1,0 +1,55 @@
+-- An in-flight policy's slots of one client: KEYS[1] is a sorted set of
+-- the holders of its slots, each a member named by its holder, scored by
+-- when it expires (µs of Redis's clock). A holder renews its slots while
+-- its work runs; a slot whose holder stopped renewing it (a replica that
+-- died) is free once its expiry has passed.
+--
+-- ARGV[1]  op: 1 acquire, 2 release, 3 renew
+-- ARGV[2]  now: µs of Redis's clock, or -1 to read it (TIME)
+-- ARGV[3]  ttl: µs a slot stays held from now without a renewal
+-- ARGV[4]  acquire: the limit
+-- ARGV[5…] the holders' members: acquire and release one, renew several
+--
+-- Acquire drops the expired holders, then adds its member if fewer than
+-- the limit remain: {1, held} if it did, {0, held} if not. Release removes
+-- its member: {removed, held}. Renew moves each member's expiry to now +
+-- ttl, only for members still held (XX) and only forward (GT): {renewed,
+-- held}. Every write keeps the key's own TTL at least its last expiry, so
+-- that a client whose holders all died leaves nothing behind.
+local op, now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+if not op or not now or not ttl or ttl < 1 then
+  return redis.error_reply('floodgate: bad slot arguments')
+end
+if now < 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local key = KEYS[1]
+local function keep()
+  redis.call('PEXPIRE', key, math.ceil(ttl / 1000) + 1000)
+end
+if op == 1 then
+  local limit = tonumber(ARGV[4])
+  if not limit or limit < 1 then
+    return redis.error_reply('floodgate: bad slot limit')
+  end
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local held = redis.call('ZCARD', key)
+  if held >= limit then
+    return {0, held}
+  end
+  redis.call('ZADD', key, now + ttl, ARGV[5])
+  keep()
+  return {1, held + 1}
+elseif op == 2 then
+  local removed = redis.call('ZREM', key, ARGV[5])
+  return {removed, redis.call('ZCARD', key)}
+end
+local renewed = 0
+for i = 5, #ARGV do
+  renewed = renewed + redis.call('ZADD', key, 'XX', 'GT', 'CH', now + ttl, ARGV[i])
+end
+if renewed > 0 then
+  keep()
+end
+return {renewed, redis.call('ZCARD', key)}
