@@ -1,6 +1,6 @@
 // Command httpserver is a small HTTP server behind floodgate's httplimit
-// middleware: GET /hello and GET /other each allow every client -limit
-// requests per -period, counted apart.
+// middleware: GET /hello, GET /other and GET /hold each allow every
+// client -limit requests per -period, counted apart.
 //
 //	httpserver -addr 127.0.0.1:8080 -limit 5 -period 1m -metrics 127.0.0.1:9090
 //
@@ -34,6 +34,24 @@
 //	curl -i 'localhost:8080/spend?n=600'   # 429, until the 200 are paid back
 //
 // With -redis every replica shares the budget.
+//
+// # Requests in flight
+//
+// With -inflight N, a client holds at most N requests at once on each
+// endpoint (httplimit's Policy.InFlight): a request takes a slot when it
+// is admitted and gives it back when its handler returns, and one more is
+// a 429 with Retry-After: 1 and no RateLimit headers. GET /hold?ms=D
+// holds a request D ms (0 to 60000) before it answers, so that it can be
+// tried with curl:
+//
+//	httpserver -inflight 2 &
+//	curl 'localhost:8080/hold?ms=5000' & curl 'localhost:8080/hold?ms=5000' &
+//	curl -i 'localhost:8080/hold?ms=0'   # 429 while the two are held
+//
+// With -redis, N holds across every replica: a slot is a member of the
+// client's sorted set on Redis, which each replica renews while it holds
+// it. A replica killed with SIGKILL gives its slots back within
+// -slot-ttl (10s by default), when they expire.
 //
 // # Replicas on Redis
 //

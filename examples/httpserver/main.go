@@ -37,6 +37,8 @@ type options struct {
 	redisTimeout time.Duration
 	redisFailure string
 	budget       int64
+	inflight     int
+	slotTTL      time.Duration
 }
 
 func main() {
@@ -51,6 +53,8 @@ func main() {
 	flag.Int64Var(&o.leaseMax, "lease-max", 0, "with -redis, lease mode: the most units a replica takes ahead for one client and endpoint; 0 decides every request on Redis")
 	flag.DurationVar(&o.redisTimeout, "redis-timeout", 100*time.Millisecond, "with -redis, each request's budget for Redis, after which -redis-failure decides it")
 	flag.Int64Var(&o.budget, "budget", 0, "a budget of this many units per -period per client on GET /spend?n=K, a response that streams and costs K units, known when it ends; 0 for none")
+	flag.IntVar(&o.inflight, "inflight", 0, "at most this many requests per client at once, on every endpoint (with -redis, across every replica); 0 for no such limit")
+	flag.DurationVar(&o.slotTTL, "slot-ttl", 0, "with -redis and -inflight, how soon the slots of a replica that dies come back (each replica renews its own every third of it); 0 means 10s")
 	flag.StringVar(&o.redisFailure, "redis-failure", "local", "with -redis, how a request is decided while Redis cannot: local (by this replica alone, on -limit), open (admitted) or closed (refused)")
 	flag.Parse()
 	if err := run(o); err != nil {
@@ -75,9 +79,16 @@ func run(o options) (err error) {
 		Routes: []httplimit.Route{
 			{Pattern: "GET /hello", Policies: []httplimit.Policy{{Name: "hello", Rule: rule}}},
 			{Pattern: "GET /other", Policies: []httplimit.Policy{{Name: "other", Rule: rule}}},
+			{Pattern: "GET /hold", Policies: []httplimit.Policy{{Name: "hold", Rule: rule}}},
 		},
 		TrustedProxies: proxies,
 		IPv6Prefix:     o.v6,
+	}
+	switch {
+	case o.inflight < 0:
+		return fmt.Errorf("-inflight %d: want 0 (none) or more", o.inflight)
+	case o.slotTTL != 0 && (o.redis == "" || o.inflight == 0):
+		return errors.New("-slot-ttl needs -redis and -inflight")
 	}
 	if o.budget < 0 {
 		return fmt.Errorf("-budget %d: want 0 (none) or more", o.budget)
@@ -88,6 +99,15 @@ func run(o options) (err error) {
 		// its handler returns, into debt if it runs past what is left.
 		cfg.Routes = append(cfg.Routes, httplimit.Route{Pattern: "GET /spend", Policies: []httplimit.Policy{
 			{Name: "budget", Rule: floodgate.Rule{Limit: o.budget, Period: o.period}, After: true}}})
+	}
+	if o.inflight > 0 {
+		// Each endpoint's own: a client's slow requests on one leave the
+		// others free. A refusal's Retry-After says when a request of
+		// GET /hold's usual length would have ended.
+		for i := range cfg.Routes {
+			cfg.Routes[i].Policies = append(cfg.Routes[i].Policies,
+				httplimit.Policy{Name: "inflight", InFlight: o.inflight, RetryAfter: time.Second})
+		}
 	}
 	var store *redislimit.Store
 	if o.redis == "" {
@@ -126,6 +146,7 @@ func run(o options) (err error) {
 			Timeout:     o.redisTimeout,
 			FailureMode: mode,
 			Lease:       redislimit.Lease{Max: o.leaseMax},
+			SlotTTL:     o.slotTTL,
 		})
 		if err != nil {
 			return err
@@ -151,6 +172,7 @@ func run(o options) (err error) {
 	mux.HandleFunc("GET /other", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "other")
 	})
+	mux.HandleFunc("GET /hold", hold)
 	if o.budget > 0 {
 		mux.HandleFunc("GET /spend", spend)
 	}
@@ -218,6 +240,30 @@ func run(o options) (err error) {
 		return err
 	}
 	return nil
+}
+
+// maxHold is the longest GET /hold holds a request.
+const maxHold = time.Minute
+
+// hold answers GET /hold?ms=D with 200 after holding the request D ms (0
+// to a minute), or at once if the client goes away first: a slow request,
+// to try -inflight with curl. X-Held says when it held, as the wall
+// clock's Unix nanoseconds at its start and its end.
+func hold(w http.ResponseWriter, r *http.Request) {
+	ms, err := strconv.ParseInt(r.URL.Query().Get("ms"), 10, 64)
+	if err != nil || ms < 0 || ms > maxHold.Milliseconds() {
+		http.Error(w, fmt.Sprintf("ms: want how long to hold the request, 0 to %d", maxHold.Milliseconds()), http.StatusBadRequest)
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		w.Header().Set("X-Held", fmt.Sprintf("%d %d", start.UnixNano(), time.Now().UnixNano()))
+		fmt.Fprintf(w, "held %d ms\n", ms)
+	case <-r.Context().Done():
+	}
 }
 
 // spend answers GET /spend?n=K as a model's stream would: in parts, each

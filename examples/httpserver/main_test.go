@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 	"go.uber.org/goleak"
@@ -301,7 +302,8 @@ func TestServerTrustedProxy(t *testing.T) {
 // metrics.
 func TestServerBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}, {"-metrics", "nonsense"},
-		{"-lease-max", "64"}, {"-budget", "-1"}, {"-redis", "127.0.0.1:1"}, {"-redis", "127.0.0.1:1", "-redis-failure", "nonsense"}} {
+		{"-lease-max", "64"}, {"-budget", "-1"}, {"-redis", "127.0.0.1:1"}, {"-redis", "127.0.0.1:1", "-redis-failure", "nonsense"},
+		{"-inflight", "-1"}, {"-slot-ttl", "1s"}, {"-inflight", "2", "-slot-ttl", "1s"}} {
 		out, err := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v: exited 0: %s", args, out)
@@ -347,5 +349,60 @@ func TestServerMetrics(t *testing.T) {
 	}
 	if strings.Contains(text, "127.0.0.1") {
 		t.Error("the metrics carry a client's address")
+	}
+}
+
+// TestServerInFlight: -inflight 2 lets a client hold two requests at
+// once, on each endpoint apart; a third is a 429 with Retry-After 1 and
+// no RateLimit headers, until one of the two ends (here its client goes
+// away, which ends the handler). GET /hold refuses an ms outside 0 to a
+// minute.
+func TestServerInFlight(t *testing.T) {
+	url := start(t, "-inflight", "2", "-limit", "1000", "-period", "1h")
+	var cancels []context.CancelFunc
+	var done []chan struct{}
+	for range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", url+"/hold?ms=60000", nil)
+		c := make(chan struct{})
+		go func() {
+			defer close(c)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+		cancels, done = append(cancels, cancel), append(done, c)
+	}
+	// Until both are held, a third passes (and ends at once).
+	var third *http.Response
+	for range 10_000 {
+		if third = get(t, url+"/hold?ms=0", ""); third.StatusCode != 200 {
+			break
+		}
+	}
+	if third.StatusCode != http.StatusTooManyRequests || third.Header.Get("Retry-After") != "1" || third.Header.Get("RateLimit") != "" {
+		t.Fatalf("a third request while two are held: %d, Retry-After %q, RateLimit %q",
+			third.StatusCode, third.Header.Get("Retry-After"), third.Header.Get("RateLimit"))
+	}
+	if resp := get(t, url+"/hello", ""); resp.StatusCode != 200 {
+		t.Fatalf("/hello while /hold is full: %d", resp.StatusCode)
+	}
+	cancels[0]()
+	<-done[0]
+	var after *http.Response
+	for range 10_000 {
+		if after = get(t, url+"/hold?ms=0", ""); after.StatusCode == 200 {
+			break
+		}
+	}
+	if after.StatusCode != 200 {
+		t.Fatalf("after one held request ended: %d", after.StatusCode)
+	}
+	cancels[1]()
+	<-done[1]
+	for _, ms := range []string{"-1", "60001", "x"} {
+		if resp := get(t, url+"/hold?ms="+ms, ""); resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("ms=%s: %d, want 400", ms, resp.StatusCode)
+		}
 	}
 }
