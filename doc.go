@@ -200,6 +200,12 @@
 // each on a Limiter, and redislimit.NewStore on Redis, shared by every
 // replica.
 //
+// A SlotStore also holds in-flight limits (SlotPolicy): at most N
+// requests of a key at once, each holding a Slot from its admission until
+// it ends, released once. LocalStore's are package inflight's lock-free
+// Limiters; redislimit's hold each slot on Redis with an expiry that its
+// replica renews.
+//
 // # Clocks
 //
 // Every decision reads the Limiter's clock once. SystemClock, the default,

@@ -115,6 +115,19 @@
 // Limiter.Check has no end to wait
 // for: it charges an After policy its estimate.
 //
+// # Calls in flight
+//
+// A Policy with InFlight N limits how many calls of a client run at once:
+// a call takes a slot of each of its entry's in-flight policies when it
+// is admitted, before the rate policies decide, and gives them back when
+// a unary handler answers or a stream's handler returns. All or nothing,
+// as in httplimit: a call that an in-flight policy refuses is charged by
+// no rate policy, and one that a rate policy refuses holds no slot. A
+// refusal is ResourceExhausted, "too many calls in flight", with the
+// policy's RetryAfter (a second by default) as RetryInfo. PerMessage
+// charges a stream's messages to the rate policies only. Limiter.Check
+// takes a slot and gives it back at once.
+//
 // # Changing methods while serving
 //
 // Limiter.SetMethods replaces Methods, Tiers and Default, validated as New

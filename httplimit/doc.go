@@ -148,6 +148,20 @@
 // and http.ResponseController finds the server's through it), made per
 // request.
 //
+// # Requests in flight
+//
+// A Policy with InFlight N limits how many requests of a client run at
+// once, rather than how many arrive: a request takes a slot of each of
+// its route's in-flight policies when it is admitted, before the rate
+// policies decide, and gives them back when the handler returns (or
+// panics). All or nothing: a request that an in-flight policy refuses is
+// charged by no rate policy, and one that a rate policy refuses holds no
+// slot. A refusal is a 429 with Retry-After, the policy's RetryAfter
+// (a second by default), and no RateLimit headers, which describe quotas
+// over time. Counts add floodgate_in_flight, the requests holding a slot
+// now. On a Store the Store must be a floodgate.SlotStore
+// (redislimit's is, across replicas).
+//
 // # Changing routes while serving
 //
 // Limiter.SetRoutes replaces the Routes and the Default, validated as New

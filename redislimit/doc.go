@@ -114,6 +114,23 @@
 // refusal is charged nowhere at no moment. In lease mode a client whose
 // every policy holds a lease is decided in process, with no round trip.
 //
+// # In-flight limits
+//
+// Store.SlotPolicy makes a floodgate.SlotPolicy: at most N requests of a
+// client at once, across every replica. A client's slots are one sorted
+// set, its holders scored by when they expire on Redis's clock: an
+// acquisition is one script that drops the expired holders and adds its
+// own if fewer than N remain, and a release one that removes it. The
+// Store renews every slot it holds every third of Config.SlotTTL (10 s by
+// default), all of them in one pipeline, one command per client, so that
+// a living holder never loses its slot, and a replica that dies holding
+// slots gives them back within SlotTTL. It is exact while the holders
+// keep up their renewals; a holder cut off from Redis for a SlotTTL loses
+// its slots, and another replica may take them. The renewer runs only
+// while a slot is held. When Redis cannot answer an acquisition, the
+// FailureMode does, as for rates (FailLocal with an inflight.Limiter of N
+// in this process).
+//
 // # Costs known after the work
 //
 // A Store is a floodgate.Settler, for costs known only when a request
