@@ -128,9 +128,10 @@ fuzz:
 # BENCHES names the families a pass runs; BenchmarkIdle (Idle) leaves
 # floodgate-rls idle for 10 s in each of its two scenarios whatever
 # BENCHTIME says, some 27 s of each pass on 2 cores; BenchmarkXDS's load
-# runs 20 s a service whatever it says, some 50 s a pass with its pushes.
+# runs 20 s a service whatever it says, some 50 s a pass with its pushes;
+# BenchmarkInFlightRedis's renewals hold their slots 2 s each, 4 s a pass.
 GOROUTINES ?= 1,4,64
-BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight)$$
+BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight|InFlightRedis)$$
 
 bench:
 	GO='$(GO)' BENCHSTAT='$(BENCHSTAT)' COUNT='$(COUNT)' BENCHTIME='$(BENCHTIME)' GOROUTINES='$(GOROUTINES)' \

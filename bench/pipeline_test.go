@@ -46,7 +46,7 @@ func TestBenchPipeline(t *testing.T) {
 	families := []string{"Allow", "Keys", "Latency", "Goroutines", "Paired", "BytesPerKey", "DependentLoad", "ClockRead", "Middleware", "Charge", "InFlight"}
 	withRedis := false
 	if _, err := redistest.Find(); err == nil || os.Getenv("FLOODGATE_REQUIRE_REDIS") == "1" {
-		families = append(families, "Redis", "RLS", "XDS", "TLS", "Idle")
+		families = append(families, "Redis", "RLS", "XDS", "TLS", "Idle", "InFlightRedis")
 		withRedis = true
 	}
 	for _, f := range families {

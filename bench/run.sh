@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 
 : "${GO:=go}" "${COUNT:=6}" "${BENCHTIME:=100ms}" "${GOROUTINES:=1,4,64}" "${RESULTS:=results}"
 : "${BENCHSTAT:=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}"
-: "${BENCHES:=^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight)\$}"
+: "${BENCHES:=^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight|InFlightRedis)\$}"
 : "${MAKECMD:=bench/run.sh}"
 
 mkdir -p "$RESULTS"

@@ -656,3 +656,29 @@ BenchmarkInFlight/scenario=1M-uniform-parallel/impl=go-appkit-2  1  2400 ns/op  
 		t.Errorf("an in-flight table without BenchmarkInFlight: %q", tb.rows)
 	}
 }
+
+// TestInFlightRedisTable: BenchmarkInFlightRedis's table has a row per
+// scenario, rounds a second from ns/op, floodgate's ratio to the stripe
+// script, round trips and p99; the renewal scenarios give their traffic.
+func TestInFlightRedisTable(t *testing.T) {
+	d := parseString(t, `BenchmarkInFlightRedis/scenario=1K-keys/impl=floodgate/g=64-2  1  25000 ns/op  40000 checks/s  1000000 p50-ns  4000000 p99-ns  8000000 p99.9-ns  0.1000 rt/op
+BenchmarkInFlightRedis/scenario=1K-keys/impl=stripe/g=64-2  1  50000 ns/op  20000 checks/s  2000000 p50-ns  8000000 p99-ns  9000000 p99.9-ns  2.000 rt/op
+BenchmarkInFlightRedis/scenario=renewal-1000-slots-10-clients/impl=floodgate-2  1  2000000000 ns/op  3.000 renewal-cmds/s/1000slots  0.3000 renewal-rt/s
+`)
+	tb := inflightRedisTable(d)
+	want := [][]string{
+		{"1K-keys", "40000", "20000", "2.00×", "0.100", "2.000", "4000", "8000", "–", "–"},
+		{"renewal-1000-slots-10-clients", "–", "–", "–", "–", "–", "–", "–", "3.00", "0.300"},
+	}
+	if len(tb.rows) != len(want) {
+		t.Fatalf("rows = %q, want %q", tb.rows, want)
+	}
+	for i := range want {
+		if strings.Join(tb.rows[i], "|") != strings.Join(want[i], "|") {
+			t.Errorf("row %d = %q, want %q", i, tb.rows[i], want[i])
+		}
+	}
+	if tb := inflightRedisTable(parseString(t, raw)); len(tb.rows) != 0 {
+		t.Errorf("a table without BenchmarkInFlightRedis: %q", tb.rows)
+	}
+}
