@@ -40,29 +40,8 @@ var inflightRedisPeers = []struct {
 	name string
 	make func(b *testing.B, c *redis.Client) redisPeer
 }{
-	{"floodgate", func(b *testing.B, c *redis.Client) redisPeer {
-		s, err := redislimit.NewStore(c, redislimit.Config{Timeout: time.Second, FailureMode: redislimit.FailClosed})
-		if err != nil {
-			b.Fatal(err)
-		}
-		p, err := s.SlotPolicy("conc", inflightLimit)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return redisPeer{
-			check: func(ctx context.Context, key string) (bool, error) {
-				sl, ok, err := p.Acquire(ctx, key)
-				sl.Release()
-				return ok, err
-			},
-			calls: func() int64 { return s.Stats().Calls },
-			close: func() {
-				if err := s.Close(); err != nil {
-					b.Error(err)
-				}
-			},
-		}
-	}},
+	{"floodgate", func(b *testing.B, c *redis.Client) redisPeer { return slotPeer(b, c, redislimit.Lease{}) }},
+	{"floodgate-lease", func(b *testing.B, c *redis.Client) redisPeer { return slotPeer(b, c, redislimit.Lease{Slots: 4}) }},
 	{"stripe", func(b *testing.B, c *redis.Client) redisPeer {
 		var seq atomic.Int64
 		return redisPeer{check: func(ctx context.Context, key string) (bool, error) {
@@ -76,10 +55,35 @@ var inflightRedisPeers = []struct {
 	}},
 }
 
+// slotPeer is redislimit's SlotPolicy on c, with lease as given.
+func slotPeer(b *testing.B, c *redis.Client, lease redislimit.Lease) redisPeer {
+	s, err := redislimit.NewStore(c, redislimit.Config{Timeout: time.Second, FailureMode: redislimit.FailClosed, Lease: lease})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := s.SlotPolicy("conc", inflightLimit)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return redisPeer{
+		check: func(ctx context.Context, key string) (bool, error) {
+			sl, ok, err := p.Acquire(ctx, key)
+			sl.Release()
+			return ok, err
+		},
+		calls: func() int64 { return s.Stats().Calls },
+		close: func() {
+			if err := s.Close(); err != nil {
+				b.Error(err)
+			}
+		},
+	}
+}
+
 // BenchmarkInFlightRedis times a slot of an in-flight limit taken and
 // given back on one redis-server that it starts on loopback (issue 44):
 // floodgate's redislimit SlotPolicy (its calls in flight pipelined
-// together) beside the Stripe-style sorted-set script (a go-redis
+// together; floodgate-lease with Lease.Slots 4) beside the Stripe-style sorted-set script (a go-redis
 // EVALSHA, then a ZREM), from 64 goroutines on random clients of 1,000
 // (1K-keys) or one client (hotkey). Each figure is rounds: ns/op is wall
 // time per round, checks/s rounds per second, and rt/op the round trips a

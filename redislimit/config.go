@@ -256,6 +256,9 @@ func readConfig(client redis.UniversalClient, cfg Config) (settings, error) {
 		return settings{}, fmt.Errorf("redislimit: Lease.Max, Lease.TTL and Lease.MaxKeys must be 0 or positive, got %d, %v and %d",
 			cfg.Lease.Max, cfg.Lease.TTL, cfg.Lease.MaxKeys)
 	}
+	if cfg.Lease.Slots < 0 || cfg.Lease.Slots > maxSlotsAhead {
+		return settings{}, fmt.Errorf("redislimit: Lease.Slots must be 0 (none ahead) to %d slots a client, got %d", maxSlotsAhead, cfg.Lease.Slots)
+	}
 	set.lease.TTL = orDefault(cfg.Lease.TTL, defaultLeaseTTL)
 	set.lease.MaxKeys = orDefault(cfg.Lease.MaxKeys, defaultLeaseKeys)
 	set.slotTTL = orDefault(cfg.SlotTTL, max(defaultSlotTTL, 3*set.timeout))

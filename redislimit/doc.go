@@ -129,7 +129,13 @@
 // its slots, and another replica may take them. The renewer runs only
 // while a slot is held. When Redis cannot answer an acquisition, the
 // FailureMode does, as for rates (FailLocal with an inflight.Limiter of N
-// in this process).
+// in this process). With Lease.Slots K, a replica takes up to K slots of
+// a client ahead with the one it needs, and keeps up to K of those
+// released, so that a busy client's requests take a slot with no round
+// trip; slots ahead unused for a third of SlotTTL go back, and so do all
+// at Close. They are held on Redis like any other: the replicas together
+// never hold more than N, and slots one replica holds ahead are slots the
+// others cannot take.
 //
 // # Costs known after the work
 //

@@ -99,6 +99,16 @@ type Lease struct {
 	// all its policies; 0 means 65,536. A key past it is decided by a
 	// round trip per request until a key held goes idle.
 	MaxKeys int
+	// Slots, above 0, leases the slots of in-flight policies (see
+	// Store.SlotPolicy), apart from Max: a replica that takes a slot of a
+	// client from Redis takes up to Slots more with it, and keeps as many
+	// of its released slots, held on Redis (and renewed) but unused, so
+	// that its next requests of that client take one with no round trip.
+	// Slots unused for a third of Config.SlotTTL go back to Redis. A slot
+	// held ahead is held: the replicas together never hold more than the
+	// limit, and one replica's slots ahead are slots the others cannot
+	// take. 0 takes every slot by a round trip.
+	Slots int
 }
 
 const (

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -39,12 +40,17 @@ const (
 	slotRenew   = 3
 )
 
+// maxSlotsAhead bounds Lease.Slots.
+const maxSlotsAhead = 64
+
 // slotPolicy is a Store's in-flight policy.
 type slotPolicy struct {
 	s       *Store
 	name    string
 	keyHead string // "<Prefix>:<policy hash>:slots:"
 	limit   atomic.Int64
+	ahead   int      // Lease.Slots
+	pools   sync.Map // lease mode: Redis key → *slotPool
 
 	localOnce sync.Once
 	local     *inflight.Limiter // FailLocal's, made at the first fallback
@@ -55,7 +61,8 @@ type slotPolicy struct {
 // limit from 1 to inflight.MaxLimit. A slot is one member of its client's
 // sorted set, with an expiry that the Store renews while it is held (see
 // Config.SlotTTL): exact while the holders keep up their renewals. An
-// acquisition is one round trip, and so is a release.
+// acquisition is one round trip, and so is a release; with Lease.Slots,
+// one served from the slots held ahead is none.
 //
 // When Redis cannot answer an acquisition, the FailureMode does:
 // FailOpen admits it with a slot that holds nothing, FailClosed refuses
@@ -76,7 +83,7 @@ func (s *Store) SlotPolicy(name string, limit int) (floodgate.SlotPolicy, error)
 		return nil, fmt.Errorf("redislimit: slot policy %q: %w", name, floodgate.ErrSlotName)
 	}
 	sum := sha256.Sum256([]byte(name))
-	p := &slotPolicy{s: s, name: name, keyHead: s.set.prefix + ":" + hex.EncodeToString(sum[:8]) + ":slots:"}
+	p := &slotPolicy{s: s, name: name, keyHead: s.set.prefix + ":" + hex.EncodeToString(sum[:8]) + ":slots:", ahead: s.set.lease.Slots}
 	p.limit.Store(int64(limit))
 	if s.slotLive == nil {
 		s.slotLive = map[string]*slotPolicy{}
@@ -121,8 +128,25 @@ func (p *slotPolicy) SetLimit(limit int) error {
 func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, bool, error) {
 	s := p.s
 	rkey := p.key(key)
+	var pool *slotPool
+	if p.ahead > 0 {
+		pool = p.pool(rkey)
+		if h := pool.take(s); h != nil {
+			if err := ctx.Err(); err != nil {
+				pool.put(h, s)
+				return floodgate.Slot{}, false, err
+			}
+			s.results.Inc(int(resAllowed))
+			return floodgate.HeldSlot(&leasedSlot{h: h, pool: pool}), true, nil
+		}
+	}
 	member := s.slotMember()
 	args := []any{"evalsha", slotsScript.sha, 1, rkey, slotAcquire, s.scriptNow(), s.set.slotTTL.Microseconds(), p.limit.Load(), member}
+	if pool != nil {
+		for range p.ahead {
+			args = append(args, s.slotMember())
+		}
+	}
 	var v []int64
 	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
 		v, err = s.batch.do(ctx, args, slotsScript.src, time.Now().Add(s.set.timeout), nil)
@@ -133,20 +157,28 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 	})
 	switch o {
 	case tripAnswered:
-		if v[0] != 1 {
+		if v[0] < 1 {
 			s.results.Inc(int(resDenied))
 			return floodgate.Slot{}, false, nil
 		}
 		s.results.Inc(int(resAllowed))
 		h := &redisSlot{p: p, rkey: rkey, member: member}
 		s.holding.add(h)
-		return floodgate.HeldSlot(h), true, nil
+		if pool == nil {
+			return floodgate.HeldSlot(h), true, nil
+		}
+		for _, m := range args[9 : 8+v[0]] { // the slots ahead that Redis granted
+			extra := &redisSlot{p: p, rkey: rkey, member: m.(string)}
+			s.holding.add(extra)
+			pool.put(extra, s)
+		}
+		return floodgate.HeldSlot(&leasedSlot{h: h, pool: pool}), true, nil
 	case tripAbandoned:
 		s.abandoned.Add(1)
 		s.results.Inc(int(resAbandoned))
 		// Redis may have run the script after the caller left: remove the
-		// member, which removes nothing if it never got there.
-		go p.remove(rkey, member)
+		// members, which removes nothing if they never got there.
+		go p.remove(rkey, args[8:]...)
 		return floodgate.Slot{}, false, callerErr
 	}
 	s.fallbacks.Add(1)
@@ -167,13 +199,13 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 	return floodgate.HeldSlot(localSlot{ls}), true, nil
 }
 
-// remove releases member of rkey on Redis, within Timeout, whatever the
-// breaker says: a release that fails leaves the slot to expire.
-func (p *slotPolicy) remove(rkey, member string) {
+// remove releases members of rkey on Redis, within Timeout, whatever the
+// breaker says: a release that fails leaves the slots to expire.
+func (p *slotPolicy) remove(rkey string, members ...any) {
 	s := p.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.set.timeout)
 	defer cancel()
-	args := []any{"evalsha", slotsScript.sha, 1, rkey, slotRelease, s.scriptNow(), s.set.slotTTL.Microseconds(), 0, member}
+	args := append([]any{"evalsha", slotsScript.sha, 1, rkey, slotRelease, s.scriptNow(), s.set.slotTTL.Microseconds(), 0}, members...)
 	if _, err := s.batch.do(ctx, args, slotsScript.src, time.Now().Add(s.set.timeout), nil); err != nil && s.set.onError != nil {
 		s.set.onError(err)
 	}
@@ -194,7 +226,103 @@ func (p *slotPolicy) Close() error {
 	if p.local != nil {
 		p.local.Close()
 	}
+	p.giveBack(math.MaxInt64)
 	return nil
+}
+
+// slotPool is lease mode's slots of one client held ahead: on Redis, and
+// renewed, but not in use.
+type slotPool struct {
+	mu      sync.Mutex
+	free    []*redisSlot
+	lastUse int64 // slotNow of the latest take or put
+}
+
+// pool returns rkey's pool, made on first use.
+func (p *slotPolicy) pool(rkey string) *slotPool {
+	if v, ok := p.pools.Load(rkey); ok {
+		return v.(*slotPool)
+	}
+	v, _ := p.pools.LoadOrStore(rkey, new(slotPool))
+	return v.(*slotPool)
+}
+
+// take returns a slot held ahead, or nil.
+func (sp *slotPool) take(s *Store) *redisSlot {
+	now := s.slotNow()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.lastUse = now
+	if n := len(sp.free); n > 0 {
+		h := sp.free[n-1]
+		sp.free = sp.free[:n-1]
+		return h
+	}
+	return nil
+}
+
+// put keeps h ahead, and reports whether it did: the pool holds at most
+// Lease.Slots.
+func (sp *slotPool) put(h *redisSlot, s *Store) bool {
+	now := s.slotNow()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.lastUse = now
+	if len(sp.free) >= h.p.ahead {
+		return false
+	}
+	sp.free = append(sp.free, h)
+	return true
+}
+
+// giveBack releases, on Redis, the slots held ahead of every client
+// whose pool has not been used since before idleSince (slotNow), and
+// forgets the empty pools.
+func (p *slotPolicy) giveBack(idleSince int64) {
+	p.pools.Range(func(k, v any) bool {
+		sp := v.(*slotPool)
+		sp.mu.Lock()
+		if sp.lastUse >= idleSince && idleSince != math.MaxInt64 {
+			sp.mu.Unlock()
+			return true
+		}
+		free := sp.free
+		sp.free = nil
+		if len(free) == 0 {
+			p.pools.Delete(k)
+		}
+		sp.mu.Unlock()
+		if len(free) == 0 {
+			return true
+		}
+		members := make([]any, len(free))
+		for i, h := range free {
+			h.released.Store(true)
+			p.s.holding.remove(h)
+			members[i] = h.member
+		}
+		p.remove(k.(string), members...)
+		return true
+	})
+}
+
+// leasedSlot is a slot of lease mode: its release keeps it ahead for the
+// client's next request, or gives it back to Redis when the client has
+// Lease.Slots ahead already.
+type leasedSlot struct {
+	h        *redisSlot
+	pool     *slotPool
+	released atomic.Bool
+}
+
+func (l *leasedSlot) Release() bool {
+	if !l.released.CompareAndSwap(false, true) {
+		return false
+	}
+	if !l.pool.put(l.h, l.h.p.s) {
+		l.h.Release()
+	}
+	return true
 }
 
 // redisSlot is a slot held on Redis.
@@ -221,6 +349,15 @@ func (h *redisSlot) Release() bool {
 type localSlot struct{ s inflight.Slot }
 
 func (l localSlot) Release() bool { return l.s.Release() }
+
+// slotNow is lease mode's clock for slots ahead, in ns: the monotonic
+// time since the Store began, or the test's stand-in for Redis's clock.
+func (s *Store) slotNow() int64 {
+	if s.redisClock != nil {
+		return s.redisClock.Now()
+	}
+	return int64(time.Since(s.slotBase))
+}
 
 // slotMember returns a member name no other holder uses: the Store's
 // random id and a count.
@@ -331,6 +468,19 @@ func (hd *holding) renew() bool {
 	hd.mu.Unlock()
 	hd.renewals.Add(1)
 	hd.renewedCmds.Add(int64(len(batch)))
+	if s.set.lease.Slots > 0 {
+		// Slots ahead unused for a renewal period go back.
+		now := s.slotNow()
+		s.mu.Lock()
+		ps := make([]*slotPolicy, 0, len(s.slotLive))
+		for _, p := range s.slotLive {
+			ps = append(ps, p)
+		}
+		s.mu.Unlock()
+		for _, p := range ps {
+			p.giveBack(now - int64(s.set.slotTTL/3))
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.set.timeout)
 	defer cancel()
 	if err := s.pipelineEval(ctx, batch, slotsScript.src); err != nil && s.set.onError != nil {

@@ -8,11 +8,11 @@
 -- ARGV[2]  now: µs of Redis's clock, or -1 to read it (TIME)
 -- ARGV[3]  ttl: µs a slot stays held from now without a renewal
 -- ARGV[4]  acquire: the limit
--- ARGV[5…] the holders' members: acquire and release one, renew several
+-- ARGV[5…] the holders' members: one or several (lease mode's slots ahead)
 --
--- Acquire drops the expired holders, then adds its member if fewer than
--- the limit remain: {1, held} if it did, {0, held} if not. Release removes
--- its member: {removed, held}. Renew moves each member's expiry to now +
+-- Acquire drops the expired holders, then adds as many of its members, in
+-- order, as the limit has room for: {added, held}, so that added 0 is a
+-- refusal. Release removes its members: {removed, held}. Renew moves each member's expiry to now +
 -- ttl, only for members still held (XX) and only forward (GT): {renewed,
 -- held}. Every write keeps the key's own TTL at least its last expiry, so
 -- that a client whose holders all died leaves nothing behind.
@@ -35,14 +35,17 @@ if op == 1 then
   end
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   local held = redis.call('ZCARD', key)
-  if held >= limit then
+  local added = math.min(limit - held, #ARGV - 4)
+  if added < 1 then
     return {0, held}
   end
-  redis.call('ZADD', key, now + ttl, ARGV[5])
+  for i = 5, 4 + added do
+    redis.call('ZADD', key, now + ttl, ARGV[i])
+  end
   keep()
-  return {1, held + 1}
+  return {added, held + added}
 elseif op == 2 then
-  local removed = redis.call('ZREM', key, ARGV[5])
+  local removed = redis.call('ZREM', key, unpack(ARGV, 5))
   return {removed, redis.call('ZCARD', key)}
 end
 local renewed = 0

@@ -98,11 +98,20 @@ func TestSlotsExact(t *testing.T) {
 func TestSlotsAcrossReplicas(t *testing.T) {
 	old := runtime.GOMAXPROCS(max(8, 4*runtime.NumCPU()))
 	defer runtime.GOMAXPROCS(old)
+	for _, lease := range []Lease{{}, {Slots: 2}} {
+		t.Run(fmt.Sprintf("slots-ahead=%d", lease.Slots), func(t *testing.T) { acrossReplicas(t, lease) })
+	}
+}
+
+func acrossReplicas(t *testing.T, lease Lease) {
 	srv := redistest.Start(t)
 	const limit = 4
 	var ps []floodgate.SlotPolicy
+	var stores []*Store
 	for range 3 {
-		ps = append(ps, mustSlots(t, slotStore(t, srv, Config{}, nil), "conc", limit))
+		s := slotStore(t, srv, Config{Lease: lease}, nil)
+		stores = append(stores, s)
+		ps = append(ps, mustSlots(t, s, "conc", limit))
 	}
 	keys := []string{"a", "b", "c"}
 	var now, most [3]atomic.Int64
@@ -137,6 +146,9 @@ func TestSlotsAcrossReplicas(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	for _, s := range stores {
+		s.Close() // gives back the slots held ahead
+	}
 	for k, key := range keys {
 		if m := most[k].Load(); m > limit {
 			t.Errorf("client %s: %d held at once across replicas, limit %d", key, m, limit)
@@ -303,5 +315,82 @@ func TestSlotsFailureModes(t *testing.T) {
 			t.Errorf("%v, a done context: %v, %v", c.mode, ok, err)
 		}
 		s.Close()
+	}
+}
+
+// TestSlotsLease: with Lease.Slots 2, a replica takes two slots ahead
+// with the one it needs, serves its next requests of the client from them
+// with no round trip, keeps two of those released, and gives them back
+// once unused for a third of SlotTTL (and at Close); the replicas
+// together never hold more than the limit.
+func TestSlotsLease(t *testing.T) {
+	srv := redistest.Start(t)
+	clock := floodgate.NewManualClock(1_000_000 * int64(time.Second))
+	cfg := Config{SlotTTL: 3 * time.Second, Timeout: 200 * time.Millisecond, Lease: Lease{Slots: 2}}
+	a, b := slotStore(t, srv, cfg, clock), slotStore(t, srv, cfg, clock)
+	pa, pb := mustSlots(t, a, "conc", 5), mustSlots(t, b, "conc", 5)
+	rc := client(t, srv)
+	ctx := context.Background()
+	zcard := func() int64 {
+		n, err := rc.ZCard(ctx, pa.(*slotPolicy).key("client")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var held []floodgate.Slot
+	acquire := func(p floodgate.SlotPolicy, want bool) {
+		t.Helper()
+		sl, ok, err := p.Acquire(ctx, "client")
+		if ok != want || err != nil {
+			t.Fatalf("Acquire: %v, %v; want %v", ok, err, want)
+		}
+		if ok {
+			held = append(held, sl)
+		}
+	}
+	acquire(pa, true)
+	if n := zcard(); n != 3 {
+		t.Fatalf("one slot taken with 2 ahead: Redis holds %d, want 3", n)
+	}
+	calls := a.Stats().Calls
+	acquire(pa, true)
+	acquire(pa, true)
+	if d := a.Stats().Calls - calls; d != 0 || zcard() != 3 {
+		t.Fatalf("two slots from those ahead took %d round trips; Redis holds %d", d, zcard())
+	}
+	acquire(pa, true) // a round trip: 2 of 5 left, one used and one ahead
+	if n := zcard(); n != 5 {
+		t.Fatalf("Redis holds %d, want 5", n)
+	}
+	acquire(pb, false) // every slot is held, one of them ahead in a
+	for _, sl := range held {
+		sl.Release()
+	}
+	held = nil
+	if n := zcard(); n != 2 {
+		t.Fatalf("after every release, Redis holds %d: want the 2 kept ahead", n)
+	}
+	acquire(pb, true)
+	acquire(pb, true)
+	acquire(pb, true)
+	acquire(pb, false)
+	clock.Advance(cfg.SlotTTL/3 + time.Millisecond)
+	a.holding.renew() // a's slots ahead, idle a third of SlotTTL, go back
+	if n := zcard(); n != 3 {
+		t.Fatalf("after a's idle slots went back, Redis holds %d, want b's 3", n)
+	}
+	for _, sl := range held {
+		sl.Release()
+	}
+	if n := zcard(); n != 2 {
+		t.Fatalf("after b's releases, Redis holds %d, want the 2 b keeps ahead", n)
+	}
+	b.Close()
+	if n := zcard(); n != 0 {
+		t.Fatalf("after b's Close, Redis holds %d", n)
+	}
+	if _, err := NewStore(rc, Config{Lease: Lease{Slots: -1}}); err == nil || !strings.Contains(err.Error(), "Lease.Slots must be") {
+		t.Errorf("Lease.Slots -1: %v", err)
 	}
 }

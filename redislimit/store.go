@@ -91,6 +91,7 @@ type Store struct {
 	// The in-flight policies' slots (see SlotPolicy): those this Store
 	// holds, which it renews, and where their members' names come from.
 	holding  holding
+	slotBase time.Time // slotNow counts from here
 	slotOnce sync.Once
 	slotID   string
 	slotSeq  atomic.Uint64
@@ -133,7 +134,7 @@ func newStore(client redis.UniversalClient, set settings, standalone bool, setup
 	s := &Store{client: client, set: set, results: tally.New(int(numResults)), hasher: registry.NewHasher(),
 		margin: ttlMargin, live: map[string]*policy{}, standalone: standalone}
 	s.batch.s = s
-	s.holding.s, s.holding.stop = s, make(chan struct{})
+	s.holding.s, s.holding.stop, s.slotBase = s, make(chan struct{}), time.Now()
 	s.budget.d, s.budget.grain = set.timeout, set.timeout/8
 	s.breaker.after, s.breaker.every = set.breakAfter, set.probeEvery
 	s.breaker.openUntil.Store(closed)
