@@ -12,8 +12,9 @@ import (
 
 // BenchmarkTryAcquireRelease times one TryAcquire and its Release, on the
 // lock-free Limiter and its mutex twin: on one hot key from one goroutine
-// and from every P, and on 1M keys from every P (each goroutine walks the
-// keys from its own random start). The limit is never reached.
+// and from every P, and on 1M keys: from one goroutine in a random order
+// (each key's word a cache miss), and from every P (each goroutine walks
+// the keys from its own random start). The limit is never reached.
 func BenchmarkTryAcquireRelease(b *testing.B) {
 	keys := make([]string, 1_000_000)
 	for k := range keys {
@@ -56,6 +57,27 @@ func BenchmarkTryAcquireRelease(b *testing.B) {
 					s.Release()
 				}
 			})
+		})
+		b.Run("scenario=1M-random/form="+form, func(b *testing.B) {
+			l := build(b)
+			for _, k := range keys {
+				s, _ := l.TryAcquire(k)
+				s.Release()
+			}
+			perm := rand.New(rand.NewPCG(1, 2)).Perm(len(keys))
+			i := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				s, ok := l.TryAcquire(keys[perm[i]])
+				if !ok {
+					b.Fatal("refused")
+				}
+				s.Release()
+				if i++; i == len(perm) {
+					i = 0
+				}
+			}
 		})
 		b.Run("scenario=1M-parallel/form="+form, func(b *testing.B) {
 			l := build(b)

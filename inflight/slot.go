@@ -1,7 +1,6 @@
 package inflight
 
 import (
-	"sync"
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/registry"
@@ -20,7 +19,8 @@ type Slot struct {
 // ticket is where a held slot lives: its key, where the key's word was,
 // and a generation that its release moves on by one, in one CAS, so that
 // a slot is released once and a stale copy of it, whose generation is
-// past, releases nothing. Tickets are pooled: a Slot costs no allocation.
+// past, releases nothing. Tickets are reused (see getTicket): a Slot
+// costs no allocation.
 type ticket struct {
 	gen atomic.Uint64
 	l   *Limiter
@@ -29,11 +29,9 @@ type ticket struct {
 	i   int
 }
 
-var tickets = sync.Pool{New: func() any { return new(ticket) }}
-
 // issue returns a Slot for the slot just taken on key id, at slot i of t.
 func (l *Limiter) issue(id registry.ID, t *registry.Table, i int) Slot {
-	k := tickets.Get().(*ticket)
+	k := getTicket()
 	k.l, k.id, k.t, k.i = l, id, t, i
 	return Slot{t: k, gen: k.gen.Load()}
 }
@@ -50,7 +48,7 @@ func (s Slot) Release() bool {
 	}
 	l, id, t, i := k.l, k.id, k.t, k.i
 	k.l, k.t = nil, nil
-	tickets.Put(k)
+	putTicket(k)
 	l.release(id, t, i)
 	return true
 }
