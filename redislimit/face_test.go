@@ -769,3 +769,65 @@ func TestFacePathFormsOnStore(t *testing.T) {
 		t.Fatalf("the rest route answered %d: the api forms spent it", got)
 	}
 }
+
+// TestFaceInFlightAcrossReplicas: httplimit's in-flight policy on a Store
+// holds across replicas: with one request of the client held in replica
+// a, replica b refuses the next with a 429 and Retry-After, and charges
+// the route's rate policy nothing; once the held request ends, b serves.
+func TestFaceInFlightAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	policies := []httplimit.Policy{{Name: "conc", InFlight: 1}, {Name: "rate", Rule: hourly(3)}}
+	newReplica := func() *faceReplica {
+		st := mustStore(t, srv, Config{Prefix: "inflight"})
+		lim, err := httplimit.New(httplimit.Config{Store: st, Routes: []httplimit.Route{{Pattern: "/", Policies: policies}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { lim.Close() })
+		hs := httptest.NewServer(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hold" {
+				entered <- struct{}{}
+				<-release
+			}
+			io.WriteString(w, "ok")
+		})))
+		t.Cleanup(hs.Close)
+		return &faceReplica{store: st, lim: lim, srv: hs}
+	}
+	a, b := newReplica(), newReplica()
+	done := make(chan int, 1)
+	go func() {
+		resp, err := a.srv.Client().Get(a.srv.URL + "/hold")
+		if err != nil {
+			t.Error(err)
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-entered
+	for range 4 {
+		resp := b.get(t, "/")
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("while a holds the client's one slot, b answered %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("the held request: %d", code)
+	}
+	// The four refusals charged no rate: 2 of its 3 are left.
+	for i := range 2 {
+		if resp := b.get(t, "/"); resp.StatusCode != 200 {
+			t.Fatalf("request %d after the hold: %d", i, resp.StatusCode)
+		}
+	}
+	if resp := b.get(t, "/"); resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("RateLimit") == "" {
+		t.Fatalf("the rate's refusal: %d, RateLimit %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	if a.store.Stats().SlotsHeld != 0 || b.store.Stats().SlotsHeld != 0 {
+		t.Errorf("slots held at the end: %d, %d", a.store.Stats().SlotsHeld, b.store.Stats().SlotsHeld)
+	}
+}
