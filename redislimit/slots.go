@@ -53,7 +53,7 @@ type slotPolicy struct {
 	pools   sync.Map // lease mode: Redis key → *slotPool
 
 	localOnce sync.Once
-	local     *inflight.Limiter // FailLocal's, made at the first fallback
+	local     atomic.Pointer[inflight.Limiter] // FailLocal's, made at the first fallback
 }
 
 // SlotPolicy returns an in-flight policy named name: at most limit slots
@@ -117,7 +117,7 @@ func (p *slotPolicy) SetLimit(limit int) error {
 		return fmt.Errorf("redislimit: an in-flight limit must be 1 to %d slots per client, got %d", inflight.MaxLimit, limit)
 	}
 	p.limit.Store(int64(limit))
-	if l := p.local; l != nil {
+	if l := p.local.Load(); l != nil {
 		l.SetLimit(limit)
 	}
 	return nil
@@ -190,9 +190,10 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		return floodgate.Slot{}, false, nil
 	}
 	p.localOnce.Do(func() {
-		p.local, _ = inflight.New(inflight.Config{Limit: p.Limit(), MaxKeys: s.set.localMaxKeys}) // the limit was checked
+		l, _ := inflight.New(inflight.Config{Limit: p.Limit(), MaxKeys: s.set.localMaxKeys}) // the limit was checked
+		p.local.Store(l)
 	})
-	ls, ok := p.local.TryAcquire(key)
+	ls, ok := p.local.Load().TryAcquire(key)
 	if !ok {
 		return floodgate.Slot{}, false, nil
 	}
@@ -223,8 +224,8 @@ func (p *slotPolicy) Close() error {
 		delete(p.s.slotLive, p.name)
 	}
 	p.s.mu.Unlock()
-	if p.local != nil {
-		p.local.Close()
+	if l := p.local.Load(); l != nil {
+		l.Close()
 	}
 	p.giveBack(math.MaxInt64)
 	return nil

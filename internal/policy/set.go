@@ -213,7 +213,8 @@ func (h *Held) Release() {
 		return
 	}
 	for i := range h.n {
-		if h.slots[i].Release() && h.entries[i] != nil {
+		h.slots[i].Release() // false for a slot that holds nothing (a Store's FailOpen): counted all the same
+		if h.entries[i] != nil {
 			h.entries[i].count.Add(entryHeld, -1)
 		}
 		h.slots[i], h.entries[i] = floodgate.Slot{}, nil
