@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -355,14 +356,31 @@ func TestServerMetrics(t *testing.T) {
 // TestServerInFlight: -inflight 2 lets a client hold two requests at
 // once, on each endpoint apart; a third is a 429 with Retry-After 1 and
 // no RateLimit headers, until one of the two ends (here its client goes
-// away, which ends the handler). GET /hold refuses an ms outside 0 to a
-// minute.
+// away, which ends the handler). The server's in-flight gauge, on
+// -metrics, says when the two are held and when one has ended, so the
+// test waits on it rather than on requests of its own. GET /hold refuses
+// an ms outside 0 to a minute.
 func TestServerInFlight(t *testing.T) {
-	url := start(t, "-inflight", "2", "-limit", "1000", "-period", "1h")
+	url, metrics := startServer(t, "-inflight", "2", "-limit", "1000", "-period", "1h", "-metrics", "127.0.0.1:0")
+	held := func() string {
+		resp, err := http.Get(metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "floodgate_in_flight{") && strings.Contains(line, `route="GET /hold"`) {
+				return line[strings.LastIndexByte(line, ' ')+1:]
+			}
+		}
+		return ""
+	}
 	var cancels []context.CancelFunc
 	var done []chan struct{}
 	for range 2 {
 		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel) // before the server stops (cleanups run last first)
 		req, _ := http.NewRequestWithContext(ctx, "GET", url+"/hold?ms=60000", nil)
 		c := make(chan struct{})
 		go func() {
@@ -373,13 +391,10 @@ func TestServerInFlight(t *testing.T) {
 		}()
 		cancels, done = append(cancels, cancel), append(done, c)
 	}
-	// Until both are held, a third passes (and ends at once).
-	var third *http.Response
-	for range 10_000 {
-		if third = get(t, url+"/hold?ms=0", ""); third.StatusCode != 200 {
-			break
-		}
+	for held() != "2" {
+		runtime.Gosched()
 	}
+	third := get(t, url+"/hold?ms=0", "")
 	if third.StatusCode != http.StatusTooManyRequests || third.Header.Get("Retry-After") != "1" || third.Header.Get("RateLimit") != "" {
 		t.Fatalf("a third request while two are held: %d, Retry-After %q, RateLimit %q",
 			third.StatusCode, third.Header.Get("Retry-After"), third.Header.Get("RateLimit"))
@@ -389,13 +404,10 @@ func TestServerInFlight(t *testing.T) {
 	}
 	cancels[0]()
 	<-done[0]
-	var after *http.Response
-	for range 10_000 {
-		if after = get(t, url+"/hold?ms=0", ""); after.StatusCode == 200 {
-			break
-		}
+	for held() != "1" {
+		runtime.Gosched()
 	}
-	if after.StatusCode != 200 {
+	if after := get(t, url+"/hold?ms=0", ""); after.StatusCode != 200 {
 		t.Fatalf("after one held request ended: %d", after.StatusCode)
 	}
 	cancels[1]()
