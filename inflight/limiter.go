@@ -121,9 +121,10 @@ func (c *counter) take() bool {
 // a Queue or Global outside 0 to MaxLimit, and a negative MaxKeys or
 // IdleTTL are errors.
 func New(cfg Config) (*Limiter, error) {
+	if err := checkLimit(cfg.Limit); err != nil {
+		return nil, err
+	}
 	switch {
-	case cfg.Limit < 1 || cfg.Limit > MaxLimit:
-		return nil, fmt.Errorf("inflight: Limit must be 1 to %d slots per key, got %d", MaxLimit, cfg.Limit)
 	case cfg.Queue < 0 || cfg.Queue > MaxLimit:
 		return nil, fmt.Errorf("inflight: Queue must be 0 (no waiting) to %d waiters per key, got %d", MaxLimit, cfg.Queue)
 	case cfg.Global < 0 || cfg.Global > MaxLimit:
@@ -334,14 +335,22 @@ func (l *Limiter) Sweep() int {
 	return l.flat.DeleteIf(retireUntouched)
 }
 
+// checkLimit refuses a Limit out of range.
+func checkLimit(limit int) error {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Errorf("inflight: Limit must be 1 to %d slots per key, got %d", MaxLimit, limit)
+	}
+	return nil
+}
+
 // SetLimit changes the limit of every key while the Limiter serves: 1 to
 // MaxLimit, or an error. A higher limit serves at once the waiters it
 // makes room for, in their order. Under a lower one, a key that holds
 // more than the new limit keeps its slots until they are released, and
 // takes no new one, nor serves a waiter, until it holds fewer.
 func (l *Limiter) SetLimit(limit int) error {
-	if limit < 1 || limit > MaxLimit {
-		return fmt.Errorf("inflight: Limit must be 1 to %d slots per key, got %d", MaxLimit, limit)
+	if err := checkLimit(limit); err != nil {
+		return err
 	}
 	l.limit.Store(uint64(limit))
 	if l.twin != nil {

@@ -10,17 +10,24 @@ import (
 // for a Store's policy) and 32 hex digits of key's SHA-256, in braces for
 // a Store's policy, after its tag's with Config.HashTag.
 func (p *policy) Key(key string) string {
+	return hashedKey(p.keyHead, key, p.tagged, p.tag)
+}
+
+// hashedKey is the Redis key under head of client key (see policy.Key):
+// with tag, the tag's hash in braces, then key's; else key's hash, in
+// braces if tagged.
+func hashedKey(head, key string, tagged bool, tag func(string) string) string {
 	var h [32]byte
 	hashInto(&h, key)
-	if p.tag != nil {
+	if tag != nil {
 		var t [32]byte
-		hashInto(&t, p.tag(key))
-		return p.keyHead + "{" + string(t[:]) + "}:" + string(h[:])
+		hashInto(&t, tag(key))
+		return head + "{" + string(t[:]) + "}:" + string(h[:])
 	}
-	if p.tagged {
-		return p.keyHead + "{" + string(h[:]) + "}"
+	if tagged {
+		return head + "{" + string(h[:]) + "}"
 	}
-	return p.keyHead + string(h[:])
+	return head + string(h[:])
 }
 
 // keyHash is the 32 hex digits of key's SHA-256 that name its state in

@@ -71,8 +71,8 @@ type slotPolicy struct {
 // context ends before Redis answers is refused; a slot that Redis gave it
 // meanwhile is released.
 func (s *Store) SlotPolicy(name string, limit int) (floodgate.SlotPolicy, error) {
-	if limit < 1 || limit > inflight.MaxLimit {
-		return nil, fmt.Errorf("redislimit: an in-flight limit must be 1 to %d slots per client, got %d", inflight.MaxLimit, limit)
+	if err := checkSlotLimit(limit); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -92,18 +92,19 @@ func (s *Store) SlotPolicy(name string, limit int) (floodgate.SlotPolicy, error)
 	return p, nil
 }
 
+// checkSlotLimit refuses an in-flight limit out of range.
+func checkSlotLimit(limit int) error {
+	if limit < 1 || limit > inflight.MaxLimit {
+		return fmt.Errorf("redislimit: an in-flight limit must be 1 to %d slots per client, got %d", inflight.MaxLimit, limit)
+	}
+	return nil
+}
+
 // key is the Redis key of client key's slots: braced, so that a Redis
 // Cluster keeps the one key on one node, and with Config.HashTag as a
 // rate policy's key.
 func (p *slotPolicy) key(key string) string {
-	var h [32]byte
-	hashInto(&h, key)
-	if tag := p.s.set.hashTag; tag != nil {
-		var t [32]byte
-		hashInto(&t, tag(key))
-		return p.keyHead + "{" + string(t[:]) + "}:" + string(h[:])
-	}
-	return p.keyHead + "{" + string(h[:]) + "}"
+	return hashedKey(p.keyHead, key, true, p.s.set.hashTag)
 }
 
 // Limit returns the policy's limit.
@@ -113,8 +114,8 @@ func (p *slotPolicy) Limit() int { return int(p.limit.Load()) }
 // on every replica once each has it. Holders above a lowered limit keep
 // their slots until they release them.
 func (p *slotPolicy) SetLimit(limit int) error {
-	if limit < 1 || limit > inflight.MaxLimit {
-		return fmt.Errorf("redislimit: an in-flight limit must be 1 to %d slots per client, got %d", inflight.MaxLimit, limit)
+	if err := checkSlotLimit(limit); err != nil {
+		return err
 	}
 	p.limit.Store(int64(limit))
 	if l := p.local.Load(); l != nil {
