@@ -20,6 +20,12 @@
 //   - Lock-free: an acquisition and a release are one CAS on the key's word
 //     in the flat table, and allocate nothing for a key already held (a
 //     Slot's bookkeeping is pooled). Only a key with waiters takes a lock.
+//   - A hot key scales across cores: in a Limiter with no Queue and no
+//     Global, a key whose word two cores fight over spreads, and a slot
+//     given back stays parked on its core's lane of the key, for that
+//     core's next request to take without writing the shared word. Parked
+//     slots count as held, and a request that finds the key full takes one
+//     from any lane before it is refused, so the answers are the same.
 //   - A bounded, FIFO wait: Acquire queues for a slot when Config.Queue
 //     allows, under a context; waiters of one key are served in the order
 //     they came, and no later request takes a slot while one waits. A full

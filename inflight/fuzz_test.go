@@ -31,7 +31,10 @@ type pending struct {
 // FuzzTwins drives the lock-free Limiter and its mutex twin with the same
 // operations, over a few keys, and requires the same answer to each and
 // the same state after each: slots held and waiters queued per key, keys
-// held, slots in use, and which waiter a release served (the first).
+// held, slots in use, and which waiter a release served (the first). A
+// third Limiter spreads every key it may (testhook.InFlightSpread): with
+// no queue and no global cap, its releases park slots in its lanes, which
+// must change no answer either.
 func FuzzTwins(f *testing.F) {
 	// An op is what*9... : op%9 says what (see apply), op/9%4 the key.
 	op := func(what, key int) byte { return byte(key*9 + what) }
@@ -42,6 +45,9 @@ func FuzzTwins(f *testing.F) {
 	f.Add(uint8(0), uint8(3), uint8(0), []byte{op(0, 0), op(4, 0), op(4, 0), op(4, 0), op(8, 2), op(1, 0), op(8, 0), op(1, 0), op(1, 0), op(1, 0), op(1, 0)})
 	f.Add(uint8(2), uint8(2), uint8(4), []byte{op(0, 0), op(0, 0), op(0, 0), op(4, 0), op(4, 0), op(8, 0), op(1, 0), op(1, 0), op(8, 3), op(1, 0), op(1, 0), op(1, 0)})
 	f.Add(uint8(1), uint8(4), uint8(0), []byte{op(0, 1), op(4, 1), op(4, 1), op(4, 2), op(5, 1), op(8, 1), op(1, 0), op(1, 0), op(1, 0), op(6, 0), op(7, 0)})
+	// No queue and no global cap: the spread Limiter parks what it releases.
+	f.Add(uint8(2), uint8(0), uint8(0), []byte{op(0, 0), op(0, 0), op(0, 0), op(1, 0), op(0, 0), op(0, 0), op(2, 0), op(3, 0), op(6, 0), op(7, 0), op(7, 0), op(1, 0), op(1, 0), op(6, 0), op(0, 1), op(1, 0)})
+	f.Add(uint8(3), uint8(0), uint8(0), []byte{op(0, 0), op(0, 0), op(0, 0), op(0, 0), op(2, 0), op(2, 0), op(8, 0), op(0, 0), op(0, 0), op(1, 0), op(8, 3), op(0, 0), op(0, 0), op(0, 0), op(7, 0), op(1, 0), op(1, 0), op(7, 0), op(7, 0)})
 	f.Fuzz(twins)
 }
 
@@ -52,11 +58,15 @@ func twins(t *testing.T, limit, queue, global uint8, ops []byte) {
 			ops = ops[:200]
 		}
 		cfg := inflight.Config{Limit: int(limit%4) + 1, Queue: int(queue % 5), Global: int(global % 6)}
-		var sides [2]*side
+		var sides [3]*side // lock-free, twin, spread
+		forms := []string{"lock-free", "twin", "spread"}
 		for k := range sides {
 			c := cfg
-			if k == 1 {
+			switch k {
+			case 1:
 				c = testhook.InFlightTwin(cfg).(inflight.Config)
+			case 2:
+				c = testhook.InFlightSpread(cfg).(inflight.Config)
 			}
 			l, err := inflight.New(c)
 			if err != nil {
@@ -68,19 +78,20 @@ func twins(t *testing.T, limit, queue, global uint8, ops []byte) {
 		for n, op := range ops {
 			key := keys[op/9%4]
 			what := fmt.Sprintf("op %d (%d on %s)", n, op%9, key)
-			var answers [2]string
+			var answers, states [3]string
 			for k, s := range sides {
 				answers[k] = s.apply(t, op, key)
 			}
-			if answers[0] != answers[1] {
-				t.Fatalf("%s: lock-free %s, twin %s", what, answers[0], answers[1])
-			}
-			var states [2]string
 			for k, s := range sides {
 				states[k] = s.state(keys)
 			}
-			if states[0] != states[1] {
-				t.Fatalf("after %s: lock-free %s, twin %s", what, states[0], states[1])
+			for _, k := range []int{0, 2} {
+				if answers[k] != answers[1] {
+					t.Fatalf("%s: %s %s, twin %s", what, forms[k], answers[k], answers[1])
+				}
+				if states[k] != states[1] {
+					t.Fatalf("after %s: %s %s, twin %s", what, forms[k], states[k], states[1])
+				}
 			}
 		}
 		for _, s := range sides {

@@ -16,15 +16,24 @@ import (
 	"github.com/floodgate-go/floodgate/internal/testmain"
 )
 
-// forms runs f on the lock-free Limiter and on its mutex twin, each built
-// from cfg.
+// forms runs f on the lock-free Limiter, on its mutex twin, and, when cfg
+// has no queue and no global cap, on a lock-free Limiter that spreads
+// every key and parks every slot released (testhook.InFlightSpread), each
+// built from cfg.
 func forms(t *testing.T, cfg inflight.Config, f func(t *testing.T, l *inflight.Limiter)) {
 	t.Helper()
-	for _, form := range []string{"lockfree", "mutex"} {
+	all := []string{"lockfree", "mutex"}
+	if cfg.Queue == 0 && cfg.Global == 0 {
+		all = append(all, "spread")
+	}
+	for _, form := range all {
 		t.Run(form, func(t *testing.T) {
 			c := cfg
-			if form == "mutex" {
+			switch form {
+			case "mutex":
 				c = testhook.InFlightTwin(cfg).(inflight.Config)
+			case "spread":
+				c = testhook.InFlightSpread(cfg).(inflight.Config)
 			}
 			l, err := inflight.New(c)
 			if err != nil {
@@ -48,6 +57,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{inflight.Config{Limit: 1, Global: -3}, "Global must be 0"},
 		{inflight.Config{Limit: 1, MaxKeys: -1}, "MaxKeys must be 0"},
 		{inflight.Config{Limit: 1, IdleTTL: -1}, "IdleTTL must be 0"},
+		{inflight.Config{Limit: 1, Queue: inflight.MaxQueue + 1}, "Queue must be 0 (no waiting) to 1073741823"},
 	}
 	if over := int64(inflight.MaxLimit) + 1; over <= math.MaxInt { // an int of 32 bits cannot hold it
 		cases = append(cases,
@@ -61,7 +71,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			t.Errorf("New(%+v) = %v, %v; want an error containing %q", c.cfg, l, err, c.want)
 		}
 	}
-	l, err := inflight.New(inflight.Config{Limit: inflight.MaxLimit, Queue: inflight.MaxLimit, Global: inflight.MaxLimit})
+	l, err := inflight.New(inflight.Config{Limit: inflight.MaxLimit, Queue: inflight.MaxQueue, Global: inflight.MaxLimit})
 	if err != nil {
 		t.Fatalf("the largest config: %v", err)
 	}

@@ -20,7 +20,7 @@ type Config struct {
 	// Limit is the most slots one key may hold at once: 1 to MaxLimit.
 	Limit int
 
-	// Queue is the most waiters Acquire may queue per key, 0 to MaxLimit.
+	// Queue is the most waiters Acquire may queue per key, 0 to MaxQueue.
 	// 0, the default, means Acquire never waits: a key whose slots are
 	// all held is refused at once, as TryAcquire refuses it.
 	Queue int
@@ -43,7 +43,8 @@ type Config struct {
 	// sweep. Close stops it. 0 means no sweeper; negative is an error.
 	IdleTTL time.Duration
 
-	twin bool // the mutex twin: set only through testhook.InFlightTwin
+	twin   bool // the mutex twin: set only through testhook.InFlightTwin
+	spread bool // every key spreads at once: set only through testhook.InFlightSpread
 }
 
 // Errors that Acquire returns. A refusal is final for this attempt; the
@@ -77,6 +78,15 @@ var (
 // back with every slot free, which is exactly the state it left: unlike a
 // rate, an in-flight count has no history to remember.
 //
+// A Limiter with no Queue and no Global spreads a key that several cores
+// take and give back at once: a slot given back may stay parked on the
+// releasing core's lane of the key, still counted held, for that core's
+// next request of the key to take with no write to a line that other
+// cores share. This changes no answer: a request that finds the key full
+// takes a parked slot from any core's lane before it is refused, and a
+// slot is parked only while the key is well below its limit. It costs a
+// spread key a cache line per P, and every key a pointer.
+//
 // A Limiter is safe for concurrent use. The zero value is not usable:
 // call New.
 type Limiter struct {
@@ -88,6 +98,11 @@ type Limiter struct {
 	queues *queues
 	twin   *twin // the mutex twin, instead of the table and queues
 	max    int
+
+	spreads   bool   // keys may spread: no queue, no global cap
+	spreadAll bool   // every key spreads when created (tests)
+	margin    uint64 // a spread key parks only while it holds margin below its limit
+	ps        int    // lanes per spread key
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -118,15 +133,15 @@ func (c *counter) take() bool {
 }
 
 // New validates cfg and returns a Limiter. A Limit outside 1 to MaxLimit,
-// a Queue or Global outside 0 to MaxLimit, and a negative MaxKeys or
-// IdleTTL are errors.
+// a Queue outside 0 to MaxQueue, a Global outside 0 to MaxLimit, and a
+// negative MaxKeys or IdleTTL are errors.
 func New(cfg Config) (*Limiter, error) {
 	if err := checkLimit(cfg.Limit); err != nil {
 		return nil, err
 	}
 	switch {
-	case cfg.Queue < 0 || cfg.Queue > MaxLimit:
-		return nil, fmt.Errorf("inflight: Queue must be 0 (no waiting) to %d waiters per key, got %d", MaxLimit, cfg.Queue)
+	case cfg.Queue < 0 || cfg.Queue > MaxQueue:
+		return nil, fmt.Errorf("inflight: Queue must be 0 (no waiting) to %d waiters per key, got %d", MaxQueue, cfg.Queue)
 	case cfg.Global < 0 || cfg.Global > MaxLimit:
 		return nil, fmt.Errorf("inflight: Global must be 0 (no cap) to %d slots, got %d", MaxLimit, cfg.Global)
 	case cfg.MaxKeys < 0:
@@ -142,7 +157,13 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.twin {
 		l.twin = newTwin(l)
 	} else {
-		l.flat = registry.NewFlat(registry.FlatConfig{MaxKeys: cfg.MaxKeys, Hooks: registry.Hooks{Retire: retireIdle}})
+		l.spreads = cfg.Queue == 0 && cfg.Global == 0
+		l.ps = lanesPerKey()
+		l.margin = uint64(parkMax * l.ps)
+		if cfg.spread && l.spreads {
+			l.spreadAll, l.margin = true, 0 // park at any count, to try every path
+		}
+		l.flat = registry.NewFlat(registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.spreads, Hooks: registry.Hooks{Retire: retireIdle}})
 		l.queues = new(queues)
 	}
 	if cfg.IdleTTL > 0 {
@@ -170,6 +191,12 @@ func init() {
 		cfg.twin = true
 		return cfg
 	}
+	testhook.InFlightSpread = func(c any) any {
+		cfg := c.(Config)
+		cfg.spread = true
+		return cfg
+	}
+	testhook.InFlightSpreadKeys = func(l any) int { return l.(*Limiter).spreadKeys() }
 }
 
 // TryAcquire takes one of key's slots if one is free and no waiter is
@@ -281,7 +308,14 @@ func (l *Limiter) count(id registry.ID) (int, int) {
 	if word.IsMark(v) {
 		return 0, 0
 	}
-	return int(held(v)), int(waiting(v))
+	h := held(v)
+	if v&spreadBit != 0 {
+		sp := spreadOf(t, i) // the key holds v's slots: it is there
+		for k := range sp.s {
+			h -= min(h, uint64(max(sp.s[k].n.Load(), 0))) // parked: held by no request
+		}
+	}
+	return int(h), int(waiting(v))
 }
 
 // InUse returns the slots held over all keys together, when Config.Global
@@ -352,10 +386,20 @@ func (l *Limiter) SetLimit(limit int) error {
 	if err := checkLimit(limit); err != nil {
 		return err
 	}
-	l.limit.Store(uint64(limit))
+	old := l.limit.Swap(uint64(limit))
 	if l.twin != nil {
 		l.twin.setLimit(uint64(limit))
 		return nil
+	}
+	if uint64(limit) < old && l.spreads {
+		// Parked slots count as held: give them back, so that a key
+		// within the new limit is not refused for them.
+		l.flat.DeleteIf(func(t *registry.Table, i int) bool {
+			if v := t.Word(i).Load(); v&spreadBit != 0 && !word.IsMark(v) {
+				settle(t, i, false)
+			}
+			return false
+		})
 	}
 	l.serveRoom()
 	return nil

@@ -5,7 +5,6 @@ package inflight
 import (
 	"runtime"
 	"sync"
-	_ "unsafe" // go:linkname
 )
 
 // Tickets are kept per P (the scheduler's processor), a few each: a
@@ -22,12 +21,6 @@ import (
 // start (GOMAXPROCS raised since) uses a sync.Pool. Under the race
 // detector, which cannot see the order that pinning gives, every ticket
 // goes through the sync.Pool (tickets_race.go).
-
-//go:linkname procPin runtime.procPin
-func procPin() int
-
-//go:linkname procUnpin runtime.procUnpin
-func procUnpin()
 
 const perP = 8
 

@@ -12,8 +12,9 @@ import (
 // identity:
 //
 //	bit 62       touched: set by every acquisition, cleared by the sweeper
-//	bits 31..61  the waiters queued for the key (see queue.go)
-//	bits 0..30   the slots held
+//	bit 61       spread: the key has lanes (see spread.go)
+//	bits 31..60  the waiters queued for the key (see queue.go)
+//	bits 0..30   the slots held, parked ones included
 //
 // Bit 63 is always clear, so that a state is never one of the table's
 // marks (word.Moved, word.Dead), whose top two bits are 10.
@@ -34,12 +35,15 @@ import (
 const (
 	heldMask = 1<<31 - 1
 	waitOne  = 1 << 31
-	waitMask = heldMask << 31
+	waitMask = MaxQueue << 31
 	touched  = 1 << 62
 
-	// MaxLimit is the largest Limit, Queue and Global (the width of a
-	// count in the key's word).
+	// MaxLimit is the largest Limit and Global (the width of the count
+	// of slots held in the key's word).
 	MaxLimit = heldMask
+	// MaxQueue is the largest Queue (the width of the count of waiters
+	// in the key's word).
+	MaxQueue = 1<<30 - 1
 )
 
 // held returns the slots held in state v.
@@ -49,7 +53,7 @@ func held(v uint64) uint64 { return v & heldMask }
 func waiting(v uint64) uint64 { return (v & waitMask) >> 31 }
 
 // idle reports whether state v holds nothing: no slot, no waiter.
-func idle(v uint64) bool { return v&^touched == 0 }
+func idle(v uint64) bool { return v&^(touched|spreadBit) == 0 }
 
 // refusal is why an acquisition did not take a slot.
 type refusal uint8
@@ -67,6 +71,7 @@ const (
 func (l *Limiter) take(id registry.ID) (*registry.Table, int, refusal) {
 	t := l.flat.Current(id)
 	i := t.Lookup(id)
+	lost := 0
 	for {
 		if i < 0 {
 			if t, i = l.create(id); i < 0 {
@@ -79,14 +84,28 @@ func (l *Limiter) take(id registry.ID) (*registry.Table, int, refusal) {
 		case word.IsMark(v):
 			i = -1 // moved by a resize or removed while idle: find it again
 			continue
+		case v&spreadBit != 0 && l.takeParked(t, i, v, false):
+			return t, i, granted
 		case v&waitMask != 0 || held(v) >= l.limit.Load():
-			return t, i, keyFull
+			if v&spreadBit == 0 {
+				return t, i, keyFull
+			}
+			if l.takeParked(t, i, v, true) {
+				return t, i, granted
+			}
+			if w.Load() == v {
+				return t, i, keyFull
+			}
+			continue // a slot came back through the word meanwhile: look again
 		}
 		chaos.Yield()
 		if w.CompareAndSwap(v, (v+1)|touched) {
 			return t, i, granted
 		}
 		chaos.Lost("inflight.take")
+		if lost++; lost == spreadAfter && v&spreadBit == 0 && l.spreadsAt(l.limit.Load()) {
+			l.spread(id)
+		}
 	}
 }
 
@@ -94,7 +113,12 @@ func (l *Limiter) take(id registry.ID) (*registry.Table, int, refusal) {
 // is -1 when the table is at MaxKeys and every key in the shard holds a
 // slot or a waiter.
 func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
-	return l.flat.Insert(id, 0, func(*registry.Table) (uint64, unsafe.Pointer, bool) { return 0, nil, true })
+	return l.flat.Insert(id, 0, func(*registry.Table) (uint64, unsafe.Pointer, bool) {
+		if l.spreadAll {
+			return spreadBit, unsafe.Pointer(&lanes{s: make([]lane, l.ps)}), true
+		}
+		return 0, nil, true
+	})
 }
 
 // putBack gives back one slot of key id, found at slot i of t when it was
@@ -115,6 +139,8 @@ func (l *Limiter) putBack(id registry.ID, t *registry.Table, i int) bool {
 			panic("inflight: a slot was released on a key that holds none") // a broken invariant, never a caller's input
 		case v&waitMask != 0 && held(v) <= l.limit.Load():
 			return false // hand it to the first waiter (above a lowered limit, it goes back)
+		case v&spreadBit != 0 && l.park(id, t, i, v):
+			return true
 		}
 		chaos.Yield()
 		if w.CompareAndSwap(v, v-1) {
@@ -125,25 +151,34 @@ func (l *Limiter) putBack(id registry.ID, t *registry.Table, i int) bool {
 }
 
 // retireIdle is the registry's Retire hook: it removes a key that holds
-// nothing, in one CAS that no acquisition slips under.
+// nothing, in one CAS that no acquisition slips under, having given back
+// its parked slots.
 func retireIdle(t *registry.Table, i int) bool {
+	if v := t.Word(i).Load(); v&spreadBit != 0 && !word.IsMark(v) {
+		settle(t, i, false)
+	}
 	return word.RetireIf(t.Word(i), idle)
 }
 
 // retireUntouched is the sweeper's: it removes a key that holds nothing
 // and has not been acquired since the previous sweep, and clears the
 // touched mark of every other, so that a key is removed after one whole
-// sweep period without an acquisition.
+// sweep period without an acquisition. A spread key gives back its parked
+// slots first; a slot taken from a lane touches it too.
 func retireUntouched(t *registry.Table, i int) bool {
 	w := t.Word(i)
+	laned := false
+	if v := w.Load(); v&spreadBit != 0 && !word.IsMark(v) {
+		_, laned = settle(t, i, true)
+	}
 	for {
 		v := w.Load()
 		switch {
 		case word.IsMark(v):
 			return false
-		case v == 0:
+		case idle(v) && v&touched == 0 && !laned:
 			chaos.Yield()
-			if w.CompareAndSwap(0, word.Dead) {
+			if w.CompareAndSwap(v, word.Dead) {
 				return true
 			}
 		case v&touched == 0:

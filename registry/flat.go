@@ -494,6 +494,16 @@ func (f *Flat) Replace(id ID, swap func(cur unsafe.Pointer) unsafe.Pointer) unsa
 	return next
 }
 
+// Update, for a table of pointers, sets id's state to fn(its slot, its
+// current state) under the shard's lock, and reports whether id was
+// present (fn is not called if not). Unlike Replace, fn may change the
+// slot's word too, in the same critical section.
+func (f *Flat) Update(id ID, fn func(t *Table, i int, cur unsafe.Pointer) unsafe.Pointer) bool {
+	return f.locked(id, func(_ *flatShard, t *Table, i int) {
+		atomic.StorePointer(&t.ptrs[i], fn(t, i, atomic.LoadPointer(&t.ptrs[i])))
+	})
+}
+
 // Remove calls retire on id's slot under its shard's lock, then removes
 // it, and reports whether id was present.
 func (f *Flat) Remove(id ID, retire func(t *Table, i int)) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -33,7 +34,10 @@ func (p *probe) up() {
 func (p *probe) down() { p.now.Add(-1) }
 
 // TestInFlightNeverAboveLimit runs 64 goroutines on GOMAXPROCS above the
-// cores against the in-flight Limiter and its mutex twin, on a few keys:
+// cores against the in-flight Limiter and its mutex twin, on a few keys,
+// and against Limiters that spread keys over lanes: one that spreads
+// every key and parks every slot released (testhook.InFlightSpread), and
+// one whose single key, under a wide limit, spreads as it would in use:
 // they take slots with TryAcquire and with Acquire (some of whose
 // contexts another goroutine cancels while they wait), hold them for a
 // random while and release them, some twice. A probe per key, and one
@@ -45,27 +49,40 @@ func TestInFlightNeverAboveLimit(t *testing.T) {
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 	const limit, global, queue = 3, 7, 4
 	keys := []string{"a", "b", "c", "d"}
-	for _, form := range []string{"lockfree", "mutex"} {
+	for _, form := range []string{"lockfree", "mutex", "spread", "spread-wide"} {
 		for _, capped := range []bool{false, true} {
 			name := form
 			if capped {
 				name += "/global"
+			}
+			if capped && strings.HasPrefix(form, "spread") {
+				continue // a global cap never spreads
 			}
 			t.Run(name, func(t *testing.T) {
 				cfg := inflight.Config{Limit: limit, Queue: queue}
 				if capped {
 					cfg.Global = global
 				}
-				if form == "mutex" {
+				keys := keys
+				switch form {
+				case "mutex":
 					cfg = testhook.InFlightTwin(cfg).(inflight.Config)
+				case "spread":
+					cfg.Queue = 0
+					cfg = testhook.InFlightSpread(cfg).(inflight.Config)
+				case "spread-wide":
+					// Room for the lanes' margin (two slots per P), and
+					// fewer slots than goroutines on the one key.
+					cfg = inflight.Config{Limit: 4*runtime.GOMAXPROCS(0) + 8}
+					keys = keys[:1]
 				}
 				before := chaos.Retries()
 				runInFlight(t, cfg, keys)
-				for again := 0; form == "lockfree" && chaos.Enabled && chaos.Retries() == before && again < contendTries; again++ {
+				for again := 0; form != "mutex" && chaos.Enabled && chaos.Retries() == before && again < contendTries; again++ {
 					t.Logf("no CAS retried: running again (%d of %d)", again+1, contendTries)
 					runInFlight(t, cfg, keys)
 				}
-				if form == "lockfree" && chaos.Enabled && chaos.Retries() == before {
+				if form != "mutex" && chaos.Enabled && chaos.Retries() == before {
 					t.Fatal("no CAS ever retried: the test did not contend, so it proves nothing")
 				}
 				t.Logf("CAS retries: %d (counted only with -tags chaos)", chaos.Retries()-before)
@@ -133,6 +150,10 @@ func runInFlight(t *testing.T, cfg inflight.Config, keys []string) {
 			t.Error("a slot released twice")
 		}
 	})
+	spread := testhook.InFlightSpreadKeys(l)
+	if cfg.Queue == 0 && cfg.Global == 0 && chaos.Enabled && spread == 0 {
+		t.Error("no key spread, though CASes were lost: the lanes went untried")
+	}
 	for k, key := range keys {
 		if m := probes[k].most.Load(); m > int64(cfg.Limit) {
 			t.Errorf("key %s: %d held at once, limit %d", key, m, cfg.Limit)
@@ -153,9 +174,12 @@ func runInFlight(t *testing.T, cfg inflight.Config, keys []string) {
 		t.Errorf("EvictIdle at the end removed %d of %d keys, left %d", n, len(keys), l.Len())
 	}
 	l.Close()
-	t.Logf("%d served, %d refused, %d cancelled; most held at once %d, %d, %d, %d; over all keys %d",
-		served.Load(), refused.Load(), cancelled.Load(), probes[0].most.Load(), probes[1].most.Load(),
-		probes[2].most.Load(), probes[3].most.Load(), all.most.Load())
+	most := make([]int64, len(keys))
+	for k := range keys {
+		most[k] = probes[k].most.Load()
+	}
+	t.Logf("%d served, %d refused, %d cancelled; most held at once per key %v, over all keys %d; %d keys spread",
+		served.Load(), refused.Load(), cancelled.Load(), most, all.most.Load(), spread)
 	if served.Load() == 0 || refused.Load() == 0 {
 		t.Error("the run did not both serve and refuse: it proves nothing")
 	}

@@ -32,6 +32,15 @@ var Twins func(cfg any) any
 // mutex twin of the lock-free one. Set by inflight.
 var InFlightTwin func(cfg any) any
 
+// InFlightSpread returns a copy of an inflight.Config whose Limiter, if it
+// may spread keys at all, spreads every key when it creates it, and parks
+// a released slot whatever the key holds. Set by inflight.
+var InFlightSpread func(cfg any) any
+
+// InFlightSpreadKeys returns how many keys an *inflight.Limiter has
+// spread now. Set by inflight.
+var InFlightSpreadKeys func(l any) int
+
 // Algorithm returns the floodgate.Algorithm that floodgate.New would build
 // for a floodgate.Config (its Algorithm, a twin's name included, and its
 // Rule), or New's error for it. Set by floodgate.
