@@ -33,7 +33,8 @@
 // cost known after the work, Charge and Reserve then Settle, against
 // AllowN on the same keys, for every algorithm. BenchmarkInFlight times a
 // slot of an in-flight limit taken and given back, floodgate's beside
-// golang.org/x/sync/semaphore and acronis/go-appkit's per-key limiter;
+// golang.org/x/sync/semaphore and acronis/go-appkit's per-key limiter,
+// and the floors below which no exact count can go;
 // BenchmarkInFlightRedis does the same on Redis, beside a sorted-set
 // script written from Stripe's published design, with the renewals'
 // traffic.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"hash/maphash"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -33,6 +34,7 @@ var inflightImpls = []struct {
 	{"semaphore", func(*testing.B) Limiter { return semaphoreRound{semaphore.NewWeighted(inflightLimit)} }},
 	{"go-appkit", func(b *testing.B) Limiter { return newAppkitRound(b) }},
 	{"floor", func(*testing.B) Limiter { return new(floorRound) }},
+	{"floor-keyed", func(*testing.B) Limiter { return newKeyedFloor() }},
 }
 
 func newInflight(b *testing.B, cfg inflight.Config) Limiter {
@@ -123,10 +125,44 @@ func (r *floorRound) Allow(string) bool {
 	return ok
 }
 
+// keyedFloor is the least an exact count per key can cost with its key to
+// find: the key's hash (hash/maphash), a read of its entry's identity in
+// a table of 1M entries of 16 bytes, an identity and a count (the least a
+// count per key can keep, 16 MB in all), and the floor's two atomic adds
+// on the count. It does no probing and checks nothing: it is not a limit,
+// only the work that no exact one can skip.
+type keyedFloor struct {
+	seed    maphash.Seed
+	entries []keyedEntry
+}
+
+type keyedEntry struct {
+	id atomic.Uint64
+	n  atomic.Int64
+}
+
+const keyedFloorEntries = 1 << 20
+
+func newKeyedFloor() Limiter {
+	return &keyedFloor{seed: maphash.MakeSeed(), entries: make([]keyedEntry, keyedFloorEntries)}
+}
+
+func (f *keyedFloor) Allow(key string) bool {
+	h := maphash.String(f.seed, key)
+	e := &f.entries[h&(keyedFloorEntries-1)]
+	if e.id.Load() == h+1 { // never: the identity is only read
+		return false
+	}
+	ok := e.n.Add(1) <= inflightLimit
+	e.n.Add(-1)
+	return ok
+}
+
 // BenchmarkInFlight times one request's round through an in-flight limit,
 // a slot taken and given back (issue 44): floodgate's lock-free Limiter
 // and its mutex twin, golang.org/x/sync/semaphore's one global semaphore,
-// acronis/go-appkit's per-key limiter, and the floor of two atomic adds.
+// acronis/go-appkit's per-key limiter, the floor of two atomic adds, and
+// the keyed floor (the key's hash and entry, and the two adds).
 //
 //	BenchmarkInFlight/scenario=hotkey/impl=floodgate
 //	BenchmarkInFlight/scenario=1M-uniform-parallel/impl=go-appkit
@@ -134,7 +170,8 @@ func (r *floorRound) Allow(string) bool {
 // hotkey is one key from one goroutine, hotkey-parallel the same from
 // every core; 1M-uniform-parallel is 1M keys, every one held (taken and
 // given back once) before the timer starts, picked uniformly from every
-// core. The floor has no keys, and runs the hot key only.
+// core. The floor has no keys, and runs the hot key only; the keyed floor
+// runs every scenario.
 func BenchmarkInFlight(b *testing.B) {
 	for _, impl := range inflightImpls {
 		b.Run("scenario=hotkey/impl="+impl.name, func(b *testing.B) { benchHot(b, impl.new(b)) })

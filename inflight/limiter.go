@@ -266,13 +266,14 @@ func (r refusal) err() error {
 }
 
 // release gives back key id's slot i of t: to the first waiter, if one is
-// queued, or to the key (and the global cap).
-func (l *Limiter) release(id registry.ID, t *registry.Table, i int) {
+// queued, or to the key (and the global cap). p is the caller's P (pid),
+// for a spread key's lane.
+func (l *Limiter) release(id registry.ID, t *registry.Table, i, p int) {
 	if l.twin != nil {
 		l.twin.release(id)
 		return
 	}
-	for !l.putBack(id, t, i) {
+	for !l.putBack(id, t, i, p) {
 		if l.handOff(id) {
 			return
 		}

@@ -158,7 +158,7 @@ func (l *Limiter) wait(ctx context.Context, id registry.ID) (Slot, error) {
 		s.mu.Unlock()
 		if w.state == handed {
 			// Handed a slot as the context ended: give it on.
-			l.release(id, w.t, w.i)
+			l.release(id, w.t, w.i, pid())
 		}
 		return Slot{}, ctx.Err()
 	}

@@ -48,8 +48,8 @@ func (s Slot) Release() bool {
 	}
 	l, id, t, i := k.l, k.id, k.t, k.i
 	k.l, k.t = nil, nil
-	putTicket(k)
-	l.release(id, t, i)
+	p := putTicket(k)
+	l.release(id, t, i, p)
 	return true
 }
 

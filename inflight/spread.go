@@ -80,8 +80,8 @@ func pid() int {
 // key was removed meanwhile.
 func spreadOf(t *registry.Table, i int) *lanes { return (*lanes)(t.Ptr(i)) }
 
-// own returns the caller's lane of sp.
-func (sp *lanes) own() *lane { return &sp.s[pid()%len(sp.s)] }
+// at returns P p's lane of sp.
+func (sp *lanes) at(p int) *lane { return &sp.s[p%len(sp.s)] }
 
 // take takes a slot parked on the lane, if any.
 func (st *lane) take() bool {
@@ -110,7 +110,7 @@ func (l *Limiter) takeParked(t *registry.Table, i int, v uint64, any bool) bool 
 		return false
 	}
 	if !any {
-		return sp.own().take()
+		return sp.at(pid()).take()
 	}
 	for k := range sp.s {
 		if sp.s[k].take() {
@@ -121,14 +121,14 @@ func (l *Limiter) takeParked(t *registry.Table, i int, v uint64, any bool) bool 
 }
 
 // park parks a released slot of the key at slot i of t, whose word was v,
-// on the caller's lane, and reports whether it did; if not, the caller
-// gives it back through the word.
-func (l *Limiter) park(id registry.ID, t *registry.Table, i int, v uint64) bool {
+// on P p's lane (the caller's), and reports whether it did; if not, the
+// caller gives it back through the word.
+func (l *Limiter) park(id registry.ID, t *registry.Table, i int, v uint64, p int) bool {
 	sp := spreadOf(t, i)
 	if sp == nil || v&waitMask != 0 || held(v)+l.margin > l.limit.Load() {
 		return false
 	}
-	st := sp.own()
+	st := sp.at(p)
 	n := st.n.Load()
 	if n >= parkMax {
 		return false

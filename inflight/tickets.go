@@ -55,13 +55,14 @@ func getTicket() *ticket {
 	return k
 }
 
-// putTicket keeps a released ticket for reuse.
-func putTicket(k *ticket) {
+// putTicket keeps a released ticket for reuse, and returns the caller's
+// P, as pid does.
+func putTicket(k *ticket) int {
 	p := procPin()
 	if p >= len(caches) {
 		procUnpin()
 		spilled.Put(k)
-		return
+		return p
 	}
 	c := &caches[p]
 	if c.n < perP {
@@ -69,4 +70,5 @@ func putTicket(k *ticket) {
 		c.n++
 	}
 	procUnpin()
+	return p
 }

@@ -9,5 +9,5 @@ import "sync"
 // (see tickets.go).
 var tickets = sync.Pool{New: func() any { return new(ticket) }}
 
-func getTicket() *ticket  { return tickets.Get().(*ticket) }
-func putTicket(k *ticket) { tickets.Put(k) }
+func getTicket() *ticket      { return tickets.Get().(*ticket) }
+func putTicket(k *ticket) int { tickets.Put(k); return pid() }

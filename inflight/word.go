@@ -127,7 +127,7 @@ func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
 // the queue's lock. A key that holds a slot is
 // never removed, so the word is live, or moved by a resize to the table's
 // successor.
-func (l *Limiter) putBack(id registry.ID, t *registry.Table, i int) bool {
+func (l *Limiter) putBack(id registry.ID, t *registry.Table, i, p int) bool {
 	for {
 		w := t.Word(i)
 		v := w.Load()
@@ -139,7 +139,7 @@ func (l *Limiter) putBack(id registry.ID, t *registry.Table, i int) bool {
 			panic("inflight: a slot was released on a key that holds none") // a broken invariant, never a caller's input
 		case v&waitMask != 0 && held(v) <= l.limit.Load():
 			return false // hand it to the first waiter (above a lowered limit, it goes back)
-		case v&spreadBit != 0 && l.park(id, t, i, v):
+		case v&spreadBit != 0 && l.park(id, t, i, v, p):
 			return true
 		}
 		chaos.Yield()

@@ -622,8 +622,8 @@ BenchmarkTLS/scenario=clients-1000-desc-1/impl=floodgate-rls-redis-2  1  50000 n
 
 // TestInFlightTable: BenchmarkInFlight's table has a row per scenario
 // with each implementation's median, floodgate's ratios to the semaphore,
-// to go-appkit and to the floor, and floodgate's allocs/op; a figure
-// missing shows none.
+// to go-appkit and to the floor, the keyed floor's to the semaphore, and
+// floodgate's allocs/op; a figure missing shows none.
 func TestInFlightTable(t *testing.T) {
 	d := parseString(t, `BenchmarkInFlight/scenario=hotkey/impl=floodgate-2  1000  36.00 ns/op  0 B/op  0 allocs/op
 BenchmarkInFlight/scenario=hotkey/impl=floodgate-2  1000  40.00 ns/op  0 B/op  0 allocs/op
@@ -631,14 +631,15 @@ BenchmarkInFlight/scenario=hotkey/impl=floodgate-mutex-2  1000  80.00 ns/op  0 B
 BenchmarkInFlight/scenario=hotkey/impl=semaphore-2  1000  25.00 ns/op  0 B/op  0 allocs/op
 BenchmarkInFlight/scenario=hotkey/impl=go-appkit-2  1000  100.0 ns/op  0 B/op  0 allocs/op
 BenchmarkInFlight/scenario=hotkey/impl=floor-2  1000  12.00 ns/op  0 B/op  0 allocs/op
+BenchmarkInFlight/scenario=hotkey/impl=floor-keyed-2  1000  15.00 ns/op  0 B/op  0 allocs/op
 BenchmarkInFlight/scenario=1M-uniform-parallel/impl=floodgate-2  1  360.0 ns/op  0 B/op  0 allocs/op
 BenchmarkInFlight/scenario=1M-uniform-parallel/impl=semaphore-2  1  80.00 ns/op  0 B/op  0 allocs/op
 BenchmarkInFlight/scenario=1M-uniform-parallel/impl=go-appkit-2  1  2400 ns/op  0 B/op  0 allocs/op
 `)
 	tb := inflightTable(d)
 	want := [][]string{
-		{"hotkey", "38.0", "80.0", "25.0", "100", "12.0", "1.52×", "0.38×", "3.17×", "0.0"},
-		{"1M-uniform-parallel", "360", "–", "80.0", "2400", "–", "4.50×", "0.15×", "–", "0.0"},
+		{"hotkey", "38.0", "80.0", "25.0", "100", "12.0", "15.0", "1.52×", "0.38×", "3.17×", "0.60×", "0.0"},
+		{"1M-uniform-parallel", "360", "–", "80.0", "2400", "–", "–", "4.50×", "0.15×", "–", "–", "0.0"},
 	}
 	if len(tb.rows) != len(want) {
 		t.Fatalf("rows = %q, want %q", tb.rows, want)

@@ -994,25 +994,28 @@ func chargeTable(d *dataset) table {
 
 // inflightTable holds floodgate's in-flight limit (BenchmarkInFlight,
 // issue 44) against golang.org/x/sync/semaphore, acronis/go-appkit's
-// per-key limiter and the floor of two atomic adds: per scenario, each
-// one's ns/op for a slot taken and given back, floodgate's ratio to each,
-// and floodgate's allocs/op.
+// per-key limiter, the floor of two atomic adds and the keyed floor: per
+// scenario, each one's ns/op for a slot taken and given back, floodgate's
+// ratio to each, the keyed floor's to the semaphore, and floodgate's
+// allocs/op.
 func inflightTable(d *dataset) table {
 	const fam = "InFlight"
-	impls := []string{"floodgate", "floodgate-mutex", "semaphore", "go-appkit", "floor"}
+	impls := []string{"floodgate", "floodgate-mutex", "semaphore", "go-appkit", "floor", "floor-keyed"}
 	t := table{
 		title: "In-flight limits: a slot taken and given back",
 		note: "ns/op of one request's round through an in-flight limit, a slot taken and given back, under a limit no run reaches: " +
 			"floodgate's lock-free inflight.Limiter (TryAcquire, then Release) and its mutex twin; golang.org/x/sync/semaphore, one global semaphore " +
 			"for every key (TryAcquire(1), then Release(1)); acronis/go-appkit's per-key limiter as its InFlightLimit middleware keeps it " +
 			"(an LRU cache behind one mutex, and per key a channel of slots and one of backlog slots; its HTTP handling and per-request timer left out); " +
-			"and the floor, the two atomic adds on one word that any exact count makes, with no key to find (hot key only). " +
+			"the floor, the two atomic adds on one word that any exact count makes, with no key to find (hot key only); " +
+			"and the keyed floor, the same two adds on the key's entry of a 1M-entry table of 16-byte entries (an identity and a count), " +
+			"found by the key's hash (hash/maphash), the least an exact count with a key to find can do (it checks and probes nothing). " +
 			"hotkey is one key from one goroutine, hotkey-parallel from every core; 1M-uniform-parallel 1M keys, each held once before the timer starts, " +
 			"picked uniformly from every core. The team's targets (issue 44): floodgate ÷ semaphore ≤ 0.5× on the hot key and on 1M keys, " +
 			"floodgate ÷ go-appkit ≤ 0.5× on 1M keys, and no allocation.",
 		header: []string{"scenario", "floodgate (ns/op)", "mutex twin (ns/op)", "semaphore (ns/op)", "go-appkit (ns/op)", "floor (ns/op)",
-			"÷ semaphore", "÷ go-appkit", "÷ floor", "floodgate allocs/op"},
-		right: rightFrom(1, 10),
+			"keyed floor (ns/op)", "÷ semaphore", "÷ go-appkit", "÷ floor", "keyed floor ÷ semaphore", "floodgate allocs/op"},
+		right: rightFrom(1, 12),
 	}
 	for _, sc := range d.scenarios(fam) {
 		vals := make([]float64, len(impls))
@@ -1024,7 +1027,7 @@ func inflightTable(d *dataset) table {
 		}
 		allocs, aOK := d.value(benchKey{family: fam, scenario: sc, impl: "floodgate"}, "allocs/op")
 		row = append(row, ratioCell(vals[0], oks[0], vals[2], oks[2]), ratioCell(vals[0], oks[0], vals[3], oks[3]),
-			ratioCell(vals[0], oks[0], vals[4], oks[4]), cell(allocs, aOK, fmtNs))
+			ratioCell(vals[0], oks[0], vals[4], oks[4]), ratioCell(vals[5], oks[5], vals[2], oks[2]), cell(allocs, aOK, fmtNs))
 		t.rows = append(t.rows, row)
 	}
 	return t
