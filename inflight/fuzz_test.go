@@ -48,6 +48,8 @@ func FuzzTwins(f *testing.F) {
 	// No queue and no global cap: the spread Limiter parks what it releases.
 	f.Add(uint8(2), uint8(0), uint8(0), []byte{op(0, 0), op(0, 0), op(0, 0), op(1, 0), op(0, 0), op(0, 0), op(2, 0), op(3, 0), op(6, 0), op(7, 0), op(7, 0), op(1, 0), op(1, 0), op(6, 0), op(0, 1), op(1, 0)})
 	f.Add(uint8(3), uint8(0), uint8(0), []byte{op(0, 0), op(0, 0), op(0, 0), op(0, 0), op(2, 0), op(2, 0), op(8, 0), op(0, 0), op(0, 0), op(1, 0), op(8, 3), op(0, 0), op(0, 0), op(0, 0), op(7, 0), op(1, 0), op(1, 0), op(7, 0), op(7, 0)})
+	// A stale copy of a slot lent by a lane, once the lane lent it again.
+	f.Add(uint8(1), uint8(0), uint8(0), []byte{op(0, 0), op(1, 0), op(0, 0), op(1, 0), op(0, 0), op(3, 0), op(1, 0), op(3, 0)})
 	f.Fuzz(twins)
 }
 

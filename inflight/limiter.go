@@ -159,7 +159,7 @@ func New(cfg Config) (*Limiter, error) {
 	} else {
 		l.spreads = cfg.Queue == 0 && cfg.Global == 0
 		l.ps = lanesPerKey()
-		l.margin = uint64(parkMax * l.ps)
+		l.margin = uint64(l.ps)
 		if cfg.spread && l.spreads {
 			l.spreadAll, l.margin = true, 0 // park at any count, to try every path
 		}
@@ -216,12 +216,15 @@ func (l *Limiter) acquire(id registry.ID) (Slot, refusal) {
 	if g != nil && !g.take() {
 		return Slot{}, globalFull
 	}
-	t, i, r := l.take(id)
+	t, i, s, r := l.take(id)
 	if r != granted {
 		if g != nil {
 			g.n.Add(-1)
 		}
 		return Slot{}, r
+	}
+	if s.t != nil {
+		return s, granted // lent by the key's lane
 	}
 	return l.issue(id, t, i), granted
 }
@@ -311,9 +314,8 @@ func (l *Limiter) count(id registry.ID) (int, int) {
 	}
 	h := held(v)
 	if v&spreadBit != 0 {
-		sp := spreadOf(t, i) // the key holds v's slots: it is there
-		for k := range sp.s {
-			h -= min(h, uint64(max(sp.s[k].n.Load(), 0))) // parked: held by no request
+		if sp := spreadOf(t, i); sp != nil { // nil if removed since v
+			h -= min(h, sp.parked())
 		}
 	}
 	return int(h), int(waiting(v))

@@ -22,11 +22,12 @@ type Slot struct {
 // past, releases nothing. Tickets are reused (see getTicket): a Slot
 // costs no allocation.
 type ticket struct {
-	gen atomic.Uint64
-	l   *Limiter
-	id  registry.ID
-	t   *registry.Table
-	i   int
+	gen  atomic.Uint64
+	l    *Limiter
+	id   registry.ID
+	t    *registry.Table
+	i    int
+	lane bool // a spread key's lane ticket (see lane): never pooled
 }
 
 // issue returns a Slot for the slot just taken on key id, at slot i of t.
@@ -43,7 +44,13 @@ func (l *Limiter) issue(id registry.ID, t *registry.Table, i int) Slot {
 // called from any goroutine.
 func (s Slot) Release() bool {
 	k := s.t
-	if k == nil || !k.gen.CompareAndSwap(s.gen, s.gen+1) {
+	if k == nil {
+		return false
+	}
+	if k.lane {
+		return k.l.giveBack(k, s.gen)
+	}
+	if !k.gen.CompareAndSwap(s.gen, s.gen+1) {
 		return false
 	}
 	l, id, t, i := k.l, k.id, k.t, k.i

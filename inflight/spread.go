@@ -11,22 +11,30 @@ import (
 )
 
 // A key taken and given back from several cores at once spreads: its word
-// stays the one count of its slots, but a slot given back may be parked on
-// the releasing P's lane of the key instead, still counted held in the
-// word, and the next acquisition on that P takes it from there. So a hot
-// key's requests touch lines of their own P, and its word, the line that
-// every core would write, only when a lane is empty or full.
+// stays the one count of its slots, but each P gets a lane of the key, a
+// ticket on a line of its own that holds at most one slot, still counted
+// held in the word. A release on that P parks its slot there, and the
+// next acquisition on that P lends it out again: the Slot it returns is
+// the lane's ticket itself. So a hot key's request takes its slot with
+// one CAS on its own P's line, and gives it back with one more, with no
+// pooled ticket and no write to the word, the line that every core would
+// write; the word changes only when a lane is empty or taken.
+//
+// Release once. A lane ticket's word is its state (empty, parked, lent)
+// under a count of its loans; a release moves lent to parked (or empty)
+// and the count on by one, in one CAS, so that a Slot is given back once
+// and a stale copy of it, whose count is past, gives back nothing.
 //
 // Exactness. The word counts every slot in use or parked, and a slot is
 // parked only by the release of one in use, so no more than the limit are
-// ever in use. A parked slot is taken only while the word holds no more
+// ever in use. A parked slot is lent only while the word holds no more
 // than the limit (held counts it, so one more in use stays within the
 // limit, even just after SetLimit lowered it).
 //
 // No false refusal. An acquisition that finds the word full takes a
 // parked slot from any lane, and refuses only if it found none and the
 // word did not change meanwhile. A release parks only while the key holds
-// at least a margin (parkMax per lane) below its limit, and, having
+// at least a margin (a slot per lane) below its limit, and, having
 // parked, looks at the word again: if the key came near its limit
 // meanwhile, it takes its slot back from the lane and gives it back
 // through the word, which tells a refusing acquisition to look again. So
@@ -49,23 +57,47 @@ func procUnpin()
 const (
 	// spreadBit marks a spread key's word: its lanes hang beside it.
 	spreadBit = 1 << 61
-	// parkMax is the most slots a lane parks.
-	parkMax = 2
 	// spreadAfter is how many CASes one acquisition loses before its key
 	// spreads.
 	spreadAfter = 2
 )
 
-// lanes is a spread key's parked slots, a line per P.
+// A lane's ticket is in one of four states, in the low bits of its
+// generation word; the bits above count its loans, as an ordinary
+// ticket's generation counts its releases.
+const (
+	empty    = 0 // no slot here
+	parked   = 1 // a slot held in the key's word and used by no request
+	lent     = 2 // the slot is a request's: a Slot holds the ticket
+	laneMask = 3
+	laneGen  = 4 // one loan
+)
+
+// lanes is a spread key's parked slots, a lane per P.
 type lanes struct {
 	s []lane
 }
 
-// lane is one P's parked slots of a key, on a line of its own.
+// lane is one P's lane of a key, on a line of its own: a ticket that
+// holds at most one slot, parked or lent out. A Slot lent from it is the
+// ticket itself, so that a request takes and gives back a parked slot
+// with one CAS each, on its own P's line, and no other ticket.
 type lane struct {
-	n       atomic.Int64 // slots parked: held in the word, used by no request
-	touched atomic.Bool  // a slot was taken from here since the last sweep
-	_       [64 - 16]byte
+	k       ticket      // lane is set, and l, id, t and i never change
+	touched atomic.Bool // a slot was lent from here since the last sweep
+	_       [64 - unsafe.Sizeof(ticket{}) - unsafe.Sizeof(atomic.Bool{})]byte
+}
+
+// A lane is one line: larger, two lanes would share one.
+var _ = [1]struct{}{}[unsafe.Sizeof(lane{})-64]
+
+// newLanes returns the lanes of key id, at slot i of t.
+func (l *Limiter) newLanes(id registry.ID, t *registry.Table, i int) *lanes {
+	sp := &lanes{s: make([]lane, l.ps)}
+	for k := range sp.s {
+		sp.s[k].k = ticket{lane: true, l: l, id: id, t: t, i: i}
+	}
+	return sp
 }
 
 // pid returns the caller's P, for its lane: a hint only (the goroutine
@@ -83,122 +115,190 @@ func spreadOf(t *registry.Table, i int) *lanes { return (*lanes)(t.Ptr(i)) }
 // at returns P p's lane of sp.
 func (sp *lanes) at(p int) *lane { return &sp.s[p%len(sp.s)] }
 
-// take takes a slot parked on the lane, if any.
-func (st *lane) take() bool {
+// lend lends the slot parked on the lane, if any, as a Slot.
+func (ln *lane) lend() (Slot, bool) {
+	k := &ln.k
 	for {
-		n := st.n.Load()
-		if n <= 0 {
-			return false
+		g := k.gen.Load()
+		if g&laneMask != parked {
+			return Slot{}, false
 		}
 		chaos.Yield()
-		if st.n.CompareAndSwap(n, n-1) {
-			if !st.touched.Load() {
-				st.touched.Store(true)
+		if k.gen.CompareAndSwap(g, g^parked|lent) {
+			if !ln.touched.Load() {
+				ln.touched.Store(true)
 			}
-			return true
+			return Slot{t: k, gen: g ^ parked | lent}, true
 		}
 		chaos.Lost("inflight.lane")
 	}
 }
 
-// takeParked takes a slot parked for the key at slot i of t, whose word
-// was v: from the caller's lane, or from any if all are refused. The
+// lendParked lends a slot parked for the key at slot i of t, whose word
+// was v: from the caller's lane, or from any if every is refused. The
 // word must hold no more than the limit.
-func (l *Limiter) takeParked(t *registry.Table, i int, v uint64, any bool) bool {
+func (l *Limiter) lendParked(t *registry.Table, i int, v uint64, any bool) (Slot, bool) {
 	sp := spreadOf(t, i)
 	if sp == nil || held(v) > l.limit.Load() {
-		return false
+		return Slot{}, false
 	}
 	if !any {
-		return sp.at(pid()).take()
+		return sp.at(pid()).lend()
 	}
 	for k := range sp.s {
-		if sp.s[k].take() {
-			return true
+		if s, ok := sp.s[k].lend(); ok {
+			return s, true
 		}
 	}
-	return false
+	return Slot{}, false
+}
+
+// near reports whether the key at slot i of t (or where it moved) is too
+// near its limit for a slot to be parked. A key that holds a slot is
+// never removed; one that is gone (the caller's Slot is a stale copy,
+// which its CAS will tell) is near.
+func (l *Limiter) near(id registry.ID, t *registry.Table, i int) bool {
+	v := t.Word(i).Load()
+	for v == word.Moved {
+		if t, i = l.flat.Find(id); i < 0 {
+			return true
+		}
+		v = t.Word(i).Load()
+	}
+	return word.IsMark(v) || v&waitMask != 0 || held(v)+l.margin > l.limit.Load()
+}
+
+// giveBack gives back the slot that lane ticket k lent as g: parked on
+// the lane again, with one CAS, unless the key is near its limit; then
+// through the word. It reports false for a slot already given back.
+func (l *Limiter) giveBack(k *ticket, g uint64) bool {
+	next := g&^laneMask + laneGen
+	if l.near(k.id, k.t, k.i) {
+		if !k.gen.CompareAndSwap(g, next|empty) {
+			return false
+		}
+		l.release(k.id, k.t, k.i, -1)
+		return true
+	}
+	if !k.gen.CompareAndSwap(g, next|parked) {
+		return false
+	}
+	l.recheck(k, next)
+	return true
+}
+
+// recheck follows a slot just parked in lane ticket k at generation g:
+// if the key came near its limit meanwhile, an acquisition may be
+// refusing right now, having looked at this lane before the slot was
+// parked. The slot then leaves the lane through the word, whose change
+// sends that acquisition to look again (unless it was lent meanwhile).
+func (l *Limiter) recheck(k *ticket, g uint64) {
+	if !l.near(k.id, k.t, k.i) {
+		return
+	}
+	chaos.Yield()
+	if k.gen.CompareAndSwap(g|parked, g|empty) {
+		l.release(k.id, k.t, k.i, -1)
+	}
 }
 
 // park parks a released slot of the key at slot i of t, whose word was v,
-// on P p's lane (the caller's), and reports whether it did; if not, the
-// caller gives it back through the word.
+// on P p's lane (the caller's; any lane if p < 0) if that lane is empty,
+// and reports whether it did; if not, the caller gives it back through
+// the word.
 func (l *Limiter) park(id registry.ID, t *registry.Table, i int, v uint64, p int) bool {
+	if p < 0 {
+		return false // from a lane's own give-back, which found the key near its limit
+	}
 	sp := spreadOf(t, i)
 	if sp == nil || v&waitMask != 0 || held(v)+l.margin > l.limit.Load() {
 		return false
 	}
-	st := sp.at(p)
-	n := st.n.Load()
-	if n >= parkMax {
+	k := &sp.at(p).k
+	g := k.gen.Load()
+	if g&laneMask != empty {
 		return false
 	}
 	chaos.Yield()
-	if !st.n.CompareAndSwap(n, n+1) {
+	if !k.gen.CompareAndSwap(g, g|parked) {
 		chaos.Lost("inflight.park")
 		return false
 	}
-	// The key may have come near its limit since v: then an acquisition
-	// may be refusing right now, having looked at this lane before the
-	// slot was parked. Take it back and give it back through the word,
-	// whose change sends that acquisition to look again.
-	for v = t.Word(i).Load(); v == word.Moved; v = t.Word(i).Load() {
-		t, i = l.flat.Find(id) // the key holds this slot: it is never removed
-	}
-	if held(v)+l.margin <= l.limit.Load() {
-		return true
-	}
-	return !st.take() // taken meanwhile by an acquisition: it is given
+	l.recheck(k, g)
+	return true
 }
 
 // settle gives every slot parked for the key at slot i of t back to its
-// word, and returns the word and whether a lane was taken from since
-// the last call that cleared the marks (clear). Under the key's shard
-// lock, so the word is live.
+// word, and returns the word and whether a lane was lent from since the
+// last call that cleared the marks (clear). Under the key's shard lock,
+// so the word is live.
 func settle(t *registry.Table, i int, clear bool) (uint64, bool) {
 	w := t.Word(i)
 	sp := spreadOf(t, i)
 	if sp == nil {
 		return w.Load(), false
 	}
-	var parked uint64
+	var n uint64
 	touched := false
-	for k := range sp.s {
-		st := &sp.s[k]
-		parked += uint64(st.n.Swap(0))
+	for j := range sp.s {
+		ln := &sp.s[j]
+		for {
+			g := ln.k.gen.Load()
+			if g&laneMask != parked {
+				break
+			}
+			chaos.Yield()
+			if ln.k.gen.CompareAndSwap(g, g^parked|empty) {
+				n++
+				break
+			}
+			chaos.Lost("inflight.settle")
+		}
 		if clear {
-			touched = st.touched.Swap(false) || touched
+			touched = ln.touched.Swap(false) || touched
 		} else {
-			touched = st.touched.Load() || touched
+			touched = ln.touched.Load() || touched
 		}
 	}
 	for {
 		v := w.Load()
-		if parked == 0 {
+		if n == 0 {
 			return v, touched
 		}
 		chaos.Yield()
-		if w.CompareAndSwap(v, v-parked) {
-			return v - parked, touched
+		if w.CompareAndSwap(v, v-n) {
+			return v - n, touched
 		}
 		chaos.Lost("inflight.settle")
 	}
 }
 
-// spread gives key id its lanes and marks its word, under its shard's
-// lock, unless it has them already or was removed meanwhile.
-func (l *Limiter) spread(id registry.ID) {
-	l.flat.Update(id, func(t *registry.Table, i int, cur unsafe.Pointer) unsafe.Pointer {
-		if cur != nil {
-			return cur
+// parked returns the slots parked on sp's lanes now.
+func (sp *lanes) parked() uint64 {
+	n := uint64(0)
+	for j := range sp.s {
+		if sp.s[j].k.gen.Load()&laneMask == parked {
+			n++
 		}
-		sp := &lanes{s: make([]lane, l.ps)}
+	}
+	return n
+}
+
+// spread gives key id its lanes and then marks its word, under its
+// shard's lock, unless it has them already or was removed meanwhile: a
+// word marked spread always has its lanes.
+func (l *Limiter) spread(id registry.ID) {
+	l.flat.Update(id, func(t *registry.Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer)) {
+		if cur != nil {
+			return
+		}
+		set(unsafe.Pointer(l.newLanes(id, t, i)))
 		w := t.Word(i)
 		for {
 			v := w.Load()
 			chaos.Yield()
 			if w.CompareAndSwap(v, v|spreadBit) {
-				return unsafe.Pointer(sp)
+				return
 			}
 			chaos.Lost("inflight.spread")
 		}

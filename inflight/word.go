@@ -66,41 +66,41 @@ const (
 )
 
 // take takes one slot of key id, creating its word on first use. It
-// returns the slot's place in the table, for its release, or why it
-// could not.
-func (l *Limiter) take(id registry.ID) (*registry.Table, int, refusal) {
+// returns the slot's place in the table, for its release, and the Slot
+// if a spread key's lane lent it; or why it could not.
+func (l *Limiter) take(id registry.ID) (*registry.Table, int, Slot, refusal) {
 	t := l.flat.Current(id)
 	i := t.Lookup(id)
 	lost := 0
 	for {
 		if i < 0 {
 			if t, i = l.create(id); i < 0 {
-				return t, i, keysFull
+				return t, i, Slot{}, keysFull
 			}
 		}
 		w := t.Word(i)
 		v := w.Load()
+		full := v&waitMask != 0 || held(v) >= l.limit.Load()
 		switch {
 		case word.IsMark(v):
 			i = -1 // moved by a resize or removed while idle: find it again
 			continue
-		case v&spreadBit != 0 && l.takeParked(t, i, v, false):
-			return t, i, granted
-		case v&waitMask != 0 || held(v) >= l.limit.Load():
-			if v&spreadBit == 0 {
-				return t, i, keyFull
+		case v&spreadBit != 0:
+			if s, ok := l.lendParked(t, i, v, full); ok {
+				return t, i, s, granted
 			}
-			if l.takeParked(t, i, v, true) {
-				return t, i, granted
+			if full && w.Load() == v {
+				return t, i, Slot{}, keyFull
 			}
-			if w.Load() == v {
-				return t, i, keyFull
+			if full {
+				continue // a slot came back through the word meanwhile: look again
 			}
-			continue // a slot came back through the word meanwhile: look again
+		case full:
+			return t, i, Slot{}, keyFull
 		}
 		chaos.Yield()
 		if w.CompareAndSwap(v, (v+1)|touched) {
-			return t, i, granted
+			return t, i, Slot{}, granted
 		}
 		chaos.Lost("inflight.take")
 		if lost++; lost == spreadAfter && v&spreadBit == 0 && l.spreadsAt(l.limit.Load()) {
@@ -113,12 +113,11 @@ func (l *Limiter) take(id registry.ID) (*registry.Table, int, refusal) {
 // is -1 when the table is at MaxKeys and every key in the shard holds a
 // slot or a waiter.
 func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
-	return l.flat.Insert(id, 0, func(*registry.Table) (uint64, unsafe.Pointer, bool) {
-		if l.spreadAll {
-			return spreadBit, unsafe.Pointer(&lanes{s: make([]lane, l.ps)}), true
-		}
-		return 0, nil, true
-	})
+	t, i := l.flat.Insert(id, 0, func(*registry.Table) (uint64, unsafe.Pointer, bool) { return 0, nil, true })
+	if i >= 0 && l.spreadAll {
+		l.spread(id)
+	}
+	return t, i
 }
 
 // putBack gives back one slot of key id, found at slot i of t when it was

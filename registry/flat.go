@@ -494,13 +494,14 @@ func (f *Flat) Replace(id ID, swap func(cur unsafe.Pointer) unsafe.Pointer) unsa
 	return next
 }
 
-// Update, for a table of pointers, sets id's state to fn(its slot, its
-// current state) under the shard's lock, and reports whether id was
-// present (fn is not called if not). Unlike Replace, fn may change the
-// slot's word too, in the same critical section.
-func (f *Flat) Update(id ID, fn func(t *Table, i int, cur unsafe.Pointer) unsafe.Pointer) bool {
+// Update, for a table of pointers, calls fn with id's slot and its
+// current state under the shard's lock, and reports whether id was
+// present (fn is not called if not). fn may set the slot's state with set,
+// and change its word, in the order it needs: a reader that sees the word
+// changed after set sees the new state.
+func (f *Flat) Update(id ID, fn func(t *Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer))) bool {
 	return f.locked(id, func(_ *flatShard, t *Table, i int) {
-		atomic.StorePointer(&t.ptrs[i], fn(t, i, atomic.LoadPointer(&t.ptrs[i])))
+		fn(t, i, atomic.LoadPointer(&t.ptrs[i]), func(p unsafe.Pointer) { atomic.StorePointer(&t.ptrs[i], p) })
 	})
 }
 

@@ -71,7 +71,7 @@ func TestInFlightNeverAboveLimit(t *testing.T) {
 					cfg.Queue = 0
 					cfg = testhook.InFlightSpread(cfg).(inflight.Config)
 				case "spread-wide":
-					// Room for the lanes' margin (two slots per P), and
+					// Room for the lanes. margin (a slot per P), and
 					// fewer slots than goroutines on the one key.
 					cfg = inflight.Config{Limit: 4*runtime.GOMAXPROCS(0) + 8}
 					keys = keys[:1]
