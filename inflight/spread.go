@@ -43,8 +43,11 @@ import (
 //
 // Only a Limiter with no queue and no global cap spreads (a queue's order
 // and a global count are one word each anyway), and only a key whose word
-// lost a CAS to another core twice in one acquisition, with a limit of at
-// least twice the margin. A spread key's lanes (a line per P) live in the
+// lost a CAS to another core, with a limit of at least twice the margin:
+// at the first loss, since a wait for two losses in one acquisition left
+// a key fought over by two cores unspread for whole runs (when the cores'
+// CASes rarely overlapped twice), and a lost CAS on a key nobody shares
+// is rare enough that the lanes it costs are few. A spread key's lanes (a line per P) live in the
 // table's pointer beside its word; Held, Sweep, EvictIdle, MaxKeys and
 // SetLimit first give every parked slot back to the word (settle).
 
@@ -58,8 +61,8 @@ const (
 	// spreadBit marks a spread key's word: its lanes hang beside it.
 	spreadBit = 1 << 61
 	// spreadAfter is how many CASes one acquisition loses before its key
-	// spreads.
-	spreadAfter = 2
+	// spreads: the first.
+	spreadAfter = 1
 )
 
 // A lane's ticket is in one of four states, in the low bits of its
