@@ -411,22 +411,41 @@ func TestStaleClockWithEviction(t *testing.T) {
 		// The requests drive the clock themselves, in uneven steps, so that
 		// time moves in step with demand: about one advance per 64
 		// attempts, so that demand is about twice the supply.
-		// Now and then the clock leaps two periods, so that window states
-		// too fall idle, and the goroutine that moved it evicts at once,
-		// racing the other goroutines' next requests.
-		var leapEvictions atomic.Int64
+		// At a few random attempts (at least one a run) the clock leaps two
+		// periods, so that window states too fall idle, and the goroutine
+		// that moved it evicts at once, racing the requests that read the
+		// clock before the leap and reach the limiter after it. No request
+		// reads the clock between the leap and that eviction (gate), so
+		// every key that no request is writing is idle then: the leap
+		// evicts at least one key in every run, never by luck.
+		attempts := max(size(400_000), 80_000)
+		leaps := leapMoments(attempts, 50_000)
+		t.Logf("clock leaps at attempts %v of %d", leaps, attempts)
+		var gate sync.RWMutex
+		var attempt, leapEvictions atomic.Int64
 		// Its quick form is its short form: the run must admit at least
 		// every key's capacity (64,000 for the windows) to count.
-		hammer(max(size(400_000), 80_000), func(r *rand.Rand) {
+		hammer(attempts, func(r *rand.Rand) {
 			switch {
-			case r.IntN(50_000) == 0:
+			case leaps[attempt.Add(1)-1]:
+				gate.Lock()
 				clock.Advance(2 * rule.Period)
-				leapEvictions.Add(int64(l.EvictIdle()))
+				n := l.EvictIdle()
+				for n == 0 && l.Len() > 0 {
+					// Every key was being written: wait for the writers,
+					// whose readings all precede the leap, to finish.
+					runtime.Gosched()
+					n = l.EvictIdle()
+				}
+				gate.Unlock()
+				leapEvictions.Add(int64(n))
 			case r.IntN(goroutines) == 0:
 				clock.Advance(time.Duration(r.Int64N(int64(960 * time.Microsecond))))
 			}
 			k := r.IntN(keys)
+			gate.RLock()
 			now := clock.Now()
+			gate.RUnlock()
 			for range r.IntN(4) {
 				runtime.Gosched()
 			}
@@ -459,6 +478,20 @@ func TestStaleClockWithEviction(t *testing.T) {
 		}
 		t.Logf("%v of clock, %d admitted in all, %d evictions", time.Duration(clock.Now()), total, evicted)
 	})
+}
+
+// leapMoments picks the attempts, of n, at which a test moves its clock a
+// long way: one in each stretch of every attempts (at least one a run), at
+// a random point of the stretch's middle half, so that every leap has
+// demand on both sides of it.
+func leapMoments(n, every int) map[int64]bool {
+	stretches := max(1, n/every)
+	stretch := int64(n / stretches)
+	moments := make(map[int64]bool, stretches)
+	for i := range int64(stretches) {
+		moments[i*stretch+stretch/4+rand.Int64N(stretch/2)] = true
+	}
+	return moments
 }
 
 // startEvictor calls EvictIdle in a loop, yielding between calls, until the
