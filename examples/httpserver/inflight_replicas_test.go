@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,37 +12,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/overlap"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
-// interval is when a replica held one GET /hold, as its X-Held says.
-type interval struct{ from, to int64 }
-
-// deepest is the most intervals that overlap at any instant.
-func deepest(ivs []interval) int {
-	type edge struct {
-		at   int64
-		step int
+// heldInterval is when a replica held one GET /hold, as its X-Held
+// says: the wall clock's Unix ns at the start and the end of the hold.
+func heldInterval(resp *http.Response) (overlap.Interval, error) {
+	var iv overlap.Interval
+	from, to, ok := strings.Cut(resp.Header.Get("X-Held"), " ")
+	iv.From, _ = strconv.ParseInt(from, 10, 64)
+	iv.To, _ = strconv.ParseInt(to, 10, 64)
+	if !ok || iv.From == 0 || iv.To < iv.From {
+		return iv, fmt.Errorf("X-Held %q", resp.Header.Get("X-Held"))
 	}
-	var es []edge
-	for _, iv := range ivs {
-		es = append(es, edge{iv.from, 1}, edge{iv.to, -1})
-	}
-	// An end before a start at one instant: a slot given back and taken
-	// again in the same nanosecond is not two at once.
-	slices.SortFunc(es, func(a, b edge) int {
-		if a.at != b.at {
-			return int(min(max(a.at-b.at, -1), 1))
-		}
-		return a.step - b.step
-	})
-	depth, most := 0, 0
-	for _, e := range es {
-		depth += e.step
-		most = max(most, depth)
-	}
-	return most
+	return iv, nil
 }
 
 // TestReplicasHoldAtMostInFlight: three replicas with -inflight 5 on one
@@ -99,7 +84,7 @@ func TestReplicasHoldAtMostInFlight(t *testing.T) {
 	c := &http.Client{Transport: tr, Timeout: time.Minute}
 	var (
 		mu       sync.Mutex
-		served   []interval
+		served   []overlap.Interval
 		killedAt atomic.Int64
 		n        atomic.Int64
 		refused  atomic.Int64
@@ -134,12 +119,9 @@ func TestReplicasHoldAtMostInFlight(t *testing.T) {
 					t.Errorf("replica %d: %d", r, resp.StatusCode)
 					return
 				}
-				var iv interval
-				from, to, ok := strings.Cut(resp.Header.Get("X-Held"), " ")
-				iv.from, _ = strconv.ParseInt(from, 10, 64)
-				iv.to, _ = strconv.ParseInt(to, 10, 64)
-				if !ok || iv.from == 0 || iv.to < iv.from {
-					t.Errorf("X-Held %q", resp.Header.Get("X-Held"))
+				iv, err := heldInterval(resp)
+				if err != nil {
+					t.Error(err)
 					return
 				}
 				mu.Lock()
@@ -164,7 +146,7 @@ func TestReplicasHoldAtMostInFlight(t *testing.T) {
 	if !dead.Load() {
 		t.Fatal("the run ended before the kill")
 	}
-	if d := deepest(served); d > limit {
+	if d := overlap.Deepest(served); d > limit {
 		t.Errorf("the served intervals overlap %d deep, over -inflight %d", d, limit)
 	}
 	if m := most.Load(); m > limit {
@@ -172,23 +154,23 @@ func TestReplicasHoldAtMostInFlight(t *testing.T) {
 	}
 	// Once the killed replica's slots have expired, the two left serve 5
 	// at once again.
-	var after []interval
+	var after []overlap.Interval
 	for _, iv := range served {
-		if iv.from > killedAt.Load()+int64(slotTTL)+int64(200*time.Millisecond) {
+		if iv.From > killedAt.Load()+int64(slotTTL)+int64(200*time.Millisecond) {
 			after = append(after, iv)
 		}
 	}
-	if d := deepest(after); d != limit {
+	if d := overlap.Deepest(after); d != limit {
 		t.Errorf("after the killed replica's slots expired, the replicas left held %d at once (of %d intervals), want %d", d, len(after), limit)
 	}
-	var meanwhile []interval // begun between the kill and the expiry
+	var meanwhile []overlap.Interval // begun between the kill and the expiry
 	for _, iv := range served {
-		if iv.from > killedAt.Load() && iv.from <= killedAt.Load()+int64(slotTTL) {
+		if iv.From > killedAt.Load() && iv.From <= killedAt.Load()+int64(slotTTL) {
 			meanwhile = append(meanwhile, iv)
 		}
 	}
 	t.Logf("%d served (%d after the expiry), %d refused; overlap %d deep (%d between the kill and the expiry, %d after); Redis held at most %d",
-		len(served), len(after), refused.Load(), deepest(served), deepest(meanwhile), deepest(after), most.Load())
+		len(served), len(after), refused.Load(), overlap.Deepest(served), overlap.Deepest(meanwhile), overlap.Deepest(after), most.Load())
 	for i, s := range ss {
 		if i != victim {
 			s.stop()
