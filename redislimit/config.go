@@ -123,7 +123,9 @@ type Config struct {
 	// stays held on Redis without its holder: the Store renews every slot
 	// it holds every third of it, all of them in one pipeline, so that a
 	// living holder never loses its slot, and a replica that dies holding
-	// slots gives them back within SlotTTL. 0 means 10 s, or three
+	// slots gives them back within SlotTTL. After Redis loses the slots
+	// (see Store.SlotPolicy), the replicas are back within the limit after
+	// SlotTTL plus the longest request held. 0 means 10 s, or three
 	// Timeouts if that is longer; else at least 100 ms and three Timeouts
 	// (a renewal must reach Redis in time), and at most an hour.
 	SlotTTL time.Duration
@@ -181,6 +183,10 @@ type Stats struct {
 	// one every third of Config.SlotTTL while any is held, and
 	// SlotRenewCommands the commands those sent, one per client key.
 	SlotsHeld, SlotRenewals, SlotRenewCommands int64
+	// SlotsLost counts the slots this Store held that a renewal found
+	// gone from Redis (a flush, a restart, a failover, or an expiry while
+	// this replica was paused): dropped, and never served again.
+	SlotsLost int64
 }
 
 const (

@@ -132,10 +132,25 @@
 // in this process). With Lease.Slots K, a replica takes up to K slots of
 // a client ahead with the one it needs, and keeps up to K of those
 // released, so that a busy client's requests take a slot with no round
-// trip; slots ahead unused for a third of SlotTTL go back, and so do all
-// at Close. They are held on Redis like any other: the replicas together
-// never hold more than N, and slots one replica holds ahead are slots the
-// others cannot take.
+// trip; a slot ahead unused for a third of SlotTTL goes back, a busy
+// client's too, and all go back at Close. They are held on Redis like any
+// other: the replicas together never hold more than N, and slots one
+// replica holds ahead are slots the others cannot take.
+//
+// Each renewal answers, member by member, whether Redis still held it.
+// When Redis loses a client's members (FLUSHALL, a restart, a failover to
+// a replica that had not seen them, or an expiry while their replica was
+// paused, after which another replica may take their places), each
+// replica drops the slots it had there at its next renewal: none is
+// renewed or served again. A slot ahead is served only while Redis is
+// known to hold it, until SlotTTL after the sending of the last round
+// trip that found it there (timed on the monotonic clock, and not after a
+// suspension of the host), so a replica that was stopped past SlotTTL, or
+// whose renewals fail, serves none of them. A request that holds a lost
+// slot runs to its end: nothing can take a slot back from a handler. So
+// after a loss the replicas together may hold more than N at once, and
+// are back within N after at most one SlotTTL plus the longest request
+// held, and stay there; Stats.SlotsLost counts the slots dropped.
 //
 // # Costs known after the work
 //

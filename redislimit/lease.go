@@ -104,10 +104,13 @@ type Lease struct {
 	// client from Redis takes up to Slots more with it, and keeps as many
 	// of its released slots, held on Redis (and renewed) but unused, so
 	// that its next requests of that client take one with no round trip.
-	// Slots unused for a third of Config.SlotTTL go back to Redis. A slot
-	// held ahead is held: the replicas together never hold more than the
-	// limit, and one replica's slots ahead are slots the others cannot
-	// take. 0 takes every slot by a round trip.
+	// A slot unused for a third of Config.SlotTTL goes back to Redis, a
+	// busy client's too. A slot held ahead is held: the replicas together
+	// never hold more than the limit, and one replica's slots ahead are
+	// slots the others cannot take. One is served only while Redis is
+	// known to hold it: less than SlotTTL after the sending of the last
+	// round trip that found it there, and never once a renewal found it
+	// gone (see Store.SlotPolicy). 0 takes every slot by a round trip.
 	Slots int
 }
 
@@ -129,7 +132,12 @@ const (
 // counting its units, and the replicas together would pass the rule.
 // skew is the wall clock less the monotonic one, which a suspension of
 // the host moves ahead (see usable).
-func (s *Store) leaseNow() (now, skew int64) {
+func (s *Store) leaseNow() (now, skew int64) { return s.clocks(s.lease.base) }
+
+// clocks reads the monotonic time since base, in ns, and how far the
+// wall clock stands ahead of it (or the tests' stand-ins for the two):
+// lease mode's clocks, for batches and for slots held ahead alike.
+func (s *Store) clocks(base time.Time) (now, skew int64) {
 	if s.redisClock != nil {
 		now = s.redisClock.Now()
 		if s.wallClock != nil {
@@ -138,7 +146,7 @@ func (s *Store) leaseNow() (now, skew int64) {
 		return now, skew
 	}
 	t := time.Now()
-	now = int64(t.Sub(s.lease.base))
+	now = int64(t.Sub(base))
 	return now, t.UnixNano() - now
 }
 

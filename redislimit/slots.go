@@ -25,7 +25,10 @@ import (
 // than the limit remain, a release one that removes it. The Store keeps
 // the slots it holds in a table, and renews all of them every third of
 // Config.SlotTTL, in one pipeline (one round trip per Redis node), so a
-// living holder's slot never expires and a dead replica's do.
+// living holder's slot never expires and a dead replica's do. The renewal
+// says which members Redis still had: a slot it no longer had is dropped
+// (see slots_renew.go), and lease mode serves a slot held ahead only
+// while Redis is known to hold it (see slots_pool.go).
 
 //go:embed slots.lua
 var slotsSource string
@@ -50,6 +53,8 @@ type slotPolicy struct {
 	limit   atomic.Int64
 	ahead   int      // Lease.Slots
 	pools   sync.Map // lease mode: Redis key → *slotPool
+	poolsMu sync.Mutex
+	closed  bool // under poolsMu: Close has run, and no pool is made
 
 	localOnce sync.Once
 	local     atomic.Pointer[inflight.Limiter] // FailLocal's, made at the first fallback
@@ -62,6 +67,18 @@ type slotPolicy struct {
 // Config.SlotTTL): exact while the holders keep up their renewals. An
 // acquisition is one round trip, and so is a release; with Lease.Slots,
 // one served from the slots held ahead is none.
+//
+// Each renewal learns which of the Store's members Redis still has. When
+// Redis loses them (FLUSHALL, a restart or a failover that lost the last
+// writes, or members that expired while this replica was paused, which
+// another may then take), the Store drops the slots it had: a slot held
+// ahead is served only while a renewal or acquisition sent less than
+// SlotTTL ago found it on Redis, and a slot that a renewal did not find
+// is never served again. A request that holds a lost slot runs to its
+// end (nothing can take a slot back from a handler), so after such a
+// loss the replicas together may hold more than limit, but are back
+// within it after at most one SlotTTL plus the longest request held, and
+// stay there.
 //
 // When Redis cannot answer an acquisition, the FailureMode does:
 // FailOpen admits it with a slot that holds nothing, FailClosed refuses
@@ -130,10 +147,12 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 	rkey := p.key(key)
 	var pool *slotPool
 	if p.ahead > 0 {
-		pool = p.pool(rkey)
+		pool = p.pool(rkey) // nil once the policy is closed
 		if h := pool.take(s); h != nil {
 			if err := ctx.Err(); err != nil {
-				pool.put(h, s)
+				if !pool.put(h, s) { // the pool filled, or went, meanwhile
+					go h.Release()
+				}
 				return floodgate.Slot{}, false, err
 			}
 			s.results.Inc(int(resAllowed))
@@ -141,6 +160,9 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		}
 	}
 	member := s.slotMember()
+	// Redis holds what it grants until SlotTTL after it runs the script,
+	// which is after this.
+	sent, skew := s.slotNow()
 	args := []any{"evalsha", slotsScript.sha, 1, rkey, slotAcquire, s.scriptNow(), s.set.slotTTL.Microseconds(), p.limit.Load(), member}
 	if pool != nil {
 		for range p.ahead {
@@ -163,15 +185,12 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		}
 		s.results.Inc(int(resAllowed))
 		h := &redisSlot{p: p, rkey: rkey, member: member}
+		h.confirm(sent, skew)
 		s.holding.add(h)
 		if pool == nil {
 			return floodgate.HeldSlot(h), true, nil
 		}
-		for _, m := range args[9 : 8+v[0]] { // the slots ahead that Redis granted
-			extra := &redisSlot{p: p, rkey: rkey, member: m.(string)}
-			s.holding.add(extra)
-			pool.put(extra, s)
-		}
+		p.park(pool, rkey, args[9:8+v[0]], sent, skew) // the slots ahead that Redis granted
 		return floodgate.HeldSlot(&leasedSlot{h: h, pool: pool}), true, nil
 	case tripAbandoned:
 		s.abandoned.Add(1)
@@ -206,7 +225,7 @@ func (p *slotPolicy) remove(rkey string, members ...any) {
 	s := p.s
 	ctx, cancel := context.WithTimeout(context.Background(), s.set.timeout)
 	defer cancel()
-	args := append([]any{"evalsha", slotsScript.sha, 1, rkey, slotRelease, s.scriptNow(), s.set.slotTTL.Microseconds(), 0}, members...)
+	args := s.slotArgs(rkey, slotRelease, members)
 	if _, err := s.batch.do(ctx, args, slotsScript.src, time.Now().Add(s.set.timeout), nil); err != nil && s.set.onError != nil {
 		s.set.onError(err)
 	}
@@ -216,8 +235,15 @@ func (p *slotPolicy) remove(rkey string, members ...any) {
 // Store's counts, and the middleware keeps its gauge.
 func (p *slotPolicy) AppendCounts(dst []counts.Sample) []counts.Sample { return dst }
 
+// slotArgs is the EVALSHA of slots.lua's op on members of rkey (not an
+// acquisition, which also sends the limit).
+func (s *Store) slotArgs(rkey string, op int, members []any) []any {
+	return append([]any{"evalsha", slotsScript.sha, 1, rkey, op, s.scriptNow(), s.set.slotTTL.Microseconds(), 0}, members...)
+}
+
 // Close takes the policy out of the Store. Its slots held stay valid, and
-// renewed, until released.
+// renewed, until released; those held ahead go back to Redis, in one
+// pipeline, and it holds none ahead from then on.
 func (p *slotPolicy) Close() error {
 	p.s.mu.Lock()
 	if p.s.slotLive[p.name] == p {
@@ -227,7 +253,11 @@ func (p *slotPolicy) Close() error {
 	if l := p.local.Load(); l != nil {
 		l.Close()
 	}
-	p.giveBack(math.MaxInt64)
+	p.poolsMu.Lock()
+	p.closed = true
+	p.poolsMu.Unlock()
+	now, skew := p.s.slotNow()
+	p.s.sendReleases(p.giveBack(math.MaxInt64, now, skew))
 	return nil
 }
 
@@ -236,18 +266,29 @@ type redisSlot struct {
 	p        *slotPolicy
 	rkey     string
 	member   string
-	released atomic.Bool
+	released atomic.Bool // given back, or dropped while held ahead: no longer held here
+	lost     atomic.Bool // a renewal did not find it on Redis: never held ahead again
+
+	// Redis holds the member at least until, in slot ns (see slotNow),
+	// unless it loses it: SlotTTL less a µs after the sending of the
+	// latest round trip that found it there. skew is the wall clock less
+	// the monotonic one at that sending. See usable.
+	until, skew atomic.Int64
+	parkedAt    int64 // slot ns when it was last held ahead, under its pool's mu
 }
 
 // Release gives the slot back on Redis, once: it stops its renewals and
 // removes its member, in one round trip (a release that fails leaves the
-// slot to expire within SlotTTL).
+// slot to expire within SlotTTL). A slot that Redis lost is only
+// forgotten: its member is not there to remove.
 func (h *redisSlot) Release() bool {
 	if !h.released.CompareAndSwap(false, true) {
 		return false
 	}
 	h.p.s.holding.remove(h)
-	h.p.remove(h.rkey, h.member)
+	if !h.lost.Load() {
+		h.p.remove(h.rkey, h.member)
+	}
 	return true
 }
 

@@ -12,10 +12,13 @@
 --
 -- Acquire drops the expired holders, then adds as many of its members, in
 -- order, as the limit has room for: {added, held}, so that added 0 is a
--- refusal. Release removes its members: {removed, held}. Renew moves each member's expiry to now +
--- ttl, only for members still held (XX) and only forward (GT): {renewed,
--- held}. Every write keeps the key's own TTL at least its last expiry, so
--- that a client whose holders all died leaves nothing behind.
+-- refusal. Release removes its members: {removed, held}. Renew answers,
+-- for each member in order, 1 if the key still held it, unexpired, and
+-- moves its expiry to now + ttl (only forward: GT), or 0 if not, and
+-- then removes it if it had expired: a member is never renewed back from
+-- expiry, as an acquisition would have dropped it. Every write keeps the
+-- key's own TTL at least its last expiry, so that a client whose holders
+-- all died leaves nothing behind.
 local op, now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 if not op or not now or not ttl or ttl < 1 then
   return redis.error_reply('floodgate: bad slot arguments')
@@ -48,11 +51,20 @@ elseif op == 2 then
   local removed = redis.call('ZREM', key, unpack(ARGV, 5))
   return {removed, redis.call('ZCARD', key)}
 end
-local renewed = 0
+local found, any = {}, false
 for i = 5, #ARGV do
-  renewed = renewed + redis.call('ZADD', key, 'XX', 'GT', 'CH', now + ttl, ARGV[i])
+  local score = redis.call('ZSCORE', key, ARGV[i])
+  if score and tonumber(score) > now then
+    redis.call('ZADD', key, 'XX', 'GT', now + ttl, ARGV[i])
+    found[i - 4], any = 1, true
+  else
+    if score then
+      redis.call('ZREM', key, ARGV[i])
+    end
+    found[i - 4] = 0
+  end
 end
-if renewed > 0 then
+if any then
   keep()
 end
-return {renewed, redis.call('ZCARD', key)}
+return found

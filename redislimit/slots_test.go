@@ -23,6 +23,16 @@ import (
 // Redis's own TIME).
 func slotStore(t testing.TB, srv *redistest.Server, cfg Config, clock *floodgate.ManualClock) *Store {
 	t.Helper()
+	return slotStoreWith(t, srv, cfg, func(s *Store) {
+		if clock != nil {
+			s.redisClock = clock
+		}
+	})
+}
+
+// slotStoreWith is a Store on srv that setup changes before it runs.
+func slotStoreWith(t testing.TB, srv *redistest.Server, cfg Config, setup func(*Store)) *Store {
+	t.Helper()
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Second
 	}
@@ -30,11 +40,7 @@ func slotStore(t testing.TB, srv *redistest.Server, cfg Config, clock *floodgate
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(client(t, srv), set, false, func(s *Store) {
-		if clock != nil {
-			s.redisClock = clock
-		}
-	})
+	s := newStore(client(t, srv), set, false, setup)
 	t.Cleanup(func() { s.Close() })
 	return s
 }

@@ -278,6 +278,7 @@ func (s *Store) Stats() Stats {
 		Fallbacks: s.fallbacks.Load(), Opens: s.opens.Load(), KeyErrors: s.keyErrs.Load(), Abandoned: s.abandoned.Load(),
 		Refunded: s.refunded.Load(), Reloads: s.reloads.Load(),
 		SlotsHeld: int64(s.holding.held()), SlotRenewals: s.holding.renewals.Load(), SlotRenewCommands: s.holding.renewedCmds.Load(),
+		SlotsLost: s.holding.lost.Load(),
 	}
 	if ls := s.lease; ls != nil {
 		st.Leased, st.Returned, st.Lapsed = ls.leased.Load(), ls.returned.Load(), ls.lapsed.Load()
