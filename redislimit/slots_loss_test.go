@@ -346,3 +346,22 @@ func TestSlotsClusterRenewalPerNode(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotsAheadAllocs: a slot taken from those held ahead and given back,
+// with no round trip, allocates the client's Redis key and the slot lent,
+// and no more: knowing that Redis holds it costs nothing.
+func TestSlotsAheadAllocs(t *testing.T) {
+	srv, _, _, cfg := aheadSetup(t)
+	cfg.SlotTTL = time.Hour // no slot ahead goes back during the run
+	s := slotStore(t, srv, cfg, nil)
+	p := mustSlots(t, s, "conc", 5)
+	take(t, p, true).Release()
+	calls := s.Stats().Calls
+	a := testing.AllocsPerRun(1000, func() { take(t, p, true).Release() })
+	if d := s.Stats().Calls - calls; d != 0 {
+		t.Fatalf("%d round trips: the slots ahead did not serve", d)
+	}
+	if a > 2 {
+		t.Errorf("a slot ahead taken and given back allocates %v, want 2 at most", a)
+	}
+}
