@@ -51,7 +51,16 @@
 // With -redis, N holds across every replica: a slot is a member of the
 // client's sorted set on Redis, which each replica renews while it holds
 // it. A replica killed with SIGKILL gives its slots back within
-// -slot-ttl (10s by default), when they expire.
+// -slot-ttl (10s by default), when they expire. -lease-slots K (1 to 64)
+// has a replica take up to K of a client's slots ahead with the one it
+// needs, and keep up to K of them when its requests end, so that the
+// client's next requests take one with no round trip
+// (redislimit.Lease.Slots). A slot kept ahead is served only while Redis
+// is known to hold it: when Redis loses its data (FLUSHALL, a restart, a
+// failover) or a replica was stopped past -slot-ttl, the replicas drop
+// the slots it lost, and are back within N at once after at most
+// -slot-ttl plus the longest request held; the requests that held a lost
+// slot run to their end meanwhile.
 //
 // # Replicas on Redis
 //

@@ -297,20 +297,27 @@ func TestServerTrustedProxy(t *testing.T) {
 }
 
 // TestServerBadFlags: a bad rule, CIDR or -metrics address, -lease-max
-// without -redis, a Redis that does not answer or an unknown
-// -redis-failure is an error at start, before the server says it
-// listens, not a server that limits something else or serves without its
-// metrics.
+// without -redis, -lease-slots without -redis and -inflight or out of 0
+// to 64, a Redis that does not answer or an unknown -redis-failure is an
+// error at start, before the server says it listens, not a server that
+// limits something else or serves without its metrics.
 func TestServerBadFlags(t *testing.T) {
 	for _, args := range [][]string{{"-limit", "0"}, {"-trusted-proxies", "nonsense"}, {"-ipv6-prefix", "200"}, {"-metrics", "nonsense"},
 		{"-lease-max", "64"}, {"-budget", "-1"}, {"-redis", "127.0.0.1:1"}, {"-redis", "127.0.0.1:1", "-redis-failure", "nonsense"},
-		{"-inflight", "-1"}, {"-slot-ttl", "1s"}, {"-inflight", "2", "-slot-ttl", "1s"}} {
+		{"-inflight", "-1"}, {"-slot-ttl", "1s"}, {"-inflight", "2", "-slot-ttl", "1s"},
+		{"-lease-slots", "2"}, {"-inflight", "2", "-lease-slots", "2"}, {"-redis", "127.0.0.1:1", "-lease-slots", "2"},
+		{"-redis", "127.0.0.1:1", "-inflight", "2", "-lease-slots", "-1"}, {"-redis", "127.0.0.1:1", "-inflight", "2", "-lease-slots", "65"}} {
 		out, err := command(t, append([]string{"-addr", "127.0.0.1:0"}, args...)...).CombinedOutput()
 		if err == nil {
 			t.Errorf("%v: exited 0: %s", args, out)
 		}
 		if strings.Contains(string(out), "listening on") {
 			t.Errorf("%v: said it listens before failing: %s", args, out)
+		}
+		// A bad -lease-slots, or one without what it needs, is named
+		// before Redis is asked anything.
+		if slices.Contains(args, "-lease-slots") && !strings.Contains(string(out), "-lease-slots") {
+			t.Errorf("%v: the error does not name -lease-slots: %s", args, out)
 		}
 	}
 }
