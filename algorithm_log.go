@@ -42,7 +42,7 @@ func (a lockFreeLogs) NewState(now int64) State {
 }
 
 func (a lockFreeLogs) newSpent(now, spent int64) State {
-	return (*logState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent))
+	return (*logState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent, 0))
 }
 
 func (a lockFreeLogs) convert(s State, at int64) State {
@@ -71,7 +71,10 @@ func (s *logState) Peek(now int64) (Decision, bool) {
 func (s *logState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
 func (s *logState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
 func (s *logState) Retire()                   { s.l().Retire() }
-func (s *logState) Evict(now int64) int64     { return s.l().Evict(now) }
+func (s *logState) Evict(now int64) int64 {
+	spent, _ := s.l().Evict(now)
+	return spent
+}
 func (s *logState) Successor(now int64) State { return (*logState)(s.l().Successor(now)) }
 
 // mutexLogs is the sliding log's mutex twin.
@@ -85,7 +88,7 @@ func (a mutexLogs) NewState(now int64) State {
 }
 
 func (a mutexLogs) newSpent(now, spent int64) State {
-	return (*mutexLogState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent))
+	return (*mutexLogState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent, 0))
 }
 
 func (a mutexLogs) convert(s State, at int64) State {
@@ -114,7 +117,10 @@ func (s *mutexLogState) Peek(now int64) (Decision, bool) {
 func (s *mutexLogState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
 func (s *mutexLogState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
 func (s *mutexLogState) Retire()                   { s.l().Retire() }
-func (s *mutexLogState) Evict(now int64) int64     { return s.l().Evict(now) }
+func (s *mutexLogState) Evict(now int64) int64 {
+	spent, _ := s.l().Evict(now)
+	return spent
+}
 func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l().Successor(now)) }
 
 func (s *logState) ChargeN(now, n int64) (Decision, bool, error) {

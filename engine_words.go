@@ -194,7 +194,7 @@ func (l *Limiter) newWord(id registry.ID, t *registry.Table, origin, now int64) 
 	if l.kind == bucketWords {
 		return rs.bucket.NewWord(origin, now, max(at, spent))
 	}
-	return rs.window.NewWord(origin, now, at, spent)
+	return rs.window.NewWord(origin, now, at, spent, 0)
 }
 
 // peekWord is Peek for key id: its word if it is held, or the word it
@@ -266,7 +266,7 @@ func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
 	if l.kind == bucketWords {
 		at = rulesOf(t).bucket.EvictWord(t.Word(i), t.Origin)
 	} else {
-		at = rulesOf(t).window.EvictWord(t.Word(i), t.Origin)
+		at, _ = rulesOf(t).window.EvictWord(t.Word(i), t.Origin, now)
 	}
 	l.evictedAtBound.Inc()
 	if at <= now {

@@ -203,7 +203,8 @@ func (p *Params) RetireIdleWord(w *atomic.Uint64, origin, now int64) bool {
 // which the bucket it held would have been full (SpentValue), in the same
 // step: no grant lands between the reading and the mark.
 func (p *Params) EvictWord(w *atomic.Uint64, origin int64) int64 {
-	return word.Evict(w, func(v uint64) int64 { return p.SpentValue(v, origin) })
+	at, _ := word.Evict(w, func(v uint64) (int64, int64) { return p.SpentValue(v, origin), 0 })
+	return at
 }
 
 // SpentValue returns the instant from which a bucket whose word is v is

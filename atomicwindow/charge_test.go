@@ -761,6 +761,8 @@ func TestChargeConcurrent(t *testing.T) {
 // Evict reports, never looser than it would have been: the fixed window
 // at the window's end; the sliding counter a window later than a count
 // within the limit, since the N it is made with weighs less than the debt.
+// It owes what the original owes at the eviction's reading, and never
+// less after (the fixed window: exactly as much, to the window's end).
 func TestEvictInDebt(t *testing.T) {
 	const T = int64(time.Second)
 	for _, k := range kinds {
@@ -785,22 +787,23 @@ func TestEvictInDebt(t *testing.T) {
 			c.history(orig)
 			c.history(ev)
 			at := 6*T + 2
-			spent := ev.Evict(at)
+			spent, owed := ev.Evict(at)
 			want := c.fixed
 			if k.kind == Sliding {
 				want = c.sliding
 			}
-			if spent != want {
-				t.Fatalf("%s %s: Evict reports %d, want %d", k.name, c.name, spent, want)
+			if do, _ := orig.Peek(at); spent != want || (owed > 0) != (do.Owed > 0) || k.kind == Fixed && owed != do.Owed {
+				t.Fatalf("%s %s: Evict reports %d owing %d, want %d owing %d", k.name, c.name, spent, owed, want, do.Owed)
 			}
-			made := NewMutexSpent(p, at, spent)
-			if again := NewMutexSpent(p, at, spent).Evict(at); spent > at && again != spent {
-				t.Fatalf("%s %s: made from %d, Evict reports %d", k.name, c.name, spent, again)
+			made := NewMutexSpent(p, at, spent, owed)
+			if again, o := NewMutexSpent(p, at, spent, owed).Evict(at); spent > at && (again != spent || o != owed) {
+				t.Fatalf("%s %s: made from %d owing %d, Evict reports %d owing %d", k.name, c.name, spent, owed, again, o)
 			}
 			for now := at; now < spent+2*T; now += T / 50 {
 				dm, _ := made.Peek(now)
 				do, _ := orig.Peek(now)
-				if dm.Allowed && !do.Allowed || dm.Remaining > do.Remaining {
+				if dm.Allowed && !do.Allowed || dm.Remaining > do.Remaining || dm.Owed < do.Owed ||
+					now == at && dm.Owed != do.Owed || k.kind == Fixed && dm.Owed != do.Owed {
 					t.Fatalf("%s %s: at %d the state made again answers %+v, the original %+v", k.name, c.name, now, dm, do)
 				}
 			}

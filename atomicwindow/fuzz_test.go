@@ -34,8 +34,8 @@ func FuzzTwins(f *testing.F) {
 		now := int64(int16(binary.LittleEndian.Uint16(data[2:4]))) * int64(period) / 3
 		twintest.Run(t, data[4:], now, limit, period, New(p, now), NewMutex(p, now), func(a, m twintest.Twin, now int64) (twintest.Twin, twintest.Twin) {
 			return a.(*Window).Successor(now), m.(*MutexWindow).Successor(now)
-		}, func(now, sa, sm int64) (twintest.Twin, twintest.Twin) {
-			return NewSpent(p, now, sa), NewMutexSpent(p, now, sm)
+		}, func(now, sa, oa, sm, om int64) (twintest.Twin, twintest.Twin) {
+			return NewSpent(p, now, sa, oa), NewMutexSpent(p, now, sm, om)
 		})
 	})
 }

@@ -498,17 +498,18 @@ func (p *Params) successor(w uint64, origin, now int64) (int64, uint64) {
 }
 
 // spentState returns the origin and word of a state made at now that is
-// new from spent on (see NewSpent): NewWord's word at the window of now,
-// or, when the window that word charges lies more than maxRel windows
-// ahead, that window at the edge of a later origin.
-func (p *Params) spentState(now, spent int64) (origin int64, w uint64) {
+// new from spent on and owes owed beyond it (see NewSpent): NewWord's
+// word at the window of now, or, when the window that word charges lies
+// more than maxRel windows ahead, that window at the edge of a later
+// origin.
+func (p *Params) spentState(now, spent, owed int64) (origin int64, w uint64) {
 	origin = p.Origin(now)
 	if spent > now {
 		ks := p.Origin(spent) - p.lag() // the window NewWord charges N to
 		if ks > origin && uint64(ks)-uint64(origin) > uint64(p.maxRel) {
-			return ks - p.maxRel, p.pack(p.maxRel, p.limit, 0)
+			return ks - p.maxRel, p.spentWord(p.maxRel, owed)
 		}
 	}
-	w, _ = p.NewWord(origin, now, now, spent) // now is in range: always Live
+	w, _ = p.NewWord(origin, now, now, spent, owed) // now is in range: always Live
 	return origin, w
 }

@@ -35,15 +35,17 @@ func New(p Params, now int64) *Window {
 }
 
 // NewSpent returns the state of a key made at now that is new from spent
-// on, and as full as such a state can be before: the word
-// Params.NewWord(origin, now, now, spent) gives at the window of now (a
-// window that held N, closed before it), so that a key evicted with Evict
-// comes back without the room it had used. With spent ≤ now it is New(p,
-// now). Should that window lie beyond the range of now's (the clock went
-// back further than a state holds), the origin moves forward to keep it
-// exact, and a reading from before the new range is denied with Never.
-func NewSpent(p Params, now, spent int64) *Window {
-	origin, w := p.spentState(now, spent)
+// on, and as full as such a state can be before, owing owed beyond it:
+// the word Params.NewWord(origin, now, now, spent, owed) gives at the
+// window of now (a window that held N, closed before it, and what was
+// owed; see Params.SpentOwed), so that a key evicted with Evict comes
+// back without the room it had used, and owing what it owed. With spent
+// ≤ now it is New(p, now). Should that window lie beyond the range of
+// now's (the clock went back further than a state holds), the origin
+// moves forward to keep it exact, and a reading from before the new range
+// is denied with Never.
+func NewSpent(p Params, now, spent, owed int64) *Window {
+	origin, w := p.spentState(now, spent, owed)
 	s := &Window{origin: origin, p: p}
 	s.word.Store(w)
 	return s
@@ -179,23 +181,24 @@ func (s *Window) RetireIdle(now int64) bool {
 func (s *Window) Retire() { s.word.Store(resetWord) }
 
 // Evict retires the state for good, as Retire does (its successor is new),
-// and returns the instant from which the state it held would answer as a
-// new one made then would (Params.SpentValue); it may lie in the past,
-// where it still binds requests whose readings are older. The reading and
-// the retirement are one CAS, so no
-// grant lands between them. On a state already retired it returns
-// math.MinInt64 and changes nothing; what the state held then lives on,
-// if anywhere, in Successor.
-func (s *Window) Evict(int64) (spent int64) {
+// and returns, for the reading now, what NewSpent needs to make the state
+// again (Params.SpentOwed): the instant from which the state it held
+// would answer as a new one made then would, and what it owes beyond a
+// spent state. The instant may lie in the past, where it still binds
+// requests whose readings are older. The reading and the retirement are
+// one CAS, so no grant lands between them. On a state already retired it
+// returns math.MinInt64 and 0, and changes nothing; what the state held
+// then lives on, if anywhere, in Successor.
+func (s *Window) Evict(now int64) (spent, owed int64) {
 	for {
 		w := s.word.Load()
 		if isRetired(w) {
-			return math.MinInt64
+			return math.MinInt64, 0
 		}
-		spent = s.p.SpentValue(w, s.origin)
+		spent, owed = s.p.SpentOwed(w, s.origin, now)
 		chaos.Yield()
 		if s.word.CompareAndSwap(w, resetWord) {
-			return spent
+			return spent, owed
 		}
 		chaos.Retried()
 	}

@@ -23,8 +23,8 @@ func NewMutex(p Params, now int64) *MutexWindow {
 }
 
 // NewMutexSpent returns a MutexWindow as NewSpent returns a Window.
-func NewMutexSpent(p Params, now, spent int64) *MutexWindow {
-	origin, w := p.spentState(now, spent)
+func NewMutexSpent(p Params, now, spent, owed int64) *MutexWindow {
+	origin, w := p.spentState(now, spent, owed)
 	return &MutexWindow{word: w, origin: origin, p: p}
 }
 
@@ -101,15 +101,15 @@ func (s *MutexWindow) Retire() {
 
 // Evict is Window.Evict under a mutex: the reading and the retirement are
 // one critical section.
-func (s *MutexWindow) Evict(int64) int64 {
+func (s *MutexWindow) Evict(now int64) (spent, owed int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if isRetired(s.word) {
-		return math.MinInt64
+		return math.MinInt64, 0
 	}
-	spent := s.p.SpentValue(s.word, s.origin)
+	spent, owed = s.p.SpentOwed(s.word, s.origin, now)
 	s.word = resetWord
-	return spent
+	return spent, owed
 }
 
 // Successor is Window.Successor under a mutex.

@@ -2,6 +2,7 @@ package atomicwindow
 
 import (
 	"math"
+	"math/bits"
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
@@ -24,9 +25,9 @@ func (p *Params) Origin(now int64) int64 {
 
 // NewWord returns the word of a key created at now: closed before the
 // window of at (at ≥ now: the latest eviction's instant), and, when
-// spent > at, as full as a state that is new only from spent on can be (a
-// key evicted at the bound: see SpentValue).
-func (p *Params) NewWord(origin, now, at, spent int64) (uint64, word.Status) {
+// spent > at, as full as a state that is new only from spent on can be,
+// owing owed beyond it (a key evicted at the bound: see SpentOwed).
+func (p *Params) NewWord(origin, now, at, spent, owed int64) (uint64, word.Status) {
 	if _, _, pos := p.locate(now, origin); pos != inRange {
 		return 0, p.status(pos)
 	}
@@ -38,13 +39,28 @@ func (p *Params) NewWord(origin, now, at, spent int64) (uint64, word.Status) {
 	if spent > at {
 		// Window ks held N: it is closed before ks, refuses all of ks,
 		// and (sliding) weighs N in ks+1; it answers as new from spent.
+		// What it owed is counted beyond N (fixed), or as the previous
+		// window's count (sliding; see SpentOwed).
 		k, _ := floorDivMod(spent, p.period)
 		ks := k - p.lag()
 		if r := ks - origin; r >= rel-1 {
-			w = p.pack(min(r, p.maxRel), p.limit, 0)
+			w = p.spentWord(min(r, p.maxRel), owed)
 		}
 	}
 	return w, word.Live
+}
+
+// spentWord is the word, at window rel, of a state spent until the end of
+// the window in which its count last weighs, owing owed (see SpentOwed).
+func (p *Params) spentWord(rel, owed int64) uint64 {
+	owed = max(0, owed)
+	if p.kind == Sliding {
+		// The previous count first; a debt above what it holds (two
+		// windows' counts in debt) goes to the current one.
+		prev := min(owed, p.MaxCount())
+		return p.pack(rel, p.limit+min(owed-prev, p.MaxCount()-p.limit), prev)
+	}
+	return p.pack(rel, p.limit+min(owed, p.MaxCount()-p.limit), 0)
 }
 
 // lag is how many windows after its own a count still weighs, plus one.
@@ -214,9 +230,9 @@ func (p *Params) RetireIdleWord(w *atomic.Uint64, origin, now int64) bool {
 }
 
 // EvictWord marks w Dead whatever it holds and returns, in the same step,
-// SpentValue of what it held.
-func (p *Params) EvictWord(w *atomic.Uint64, origin int64) int64 {
-	return word.Evict(w, func(v uint64) int64 { return p.SpentValue(v, origin) })
+// SpentOwed of what it held at the reading now.
+func (p *Params) EvictWord(w *atomic.Uint64, origin, now int64) (spent, owed int64) {
+	return word.Evict(w, func(v uint64) (int64, int64) { return p.SpentOwed(v, origin, now) })
 }
 
 // SpentValue returns the instant from which a window whose word is v
@@ -255,6 +271,64 @@ func (p *Params) SpentValue(v uint64, origin int64) int64 {
 		return math.MinInt64 // the window begins before the clock's first instant
 	}
 	return (k + lag) * p.period
+}
+
+// SpentOwed returns what a window whose word is v, evicted at the reading
+// now, leaves to remember (see floodgate's MaxKeys): spent, its
+// SpentValue, and owed, what the state made again from spent (NewWord,
+// NewSpent) holds beyond a spent one, so that what it owes is never less
+// than what v would have owed at now or after, and is exactly that at
+// now where the state's form allows it.
+//
+// The state made again holds N in window ks, the window before the last
+// in which v's counts weigh (the last, for the fixed window). The fixed
+// window's owed is its count's excess over N: the state made again owes
+// exactly what v owes, to the window's end. The sliding counter's owed is
+// the previous window's count of the state made again: read from a window
+// before ks it owes owed, as v owed at now; read in ks it owes the share
+// of owed that the slide leaves, which falls no faster than v's debt
+// does. v's debt is over by the end of ks at the latest (a count above N
+// adds a window to spent: see SpentValue). A reading before v's window
+// counts as its start. owed is 0 when v owes nothing at now, and when
+// spent saturates.
+func (p *Params) SpentOwed(v uint64, origin, now int64) (spent, owed int64) {
+	spent = p.SpentValue(v, origin)
+	if spent == math.MaxInt64 || spent == math.MinInt64 {
+		return spent, 0
+	}
+	ks, curr, prev := p.unpack(v)
+	rel, e, pos := p.locate(now, origin)
+	switch {
+	case pos == pastRange:
+		return spent, 0 // nothing v holds weighs that far on
+	case pos == tooEarly || rel < ks:
+		rel, e = ks, 0
+	}
+	if p.kind == Fixed {
+		if rel > ks {
+			return spent, 0
+		}
+		return spent, max(0, curr-p.limit)
+	}
+	c, pv := p.advance(ks, curr, prev, rel)
+	debt := p.weighted(pv, e) + c - p.limit
+	if debt <= 0 {
+		return spent, 0
+	}
+	k, _ := floorDivMod(spent, p.period)
+	if r := k - p.lag() - origin; rel < r {
+		return spent, debt
+	}
+	// In window ks itself (where c ≤ N): the least previous count x whose
+	// share x × (T − e') / T stays at or above v's debt,
+	// pv × (T − e') / T + c − N, for every e' ≥ e: pv − floor((N − c) × T
+	// / (T − e)). Below pv, since v owes: the share falls the slower.
+	hi, lo := bits.Mul64(uint64(p.limit-c), uint64(p.period))
+	if hi >= uint64(p.period-e) {
+		return spent, pv // cannot be: v would owe nothing
+	}
+	q, _ := bits.Div64(hi, lo, uint64(p.period-e))
+	return spent, max(1, pv-int64(q))
 }
 
 // RebaseWord translates a live word from origin window from to a later

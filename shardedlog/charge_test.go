@@ -438,8 +438,9 @@ func TestRefundUnsettled(t *testing.T) {
 					t.Fatalf("%s %d: Peek(%d) after the claim: %+v, mutex %+v", name, refunded, at, da, dm)
 				}
 			}
-			if sa, sm := l.Evict(0), m.Evict(0); sa != sm {
-				t.Fatalf("%s %d: Evict: %d, mutex %d", name, refunded, sa, sm)
+			sa, oa := l.Evict(0)
+			if sm, om := m.Evict(0); sa != sm || oa != om {
+				t.Fatalf("%s %d: Evict: %d owing %d, mutex %d owing %d", name, refunded, sa, oa, sm, om)
 			}
 		}
 	}

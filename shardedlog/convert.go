@@ -69,6 +69,12 @@ func converted(p, q Params, held int64) int64 {
 	return min(q.limit-min(held, q.limit), q.Bound())
 }
 
+// spentCost is the cost of the entry that a log made spent holds, owing
+// owed: N + owed, at most Bound.
+func (p *Params) spentCost(owed int64) int64 {
+	return p.limit + min(max(0, owed), p.Bound()-p.limit)
+}
+
 // FullAt returns the instant from which a log of rule p spent at now
 // answers as new: when a cost charged at now leaves the window.
 func (p *Params) FullAt(now int64) int64 { return p.leaves(now) }

@@ -14,7 +14,7 @@ func logFamily(p Params) twintest.Family {
 	f := twintest.Family{
 		Name: "log", Limit: p.limit, Period: p.period,
 		New:   []func(int64) twintest.Evicter{func(now int64) twintest.Evicter { return NewMutex(p, now) }},
-		Spent: []func(int64, int64) twintest.Evicter{func(now, spent int64) twintest.Evicter { return NewMutexSpent(p, now, spent) }},
+		Spent: []func(int64, int64, int64) twintest.Evicter{func(now, spent, owed int64) twintest.Evicter { return NewMutexSpent(p, now, spent, owed) }},
 		Succ: func(s twintest.Evicter, now int64) twintest.Evicter {
 			switch l := s.(type) {
 			case *Log:
@@ -32,7 +32,7 @@ func logFamily(p Params) twintest.Family {
 	}
 	if lockFreeLog {
 		f.New = append(f.New, func(now int64) twintest.Evicter { return New(p, now) })
-		f.Spent = append(f.Spent, func(now, spent int64) twintest.Evicter { return NewSpent(p, now, spent) })
+		f.Spent = append(f.Spent, func(now, spent, owed int64) twintest.Evicter { return NewSpent(p, now, spent, owed) })
 	}
 	return f
 }
@@ -63,11 +63,11 @@ func TestSpentBeforeNow(t *testing.T) {
 		} else if r.IntN(4) == 0 {
 			spent = math.MinInt64
 		}
-		if a, b := NewMutexSpent(lp, now, spent), NewMutex(lp, now); a.newest != b.newest || len(a.entries) != 0 || a.total != 0 {
+		if a, b := NewMutexSpent(lp, now, spent, 2), NewMutex(lp, now); a.newest != b.newest || len(a.entries) != 0 || a.total != 0 {
 			t.Fatalf("NewMutexSpent(%d, %d) differs from NewMutex", now, spent)
 		}
 		if lockFreeLog {
-			a, b := NewSpent(lp, now, spent).ring.Load(), New(lp, now).ring.Load()
+			a, b := NewSpent(lp, now, spent, 2).ring.Load(), New(lp, now).ring.Load()
 			if a.capacity() != b.capacity() || a.hint.Load() != b.hint.Load() {
 				t.Fatalf("NewSpent(%d, %d) differs from New", now, spent)
 			}
@@ -85,7 +85,7 @@ func TestSpentBeforeNow(t *testing.T) {
 func TestEvictLogTable(t *testing.T) {
 	p, p5 := mustParams(t, 3, 100), mustParams(t, 5, 100)
 	for _, m := range logMakers(t) {
-		ev := func(s twin, now int64) int64 { return s.(twintest.Evicter).Evict(now) }
+		ev := func(s twin, now int64) int64 { spent, _ := s.(twintest.Evicter).Evict(now); return spent }
 		if got := ev(m.new(p, 0), 0); got != 0 {
 			t.Errorf("%s: a new log, closed before 0, reports %d", m.name, got)
 		}
@@ -113,8 +113,8 @@ func TestEvictLogTable(t *testing.T) {
 		}
 	}
 	for _, m := range []func(now, spent int64) twin{
-		func(now, spent int64) twin { return NewMutexSpent(p, now, spent) },
-		func(now, spent int64) twin { return NewSpent(p, now, spent) },
+		func(now, spent int64) twin { return NewMutexSpent(p, now, spent, 0) },
+		func(now, spent int64) twin { return NewSpent(p, now, spent, 0) },
 	}[:len(logMakers(t))] {
 		s := m(40, 120)
 		if d, _ := s.AllowN(119, 1); d.Allowed || d.RetryAfter != 1 || d.Remaining != 0 {
@@ -133,7 +133,7 @@ func TestEvictLogTable(t *testing.T) {
 		if d, _ := s.AllowN(math.MinInt64+60, 1); d.Allowed {
 			t.Errorf("spent until the first instant + 50: at +60 %+v", d)
 		}
-		if got := s.(twintest.Evicter).Evict(math.MinInt64 + 60); got != math.MinInt64+100 {
+		if got, _ := s.(twintest.Evicter).Evict(math.MinInt64 + 60); got != math.MinInt64+100 {
 			t.Errorf("first instant: Evict = %d", got)
 		}
 	}

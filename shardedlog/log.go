@@ -93,14 +93,15 @@ func New(p Params, now int64) *Log {
 
 // NewSpent returns a log made at now that refuses every request until
 // spent and answers as a new log from spent on: its window holds cost N
-// charged at spent − T (the base entry, then one entry of cumulative cost
-// N, both at that time), so that a key evicted with Evict comes back
-// without the room it had used. With spent ≤ now it is New(p, now).
-func NewSpent(p Params, now, spent int64) *Log {
+// charged at spent − T, and owed beyond it (the base entry, then one
+// entry of cumulative cost N + owed, at most Bound, both at that time),
+// so that a key evicted with Evict comes back without the room it had
+// used, and owing what it owed. With spent ≤ now it is New(p, now).
+func NewSpent(p Params, now, spent, owed int64) *Log {
 	if spent <= now {
 		return New(p, now)
 	}
-	return holding(p, p.enters(spent), p.limit)
+	return holding(p, p.enters(spent), p.spentCost(owed))
 }
 
 // holding returns a log closed before at whose window holds cost charged
@@ -747,28 +748,31 @@ func (l *Log) Retire() {
 }
 
 // Evict retires the log for good, as Retire does (its successor is new),
-// and returns the instant from which the log it held would answer as a
-// new log made then would: every request is charged at the newest entry's
-// time or later, so it is the time of the newest entry that carries cost
-// in the window ending there, plus T; with no cost there, the newest
-// entry's time itself (a log made then charges no earlier). It may lie in
-// the past, where it still binds requests whose readings are older. The
-// reading and the retirement are one
-// 16-byte CAS at the head, so no claim lands between them. (A refund that
-// lands between them only lowers what the log held; the eviction counts
-// as before it.) On a log already retired it returns math.MinInt64 and
-// changes nothing.
-func (l *Log) Evict(int64) (spent int64) {
+// and returns what NewSpent needs to make it again. spent is the instant
+// from which the log it held would answer as a new log made then would:
+// every request is charged at the newest entry's time or later, so it is
+// the time of the newest entry that carries cost in the window ending
+// there, plus T; with no cost there, the newest entry's time itself (a
+// log made then charges no earlier). It may lie in the past, where it
+// still binds requests whose readings are older. owed is what the log
+// owes at the reading now (or at its newest entry's time, if later): the
+// log made again owes that until spent, which the debt, aging out with
+// the entries that carry it, never passes. The reading and the
+// retirement are one 16-byte CAS at the head, so no claim lands between
+// them. (A refund that lands between them only lowers what the log held;
+// the eviction counts as before it.) On a log already retired it returns
+// math.MinInt64 and 0, and changes nothing.
+func (l *Log) Evict(now int64) (spent, owed int64) {
 	for {
 		v, retired := l.current()
 		if retired {
-			return math.MinInt64
+			return math.MinInt64, 0
 		}
 		o, ok := l.evaluate(&v, v.prevTs)
 		if !ok {
 			continue
 		}
-		spent = v.prevTs
+		spent, owed = v.prevTs, 0
 		if o.window != 0 {
 			// The first entry at which the cumulative cost reaches the
 			// newest one's is the newest that carries cost.
@@ -777,10 +781,16 @@ func (l *Log) Evict(int64) (spent int64) {
 				continue
 			}
 			spent = l.p.leaves(ts)
+			if now > v.prevTs {
+				if o, ok = l.evaluate(&v, now); !ok {
+					continue
+				}
+			}
+			owed = max(0, int64(o.window)-l.p.limit)
 		}
 		chaos.Yield()
 		if cas128(v.r.slot(v.h), v.curTs, v.curMeta, resetBits, v.curMeta|kindRetire<<kindShift) {
-			return spent
+			return spent, owed
 		}
 		chaos.Lost("log.evict")
 	}

@@ -42,13 +42,13 @@ func NewMutex(p Params, now int64) *MutexLog {
 }
 
 // NewMutexSpent returns a MutexLog as NewSpent returns a Log: one
-// entry of cost N at spent − T, which every request until spent finds in
-// its window.
-func NewMutexSpent(p Params, now, spent int64) *MutexLog {
+// entry of cost N + owed at spent − T, which every request until spent
+// finds in its window.
+func NewMutexSpent(p Params, now, spent, owed int64) *MutexLog {
 	if spent <= now {
 		return NewMutex(p, now)
 	}
-	return mutexHolding(p, p.enters(spent), p.limit)
+	return mutexHolding(p, p.enters(spent), p.spentCost(owed))
 }
 
 // mutexHolding is holding for a MutexLog.
@@ -297,20 +297,21 @@ func (m *MutexLog) Retire() {
 
 // Evict is Log.Evict under a mutex: the reading and the retirement are
 // one critical section.
-func (m *MutexLog) Evict(int64) int64 {
+func (m *MutexLog) Evict(now int64) (spent, owed int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.retired {
-		return math.MinInt64
+		return math.MinInt64, 0
 	}
 	m.retired, m.reset = true, true
 	_, first := m.window(m.newest)
 	for i := len(m.entries) - 1; i >= first; i-- {
 		if m.entries[i].cost > 0 {
-			return m.p.leaves(m.entries[i].ts)
+			w, _ := m.window(max(now, m.newest))
+			return m.p.leaves(m.entries[i].ts), max(0, w-m.p.limit)
 		}
 	}
-	return m.newest
+	return m.newest, 0
 }
 
 // Successor is Log.Successor under a mutex.

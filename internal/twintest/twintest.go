@@ -46,10 +46,15 @@ func floorDiv(now, period int64) int64 {
 
 // Evicter is a Twin that can also be evicted at MaxKeys: Evict retires it
 // for good and reports the instant from which it would have answered as a
-// new state.
+// new state, and what it owed beyond a state spent until then.
 type Evicter interface {
 	Twin
-	Evict(now int64) int64
+	Evict(now int64) (spent, owed int64)
+}
+
+// Charger is a Twin that takes a charge it cannot refuse, into debt.
+type Charger interface {
+	ChargeN(now, n int64) (Decision, bool, error)
 }
 
 // Family is one algorithm's twins, with what the eviction tests need of
@@ -60,7 +65,7 @@ type Family struct {
 	Limit    int64
 	Period   int64
 	New      []func(now int64) Evicter
-	Spent    []func(now, spent int64) Evicter
+	Spent    []func(now, spent, owed int64) Evicter
 	Succ     func(s Evicter, now int64) Evicter
 	Original func(now int64) Evicter
 	// Charged maps a request the made state admitted at t to the reading
@@ -70,6 +75,16 @@ type Family struct {
 	// ClosedAhead reports an original that, at now, holds no count and is
 	// closed before a window after now's. See EvictSpent.
 	ClosedAhead func(orig Evicter, now int64) bool
+	// OwedExact says that a state made again from what Evict reported
+	// owes exactly what the original owes at every reading from the
+	// eviction's on (the fixed window); else it owes no less, exactly as
+	// much at the eviction's reading (the log), or at most one more
+	// there (the sliding counter, whose debt it holds as a weighted
+	// count). See EvictSpent.
+	OwedExact bool
+	// OwedSlack is how much more the state made again may owe than the
+	// original at the eviction's reading: 0, or 1 for the sliding counter.
+	OwedSlack int64
 }
 
 // MoveClock moves now by a random step either way: mostly within a
@@ -100,14 +115,27 @@ func (f *Family) Cost(r *rand.Rand) int64 {
 
 // History applies the same random operations to every state and requires
 // the same answers: grants, refunds of the grant just made, peeks, idle
-// retirement (the states are then replaced by their successors), the
-// clock moving both ways. It returns the clock at the end.
+// retirement (the states are then replaced by their successors), charges
+// into debt (for Chargers), the clock moving both ways. It returns the
+// clock at the end.
 func (f *Family) History(t *testing.T, r *rand.Rand, now int64, states []Evicter, steps int) int64 {
 	t.Helper()
 	for i := range steps {
 		now = f.MoveClock(r, now)
 		n := f.Cost(r)
-		switch r.IntN(10) {
+		switch r.IntN(12) {
+		case 10:
+			c, ok := states[0].(Charger)
+			if !ok {
+				continue
+			}
+			m := 1 + r.Int64N(3*f.Limit) // up to three times the limit
+			d0, _, err0 := c.ChargeN(now, m)
+			for _, s := range states[1:] {
+				if d, _, err := s.(Charger).ChargeN(now, m); d != d0 || (err == nil) != (err0 == nil) {
+					t.Fatalf("%s history step %d ChargeN(%d, %d): %+v %v and %+v %v", f.Name, i, now, m, d0, err0, d, err)
+				}
+			}
 		case 0:
 			d0, _ := states[0].Peek(now)
 			for _, s := range states[1:] {
@@ -156,7 +184,7 @@ func (f *Family) History(t *testing.T, r *rand.Rand, now int64, states []Evicter
 func EvictSpent(t *testing.T, r *rand.Rand, fs []Family) {
 	t.Helper()
 	for _, f := range fs {
-		var spentLater, admitted, closedAdmits int
+		var spentLater, admitted, closedAdmits, owing int
 		for trial := range 300 {
 			now := r.Int64N(1<<40) - 1<<39
 			states := make([]Evicter, len(f.New)+1)
@@ -179,18 +207,22 @@ func EvictSpent(t *testing.T, r *rand.Rand, fs []Family) {
 			// more, never less).
 			closed := f.ClosedAhead(orig, now)
 
-			spent := twins[0].Evict(now)
+			d0, _ := orig.Peek(now)
+			spent, owed := twins[0].Evict(now)
 			for i, s := range twins[1:] {
-				if got := s.Evict(now); got != spent {
-					t.Fatalf("%s %d per %d trial %d: twin %d evicted at %d reports %d, twin 0 %d", f.Name, f.Limit, f.Period, trial, i+1, now, got, spent)
+				if got, o := s.Evict(now); got != spent || o != owed {
+					t.Fatalf("%s %d per %d trial %d: twin %d evicted at %d reports %d owing %d, twin 0 %d owing %d", f.Name, f.Limit, f.Period, trial, i+1, now, got, o, spent, owed)
 				}
 			}
 			if spent > now {
 				spentLater++
 			}
+			if d0.Owed > 0 {
+				owing++
+			}
 			fresh, _ := f.New[0](now).Peek(now)
 			for i, s := range twins {
-				if again := s.Evict(now); again != math.MinInt64 {
+				if again, o := s.Evict(now); again != math.MinInt64 || o != 0 {
 					t.Fatalf("%s twin %d: a second Evict reports %d", f.Name, i, again)
 				}
 				if _, live := s.AllowN(now, 1); live {
@@ -202,14 +234,21 @@ func EvictSpent(t *testing.T, r *rand.Rand, fs []Family) {
 			}
 
 			for i, mk := range f.Spent {
-				if got := mk(now, spent).Evict(now); spent > now && got != spent {
+				if got, _ := mk(now, spent, owed).Evict(now); spent > now && got != spent {
 					t.Fatalf("%s %d per %d twin %d: made at %d from %d, Evict reports %d", f.Name, f.Limit, f.Period, i, now, spent, got)
 				}
 			}
 
 			made := make([]Evicter, len(f.Spent))
 			for i, mk := range f.Spent {
-				made[i] = mk(now, spent)
+				made[i] = mk(now, spent, owed)
+			}
+			// What the state made again owes at the eviction's reading is
+			// what the original owes there (one more, at most, for the
+			// sliding counter's weighted count).
+			if dm, _ := made[0].Peek(now); dm.Owed < d0.Owed || dm.Owed > d0.Owed+f.OwedSlack || (d0.Owed > 0) != (owed > 0) {
+				t.Fatalf("%s %d per %d trial %d: evicted at %d owing %d (reported %d), the state made again owes %d: %+v",
+					f.Name, f.Limit, f.Period, trial, now, d0.Owed, owed, dm.Owed, dm)
 			}
 			clock := now
 			for i := range 40 {
@@ -221,6 +260,12 @@ func EvictSpent(t *testing.T, r *rand.Rand, fs []Family) {
 						if d, _ := s.Peek(clock); d != d0 {
 							t.Fatalf("%s trial %d replay %d Peek(%d): twin 0 %+v, twin %d %+v", f.Name, trial, i, clock, d0, j+1, d)
 						}
+					}
+					// From the eviction's reading on, the state made again
+					// owes no less than the original (the grants replayed
+					// on the original fit its limit: they add no debt).
+					if do, _ := orig.Peek(clock); clock >= now && (d0.Owed < do.Owed || f.OwedExact && d0.Owed != do.Owed) {
+						t.Fatalf("%s trial %d replay %d Peek(%d): evicted at %d, the state made again owes %d, the original %d", f.Name, trial, i, clock, now, d0.Owed, do.Owed)
 					}
 					continue
 				}
@@ -253,6 +298,9 @@ func EvictSpent(t *testing.T, r *rand.Rand, fs []Family) {
 		if spentLater < 50 || admitted < 50 {
 			t.Errorf("%s %d per %d: %d evictions of a spent state, %d replayed grants: not exercised", f.Name, f.Limit, f.Period, spentLater, admitted)
 		}
+		if _, charges := f.New[0](0).(Charger); charges && owing < 20 {
+			t.Errorf("%s %d per %d: %d evictions of a state that owed: not exercised", f.Name, f.Limit, f.Period, owing)
+		}
 		if closedAdmits > 0 {
 			t.Logf("%s %d per %d: %d grants late in the window before a closed one, not replayed", f.Name, f.Limit, f.Period, closedAdmits)
 		}
@@ -269,11 +317,11 @@ func EvictConcurrent(t *testing.T, fs []Family, now int64, want map[string]int64
 	for _, f := range fs {
 		for i, mk := range f.New {
 			for range 10 {
-				granted, spent := EvictDuringTakes(mk(now), now)
-				if granted > f.Limit || spent != want[f.Name] {
-					t.Fatalf("%s twin %d: %d granted, Evict reports %d, want %d", f.Name, i, granted, spent, want[f.Name])
+				granted, spent, owed := EvictDuringTakes(mk(now), now)
+				if granted > f.Limit || spent != want[f.Name] || owed != 0 {
+					t.Fatalf("%s twin %d: %d granted, Evict reports %d owing %d, want %d", f.Name, i, granted, spent, owed, want[f.Name])
 				}
-				if ok, _ := f.Spent[i](now, spent).Take(now, 1); ok {
+				if ok, _ := f.Spent[i](now, spent, owed).Take(now, 1); ok {
 					t.Fatalf("%s twin %d: the state made from %d admits at %d", f.Name, i, spent, now)
 				}
 			}
@@ -288,8 +336,8 @@ func EvictConcurrent(t *testing.T, fs []Family, now int64, want map[string]int64
 // reported.
 func EvictDuringTakes(s interface {
 	Take(now, n int64) (bool, bool)
-	Evict(now int64) int64
-}, now int64) (granted, spent int64) {
+	Evict(now int64) (int64, int64)
+}, now int64) (granted, spent, owed int64) {
 	var count atomic.Int64
 	var wg sync.WaitGroup
 	for range 32 {
@@ -310,9 +358,9 @@ func EvictDuringTakes(s interface {
 	for count.Load() < 300 {
 		runtime.Gosched()
 	}
-	spent = s.Evict(now)
+	spent, owed = s.Evict(now)
 	wg.Wait()
-	return count.Load(), spent
+	return count.Load(), spent, owed
 }
 
 // Pick chooses a rule from the input's first two bytes.
@@ -323,9 +371,10 @@ func Pick(data []byte, limits []int64, periods []time.Duration) (int64, time.Dur
 // Run applies one operation per byte of ops to a lock-free state a and
 // its twin m, and fails at the first answer on which they differ. A retired
 // pair is replaced by its successors, as the registry would; an evicted
-// pair, by the states spent makes from the instants Evict reported.
+// pair, by the states spent makes from what Evict reported of each. Twins
+// that are Chargers are charged too, into debt.
 func Run(t *testing.T, ops []byte, now, limit int64, period time.Duration, a, m Twin,
-	successors func(a, m Twin, now int64) (Twin, Twin), spent func(now, sa, sm int64) (Twin, Twin)) {
+	successors func(a, m Twin, now int64) (Twin, Twin), spent func(now, sa, oa, sm, om int64) (Twin, Twin)) {
 	t.Helper()
 	step := max(1, int64(period)/limit)
 	for i, b := range ops {
@@ -373,11 +422,23 @@ func Run(t *testing.T, ops []byte, now, limit int64, period time.Duration, a, m 
 				a.Retire()
 				m.Retire()
 			case 1:
-				sa, sm := a.(Evicter).Evict(now), m.(Evicter).Evict(now)
-				if sa != sm {
-					t.Fatalf("op %d Evict(%d): lock-free %d, mutex %d", i, now, sa, sm)
+				sa, oa := a.(Evicter).Evict(now)
+				sm, om := m.(Evicter).Evict(now)
+				if sa != sm || oa != om {
+					t.Fatalf("op %d Evict(%d): lock-free %d owing %d, mutex %d owing %d", i, now, sa, oa, sm, om)
 				}
-				a, m = spent(now, sa, sm)
+				a, m = spent(now, sa, oa, sm, om)
+			case 2, 3:
+				ca, ok := a.(Charger)
+				if !ok {
+					break
+				}
+				c := 1 + arg*limit/8 // up to three limits and more
+				da, la, ea := ca.ChargeN(now, c)
+				dm, lm, em := m.(Charger).ChargeN(now, c)
+				if da != dm || la != lm || (ea == nil) != (em == nil) {
+					t.Fatalf("op %d ChargeN(%d, %d): lock-free %+v %v %v, mutex %+v %v %v", i, now, c, da, la, ea, dm, lm, em)
+				}
 			}
 		}
 		_, la := a.Peek(now)

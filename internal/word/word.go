@@ -66,18 +66,19 @@ func RetireIf(w *atomic.Uint64, idle func(v uint64) bool) bool {
 
 // Evict marks w Dead whatever state it holds and returns spent of that
 // state, read in the same step: no grant lands between the reading and
-// the mark. A word that holds a mark is left alone, and Evict returns
-// math.MinInt64.
-func Evict(w *atomic.Uint64, spent func(v uint64) int64) int64 {
+// the mark. spent gives the instant from which the state answers as new,
+// and what it owes beyond that instant (see floodgate's MaxKeys). A word
+// that holds a mark is left alone, and Evict returns math.MinInt64 and 0.
+func Evict(w *atomic.Uint64, spent func(v uint64) (at, owed int64)) (int64, int64) {
 	for {
 		v := w.Load()
 		if IsMark(v) {
-			return math.MinInt64
+			return math.MinInt64, 0
 		}
-		at := spent(v)
+		at, owed := spent(v)
 		chaos.Yield()
 		if w.CompareAndSwap(v, Dead) {
-			return at
+			return at, owed
 		}
 		chaos.Retried()
 	}
