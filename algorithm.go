@@ -250,8 +250,9 @@ type builtin interface {
 type objectAlgorithm interface {
 	builtin
 	// newSpent makes the state of a key that MaxKeys evicted: new at now,
-	// but answering as new only from spent on (see spentState).
-	newSpent(now, spent int64) State
+	// but answering as new only from spent on, and owing owed beyond a
+	// spent state until then (see spentState).
+	newSpent(now, spent, owed int64) State
 	// convert retires s, in one atomic step with its grants, and returns
 	// the state of this rule that holds what s held at at (see SetRule),
 	// or nil if s had retired already, when its successor holds what it

@@ -76,7 +76,7 @@ func (a mutexBucket) NewState(now int64) State {
 	return (*mutexState)(atomicbucket.NewMutex(atomicbucket.Params(a), now))
 }
 
-func (a mutexBucket) newSpent(now, spent int64) State {
+func (a mutexBucket) newSpent(now, spent, _ int64) State {
 	return (*mutexState)(atomicbucket.NewMutexSpent(atomicbucket.Params(a), now, spent))
 }
 
@@ -103,11 +103,11 @@ func (s *mutexState) Peek(now int64) (Decision, bool) {
 	return Decision(d), live
 }
 
-func (s *mutexState) Refund(_, n int64) bool    { return s.b().Refund(n) }
-func (s *mutexState) RetireIdle(now int64) bool { return s.b().RetireIdle(now) }
-func (s *mutexState) Retire()                   { s.b().Retire() }
-func (s *mutexState) Successor(now int64) State { return (*mutexState)(s.b().Successor(now)) }
-func (s *mutexState) Evict(now int64) int64     { return s.b().Evict(now) }
+func (s *mutexState) Refund(_, n int64) bool         { return s.b().Refund(n) }
+func (s *mutexState) RetireIdle(now int64) bool      { return s.b().RetireIdle(now) }
+func (s *mutexState) Retire()                        { s.b().Retire() }
+func (s *mutexState) Successor(now int64) State      { return (*mutexState)(s.b().Successor(now)) }
+func (s *mutexState) Evict(now int64) (int64, int64) { return s.b().Evict(now), 0 }
 
 func (s *mutexState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
 	return s.b().ReserveN(now, n, maxWait)
@@ -126,7 +126,7 @@ func (a leakyMeter) NewState(now int64) State {
 	return (*leakyState)(atomicbucket.NewLeakyMutex(atomicbucket.Params(a), now))
 }
 
-func (a leakyMeter) newSpent(now, spent int64) State {
+func (a leakyMeter) newSpent(now, spent, _ int64) State {
 	return (*leakyState)(atomicbucket.NewLeakyMutexSpent(atomicbucket.Params(a), now, spent))
 }
 
@@ -153,11 +153,11 @@ func (s *leakyState) Peek(now int64) (Decision, bool) {
 	return fromCore(d), live
 }
 
-func (s *leakyState) Refund(_, n int64) bool    { return s.m().Refund(n) }
-func (s *leakyState) RetireIdle(now int64) bool { return s.m().RetireIdle(now) }
-func (s *leakyState) Retire()                   { s.m().Retire() }
-func (s *leakyState) Successor(now int64) State { return (*leakyState)(s.m().Successor(now)) }
-func (s *leakyState) Evict(now int64) int64     { return s.m().Evict(now) }
+func (s *leakyState) Refund(_, n int64) bool         { return s.m().Refund(n) }
+func (s *leakyState) RetireIdle(now int64) bool      { return s.m().RetireIdle(now) }
+func (s *leakyState) Retire()                        { s.m().Retire() }
+func (s *leakyState) Successor(now int64) State      { return (*leakyState)(s.m().Successor(now)) }
+func (s *leakyState) Evict(now int64) (int64, int64) { return s.m().Evict(now), 0 }
 
 func (s *leakyState) ReserveN(now, n int64, maxWait time.Duration) (time.Duration, int64, bool, bool) {
 	return s.m().ReserveN(now, n, maxWait)

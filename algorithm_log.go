@@ -41,8 +41,8 @@ func (a lockFreeLogs) NewState(now int64) State {
 	return (*logState)(shardedlog.New(shardedlog.Params(a), now))
 }
 
-func (a lockFreeLogs) newSpent(now, spent int64) State {
-	return (*logState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent, 0))
+func (a lockFreeLogs) newSpent(now, spent, owed int64) State {
+	return (*logState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent, owed))
 }
 
 func (a lockFreeLogs) convert(s State, at int64) State {
@@ -68,14 +68,11 @@ func (s *logState) Peek(now int64) (Decision, bool) {
 	return fromCore(d), live
 }
 
-func (s *logState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
-func (s *logState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
-func (s *logState) Retire()                   { s.l().Retire() }
-func (s *logState) Evict(now int64) int64 {
-	spent, _ := s.l().Evict(now)
-	return spent
-}
-func (s *logState) Successor(now int64) State { return (*logState)(s.l().Successor(now)) }
+func (s *logState) Refund(now, n int64) bool       { return s.l().Refund(now, n) }
+func (s *logState) RetireIdle(now int64) bool      { return s.l().RetireIdle(now) }
+func (s *logState) Retire()                        { s.l().Retire() }
+func (s *logState) Evict(now int64) (int64, int64) { return s.l().Evict(now) }
+func (s *logState) Successor(now int64) State      { return (*logState)(s.l().Successor(now)) }
 
 // mutexLogs is the sliding log's mutex twin.
 type mutexLogs shardedlog.Params
@@ -87,8 +84,8 @@ func (a mutexLogs) NewState(now int64) State {
 	return (*mutexLogState)(shardedlog.NewMutex(shardedlog.Params(a), now))
 }
 
-func (a mutexLogs) newSpent(now, spent int64) State {
-	return (*mutexLogState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent, 0))
+func (a mutexLogs) newSpent(now, spent, owed int64) State {
+	return (*mutexLogState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent, owed))
 }
 
 func (a mutexLogs) convert(s State, at int64) State {
@@ -114,14 +111,11 @@ func (s *mutexLogState) Peek(now int64) (Decision, bool) {
 	return fromCore(d), live
 }
 
-func (s *mutexLogState) Refund(now, n int64) bool  { return s.l().Refund(now, n) }
-func (s *mutexLogState) RetireIdle(now int64) bool { return s.l().RetireIdle(now) }
-func (s *mutexLogState) Retire()                   { s.l().Retire() }
-func (s *mutexLogState) Evict(now int64) int64 {
-	spent, _ := s.l().Evict(now)
-	return spent
-}
-func (s *mutexLogState) Successor(now int64) State { return (*mutexLogState)(s.l().Successor(now)) }
+func (s *mutexLogState) Refund(now, n int64) bool       { return s.l().Refund(now, n) }
+func (s *mutexLogState) RetireIdle(now int64) bool      { return s.l().RetireIdle(now) }
+func (s *mutexLogState) Retire()                        { s.l().Retire() }
+func (s *mutexLogState) Evict(now int64) (int64, int64) { return s.l().Evict(now) }
+func (s *mutexLogState) Successor(now int64) State      { return (*mutexLogState)(s.l().Successor(now)) }
 
 func (s *logState) ChargeN(now, n int64) (Decision, bool, error) {
 	d, live, err := s.l().ChargeN(now, n)

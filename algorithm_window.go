@@ -77,8 +77,8 @@ func (a mutexWindows) NewState(now int64) State {
 	return (*mutexWindowState)(atomicwindow.NewMutex(atomicwindow.Params(a), now))
 }
 
-func (a mutexWindows) newSpent(now, spent int64) State {
-	return (*mutexWindowState)(atomicwindow.NewMutexSpent(atomicwindow.Params(a), now, spent, 0))
+func (a mutexWindows) newSpent(now, spent, owed int64) State {
+	return (*mutexWindowState)(atomicwindow.NewMutexSpent(atomicwindow.Params(a), now, spent, owed))
 }
 
 func (a mutexWindows) convert(s State, at int64) State {
@@ -104,13 +104,10 @@ func (s *mutexWindowState) Peek(now int64) (Decision, bool) {
 	return fromCore(d), live
 }
 
-func (s *mutexWindowState) Refund(now, n int64) bool  { return s.w().Refund(now, n) }
-func (s *mutexWindowState) RetireIdle(now int64) bool { return s.w().RetireIdle(now) }
-func (s *mutexWindowState) Retire()                   { s.w().Retire() }
-func (s *mutexWindowState) Evict(now int64) int64 {
-	spent, _ := s.w().Evict(now)
-	return spent
-}
+func (s *mutexWindowState) Refund(now, n int64) bool       { return s.w().Refund(now, n) }
+func (s *mutexWindowState) RetireIdle(now int64) bool      { return s.w().RetireIdle(now) }
+func (s *mutexWindowState) Retire()                        { s.w().Retire() }
+func (s *mutexWindowState) Evict(now int64) (int64, int64) { return s.w().Evict(now) }
 func (s *mutexWindowState) Successor(now int64) State {
 	return (*mutexWindowState)(s.w().Successor(now))
 }

@@ -32,7 +32,9 @@ type Decision struct {
 	// than it held: by charges (Limiter.Charge, Reservation.Settle), by
 	// requests that Wait holds for later, or by a request whose clock
 	// reading is older than the key's latest. No request is admitted
-	// until it is paid back. 0 when the key owes nothing.
+	// until it is paid back. 0 when the key owes nothing. A key that
+	// MaxKeys evicted while it owed owes as much when it comes back (see
+	// the package documentation).
 	Owed int64
 }
 

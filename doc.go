@@ -135,14 +135,17 @@
 //   - A new key at the bound takes the place of one held: the shard
 //     samples eight keys and evicts the one that would be fresh soonest,
 //     an idle one at once. Nothing scans the table.
-//   - A returning client gets no fresh allowance. What an evicted key held
-//     is remembered as the instant from which it would have answered as a
-//     new key, in a fixed-size max-sketch (two cells a key, 8 bytes per key
-//     of the bound); a key created again starts from the most restrictive
-//     state that instant allows.
+//   - A returning client gets no fresh allowance, and sheds no debt. What
+//     an evicted key held is remembered as the instant from which it would
+//     have answered as a new key, in a fixed-size max-sketch (two cells a
+//     key, 8 bytes per key of the bound), with what it owed beside it (8
+//     bytes more per key, once a key that owes has been evicted); a key
+//     created again starts from the most restrictive state that instant
+//     allows, owing what it owed (see Costs known after the work).
 //   - An innocent client whose cells collide with busier evicted keys
 //     starts stricter, never looser, and only until the remembered
-//     instants pass (at most one burst window, or one or two periods).
+//     instants pass (at most one burst window, or one or two periods);
+//     what it is told it owes is then the other key's.
 //
 // Eviction never orphans a grant: retiring a state is a CAS on the same
 // word as every grant, a request that meets a retired state moves on to
@@ -185,9 +188,15 @@
 // a Limit of 100,000), 4 × a Limit of a million, and none past its largest
 // Limit; the log a window of min(256 × Limit, 4,194,302), in a ring of up
 // to twice as many entries of 16 bytes when every charge is of 1. Each
-// package's MaxCount or Bound gives the figure for a rule. A key that owes is never evicted
-// as idle, and one that MaxKeys evicts comes back refusing until its debt
-// would have been paid.
+// package's MaxCount or Bound gives the figure for a rule.
+//
+// A key that owes is never evicted as idle. One that MaxKeys evicts comes
+// back refusing until its debt would have been paid, and owing, in every
+// Decision, what it would have owed had it stayed: exactly, on the
+// buckets and the fixed window; on the sliding counter and the log, what
+// it owed at the eviction (the counter one more at most, its debt kept as
+// a weighted count), and never less after, until the remembered instant
+// (they forget which of the key's costs would have aged out first).
 //
 // # Stores
 //

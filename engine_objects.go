@@ -143,11 +143,12 @@ func (l *Limiter) state(id registry.ID, now int64) State {
 
 // newObject makes the state of key id, not held now, under the rule rs
 // (its table's): as newState, or, if the sketch remembers the key as
-// spent until later, as restrictive as that.
+// spent until later, as restrictive as that, owing what it owed.
 func (l *Limiter) newObject(rs *ruleSet, id registry.ID, now int64) State {
 	at := max(now, l.evictedAt.Load())
-	if spent := rs.spentSince(l.sketch.spent(id)); spent > at {
-		return rs.alg.(objectAlgorithm).newSpent(at, spent) // New let MaxKeys through
+	spent, owed := l.sketch.memory(id)
+	if spent = rs.spentSince(spent); spent > at {
+		return rs.alg.(objectAlgorithm).newSpent(at, spent, owed) // New let MaxKeys through
 	}
 	return rs.alg.NewState(at)
 }
@@ -217,19 +218,20 @@ func (l *Limiter) objectSpent(t *registry.Table, i int, now int64) int64 {
 // evictObject is the flat table's Evict hook for states out of line.
 func (l *Limiter) evictObject(t *registry.Table, i int, now int64) {
 	l.evictedAtBound.Inc()
-	at := l.stateAt(t.Ptr(i)).(spentState).Evict(now)
+	at, owed := l.stateAt(t.Ptr(i)).(spentState).Evict(now)
 	if at <= now {
 		l.evictedFresh.Inc() // a new key's state already: forgetting it changes nothing from now on
 	}
 	if at != math.MinInt64 {
-		l.sketch.record(t.ID(i), at)
+		l.sketch.record(t.ID(i), at, owed)
 	}
 }
 
 // spentState is a State that can be evicted at MaxKeys: Evict retires it
 // for good (its successor is new) and returns, in the same atomic step,
-// the instant from which it would have answered as a new state, or
-// math.MinInt64 if it already did at now.
+// the instant from which it would have answered as a new state
+// (math.MinInt64 if it was retired already), and what it owes at now
+// beyond a state spent until then, for newSpent.
 type spentState interface {
-	Evict(now int64) int64
+	Evict(now int64) (spent, owed int64)
 }

@@ -186,15 +186,16 @@ func (l *Limiter) insertWord(id registry.ID, now int64) (*registry.Table, int, w
 // newWord is the word of key id created at now in table t, relative to
 // origin, under t's rule: full from now, from the latest eviction's
 // instant, or from what the sketch remembers of the key, whichever is
-// latest.
+// latest, owing what the sketch remembers it owed.
 func (l *Limiter) newWord(id registry.ID, t *registry.Table, origin, now int64) (uint64, word.Status) {
 	rs := rulesOf(t)
 	at := max(now, l.evictedAt.Load())
-	spent := rs.spentSince(l.sketch.spent(id))
+	spent, owed := l.sketch.memory(id)
+	spent = rs.spentSince(spent)
 	if l.kind == bucketWords {
 		return rs.bucket.NewWord(origin, now, max(at, spent))
 	}
-	return rs.window.NewWord(origin, now, at, spent, 0)
+	return rs.window.NewWord(origin, now, at, spent, owed)
 }
 
 // peekWord is Peek for key id: its word if it is held, or the word it
@@ -262,18 +263,18 @@ func (l *Limiter) wordSpent(t *registry.Table, i int, _ int64) int64 {
 // held is remembered even when it lies before now: a request whose reading
 // is older than the eviction's must still find it.
 func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
-	var at int64
+	var at, owed int64
 	if l.kind == bucketWords {
 		at = rulesOf(t).bucket.EvictWord(t.Word(i), t.Origin)
 	} else {
-		at, _ = rulesOf(t).window.EvictWord(t.Word(i), t.Origin, now)
+		at, owed = rulesOf(t).window.EvictWord(t.Word(i), t.Origin, now)
 	}
 	l.evictedAtBound.Inc()
 	if at <= now {
 		l.evictedFresh.Inc() // a new key's state already: forgetting it changes nothing from now on
 	}
 	if at != math.MinInt64 {
-		l.sketch.record(t.ID(i), at)
+		l.sketch.record(t.ID(i), at, owed)
 	}
 }
 

@@ -28,10 +28,11 @@ type Config struct {
 	// instant. A new key at the bound takes the place of a key held, chosen
 	// by sampling (the one that would be fresh soonest, an idle one first),
 	// and what the evicted key held is remembered in a fixed-size sketch
-	// (8 bytes per key of MaxKeys), so that it comes back with no more
-	// than it left with. 0, the default, means unbounded: a client that
-	// rotates its id then grows the limiter's memory by one slot per id
-	// until IdleTTL passes (see "Memory" in the package documentation).
+	// (8 bytes per key of MaxKeys, and 8 more once a key that owes has
+	// been evicted), so that it comes back with no more than it left
+	// with, owing what it owed. 0, the default, means unbounded: a client
+	// that rotates its id then grows the limiter's memory by one slot per
+	// id until IdleTTL passes (see "Memory" in the package documentation).
 	// Negative is an error. Every built-in algorithm supports it; a
 	// registered one does not (see Register).
 	MaxKeys int

@@ -39,7 +39,7 @@ const DefaultIdleTTL = time.Minute
 // (measured by the middlewares' heap tests): a state inline in the
 // table, or held as an object (the sliding log's, beside 16 bytes per
 // entry it keeps), each with its share of the table and 8 bytes of
-// sketch.
+// sketch (16 once a key that owes has been evicted).
 const (
 	defaultMemory  = 64 << 20
 	inlineKeyBytes = 64
