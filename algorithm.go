@@ -240,9 +240,12 @@ type builtin interface {
 	Algorithm
 	// traits says where the states live and what they can do.
 	traits() traits
-	// fullAt is the instant from which a key that holds nothing at at
-	// answers as a new key does under this rule (SetRule and MaxKeys).
-	fullAt(at int64) int64
+	// convertSpent is what a key that MaxKeys evicted under this rule,
+	// remembered as new from spent on and owing owed beyond a spent state
+	// (see sketch), is remembered as under the rule of to, the same
+	// algorithm's, after a change at the instant at (see SetRule). A later
+	// spent never converts to an earlier one.
+	convertSpent(spent, owed, at int64, to Algorithm) (int64, int64)
 }
 
 // objectAlgorithm is a builtin whose states are objects, held out of line:

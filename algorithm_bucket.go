@@ -18,6 +18,24 @@ func init() {
 	registerTwin(testhook.LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
 }
 
+// convertBucketSpent is convertSpent for the buckets, whose instant
+// carries what they owe: they owe nothing beyond it.
+func convertBucketSpent(p *atomicbucket.Params, spent, at int64, to Algorithm) (int64, int64) {
+	q := bucketParams(to)
+	return p.ConvertSpent(spent, at, &q), 0
+}
+
+// bucketParams is the rule of a bucket algorithm.
+func bucketParams(a Algorithm) atomicbucket.Params {
+	switch a := a.(type) {
+	case lockFreeBucket:
+		return atomicbucket.Params(a)
+	case mutexBucket:
+		return atomicbucket.Params(a)
+	}
+	return atomicbucket.Params(a.(leakyMeter))
+}
+
 // bucketFactory is the Factory of an algorithm whose states are buckets
 // on atomicbucket.Params: the rule is checked once, here.
 func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
@@ -34,9 +52,11 @@ func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
 // atomicbucket word per key, inline in the flat table.
 type lockFreeBucket atomicbucket.Params
 
-func (a lockFreeBucket) traits() traits        { return traits{kind: bucketWords, reserves: true} }
-func (a lockFreeBucket) fullAt(at int64) int64 { return (*atomicbucket.Params)(&a).FullAt(at) }
-func (a lockFreeBucket) params(rs *ruleSet)    { rs.bucket = atomicbucket.Params(a) }
+func (a lockFreeBucket) traits() traits { return traits{kind: bucketWords, reserves: true} }
+func (a lockFreeBucket) convertSpent(spent, _, at int64, to Algorithm) (int64, int64) {
+	return convertBucketSpent((*atomicbucket.Params)(&a), spent, at, to)
+}
+func (a lockFreeBucket) params(rs *ruleSet) { rs.bucket = atomicbucket.Params(a) }
 func (a lockFreeBucket) NewState(now int64) State {
 	return (*bucketState)(atomicbucket.New(atomicbucket.Params(a), now))
 }
@@ -69,8 +89,10 @@ func (s *bucketState) Successor(now int64) State { return (*bucketState)(s.b().S
 // mutexBucket is the token bucket's mutex twin.
 type mutexBucket atomicbucket.Params
 
-func (a mutexBucket) traits() traits        { return traits{kind: objects, form: boxed, reserves: true} }
-func (a mutexBucket) fullAt(at int64) int64 { return (*atomicbucket.Params)(&a).FullAt(at) }
+func (a mutexBucket) traits() traits { return traits{kind: objects, form: boxed, reserves: true} }
+func (a mutexBucket) convertSpent(spent, _, at int64, to Algorithm) (int64, int64) {
+	return convertBucketSpent((*atomicbucket.Params)(&a), spent, at, to)
+}
 
 func (a mutexBucket) NewState(now int64) State {
 	return (*mutexState)(atomicbucket.NewMutex(atomicbucket.Params(a), now))
@@ -119,8 +141,10 @@ func (s *mutexState) CancelReservation(tat, n int64) bool { return s.b().CancelR
 // token bucket, which the tests hold the lock-free word to as well.
 type leakyMeter atomicbucket.Params
 
-func (a leakyMeter) traits() traits        { return traits{kind: objects, form: boxed, reserves: true} }
-func (a leakyMeter) fullAt(at int64) int64 { return (*atomicbucket.Params)(&a).FullAt(at) }
+func (a leakyMeter) traits() traits { return traits{kind: objects, form: boxed, reserves: true} }
+func (a leakyMeter) convertSpent(spent, _, at int64, to Algorithm) (int64, int64) {
+	return convertBucketSpent((*atomicbucket.Params)(&a), spent, at, to)
+}
 
 func (a leakyMeter) NewState(now int64) State {
 	return (*leakyState)(atomicbucket.NewLeakyMutex(atomicbucket.Params(a), now))

@@ -34,8 +34,11 @@ func logFactory(mutex bool) Factory {
 // lockFreeLogs is the sliding_log algorithm: a shardedlog.Log per key.
 type lockFreeLogs shardedlog.Params
 
-func (a lockFreeLogs) traits() traits        { return traits{kind: objects, form: logForm} }
-func (a lockFreeLogs) fullAt(at int64) int64 { return (*shardedlog.Params)(&a).FullAt(at) }
+func (a lockFreeLogs) traits() traits { return traits{kind: objects, form: logForm} }
+func (a lockFreeLogs) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
+	q := shardedlog.Params(to.(lockFreeLogs))
+	return (*shardedlog.Params)(&a).ConvertSpent(spent, owed, at, &q)
+}
 
 func (a lockFreeLogs) NewState(now int64) State {
 	return (*logState)(shardedlog.New(shardedlog.Params(a), now))
@@ -77,8 +80,11 @@ func (s *logState) Successor(now int64) State      { return (*logState)(s.l().Su
 // mutexLogs is the sliding log's mutex twin.
 type mutexLogs shardedlog.Params
 
-func (a mutexLogs) traits() traits        { return traits{kind: objects, form: mutexLogForm} }
-func (a mutexLogs) fullAt(at int64) int64 { return (*shardedlog.Params)(&a).FullAt(at) }
+func (a mutexLogs) traits() traits { return traits{kind: objects, form: mutexLogForm} }
+func (a mutexLogs) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
+	q := shardedlog.Params(to.(mutexLogs))
+	return (*shardedlog.Params)(&a).ConvertSpent(spent, owed, at, &q)
+}
 
 func (a mutexLogs) NewState(now int64) State {
 	return (*mutexLogState)(shardedlog.NewMutex(shardedlog.Params(a), now))

@@ -36,9 +36,12 @@ func windowFactory(kind atomicwindow.Kind, mutex bool) Factory {
 // atomicwindow word per key, inline in the flat table.
 type lockFreeWindows atomicwindow.Params
 
-func (a lockFreeWindows) traits() traits        { return traits{kind: windowWords} }
-func (a lockFreeWindows) fullAt(at int64) int64 { return (*atomicwindow.Params)(&a).FullAt(at) }
-func (a lockFreeWindows) params(rs *ruleSet)    { rs.window = atomicwindow.Params(a) }
+func (a lockFreeWindows) traits() traits { return traits{kind: windowWords} }
+func (a lockFreeWindows) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
+	q := atomicwindow.Params(to.(lockFreeWindows))
+	return (*atomicwindow.Params)(&a).ConvertSpent(spent, owed, at, &q)
+}
+func (a lockFreeWindows) params(rs *ruleSet) { rs.window = atomicwindow.Params(a) }
 
 func (a lockFreeWindows) NewState(now int64) State {
 	return (*windowState)(atomicwindow.New(atomicwindow.Params(a), now))
@@ -70,8 +73,11 @@ func (s *windowState) Successor(now int64) State { return (*windowState)(s.w().S
 // mutexWindows is the windows' mutex twin.
 type mutexWindows atomicwindow.Params
 
-func (a mutexWindows) traits() traits        { return traits{kind: objects, form: boxed} }
-func (a mutexWindows) fullAt(at int64) int64 { return (*atomicwindow.Params)(&a).FullAt(at) }
+func (a mutexWindows) traits() traits { return traits{kind: objects, form: boxed} }
+func (a mutexWindows) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
+	q := atomicwindow.Params(to.(mutexWindows))
+	return (*atomicwindow.Params)(&a).ConvertSpent(spent, owed, at, &q)
+}
 
 func (a mutexWindows) NewState(now int64) State {
 	return (*mutexWindowState)(atomicwindow.NewMutex(atomicwindow.Params(a), now))

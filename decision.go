@@ -34,7 +34,8 @@ type Decision struct {
 	// reading is older than the key's latest. No request is admitted
 	// until it is paid back. 0 when the key owes nothing. A key that
 	// MaxKeys evicted while it owed owes as much when it comes back (see
-	// the package documentation).
+	// the package documentation), and one that SetRule converts owes its
+	// debt under the new rule.
 	Owed int64
 }
 

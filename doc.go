@@ -196,7 +196,9 @@
 // buckets and the fixed window; on the sliding counter and the log, what
 // it owed at the eviction (the counter one more at most, its debt kept as
 // a weighted count), and never less after, until the remembered instant
-// (they forget which of the key's costs would have aged out first).
+// (they forget which of the key's costs would have aged out first). After
+// SetRule, such a key owes what a key held through the change would: its
+// debt converted as a held key's is.
 //
 // # Stores
 //

@@ -146,8 +146,7 @@ func (l *Limiter) state(id registry.ID, now int64) State {
 // spent until later, as restrictive as that, owing what it owed.
 func (l *Limiter) newObject(rs *ruleSet, id registry.ID, now int64) State {
 	at := max(now, l.evictedAt.Load())
-	spent, owed := l.sketch.memory(id)
-	if spent = rs.spentSince(spent); spent > at {
+	if spent, owed := l.sketch.memory(id, rs); spent > at {
 		return rs.alg.(objectAlgorithm).newSpent(at, spent, owed) // New let MaxKeys through
 	}
 	return rs.alg.NewState(at)
@@ -223,7 +222,7 @@ func (l *Limiter) evictObject(t *registry.Table, i int, now int64) {
 		l.evictedFresh.Inc() // a new key's state already: forgetting it changes nothing from now on
 	}
 	if at != math.MinInt64 {
-		l.sketch.record(t.ID(i), at, owed)
+		l.sketch.record(t.ID(i), rulesOf(t), at, owed)
 	}
 }
 

@@ -190,8 +190,7 @@ func (l *Limiter) insertWord(id registry.ID, now int64) (*registry.Table, int, w
 func (l *Limiter) newWord(id registry.ID, t *registry.Table, origin, now int64) (uint64, word.Status) {
 	rs := rulesOf(t)
 	at := max(now, l.evictedAt.Load())
-	spent, owed := l.sketch.memory(id)
-	spent = rs.spentSince(spent)
+	spent, owed := l.sketch.memory(id, rs)
 	if l.kind == bucketWords {
 		return rs.bucket.NewWord(origin, now, max(at, spent))
 	}
@@ -264,17 +263,18 @@ func (l *Limiter) wordSpent(t *registry.Table, i int, _ int64) int64 {
 // is older than the eviction's must still find it.
 func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
 	var at, owed int64
+	rs := rulesOf(t)
 	if l.kind == bucketWords {
-		at = rulesOf(t).bucket.EvictWord(t.Word(i), t.Origin)
+		at = rs.bucket.EvictWord(t.Word(i), t.Origin)
 	} else {
-		at, owed = rulesOf(t).window.EvictWord(t.Word(i), t.Origin, now)
+		at, owed = rs.window.EvictWord(t.Word(i), t.Origin, now)
 	}
 	l.evictedAtBound.Inc()
 	if at <= now {
 		l.evictedFresh.Inc() // a new key's state already: forgetting it changes nothing from now on
 	}
 	if at != math.MinInt64 {
-		l.sketch.record(t.ID(i), at, owed)
+		l.sketch.record(t.ID(i), rs, at, owed)
 	}
 }
 

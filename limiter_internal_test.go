@@ -142,7 +142,7 @@ func TestSketchCollision(t *testing.T) {
 		t.Fatal(err)
 	}
 	victim := l.hasher.ID("a0")
-	mask := uint64(len(newSketch(1).cells) - 1)
+	mask := uint64(len(newSketch(1, nil).cells) - 1)
 	cells := func(id registry.ID) [2]uint64 { return [2]uint64{id.Lo & mask, id.Hi >> 32 & mask} }
 	innocent := ""
 	for i := 0; innocent == ""; i++ { // about 2^20 tries for a 1,024-cell sketch

@@ -47,7 +47,7 @@ func TestSweeperKeepsDebt(t *testing.T) {
 // instant, the largest of them, and forgets it when a later instant takes
 // the cell; a key reads the debt of the instant it reads.
 func TestSketchDebt(t *testing.T) {
-	s := newSketch(1)
+	s := newSketch(1, nil)
 	a := registry.ID{Hi: 3<<32 | 1, Lo: 5}
 	b := registry.ID{Hi: 3<<32 | 1, Lo: 6} // shares a's second cell
 	c := registry.ID{Hi: 4<<32 | 1, Lo: 5} // shares a's first cell
@@ -79,4 +79,60 @@ func TestSketchDebt(t *testing.T) {
 	if at, owed := s.read(a); at != 300 || owed != 0 {
 		t.Fatalf("a reads %d owing %d after an earlier record", at, owed)
 	}
+}
+
+// TestSketchChangeOfRule: while SetRule is under way, a key evicted under
+// the new rule goes to a sketch of its own, whose prev is the old rule's;
+// one evicted under the old rule still goes to the old rule's; a key of
+// the new rule reads both, the old converted. settle converts the old
+// into the new and drops it.
+func TestSketchChangeOfRule(t *testing.T) {
+	clock := NewManualClock(int64(time.Hour))
+	l, err := New(Config{Algorithm: FixedWindow, Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock, MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := l.rules.Load()
+	a, b := registry.ID{Hi: 1<<32 | 1, Lo: 1}, registry.ID{Hi: 2<<32 | 1, Lo: 2}
+	const T = int64(time.Second)
+	l.sketch.record(a, old, int64(time.Hour)+T, 25) // owes 25 to the end of its window
+
+	alg, err := build(FixedWindow, mustFactory(t, FixedWindow), Rule{Limit: 4, Period: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := newRuleSet(Rule{Limit: 4, Period: 2 * time.Second}, alg)
+	next.changed, next.at, next.gen = true, int64(time.Hour)+T/2, old.gen+1
+	// No key evicted under next yet: a key of next reads a's converted.
+	if at, owed := l.sketch.memory(a, next); at != int64(time.Hour)+2*T || owed != 25 {
+		t.Fatalf("a under the new rule reads %d owing %d, want the new window's end owing 25", at, owed)
+	}
+	l.sketch.record(b, next, int64(time.Hour)+2*T, 3)
+	h := l.sketch.p.Load()
+	if h.rs != next || h.prev.Load() == nil || h.prev.Load().rs != old {
+		t.Fatal("a key evicted under the new rule did not make its sketch, with the old as prev")
+	}
+	l.sketch.record(b, old, int64(time.Hour)+T, 2) // evicted under the old rule meanwhile
+	if at, owed := l.sketch.memory(b, old); at != int64(time.Hour)+T || owed != 2 {
+		t.Fatalf("b under the old rule reads %d owing %d", at, owed)
+	}
+	if at, owed := l.sketch.memory(b, next); at != int64(time.Hour)+2*T || owed != 3 {
+		t.Fatalf("b under the new rule reads %d owing %d, want its own 3 (the old 2 converts to 2)", at, owed)
+	}
+	l.sketch.settle(next)
+	if h := l.sketch.p.Load(); h.rs != next || h.prev.Load() != nil {
+		t.Fatal("settle left the old sketch")
+	}
+	if at, owed := l.sketch.memory(a, next); at != int64(time.Hour)+2*T || owed != 25 {
+		t.Fatalf("a after settle reads %d owing %d", at, owed)
+	}
+}
+
+func mustFactory(t *testing.T, name string) Factory {
+	t.Helper()
+	f, err := lookup(name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -11,7 +11,8 @@ import (
 
 // The tests of what a Decision says a key owes (Decision.Owed) once the
 // Limiter has forgotten the key's state: evicted at MaxKeys, remembered
-// in the sketch, and made again. Each runs a key into debt on two Limiters on one clock, one that
+// in the sketch, and made again, perhaps under a rule SetRule changed
+// since. Each runs a key into debt on two Limiters on one clock, one that
 // keeps the key (the reference) and one that evicts it, and asks both.
 //
 // What the evicted key is told must be the truth: the token and leaky
@@ -187,6 +188,56 @@ func TestOwedAfterMaxKeys(t *testing.T) {
 		}
 		if ev.Len() != 1 {
 			t.Fatalf("%s: Len %d after the key was made again", alg, ev.Len())
+		}
+	}
+}
+
+// TestOwedAfterSetRule: a key evicted at MaxKeys while it owes, then
+// converted by SetRule to a rule of another rate, limit or period, is
+// told the truth of what it owes as a key kept and converted is (the
+// buckets: a slower rule never lets it repay faster than the key kept,
+// as it did when the sketch kept an instant of the old rule).
+func TestOwedAfterSetRule(t *testing.T) {
+	rules := []floodgate.Rule{
+		{Limit: 5, Period: time.Second},      // slower: the debt lasts longer
+		{Limit: 20, Period: time.Second},     // faster
+		{Limit: 10, Period: 3 * time.Second}, // a longer period
+		{Limit: 2, Period: 100 * time.Millisecond},
+	}
+	for _, sc := range owedScenarios {
+		for _, next := range rules {
+			answers := map[string][]floodgate.Decision{}
+			for _, alg := range every {
+				if sc.windowEnded && (alg == floodgate.FixedWindow || alg == testhook.FixedWindowMutex) {
+					continue // it owes nothing: a key evicted fresh comes back new, as a key never seen
+				}
+				ref, ev, clock := evictDebtor(t, alg, chargeRule, sc)
+				clock.Advance(70 * time.Millisecond)
+				for _, l := range []*floodgate.Limiter{ref, ev} {
+					if err := l.SetRule(next); err != nil {
+						t.Fatal(err)
+					}
+				}
+				what := func(i int) string {
+					return alg + " " + sc.name + " to " + strconv.FormatInt(next.Limit, 10) + "/" + next.Period.String() + " +" + strconv.Itoa(i) + "×50ms"
+				}
+				var seen []floodgate.Decision
+				for i := range 240 { // twelve seconds: the slowest debt's end, and after
+					seen = append(seen, checkOwed(t, alg, what(i), clock, ref, ev, false))
+					clock.Advance(50 * time.Millisecond)
+				}
+				answers[alg] = seen
+				if d := ref.Peek("d"); !d.Allowed || d.Owed != 0 {
+					t.Fatalf("%s: the key kept still owes: %+v", what(240), d)
+				}
+			}
+			for _, pair := range pairs {
+				for i := range answers[pair[0]] {
+					if a, b := answers[pair[0]][i], answers[pair[1]][i]; a != b {
+						t.Fatalf("%s to %+v %v +%d×50ms: the twins answer %+v and %+v", sc.name, next, pair, i, a, b)
+					}
+				}
+			}
 		}
 	}
 }

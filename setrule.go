@@ -23,11 +23,11 @@ type ruleSet struct {
 	rule     Rule
 	alg      Algorithm
 	// With changed, at is the instant of the SetRule that made this rule,
-	// and fullAt the instant from which a key that held nothing at at
-	// answers as new under it: what a key the sketch remembers as spent
-	// past at is held to (see spentSince).
-	changed    bool
-	at, fullAt int64
+	// at which what the sketch remembers under the rule before is
+	// converted (see lazySketch); gen counts the changes.
+	changed bool
+	at      int64
+	gen     uint64
 }
 
 func newRuleSet(r Rule, alg Algorithm) *ruleSet {
@@ -86,7 +86,9 @@ func rulesOf(t *registry.Table) *ruleSet { return (*ruleSet)(t.Aux) }
 // made under the old rule, and whose key was converted in between, is
 // dropped: the key stays charged (stricter, never looser). With MaxKeys,
 // a key evicted before the change and still spent at T comes back as a
-// key that held nothing at T. A key evicted as idle comes back full.
+// key that held nothing at T and owed what it owed then, converted as a
+// held key's debt is (the sliding counter's a window later, as for a
+// count above its limit). A key evicted as idle comes back full.
 //
 // A registered algorithm cannot change its rule: SetRule returns an error
 // for it (see Register).
@@ -95,8 +97,7 @@ func (l *Limiter) SetRule(r Rule) error {
 	if err != nil {
 		return err
 	}
-	b, ok := alg.(builtin)
-	if !ok {
+	if _, ok := alg.(builtin); !ok {
 		return fmt.Errorf("floodgate: algorithm %q cannot change its rule: it is registered, and SetRule converts only the built-in algorithms' states; make a new Limiter for the new rule", l.name)
 	}
 
@@ -107,8 +108,7 @@ func (l *Limiter) SetRule(r Rule) error {
 		at = max(at, cur.at) // changes keep their order on the clock too
 	}
 	rs := newRuleSet(r, alg)
-	rs.changed, rs.at = true, at
-	rs.fullAt = b.fullAt(at)
+	rs.changed, rs.at, rs.gen = true, at, l.rules.Load().gen+1
 	// Published first, for Peek and WaitN of keys not held and for the
 	// reference of capacity; keys are created under their table's rule,
 	// which changes only below.
@@ -150,24 +150,8 @@ func (l *Limiter) SetRule(r Rule) error {
 		}
 	}
 	l.flat.Convert(origin, unsafe.Pointer(rs), words, ptrs)
-	l.sketch.raise(at, rs.fullAt)
+	l.sketch.settle(rs)
 	return nil
-}
-
-// spentSince is the instant from which a key that the sketch remembers as
-// spent until spent may start as new under the rule rs: spent itself,
-// unless rs was made by a change at an instant before spent. What the key
-// held at that change is not known then, and spent was reckoned under
-// the rule it was evicted under, so the key counts as holding nothing at
-// the change: new only from rs.fullAt on, or from spent if later. After
-// the change, SetRule raises the sketch's cells so, too (sketch.raise);
-// this covers the keys evicted under the old rule while the change was
-// under way.
-func (rs *ruleSet) spentSince(spent int64) int64 {
-	if rs.changed && spent > rs.at {
-		return max(spent, rs.fullAt)
-	}
-	return spent
 }
 
 // origin is the origin a table of rule rs moved for a reading at now gets.

@@ -31,9 +31,13 @@ import (
 // on the first eviction of a key that owes: 8 bytes per key of the bound
 // more.
 type sketch struct {
+	rs    *ruleSet // the rule its memories were reckoned under
 	cells []atomic.Int64
 	owed  atomic.Pointer[[]atomic.Uint64] // tag<<owedBits | owed, per cell
 	mask  uint64
+	// prev is the sketch of the rule before rs, while SetRule converts
+	// it into this one (see lazySketch.settle): a key of rs reads both.
+	prev atomic.Pointer[sketch]
 }
 
 // A cell's debt word: the top bits tag the instant it belongs to, the rest
@@ -50,12 +54,12 @@ func tagOf(at int64) uint64 { return uint64(at) * 0x9E3779B97F4A7C15 >> owedBits
 // newSketch makes a sketch of one cell per key of the bound, at least 1,024
 // and at most 2^24 (the bits pair draws on), rounded up to a power of two:
 // 8 bytes per key of MaxKeys.
-func newSketch(maxKeys int) *sketch {
+func newSketch(maxKeys int, rs *ruleSet) *sketch {
 	n := 1024
 	for n < maxKeys && n < 1<<24 {
 		n *= 2
 	}
-	s := &sketch{cells: make([]atomic.Int64, n), mask: uint64(n - 1)}
+	s := &sketch{rs: rs, cells: make([]atomic.Int64, n), mask: uint64(n - 1)}
 	for i := range s.cells {
 		s.cells[i].Store(math.MinInt64)
 	}
@@ -148,49 +152,127 @@ func (s *sketch) read(id registry.ID) (at, owed int64) {
 // and a Limiter with MaxKeys that never reaches it (a policy of httplimit
 // with its default bound, say) costs none of its 8 bytes per key of the
 // bound. Reading one costs an atomic load.
+//
+// A sketch remembers under one rule. A change of rule (SetRule) makes a
+// sketch of the new rule, into which it converts the old one's memories
+// (settle) once every table is of the new rule: until then, keys are
+// evicted under both rules, each into its rule's sketch, and a key of the
+// new rule reads both, the old one's converted.
 type lazySketch struct {
 	maxKeys int // the bound it is sized for; 0 without MaxKeys
 	p       atomic.Pointer[sketch]
 }
 
-// memory is the sketch's read: the instant from which id may start as
-// new (math.MinInt64 before any eviction), and what it owes beyond it.
-func (z *lazySketch) memory(id registry.ID) (at, owed int64) {
-	if s := z.p.Load(); s != nil {
-		return s.read(id)
-	}
-	return math.MinInt64, 0
-}
-
-// record is the sketch's record, making the sketch first if need be.
-func (z *lazySketch) record(id registry.ID, at, owed int64) {
-	s := z.p.Load()
-	if s == nil {
-		z.p.CompareAndSwap(nil, newSketch(z.maxKeys))
-		s = z.p.Load()
-	}
-	s.record(id, at, owed)
-}
-
-// raise raises every cell that holds an instant after at to at least
-// full, after a change of rule at at (see ruleSet.spentSince): such a
-// cell's instant was reckoned under the old rule, and the key it stands
-// for counts as holding nothing at the change. Raising is what record
-// does, so a concurrent record or read sees either value, both of which
-// are no looser than the key's own. A debt stays with the instant it
-// was remembered with.
-func (z *lazySketch) raise(at, full int64) {
-	s := z.p.Load()
-	if s == nil {
-		return
-	}
-	for i := range s.cells {
-		c := &s.cells[i]
-		for {
-			old := c.Load()
-			if old <= at || old >= full || c.CompareAndSwap(old, full) {
-				break
+// memory returns what the sketch remembers of id for a key of the rule
+// rs: the instant from which it may start as new (math.MinInt64 for
+// none), and what it owes beyond a spent state (see sketch).
+func (z *lazySketch) memory(id registry.ID, rs *ruleSet) (at, owed int64) {
+	h := z.p.Load()
+	switch {
+	case h == nil:
+		return math.MinInt64, 0
+	case h.rs == rs:
+		at, owed = h.read(id)
+		if pv := h.prev.Load(); pv != nil {
+			pa, po := pv.read(id)
+			pa, po = convertMemory(pv.rs, rs, pa, po)
+			if pa > at || pa == at && po > owed {
+				at, owed = pa, po
 			}
 		}
+		return at, owed
+	case h.rs.gen < rs.gen:
+		// The change to rs has converted the tables but not the sketch,
+		// and no key was evicted under rs yet.
+		at, owed = h.read(id)
+		return convertMemory(h.rs, rs, at, owed)
 	}
+	// A key whose table the change has not reached yet reads the sketch
+	// of its own rule. (Peek on a table it loaded before the change reads
+	// the new one as it is.)
+	if pv := h.prev.Load(); pv != nil && pv.rs == rs {
+		return pv.read(id)
+	}
+	return h.read(id)
+}
+
+// convertMemory is what a key remembered under rule from as (at, owed) is
+// remembered as under the rule to, which replaced it (see SetRule).
+func convertMemory(from, to *ruleSet, at, owed int64) (int64, int64) {
+	if at == math.MinInt64 {
+		return at, 0
+	}
+	return from.alg.(builtin).convertSpent(at, owed, to.at, to.alg)
+}
+
+// record remembers that id, of a table of rule rs, was evicted spent
+// until at and owing owed beyond it, in the sketch of rs, making it first
+// if need be.
+func (z *lazySketch) record(id registry.ID, rs *ruleSet, at, owed int64) {
+	z.sketchOf(rs).record(id, at, owed)
+}
+
+// sketchOf returns the sketch of rule rs, making it if need be: the head,
+// or, for a key evicted under the rule before the head's while a change
+// is under way, the head's prev.
+func (z *lazySketch) sketchOf(rs *ruleSet) *sketch {
+	for {
+		h := z.p.Load()
+		switch {
+		case h == nil:
+			if z.p.CompareAndSwap(nil, newSketch(z.maxKeys, rs)) {
+				continue
+			}
+		case h.rs == rs:
+			return h
+		case h.rs.gen < rs.gen:
+			n := newSketch(z.maxKeys, rs)
+			n.prev.Store(h)
+			z.p.CompareAndSwap(h, n)
+		default:
+			if pv := h.prev.Load(); pv != nil {
+				return pv // of rs: changes of rule are made one at a time
+			}
+			h.prev.CompareAndSwap(nil, newSketch(z.maxKeys, rs))
+		}
+	}
+}
+
+// settle ends a change to the rule rs, once every table is of rs: what
+// the sketch of the rule before remembers is converted into rs's sketch,
+// cell by cell, and the old sketch dropped. Keys are evicted under rs
+// meanwhile, and read both. Each algorithm's conversion never makes a
+// later instant an earlier one, so that a key, which reads the earlier of
+// its two cells, reads no less than its own memory converted.
+func (z *lazySketch) settle(rs *ruleSet) {
+	h := z.p.Load()
+	if h == nil {
+		return
+	}
+	if h.rs != rs {
+		n := newSketch(z.maxKeys, rs)
+		n.prev.Store(h)
+		if !z.p.CompareAndSwap(h, n) {
+			n = z.p.Load() // a key evicted under rs made it, with h as its prev
+		}
+		h = n
+	}
+	pv := h.prev.Load()
+	if pv == nil {
+		return
+	}
+	ds := pv.owed.Load()
+	for i := range pv.cells {
+		at := pv.cells[i].Load()
+		if at == math.MinInt64 {
+			continue
+		}
+		owed := int64(0)
+		if ds != nil {
+			owed = pv.debt(ds, uint64(i), at)
+		}
+		at, owed = convertMemory(pv.rs, rs, at, owed)
+		h.put(uint64(i), at, owed)
+	}
+	h.prev.Store(nil)
 }

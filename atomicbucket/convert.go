@@ -66,6 +66,24 @@ func (p *Params) FullAt(now int64) int64 {
 	return p.SpentValue(uint64(p.tau()), now)
 }
 
+// ConvertSpent returns what a key that MaxKeys evicted under rule p,
+// remembered as full from spent on (the TAT Evict reported), is
+// remembered as under rule q after a change at the instant at (see
+// floodgate's SetRule): the TAT of a bucket of rule q that holds nothing
+// at at, or, if the bucket of p made from spent owed more there, the TAT
+// that owes what it owed, converted as ConvertValue converts a debt. A
+// spent at or before at is returned as it is: it binds nothing from at
+// on. The result rises with spent, whatever the rules, so that a key
+// whose remembered instant was later is never remembered as less after.
+func (p *Params) ConvertSpent(spent, at int64, q *Params) int64 {
+	if spent <= at {
+		return spent
+	}
+	v, _ := p.NewWord(at, at, spent) // at is the origin: always in range
+	w := max(int64(p.ConvertValue(v, at, at, q)), q.tau())
+	return q.SpentValue(uint64(w), at)
+}
+
 // ConvertTo retires b whatever it holds, in the same critical section as
 // it reads the TAT, and returns the bucket of rule q, with origin at, that
 // holds what b held at at, converted (see above). It returns nil, and

@@ -298,3 +298,34 @@ func TestEvictConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestConvertSpent: what a key evicted under one rule is remembered as
+// under another after a change at at is the bucket made again converted
+// as ConvertTo converts it, holding nothing if it held more (a spent key
+// held nothing), owing what it owed; a later instant never converts to
+// an earlier one.
+func TestConvertSpent(t *testing.T) {
+	const T = int64(time.Second)
+	r := rand.New(rand.NewPCG(49, 50))
+	for range 2000 {
+		p := mustParams(t, 1+r.Int64N(20), time.Duration(1+r.Int64N(3))*time.Second, r.Int64N(5))
+		q := mustParams(t, 1+r.Int64N(20), time.Duration(1+r.Int64N(3))*time.Second/2, r.Int64N(5))
+		at := 100*T + r.Int64N(3*T)
+		s1 := at + r.Int64N(8*T) - T/2
+		s2 := s1 + r.Int64N(2*T)
+		c1 := p.ConvertSpent(s1, at, &q)
+		if c2 := p.ConvertSpent(s2, at, &q); s2 > at && c2 < c1 {
+			t.Fatalf("%d converts to %d, the later %d to %d", s1, c1, s2, c2)
+		}
+		if s1 <= at {
+			if c1 != s1 {
+				t.Fatalf("%d, before the change at %d, converts to %d", s1, at, c1)
+			}
+			continue
+		}
+		conv := NewMutexSpent(p, at, s1).ConvertTo(at, q)
+		if want := max(conv.Evict(at), q.FullAt(at)); c1 != want { // held nothing: full a burst later
+			t.Fatalf("%+v to %+v at %d: %d converts to %d; the bucket made again, converted and emptied, is full at %d", p, q, at, s1, c1, want)
+		}
+	}
+}

@@ -66,6 +66,33 @@ func (p *Params) FullAt(now int64) int64 {
 	return p.SpentValue(p.pack(0, 1, 0), p.Origin(now))
 }
 
+// ConvertSpent returns what a key that MaxKeys evicted under rule p,
+// remembered as (spent, owed) (see SpentOwed), is remembered as under
+// rule q after a change at the instant at: a key that holds nothing at
+// at and owes what the state made again from (spent, owed) owes there, as
+// far as q's bound holds it, as a key held at the change would (see
+// above). Its instant is the end of q's window of at for the fixed
+// window; for the sliding counter, a window later, as for a count above
+// N (see SpentValue), whether the key owes or not: the sketch's cells are
+// converted one by one, and a key reads the earlier of its two, so a
+// later instant must never convert to an earlier one. A spent at or
+// before at is returned as it is, with nothing owed: it binds nothing
+// from at on.
+func (p *Params) ConvertSpent(spent, owed, at int64, q *Params) (int64, int64) {
+	if spent <= at {
+		return spent, 0
+	}
+	origin, w := p.spentState(at, spent, owed)
+	rel, e, pos := p.locate(at, origin)
+	_, o := p.held(w, rel, e, pos)
+	o = min(o, q.MaxCount()-q.limit)
+	c := q.limit + o
+	if q.kind == Sliding {
+		c = q.limit + max(o, min(1, q.MaxCount()-q.limit))
+	}
+	return q.SpentValue(q.pack(0, c, 0), q.Origin(at)), o
+}
+
 // ConvertTo retires s whatever it holds, in the same critical section as
 // it reads it, and returns the window of rule q that holds what s held at
 // at, converted (see above). It returns nil, and changes nothing, when s

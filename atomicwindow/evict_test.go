@@ -141,3 +141,44 @@ func TestEvictConcurrent(t *testing.T) {
 	}
 	twintest.EvictConcurrent(t, fs, 7*T+T/3, map[string]int64{"fixed": 8 * T, "sliding": 9 * T})
 }
+
+// TestConvertSpent: what a key evicted under one rule is remembered as
+// under another after a change at at owes what the state made again owes
+// at at, converted as ConvertTo converts a held state's debt, and is
+// spent no sooner than that converted state; a later instant never
+// converts to an earlier one, whatever the debts (the sketch converts
+// cell by cell, and a key reads the earlier of its two).
+func TestConvertSpent(t *testing.T) {
+	const T = int64(time.Second)
+	r := rand.New(rand.NewPCG(45, 46))
+	for _, k := range kinds {
+		for range 2000 {
+			p := mustParams(t, k.kind, 1+r.Int64N(20), time.Duration(1+r.Int64N(3))*time.Second)
+			q := mustParams(t, k.kind, 1+r.Int64N(20), time.Duration(1+r.Int64N(3))*time.Second/2)
+			at := 100*T + r.Int64N(3*T)
+			s1 := at + r.Int64N(4*T) - T/2
+			s2 := s1 + r.Int64N(2*T)
+			o1, o2 := r.Int64N(3*p.limit), r.Int64N(3*p.limit)
+			c1, w1 := p.ConvertSpent(s1, o1, at, &q)
+			c2, _ := p.ConvertSpent(s2, o2, at, &q)
+			if s2 > at && c2 < c1 {
+				t.Fatalf("%s: %d converts to %d, the later %d to %d", k.name, s1, c1, s2, c2)
+			}
+			if s1 <= at {
+				if c1 != s1 || w1 != 0 {
+					t.Fatalf("%s: %d, before the change at %d, converts to %d owing %d", k.name, s1, at, c1, w1)
+				}
+				continue
+			}
+			made := NewMutexSpent(p, at, s1, o1)
+			dm, _ := made.Peek(at)
+			conv := made.ConvertTo(at, q)
+			dc, _ := conv.Peek(at)
+			spent, _ := conv.Evict(at)
+			if dc.Owed != dm.Owed && dc.Owed != q.MaxCount()-q.limit || w1 != dc.Owed || c1 < spent {
+				t.Fatalf("%s %d/%d to %d/%d at %d: %d owing %d converts to %d owing %d; the state made again owes %d, converted %d and is spent until %d",
+					k.name, p.limit, p.period, q.limit, q.period, at, s1, o1, c1, w1, dm.Owed, dc.Owed, spent)
+			}
+		}
+	}
+}

@@ -75,6 +75,23 @@ func (p *Params) spentCost(owed int64) int64 {
 	return p.limit + min(max(0, owed), p.Bound()-p.limit)
 }
 
+// ConvertSpent returns what a key that MaxKeys evicted under rule p,
+// remembered as (spent, owed) (see Log.Evict), is remembered as under
+// rule q after a change at the instant at: the log made again from
+// (spent, owed) converted at at as a log held then would be (see above),
+// holding nothing: one entry, charged at at or at the entry's time if
+// later, of N' plus what it owed, as far as q's bound holds it. A spent
+// at or before at is returned as it is, with nothing owed: it binds
+// nothing from at on. A later spent never converts to an earlier one.
+func (p *Params) ConvertSpent(spent, owed, at int64, q *Params) (int64, int64) {
+	if spent <= at {
+		return spent, 0
+	}
+	c := max(at, p.enters(spent)) // the entry is in the window there: spent > c
+	cost := converted(*p, *q, -max(0, owed))
+	return q.leaves(c), cost - q.limit
+}
+
 // FullAt returns the instant from which a log of rule p spent at now
 // answers as new: when a cost charged at now leaves the window.
 func (p *Params) FullAt(now int64) int64 { return p.leaves(now) }

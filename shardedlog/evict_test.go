@@ -147,3 +147,37 @@ func TestEvictConcurrent(t *testing.T) {
 	fs := []twintest.Family{logFamily(mustParams(t, 1000, time.Second))}
 	twintest.EvictConcurrent(t, fs, now, map[string]int64{"log": now + T})
 }
+
+// TestConvertSpent: what a key evicted under one rule is remembered as
+// under another after a change at at is the state made again converted
+// as ConvertTo converts a log (holding nothing, owing what it owed), and
+// a later instant never converts to an earlier one.
+func TestConvertSpent(t *testing.T) {
+	const T = int64(time.Second)
+	r := rand.New(rand.NewPCG(47, 48))
+	for range 2000 {
+		p := mustParams(t, 1+r.Int64N(20), time.Duration(1+r.Int64N(3))*time.Second)
+		q := mustParams(t, 1+r.Int64N(20), time.Duration(1+r.Int64N(3))*time.Second/2)
+		at := 100*T + r.Int64N(3*T)
+		s1 := at + r.Int64N(4*T) - T/2
+		s2 := s1 + r.Int64N(2*T)
+		o1, o2 := r.Int64N(3*p.limit), r.Int64N(3*p.limit)
+		c1, w1 := p.ConvertSpent(s1, o1, at, &q)
+		if c2, _ := p.ConvertSpent(s2, o2, at, &q); s2 > at && c2 < c1 {
+			t.Fatalf("%d converts to %d, the later %d to %d", s1, c1, s2, c2)
+		}
+		if s1 <= at {
+			if c1 != s1 || w1 != 0 {
+				t.Fatalf("%d, before the change at %d, converts to %d owing %d", s1, at, c1, w1)
+			}
+			continue
+		}
+		conv := NewMutexSpent(p, at, s1, o1).ConvertTo(at, q)
+		dc, _ := conv.Peek(at)
+		spent, owed := conv.Evict(at)
+		if c1 != spent || w1 != owed || w1 != dc.Owed {
+			t.Fatalf("%d/%d to %d/%d at %d: %d owing %d converts to %d owing %d; the state made again, converted, %d owing %d (%+v)",
+				p.limit, p.period, q.limit, q.period, at, s1, o1, c1, w1, spent, owed, dc)
+		}
+	}
+}
