@@ -172,6 +172,7 @@ func init() {
 		cfg.twins = true
 		return cfg
 	}
+	testhook.SameKeys = func(a, b any) { b.(*Limiter).hasher = a.(*Limiter).hasher }
 	testhook.Algorithm = func(c any) (any, error) {
 		cfg := c.(Config)
 		f, err := lookup(cmp.Or(cfg.Algorithm, TokenBucket), cfg.twins)

@@ -351,33 +351,44 @@ func TestSettleConcurrent(t *testing.T) {
 	}
 }
 
-// FuzzChargeTwins runs the same charges, reservations, settlements and
-// requests through the two Limiters of a pair (see pairs), over a few
-// keys, with or without a global cap, and requires the same answers from
-// both, debts near the bound included.
+// FuzzChargeTwins runs the same charges, reservations, settlements,
+// requests and changes of rule through the two Limiters of a pair (see
+// pairs), over a few keys, with or without a global cap, with or without
+// MaxKeys 1 (every key evicts the one held, owing or not, and comes back
+// as the sketch remembers it), and requires the same answers from both,
+// debts near the bound included.
 func FuzzChargeTwins(f *testing.F) {
 	for i := range pairs {
-		f.Add(uint8(i), uint8(3), uint16(1000), false, []byte{0, 1, 2, 40, 41, 42, 80, 81, 120, 160, 200, 240, 3, 4})
-		f.Add(uint8(i), uint8(1), uint16(7), true, []byte{40, 40, 40, 80, 120, 0, 160, 161, 200, 201, 202, 250})
-		f.Add(uint8(i), uint8(15), uint16(60000), false, []byte{255, 255, 254, 40, 44, 48, 120, 124, 1, 2, 3, 200})
+		f.Add(uint8(i), uint8(3), uint16(1000), false, false, []byte{0, 1, 2, 40, 41, 42, 80, 81, 120, 160, 200, 240, 3, 4})
+		f.Add(uint8(i), uint8(1), uint16(7), true, false, []byte{40, 40, 40, 80, 120, 0, 160, 161, 200, 201, 202, 250})
+		f.Add(uint8(i), uint8(15), uint16(60000), false, false, []byte{255, 255, 254, 40, 44, 48, 120, 124, 1, 2, 3, 200})
+		// Evicted in debt (MaxKeys 1: every other key evicts it), asked
+		// again, charged again, and converted by SetRule while evicted.
+		f.Add(uint8(i), uint8(4), uint16(1000), false, true, []byte{76, 0, 202, 160, 202, 241, 202, 43, 202, 2, 202, 242, 202, 165, 202, 1, 202})
+		f.Add(uint8(i), uint8(9), uint16(3000), true, true, []byte{85, 159, 0, 202, 245, 202, 164, 202, 3, 202, 244, 202, 1, 202, 166, 202})
 	}
-	f.Fuzz(func(t *testing.T, pair, limit uint8, periodMs uint16, global bool, ops []byte) {
+	f.Fuzz(func(t *testing.T, pair, limit uint8, periodMs uint16, global, bounded bool, ops []byte) {
 		algs := pairs[int(pair)%len(pairs)]
 		rule := floodgate.Rule{Limit: int64(limit%16) + 1, Period: time.Duration(periodMs%5000+1) * time.Millisecond}
 		var g *floodgate.Rule
 		if global {
 			g = &floodgate.Rule{Limit: rule.Limit + 2, Period: rule.Period}
 		}
+		maxKeys := 0
+		if bounded {
+			maxKeys = 1 // every request of another key evicts the one held
+		}
 		var ls [2]*floodgate.Limiter
 		var clocks [2]*floodgate.ManualClock
 		for j := range ls {
 			clocks[j] = floodgate.NewManualClock(1 << 50)
-			l, err := floodgate.New(testhook.Twins(floodgate.Config{Algorithm: algs[j], Rule: rule, Global: g, Clock: clocks[j]}).(floodgate.Config))
+			l, err := floodgate.New(testhook.Twins(floodgate.Config{Algorithm: algs[j], Rule: rule, Global: g, Clock: clocks[j], MaxKeys: maxKeys}).(floodgate.Config))
 			if err != nil {
 				t.Fatal(err)
 			}
 			ls[j] = l
 		}
+		testhook.SameKeys(ls[0], ls[1]) // the same sketch cells for every key
 		keys := []string{"a", "b", "c"}
 		var open [2][]*floodgate.Reservation
 		step := rule.Period / time.Duration(rule.Limit)
@@ -418,9 +429,16 @@ func FuzzChargeTwins(f *testing.F) {
 				for j := range ls {
 					clocks[j].Advance(step * time.Duration(arg+1) / 2)
 				}
-			default:
+			case 5:
 				for j, l := range ls {
 					ds[j] = l.Peek(key)
+				}
+			default: // 240 and on: a change of rule, its limit and period from arg
+				r := floodgate.Rule{Limit: arg%5*3 + 1, Period: rule.Period * time.Duration(arg%3+1) / 2}
+				for _, l := range ls {
+					if err := l.SetRule(r); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 			if ds[0] != ds[1] || (errs[0] == nil) != (errs[1] == nil) || errors.Is(errs[0], floodgate.ErrDebtBound) != errors.Is(errs[1], floodgate.ErrDebtBound) {

@@ -41,6 +41,13 @@ var InFlightSpread func(cfg any) any
 // spread now. Set by inflight.
 var InFlightSpreadKeys func(l any) int
 
+// SameKeys makes the *floodgate.Limiter b, before its first request, hash
+// keys as the *floodgate.Limiter a does: the two then place every key in
+// the same slot and, with MaxKeys, the same sketch cells, so that a
+// differential test of two Limiters that evict keys compares answers
+// that no random hash key sets apart. Set by floodgate.
+var SameKeys func(a, b any)
+
 // Algorithm returns the floodgate.Algorithm that floodgate.New would build
 // for a floodgate.Config (its Algorithm, a twin's name included, and its
 // Rule), or New's error for it. Set by floodgate.
