@@ -37,11 +37,13 @@
 --   - the key's own rule: the key converts at each change since, in
 --     order: at the instant x of a change (never after now) it holds
 --     min(what it held at x, the next rule's capacity), in whole tokens
---     and the fraction of one, and refills at the next rule's rate;
+--     and the fraction of one, or owes what it owed, and refills at the
+--     next rule's rate;
 --   - another rule, the key's being the call's: the key is read as it
 --     stands (another replica wrote it under the rule in force now);
 --   - else (a replica that runs another rule wrote it): it converts once,
---     at now, to min(what it holds now, the call's capacity).
+--     at now, to min(what it holds now, the call's capacity), or owes
+--     what it owes now.
 --
 -- A conversion never adds to what a key holds, and drops its credits (the
 -- returned units of lease mode: they were reckoned under the old rule).
@@ -161,9 +163,28 @@ end
 
 -- convertAt converts the TAT from rule (I, C) to (I2, C2) at x: the
 -- bucket keeps min(what it holds at x, C2) tokens, and the fraction of
--- one it is refilling (dropped if scaling it would not be exact).
+-- one it is refilling (dropped if scaling it would not be exact); a key
+-- that owes at x owes as many tokens under (I2, C2), and the fraction of
+-- one (rounded up to a whole one if scaling it would not be exact), as
+-- the in-process bucket converts a debt; the TAT stays within 2^52.
 local function convertAt(x, I, C, I2, C2)
-  local a = math.max(0, C * I - math.max(tat - x, 0)) -- µs of allowance held
+  local a = C * I - math.max(tat - x, 0) -- µs of allowance held; below 0, owed
+  if a < 0 then
+    local owed = floor(-a / I)
+    local frac = -a - owed * I
+    local d = owed * I2
+    if frac > 0 then
+      if frac * I2 < 2^53 then
+        local f = floor(frac * I2 / I)
+        if f * I < frac * I2 then f = f + 1 end
+        d = d + f
+      else
+        d = d + I2
+      end
+    end
+    tat = math.min(x + C2 * I2 + d, 2^52)
+    return
+  end
   local tokens = floor(a / I)
   local a2 = C2 * I2
   if tokens < C2 then

@@ -160,6 +160,12 @@ func (l *Limiter) Key(key string) string { return l.p.Key(key) }
 //     entry, if later), of the cost that leaves it min(held', new Limit),
 //     held' as for the windows.
 //
+// A key that owes at T (a charge put it in debt) owes as much after it,
+// in whole units and the fraction of one, as the in-process Limiter's key
+// does: a bucket refills its debt at the new rate, a window counts it
+// beyond the new Limit in the new period's window of T, a log's entry
+// carries it (as far as each can hold: see Store.Charge).
+//
 // T is Redis's clock: this machine's, corrected by what Redis's TIME said
 // of the two clocks' difference, asked (within Timeout) when the Store
 // last asked it more than a second ago, so that a reload of many rules
@@ -172,6 +178,16 @@ func (l *Limiter) Key(key string) string { return l.p.Key(key) }
 // 16th from the latest). A key's first call after the change converts it,
 // in the script, atomically: from the rule it was written under, at each
 // change since, exactly as if it had been converted at the change.
+//
+// A key that makes no call after the change keeps the TTL of the rule it
+// was written under, and a change leaves the calls' history once a key
+// of its rule holding no debt would have expired (a burst's refill for a
+// bucket, two periods for a window or a log, and two seconds). So a key
+// untouched since a change that slowed its rule is forgotten when its
+// old TTL ends, holding nothing or owing, where the in-process Limiter's
+// would still refuse; and a bucket that owed more than its burst and
+// calls only after its change left the history converts at that call,
+// having repaid at the old rate until then.
 //
 // Across replicas: a replica converts a key written under a rule of its
 // own history at that history's changes, and a key written by a replica

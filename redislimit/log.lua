@@ -57,9 +57,9 @@
 --     key written under another rule converts: at an instant x, what it
 --     holds is N minus the cost in the window where a request at x is
 --     charged (records stamped ahead included); it becomes one record of
---     the cost that leaves it min(that, the next N), stamped at x or at
---     its latest record, if later, so that no unit leaves the window
---     sooner than it would have. A return or a lease alone on such a key
+--     the cost that leaves it min(that, the next N), or that owes what
+--     it owed at x, stamped at x or at its latest record, if later, so
+--     that no unit leaves the window sooner than it would have. A return or a lease alone on such a key
 --     does nothing; any other call writes it converted.
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
@@ -235,18 +235,19 @@ end
 -- Redis, unconverted.
 local inring, cnew, cstamp, ccost = true, newest, 0, 0
 -- heldAt is N_ minus the cost in the window of rule (T_, N_) where a
--- request at x is charged, records stamped ahead included.
+-- request at x is charged, records stamped ahead included: below 0, what
+-- the key owes.
 local function heldAt(x, T_, N_)
   local c = max(x, cnew)
   if not inring then
-    if ccost > 0 and cstamp > c - T_ then return max(0, N_ - ccost) end
+    if ccost > 0 and cstamp > c - T_ then return N_ - ccost end
     return N_
   end
   if count == 0 then return N_ end
   local first = search(1, function(i) return at(i) > c - T_ end)
   if first > count then return N_ end
   local _, cum = at(count)
-  return max(0, N_ - (cum - before(first)) % M)
+  return N_ - (cum - before(first)) % M
 end
 -- latest is the latest instant at which the key holds cost, or newest.
 local function latest()
@@ -261,11 +262,13 @@ local function latest()
 end
 -- convertAt moves the key from rule (T1, N1) to (T2, N2) at x: one record
 -- of the cost that leaves it min(what it held at x, N2 minus what it had
--- spent): a lower limit takes its difference from what the key held.
+-- spent): a lower limit takes its difference from what the key held. A
+-- key that owed at x (held below 0) owes as much, as far as a record's
+-- cost can go.
 local function convertAt(x, T1, N1, T2, N2)
   local h = heldAt(x, T1, N1)
   if h > 0 then h = max(0, h - max(0, N1 - N2)) end
-  inring, cstamp, ccost, cnew = false, max(x, latest()), N2 - min(h, N2), max(x, cnew)
+  inring, cstamp, ccost, cnew = false, max(x, latest()), min(N2 - min(h, N2), M - 1), max(x, cnew)
 end
 -- emptyAt is a key of rule (T2, N2) that holds nothing at x.
 local function emptyAt(x, T2, N2)

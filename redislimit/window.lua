@@ -29,7 +29,8 @@
 --     x, what it holds is the largest cost a request at x could take (0
 --     if x lies in a window before the key's own); it moves to the next
 --     rule's window of x, with min(that, the next N) left in it and no
---     previous window's count. A return or a lease alone on such a key
+--     previous window's count, or, if it owed at x, with what it owed
+--     counted beyond the next N. A return or a lease alone on such a key
 --     does nothing; any other call writes the key converted.
 --
 -- Returns {allowed, remaining, retry_after, reset_after, extra, horizon,
@@ -145,12 +146,31 @@ local function heldAt(x, T_, N_)
   if not sliding or p == 0 then return math.max(0, N_ - c) end
   return math.max(0, math.min(N_ - c, floor((N_ * T_ - p * (T_ - (x - kx * T_))) / T_) - c))
 end
+-- owedAt is what the key, of rule (T_, N_), owes at x: what the count
+-- (with the previous window's share) stands above N_ in the window of x,
+-- or at the start of the key's own if x lies in one before it.
+local function owedAt(x, T_, N_)
+  local kx = floor(x / T_)
+  local c, p, off = curr, prev, x - kx * T_
+  if kx < ks then off = 0
+  elseif kx == ks + 1 then c, p = 0, c
+  elseif kx > ks then c, p = 0, 0 end
+  local w = 0
+  if sliding and p > 0 then
+    local a = p * (T_ - off)
+    w = floor(a / T_)
+    if w * T_ < a then w = w + 1 end
+  end
+  return math.max(0, c + w - N_)
+end
 -- convertAt moves the key from rule (T1, N1) to (T2, N2) at x: to the new
 -- window of x, holding min(what it held at x, N2 minus what it had
--- spent): a lower limit takes its difference from what the key held.
+-- spent): a lower limit takes its difference from what the key held. A
+-- key that owes at x owes as much there, as far as the window can count.
 local function convertAt(x, T1, N1, T2, N2)
   local h = math.max(0, heldAt(x, T1, N1) - math.max(0, N1 - N2))
-  ks, ws, curr, prev = floor(x / T2), x, N2 - math.min(h, N2), 0
+  local o = math.min(owedAt(x, T1, N1), cmax(T2, N2) - N2)
+  ks, ws, curr, prev = floor(x / T2), x, N2 - math.min(h, N2) + o, 0
 end
 -- emptyAt is a key of rule (T2, N2) that holds nothing at x.
 local function emptyAt(x, T2, N2)
