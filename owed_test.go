@@ -149,6 +149,39 @@ func checkOwed(t *testing.T, alg, what string, clock *floodgate.ManualClock, ref
 	return de
 }
 
+// followOwed checks "d" on ref and ev (checkOwed) every 50 ms for steps
+// readings, the first the eviction's if atFirst, and returns ev's
+// answers; by the end the key kept must owe nothing.
+func followOwed(t *testing.T, alg, name string, clock *floodgate.ManualClock, ref, ev *floodgate.Limiter, steps int, atFirst bool) []floodgate.Decision {
+	t.Helper()
+	seen := make([]floodgate.Decision, steps)
+	for i := range seen {
+		seen[i] = checkOwed(t, alg, name+" +"+strconv.Itoa(i)+"×50ms", clock, ref, ev, atFirst && i == 0)
+		clock.Advance(50 * time.Millisecond)
+	}
+	if d := ref.Peek("d"); !d.Allowed || d.Owed != 0 {
+		t.Fatalf("%s +%d×50ms: the key kept still owes: %+v", name, steps, d)
+	}
+	return seen
+}
+
+// sameTwins requires each pair of twins (see pairs) to have answered
+// alike, reading by reading.
+func sameTwins(t *testing.T, name string, answers map[string][]floodgate.Decision) {
+	t.Helper()
+	for _, pair := range pairs {
+		a, b := answers[pair[0]], answers[pair[1]]
+		if len(a) != len(b) {
+			t.Fatalf("%s %v: %d answers and %d", name, pair, len(a), len(b))
+		}
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("%s %v +%d×50ms: the twins answer %+v and %+v", name, pair, i, a[i], b[i])
+			}
+		}
+	}
+}
+
 // TestOwedAfterMaxKeys: a key evicted at MaxKeys while it owes is told
 // the truth of what it owes when it comes back, on every algorithm and
 // twin, at every reading until long after the debt is paid, and again
@@ -158,24 +191,10 @@ func TestOwedAfterMaxKeys(t *testing.T) {
 		answers := map[string][]floodgate.Decision{}
 		for _, alg := range every {
 			ref, ev, clock := evictDebtor(t, alg, chargeRule, sc)
-			what := func(i int) string { return alg + " " + sc.name + " +" + strconv.Itoa(i) + "×50ms" }
-			var seen []floodgate.Decision
-			for i := range 60 { // three periods, and the debt's every step
-				seen = append(seen, checkOwed(t, alg, what(i), clock, ref, ev, i == 0))
-				clock.Advance(50 * time.Millisecond)
-			}
-			answers[alg] = seen
-			if d := ref.Peek("d"); !d.Allowed || d.Owed != 0 {
-				t.Fatalf("%s: the key kept still owes after three periods: %+v", what(60), d)
-			}
+			// Three periods: the debt's every step, and after.
+			answers[alg] = followOwed(t, alg, alg+" "+sc.name, clock, ref, ev, 60, true)
 		}
-		for _, pair := range pairs {
-			for i := range answers[pair[0]] {
-				if a, b := answers[pair[0]][i], answers[pair[1]][i]; a != b {
-					t.Fatalf("%s %v +%d×50ms: the twins answer %+v and %+v", sc.name, pair, i, a, b)
-				}
-			}
-		}
+		sameTwins(t, sc.name, answers)
 	}
 	// Made again by its next request, and charged: it owes what it owed,
 	// and the charge besides.
@@ -218,26 +237,11 @@ func TestOwedAfterSetRule(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				what := func(i int) string {
-					return alg + " " + sc.name + " to " + strconv.FormatInt(next.Limit, 10) + "/" + next.Period.String() + " +" + strconv.Itoa(i) + "×50ms"
-				}
-				var seen []floodgate.Decision
-				for i := range 240 { // twelve seconds: the slowest debt's end, and after
-					seen = append(seen, checkOwed(t, alg, what(i), clock, ref, ev, false))
-					clock.Advance(50 * time.Millisecond)
-				}
-				answers[alg] = seen
-				if d := ref.Peek("d"); !d.Allowed || d.Owed != 0 {
-					t.Fatalf("%s: the key kept still owes: %+v", what(240), d)
-				}
+				// Twelve seconds: the slowest debt's end, and after.
+				name := alg + " " + sc.name + " to " + strconv.FormatInt(next.Limit, 10) + "/" + next.Period.String()
+				answers[alg] = followOwed(t, alg, name, clock, ref, ev, 240, false)
 			}
-			for _, pair := range pairs {
-				for i := range answers[pair[0]] {
-					if a, b := answers[pair[0]][i], answers[pair[1]][i]; a != b {
-						t.Fatalf("%s to %+v %v +%d×50ms: the twins answer %+v and %+v", sc.name, next, pair, i, a, b)
-					}
-				}
-			}
+			sameTwins(t, sc.name+" to "+next.Period.String(), answers)
 		}
 	}
 }
