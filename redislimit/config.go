@@ -91,8 +91,13 @@ type Config struct {
 	// policies: BreakAfter failed calls of any of them open it for all.
 	BreakAfter int
 	// ProbeEvery is how long the breaker then stays open before one call
-	// probes Redis again; 0 means 1s. On a Redis Cluster it also spaces
-	// the reloads of the slot map that failures ask for (Stats.Reloads).
+	// probes Redis again; 0 means 250ms. It bounds how long the Store
+	// goes on deciding by its FailureMode once Redis answers again: the
+	// first call after ProbeEvery (from the last failed probe) is decided
+	// on Redis, so a Store with traffic decides on Redis again within
+	// ProbeEvery and a round trip of Redis's return. The probe's caller
+	// waits for it, up to Timeout. On a Redis Cluster it also spaces the
+	// reloads of the slot map that failures ask for (Stats.Reloads).
 	ProbeEvery time.Duration
 	// Clock times the breaker (and, on a Redis Cluster, the spacing of
 	// its slot map's reloads) and the FailLocal limiters; nil means
@@ -192,7 +197,7 @@ type Stats struct {
 const (
 	defaultTimeout    = 100 * time.Millisecond
 	defaultBreakAfter = 3
-	defaultProbeEvery = time.Second
+	defaultProbeEvery = 250 * time.Millisecond
 	defaultLocalKeys  = 1 << 16
 	ttlMargin         = 1000 // ms
 )
