@@ -2,9 +2,11 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/outage"
 )
 
 // call is what one round trip asks of the script: a request of cost n
@@ -59,7 +61,7 @@ func (p *policy) decide(ctx context.Context, rkey, key string, c call) (reply, e
 		c.budget = p.s.set.timeout
 	}
 	var r reply
-	o, callerErr := p.s.guarded(ctx, c.budget, func() (err error) {
+	o, err := p.s.guarded(ctx, c.budget, func() (err error) {
 		r, err = p.run(ctx, rkey, c)
 		return err
 	})
@@ -68,10 +70,25 @@ func (p *policy) decide(ctx context.Context, rkey, key string, c call) (reply, e
 		r.res = decided(r.d.Allowed)
 		return r, nil
 	case tripAbandoned:
-		return reply{d: p.abandon(), res: resAbandoned}, callerErr
+		return reply{d: p.abandon(), res: resAbandoned}, err
 	}
-	return reply{d: p.fallback(key, c.n, c.dry || c.look), res: p.s.failResult()}, nil
+	d, res, err := p.unreached(key, c.n, c.dry || c.look, err)
+	return reply{d: d, res: res}, err
 }
+
+// unreached is the FailureMode's answer to a request of cost n from key
+// (with dry, to a peek) that Redis did not decide, for the reason cause
+// (see guarded).
+func (p *policy) unreached(key string, n int64, dry bool, cause error) (floodgate.Decision, result, error) {
+	return p.fallback(key, n, dry), p.s.failResult(), nil
+}
+
+// Why guarded sent nothing: the breaker is open, or an earlier call of
+// the request found Redis failing (see package outage).
+var (
+	errBreakerOpen = errors.New("the circuit breaker is open")
+	errMarked      = errors.New("an earlier call of the request failed")
+)
 
 // run is one call on Redis for rkey: EVALSHA, and EVAL when Redis has
 // lost the script, in a batch with the calls in flight beside it (see
@@ -107,22 +124,31 @@ const (
 
 // guarded runs trip, one round trip for a call whose caller's context is
 // ctx, within budget, under the Store's breaker: a caller whose context
-// has ended sends nothing; an open breaker sends nothing and fails; an
-// answer closes the breaker; a caller's deadline or cancellation is the
-// caller's, and counts against no breaker; any other failure is counted,
-// tried against the breaker (an error about one key's data is not Redis
-// down), and given to OnError. callerErr is the caller's context's error
-// when the caller ended first.
-func (s *Store) guarded(ctx context.Context, budget time.Duration, trip func() error) (o tripOutcome, callerErr error) {
+// has ended sends nothing; an open breaker sends nothing and fails, and
+// so does a call of a request whose earlier call found Redis failing
+// (ctx's outage mark), so that a request of several calls waits on
+// Redis's failure once; an answer closes the breaker; a caller's
+// deadline or cancellation is the caller's, and counts against no
+// breaker; any other failure is counted, tried against the breaker (an
+// error about one key's data is not Redis down, and marks no request),
+// and given to OnError. err is the caller's context's error when the
+// caller ended first (tripAbandoned), and why Redis did not decide when
+// it failed (tripFailed: its error, errBreakerOpen or errMarked).
+func (s *Store) guarded(ctx context.Context, budget time.Duration, trip func() error) (o tripOutcome, err error) {
 	if err := ctx.Err(); err != nil {
 		return tripAbandoned, err
 	}
+	mark := outage.From(ctx)
+	if mark.Down() {
+		return tripFailed, errMarked
+	}
 	probe, ok := s.breaker.enter(s.set.clock.Now())
 	if !ok {
-		return tripFailed, nil
+		mark.SetDown()
+		return tripFailed, errBreakerOpen
 	}
 	deadline := time.Now().Add(budget)
-	err := trip()
+	err = trip()
 	if err == nil {
 		s.breaker.succeed(probe)
 		return tripAnswered, nil
@@ -131,7 +157,7 @@ func (s *Store) guarded(ctx context.Context, budget time.Duration, trip func() e
 		s.breaker.abandon(probe)
 		return tripAbandoned, callerErr
 	}
-	switch s.failed(err) {
+	switch kind := s.failed(err); kind {
 	case keyErr:
 		s.breaker.succeed(probe) // Redis answered: it is up
 	default:
@@ -139,11 +165,12 @@ func (s *Store) guarded(ctx context.Context, budget time.Duration, trip func() e
 		if s.breaker.fail(probe, s.set.clock.Now()) {
 			s.opens.Add(1)
 		}
+		mark.SetDown()
 	}
 	if s.set.onError != nil {
 		s.set.onError(err)
 	}
-	return tripFailed, nil
+	return tripFailed, err
 }
 
 // abandon answers a call whose caller's context ended before Redis did,

@@ -75,6 +75,16 @@ type Config struct {
 	// (context.Background) may wait up to Timeout/8 longer for a pooled
 	// connection, since such calls share one timer for each eighth of
 	// Timeout instead of starting their own.
+	//
+	// A call that Redis does not answer waits one Timeout, whatever it
+	// does: a decision of one policy or of several, batched or not, a
+	// Peek, a Charge, a Reserve, a Settle (whose second round trip is not
+	// waited for once the first failed), a lease refill and the requests
+	// that wait for it, an in-flight slot's Acquire or Release. The
+	// calls floodgate-rls makes for one request (a decision, the checks
+	// looked at after it, a charge after a refusal) wait once in all: a
+	// call that finds Redis failing has the request's later calls
+	// answered by the FailureMode at once.
 	Timeout time.Duration
 	// FailureMode decides while Redis cannot; the zero value is FailLocal.
 	FailureMode FailureMode

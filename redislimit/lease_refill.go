@@ -27,11 +27,21 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 	var deadline time.Time
 	for {
 		if st.dead.Load() {
-			if peek {
+			switch {
+			case deadline.IsZero() && peek:
 				r, err := p.decide(ctx, p.Key(key), key, call{n: 1, dry: true})
 				return r.d, r.res, err
+			case deadline.IsZero():
+				return p.leaseAllow(ctx, key, n, p.rs())
 			}
-			return p.leaseAllow(ctx, key, n, p.rs())
+			// Dropped while this caller waited: what is left of its
+			// Timeout decides it on Redis, with no lease.
+			budget := time.Until(deadline)
+			if budget <= 0 {
+				return p.unreached(key, n, peek, errLeaseWait)
+			}
+			r, err := p.decide(ctx, p.Key(key), key, call{n: n, dry: peek, budget: budget})
+			return r.d, r.res, err
 		}
 		f := st.flight.Load()
 		if f == nil {

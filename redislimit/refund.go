@@ -78,6 +78,13 @@ func (s *Store) refund(args []any, rf refund, val []int64) {
 			back = append(back, backOf(rf.ps[i], args[3+i].(string), n+vals[4], vals, rf.rss[i])) // the cost, and what it leased
 		}
 	}
+	s.refundLater(back)
+}
+
+// refundLater gives back, in a round trip of its own within Timeout, in
+// a goroutine that Close waits for, what back says (Stats.Refunded
+// counts what went back).
+func (s *Store) refundLater(back []giveBack) {
 	if len(back) == 0 {
 		return
 	}

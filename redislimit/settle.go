@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/outage"
 )
 
 // reserving is what Reserve adds to a decision (see decideAsks): check
@@ -96,7 +97,7 @@ func (s *Store) reserveMany(ctx context.Context, ps []*policy, keys []string, ns
 	all []floodgate.Decision, parts []floodgate.HoldPart) (int, result, error) {
 	var refused int
 	var replies [maxPolicies]reply
-	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
+	o, err := s.guarded(ctx, s.set.timeout, func() (err error) {
 		refused, err = s.runMany(ctx, ps, keys, ns, shadow, checks, nil, all, replies[:len(ps)], false)
 		return err
 	})
@@ -115,7 +116,7 @@ func (s *Store) reserveMany(ctx context.Context, ps []*policy, keys []string, ns
 		}
 		return refused, decided(refused < 0 || shadow[refused]), nil
 	case tripAbandoned:
-		return 0, resAbandoned, s.abandonMany(ps, all, callerErr)
+		return 0, resAbandoned, s.abandonMany(ps, all, err)
 	}
 	return s.fallbackMany(ctx, ps, keys, ns, shadow, all)
 }
@@ -142,6 +143,11 @@ func partOf(p *policy, n int64, r *reply) floodgate.HoldPart {
 // units that could not reach Redis are lost: both under-admit. A caller
 // that gives up before the overruns are charged gets ctx's error, and
 // the Hold stays unsettled; the give-backs are sent whatever ctx says.
+//
+// A Settle waits on a Redis that does not answer once: when the
+// overruns' round trip fails, or the breaker is open, the second is not
+// waited for. The give-backs are then sent in the background, within
+// Timeout, and the asks' answers are the FailureMode's.
 func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, h *floodgate.Hold, each []floodgate.Decision) (floodgate.Decision, error) {
 	if err := floodgate.CheckSettle(asks, h); err != nil {
 		return floodgate.Decision{}, err
@@ -172,6 +178,7 @@ func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, h *floodgate.H
 		}
 	}
 	if m > 0 {
+		ctx = outage.With(ctx) // the second round trip learns whether the first found Redis failing
 		var charged [maxPolicies]floodgate.Decision
 		if _, err := s.Charge(ctx, over[:m], charged[:m]); err != nil {
 			return floodgate.Decision{}, fmt.Errorf("redislimit: Settle: %w", err)
@@ -202,6 +209,20 @@ func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, h *floodgate.H
 		}
 		rest[n], restAt[n] = pipeCall{p: p, rkey: rkey, key: asks[i].Key, c: call{n: 1, dry: true, rs: p.rs()}}, i
 		n++
+	}
+	if n > 0 && (outage.From(ctx).Down() || s.breaker.openUntil.Load() != closed) {
+		// Redis failed the overruns' round trip, or is failing: the
+		// give-backs go in the background, and the FailureMode answers.
+		var back []giveBack
+		for k, pc := range rest[:n] {
+			if restAt[k] >= 0 {
+				all[restAt[k]] = stateOf(pc.p.fallback(pc.key, 1, true))
+			} else {
+				back = append(back, giveBack{p: pc.p, rkey: pc.rkey, units: pc.c.give, k: pc.c.gk, gen: pc.c.rs.gen})
+			}
+		}
+		s.refundLater(back)
+		n = 0
 	}
 	if n > 0 {
 		// A give-back is the client's due, whether or not its caller waits.
