@@ -2,9 +2,20 @@ package floodgate
 
 import (
 	"context"
+	"errors"
 
 	"github.com/floodgate-go/floodgate/counts"
 )
+
+// ErrUnreached is wrapped by the error of a call that a Store could not
+// decide because it could not reach its state, when its failure mode is
+// to fail the call rather than to answer it (redislimit's FailError):
+// the caller, or the proxy in front of it (Envoy's failure_mode_deny),
+// then chooses what a request is owed. The request is refused, and
+// charged nothing that the Store could see. An error that wraps it may
+// also report, by a Timeout method as net.Error's, that the state did
+// not answer in time.
+var ErrUnreached = errors.New("floodgate: the Store could not reach its state")
 
 // MaxPolicies is the most limits one decision takes together: the
 // Limiters of a Limits, the asks of a Store's Decide, and so the
@@ -81,9 +92,11 @@ type Store interface {
 	// The error is ctx's when the caller gave up before the Store could
 	// decide; the request is then refused, and keeps no charge (see the
 	// Store's own documentation for what that takes). A Store that cannot
-	// reach its state answers by its own failure mode, and returns a nil
-	// error. Any other error (no asks, too many, a policy of another
-	// Store) comes before anything is charged, with the request refused.
+	// reach its state answers by its own failure mode: with a Decision
+	// and a nil error, or, when that mode is to fail the call, with the
+	// request refused and an error that wraps ErrUnreached. Any other
+	// error (no asks, too many, a policy of another Store) comes before
+	// anything is charged, with the request refused.
 	Decide(ctx context.Context, asks []Ask, each []Decision) (d Decision, refused int, err error)
 
 	// AppendCounts appends the Store's own counts (see package counts):

@@ -86,6 +86,7 @@ const (
 	FailOpen     = "fail_open"     // Redis failed; admitted by FailOpen
 	FailClosed   = "fail_closed"   // Redis failed; refused by FailClosed
 	FailLocal    = "fail_local"    // Redis failed; decided by FailLocal's in-process limiter
+	FailError    = "fail_error"    // Redis failed; refused with an error by FailError
 	Abandoned    = "abandoned"     // its caller's context ended before Redis answered; refused
 )
 
@@ -146,7 +147,7 @@ const (
 
 var infos = [numMetrics]Info{
 	Requests: {"floodgate_requests_total", "floodgate.requests", Counter, "{request}",
-		"Requests decided, by result: allowed, denied, denied_global, shadow_denied, exempt, fail_open, fail_closed, fail_local, abandoned.",
+		"Requests decided, by result: allowed, denied, denied_global, shadow_denied, exempt, fail_open, fail_closed, fail_local, fail_error, abandoned.",
 		true, "result", "floodgate.result"},
 	Keys: {"floodgate_keys", "floodgate.keys", Gauge, "{key}",
 		"Clients' states held now.", true, "", ""},

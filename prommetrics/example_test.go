@@ -44,7 +44,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// # HELP floodgate_requests_total Requests decided, by result: allowed, denied, denied_global, shadow_denied, exempt, fail_open, fail_closed, fail_local, abandoned.
+	// # HELP floodgate_requests_total Requests decided, by result: allowed, denied, denied_global, shadow_denied, exempt, fail_open, fail_closed, fail_local, fail_error, abandoned.
 	// # TYPE floodgate_requests_total counter
 	// floodgate_requests_total{limiter="api",policy="",result="allowed",route=""} 2
 	// floodgate_requests_total{limiter="api",policy="",result="denied",route=""} 1

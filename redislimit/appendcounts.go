@@ -12,6 +12,7 @@ const (
 	resFailOpen
 	resFailClosed
 	resFailLocal
+	resFailError
 	resAbandoned
 	numResults
 )
@@ -23,6 +24,7 @@ var resultLabels = [numResults]string{
 	resFailOpen:   counts.FailOpen,
 	resFailClosed: counts.FailClosed,
 	resFailLocal:  counts.FailLocal,
+	resFailError:  counts.FailError,
 	resAbandoned:  counts.Abandoned,
 }
 

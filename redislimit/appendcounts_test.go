@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -13,8 +14,8 @@ import (
 
 // figures are the counts a test expects of a Limiter without leases.
 type figures struct {
-	allowed, denied, failOpen, failClosed, failLocal, abandoned int64
-	calls, timeouts, keyErrs, others, open, opens               int64
+	allowed, denied, failOpen, failClosed, failLocal, failError, abandoned int64
+	calls, timeouts, keyErrs, others, open, opens                          int64
 }
 
 func (f figures) samples() []counts.Sample {
@@ -24,6 +25,7 @@ func (f figures) samples() []counts.Sample {
 		{Metric: counts.Requests, Label: counts.FailOpen, Value: f.failOpen},
 		{Metric: counts.Requests, Label: counts.FailClosed, Value: f.failClosed},
 		{Metric: counts.Requests, Label: counts.FailLocal, Value: f.failLocal},
+		{Metric: counts.Requests, Label: counts.FailError, Value: f.failError},
 		{Metric: counts.Requests, Label: counts.Abandoned, Value: f.abandoned},
 		{Metric: counts.StoreCalls, Value: f.calls},
 		{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: f.timeouts},
@@ -109,7 +111,7 @@ func TestCountsSequence(t *testing.T) {
 // each failed round trip once under its kind, and the breaker's gauge is
 // 1 from its opening until the probe finds Redis back.
 func TestCountsFailures(t *testing.T) {
-	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
+	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed, FailError} {
 		t.Run(mode.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			c := client(t, srv)
@@ -118,13 +120,14 @@ func TestCountsFailures(t *testing.T) {
 			l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}, Timeout: 150 * time.Millisecond,
 				FailureMode: mode, Clock: clock, BreakAfter: 3, ProbeEvery: time.Second})
 			var want figures
-			fail := map[FailureMode]*int64{FailLocal: &want.failLocal, FailOpen: &want.failOpen, FailClosed: &want.failClosed}[mode]
+			fail := map[FailureMode]*int64{FailLocal: &want.failLocal, FailOpen: &want.failOpen, FailClosed: &want.failClosed, FailError: &want.failError}[mode]
 			// A decision the FailureMode made is Unreached, except
-			// FailLocal's, which its local state made.
+			// FailLocal's, which its local state made; FailError's
+			// returns an error that wraps floodgate.ErrUnreached.
 			allow := func(stage, key string, byMode bool) {
 				t.Helper()
 				d, err := l.Allow(ctx, key)
-				if err != nil {
+				if wantErr := byMode && mode == FailError; wantErr != errors.Is(err, floodgate.ErrUnreached) || !wantErr && err != nil {
 					t.Fatalf("%s: %v", stage, err)
 				}
 				if want := byMode && mode != FailLocal; d.Unreached != want {

@@ -15,6 +15,14 @@ type breaker struct {
 	failures     atomic.Int64
 	openUntil    atomic.Int64 // closed, or the end of the open period
 	probing      atomic.Bool
+	last         atomic.Pointer[failure] // the latest failure of Redis, which FailError names while the breaker is open
+}
+
+// failure is a round trip's failure of Redis: its error, and whether it
+// ran out of Timeout.
+type failure struct {
+	err     error
+	timeout bool
 }
 
 // closed is openUntil's value while the breaker is closed.

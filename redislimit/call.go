@@ -3,6 +3,7 @@ package redislimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -78,9 +79,20 @@ func (p *policy) decide(ctx context.Context, rkey, key string, c call) (reply, e
 
 // unreached is the FailureMode's answer to a request of cost n from key
 // (with dry, to a peek) that Redis did not decide, for the reason cause
-// (see guarded).
+// (see guarded): the fallback's decision, or with FailError a refusal
+// and its error.
 func (p *policy) unreached(key string, n int64, dry bool, cause error) (floodgate.Decision, result, error) {
-	return p.fallback(key, n, dry), p.s.failResult(), nil
+	if p.s.set.mode != FailError {
+		return p.fallback(key, n, dry), p.s.failResult(), nil
+	}
+	p.s.fallbacks.Add(1)
+	return p.s.refusedUnreached(p.rs().capacity), resFailError, p.s.unreachedErr(cause)
+}
+
+// refusedUnreached is the refusal of FailClosed and FailError under a
+// policy of capacity c.
+func (s *Store) refusedUnreached(c int64) floodgate.Decision {
+	return floodgate.Decision{Unreached: true, Limit: c, RetryAfter: time.Duration(s.breaker.every)}
 }
 
 // Why guarded sent nothing: the breaker is open, or an earlier call of
@@ -89,6 +101,24 @@ var (
 	errBreakerOpen = errors.New("the circuit breaker is open")
 	errMarked      = errors.New("an earlier call of the request failed")
 )
+
+// unreachedErr is FailError's error for a call that Redis did not decide
+// for the reason cause: a failed round trip's error, or why none was
+// sent, which the latest failure of Redis then explains.
+func (s *Store) unreachedErr(cause error) error {
+	if cause != errBreakerOpen && cause != errMarked {
+		return &unreachedError{cause: cause, timeout: cause == errLeaseWait || isTimeout(cause)}
+	}
+	e := &unreachedError{cause: errNoAnswer, open: true}
+	if f := s.breaker.last.Load(); f != nil {
+		e.cause, e.timeout = f.err, f.timeout
+	}
+	if cause == errMarked {
+		e.open = false
+		e.cause = fmt.Errorf("%w: %w", errMarked, e.cause)
+	}
+	return e
+}
 
 // run is one call on Redis for rkey: EVALSHA, and EVAL when Redis has
 // lost the script, in a batch with the calls in flight beside it (see
@@ -162,6 +192,7 @@ func (s *Store) guarded(ctx context.Context, budget time.Duration, trip func() e
 		s.breaker.succeed(probe) // Redis answered: it is up
 	default:
 		s.serverFailed()
+		s.breaker.last.Store(&failure{err: err, timeout: kind == timeoutErr})
 		if s.breaker.fail(probe, s.set.clock.Now()) {
 			s.opens.Add(1)
 		}
@@ -186,7 +217,8 @@ func (p *policy) abandon() floodgate.Decision {
 }
 
 // fallback is the FailureMode's answer to a request of cost n from key
-// (with dry, to a peek).
+// (with dry, to a peek): FailError's is FailClosed's refusal, for a
+// caller that answers without an error (see unreached).
 func (p *policy) fallback(key string, n int64, dry bool) floodgate.Decision {
 	s := p.s
 	s.fallbacks.Add(1)
@@ -194,12 +226,12 @@ func (p *policy) fallback(key string, n int64, dry bool) floodgate.Decision {
 	switch s.set.mode {
 	case FailOpen:
 		return floodgate.Decision{Allowed: true, Unreached: true, Limit: capacity, Remaining: capacity - n}
-	case FailClosed:
-		return floodgate.Decision{Unreached: true, Limit: capacity, RetryAfter: time.Duration(s.breaker.every)}
+	case FailClosed, FailError:
+		return s.refusedUnreached(capacity)
 	}
 	t, err := p.local()
 	if err != nil { // Check took the rule: not reached
-		return floodgate.Decision{Unreached: true, Limit: capacity, RetryAfter: time.Duration(s.breaker.every)}
+		return s.refusedUnreached(capacity)
 	}
 	if dry {
 		return t.lim.Peek(key)
@@ -214,6 +246,8 @@ func (s *Store) failResult() result {
 		return resFailOpen
 	case FailClosed:
 		return resFailClosed
+	case FailError:
+		return resFailError
 	}
 	return resFailLocal
 }

@@ -31,7 +31,8 @@ const maxCharge = 1 << 52
 // key in debt is admitted from no lease.
 //
 // When Redis cannot answer, the FailureMode answers each ask as it would
-// a request of N (Allowed false when it refuses): the charge is lost. A
+// a request of N (Allowed false when it refuses), or FailError fails the
+// call: the charge is lost. A
 // caller that gives up first gets ctx's error, and the charge is given
 // back, as Decide's is.
 func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, error) {
@@ -185,7 +186,7 @@ func (s *Store) charged(asks []floodgate.Ask, each []floodgate.Decision, of, at 
 // answer. It returns the index of the ask past its bound, or -1.
 func (s *Store) chargeMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
 	var refused int
-	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
+	o, err := s.guarded(ctx, s.set.timeout, func() (err error) {
 		refused, err = s.runMany(ctx, ps, keys, ns, shadow, nil, nil, all, nil, true)
 		return err
 	})
@@ -194,7 +195,11 @@ func (s *Store) chargeMany(ctx context.Context, ps []*policy, keys []string, ns 
 		return refused, decided(true), nil
 	case tripAbandoned:
 		s.abandoned.Add(1)
-		return -1, resAbandoned, callerErr
+		return -1, resAbandoned, err
+	}
+	if s.set.mode == FailError {
+		s.fallbacks.Add(1)
+		return -1, resFailError, s.unreachedErr(err)
 	}
 	for i, p := range ps {
 		all[i] = p.fallback(keys[i], ns[i], false)

@@ -28,6 +28,16 @@ const (
 	// Unreached, so that a caller that only checks a key (a Peek, which
 	// would charge nothing) is refused too.
 	FailClosed
+	// FailError fails every call that Redis cannot decide: it is refused
+	// (Unreached, RetryAfter the breaker's probe interval), and its error
+	// wraps floodgate.ErrUnreached and Redis's own error, so that the
+	// caller chooses what a request is owed, as envoyproxy/ratelimit's
+	// callers do when its Redis fails: Envoy's failure_mode_deny decides.
+	// The error never wraps a context's error (Redis running out of
+	// Timeout is no caller's deadline); its Timeout method reports a
+	// Redis that did not answer in time, or a breaker opened by one.
+	// httplimit and grpclimit refuse such a request, as FailClosed does.
+	FailError
 )
 
 // String returns the mode's name.
@@ -39,6 +49,8 @@ func (m FailureMode) String() string {
 		return "FailOpen"
 	case FailClosed:
 		return "FailClosed"
+	case FailError:
+		return "FailError"
 	}
 	return fmt.Sprintf("FailureMode(%d)", uint8(m))
 }
@@ -260,7 +272,7 @@ func readConfig(client redis.UniversalClient, cfg Config) (settings, error) {
 	case cfg.Timeout == 0:
 		set.timeout = defaultTimeout
 	}
-	if cfg.FailureMode > FailClosed {
+	if cfg.FailureMode > FailError {
 		return settings{}, fmt.Errorf("redislimit: unknown %v", cfg.FailureMode)
 	}
 	if cfg.BreakAfter < 0 || cfg.ProbeEvery < 0 || cfg.LocalMaxKeys < 0 {

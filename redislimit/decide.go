@@ -2,6 +2,7 @@ package redislimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -83,6 +84,9 @@ func (s *Store) decideAsks(ctx context.Context, asks []floodgate.Ask, each []flo
 	refused, res, err := s.decidePlan(ctx, &pl, ps[:len(asks)], asks, all, rv)
 	s.results.Inc(int(res))
 	if err != nil {
+		if res == resFailError {
+			return s.refusedUnreached(ps[0].rs().capacity), 0, err
+		}
 		return floodgate.Decision{Limit: ps[0].rs().capacity}, 0, err
 	}
 	for i := range all {
@@ -114,7 +118,7 @@ func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, ask
 			// Refused before the Store was asked: what it would answer.
 			d, err := ps[i].Peek(ctx, asks[i].Key)
 			if err != nil {
-				return 0, resAbandoned, err
+				return 0, errResult(err), err
 			}
 			all[i] = d
 			continue
@@ -188,7 +192,7 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 	}
 	var refused int
 	var replies [maxPolicies]reply
-	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
+	o, err := s.guarded(ctx, s.set.timeout, func() (err error) {
 		refused, err = s.runMany(ctx, ps, keys, ns, shadow, nil, lz.wants[:len(ps)], all, replies[:len(ps)], false)
 		return err
 	})
@@ -201,9 +205,18 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 		looks(ns, shadow, refused, all)
 		return refused, decided(refused < 0 || shadow[refused]), nil
 	case tripAbandoned:
-		return 0, resAbandoned, s.abandonMany(ps, all, callerErr)
+		return 0, resAbandoned, s.abandonMany(ps, all, err)
 	}
-	return s.fallbackMany(ctx, ps, keys, ns, shadow, all)
+	return s.fallbackMany(ctx, ps, keys, ns, shadow, all, err)
+}
+
+// errResult is the result of a decision that failed with err (a Peek's,
+// say): FailError's, or an abandoned caller's.
+func errResult(err error) result {
+	if errors.Is(err, floodgate.ErrUnreached) {
+		return resFailError
+	}
+	return resAbandoned
 }
 
 // abandonMany answers the asks of a multi-policy call whose caller left
@@ -340,12 +353,13 @@ func asLook(d floodgate.Decision, n int64) floodgate.Decision {
 	return d
 }
 
-// fallbackMany is the FailureMode's answer for several policies' asks,
-// all or nothing as the script's: FailOpen admits, FailClosed refuses (by
-// the first enforced policy), and FailLocal decides by the policies'
-// in-process limiters, on the Store's LocalStore, as floodgate decides
-// asks there.
-func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision) (int, result, error) {
+// fallbackMany is the FailureMode's answer for several policies' asks
+// that Redis did not decide, for the reason cause (see guarded), all or
+// nothing as the script's: FailOpen admits, FailClosed refuses (by the
+// first enforced policy), FailError refuses with its error, and
+// FailLocal decides by the policies' in-process limiters, on the Store's
+// LocalStore, as floodgate decides asks there.
+func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, ns []int64, shadow []bool, all []floodgate.Decision, cause error) (int, result, error) {
 	s.fallbacks.Add(1)
 	switch s.set.mode {
 	case FailOpen:
@@ -354,7 +368,7 @@ func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, n
 			all[i] = floodgate.Decision{Allowed: true, Unreached: true, Limit: c, Remaining: c - ns[i]}
 		}
 		return -1, resFailOpen, nil
-	case FailClosed:
+	case FailClosed, FailError:
 		refused := 0
 		for i := range ps {
 			if !shadow[i] {
@@ -363,7 +377,10 @@ func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, n
 			}
 		}
 		for i, p := range ps {
-			all[i] = floodgate.Decision{Unreached: true, Limit: p.rs().capacity, RetryAfter: time.Duration(s.breaker.every)}
+			all[i] = s.refusedUnreached(p.rs().capacity)
+		}
+		if s.set.mode == FailError {
+			return refused, resFailError, s.unreachedErr(cause)
 		}
 		return refused, resFailClosed, nil
 	}

@@ -71,10 +71,14 @@
 // its request. When Redis fails or runs out of Timeout, the Store decides
 // by its FailureMode: FailLocal, the default, with an in-process limiter
 // of each policy's rule (a Limiter's Config.Local; each replica then
-// applies the rule on its own), FailOpen or FailClosed. After
-// Config.BreakAfter consecutive failures, of any of the Store's policies,
-// the Store's one circuit breaker stops calling Redis until a probe, one
-// call every Config.ProbeEvery, finds it back; on a Redis Cluster, a
+// applies the rule on its own), FailOpen, FailClosed, or FailError, which
+// fails the call with an error that wraps floodgate.ErrUnreached for its
+// caller to decide (Envoy's failure_mode_deny, for floodgate-rls). A call
+// waits on Redis one Timeout at most, and so does a request of several
+// calls (see Config.Timeout). After Config.BreakAfter consecutive
+// failures, of any of the Store's policies, the Store's one circuit
+// breaker stops calling Redis until a probe, one call every
+// Config.ProbeEvery (250 ms), finds it back; on a Redis Cluster, a
 // failure also has the client reload its slot map, at most once per
 // ProbeEvery. An error reply about one key's data (WRONGTYPE on a key something else
 // wrote) is answered by the FailureMode but opens the breaker for no one;

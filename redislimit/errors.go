@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -79,3 +80,35 @@ func callerEnded(ctx context.Context, budget time.Time) error {
 	}
 	return nil
 }
+
+// unreachedError is FailError's error: Redis's own error, cause, or with
+// open the one that last failed a call before the breaker opened.
+type unreachedError struct {
+	cause   error
+	open    bool
+	timeout bool
+}
+
+func (e *unreachedError) Error() string {
+	if e.open {
+		return "redislimit: Redis did not decide: the circuit breaker is open, after " + e.cause.Error()
+	}
+	return "redislimit: Redis did not decide: " + e.cause.Error()
+}
+
+// Unwrap is floodgate.ErrUnreached, and Redis's error unless it is a
+// context's (the Store's own budget ran out: no caller's deadline).
+func (e *unreachedError) Unwrap() []error {
+	if errors.Is(e.cause, context.DeadlineExceeded) || errors.Is(e.cause, context.Canceled) {
+		return []error{floodgate.ErrUnreached}
+	}
+	return []error{floodgate.ErrUnreached, e.cause}
+}
+
+// Timeout reports whether Redis ran out of Timeout (or, with the breaker
+// open, whether the failure that opened it did).
+func (e *unreachedError) Timeout() bool { return e.timeout }
+
+// errNoAnswer is the cause of a call answered by the FailureMode with no
+// failure of its own to name: the breaker opened before any was seen.
+var errNoAnswer = errors.New("no answer")

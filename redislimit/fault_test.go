@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,7 +29,7 @@ const budgetSlack = 750 * time.Millisecond
 // failures and probes once ProbeEvery has passed, and decisions resume on
 // Redis once it is back.
 func TestFaults(t *testing.T) {
-	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
+	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed, FailError} {
 		t.Run(mode.String(), func(t *testing.T) {
 			srv := redistest.Start(t)
 			c := client(t, srv)
@@ -75,7 +76,11 @@ func TestFaults(t *testing.T) {
 					if took := time.Since(start); took > budget+budgetSlack {
 						t.Fatalf("%s: call %d took %v, past its budget of %v", stage, i, took, budget)
 					}
-					if err != nil {
+					if mode == FailError {
+						if !errors.Is(err, floodgate.ErrUnreached) || d.Allowed || !d.Unreached || d.RetryAfter != time.Second {
+							t.Fatalf("%s: FailError answered %+v, %v; want a refusal with ErrUnreached", stage, d, err)
+						}
+					} else if err != nil {
 						t.Fatalf("%s: call %d: %v", stage, i, err)
 					}
 					switch mode {
@@ -163,7 +168,7 @@ func TestFaults(t *testing.T) {
 // every FailureMode, and the breaker counts nothing.
 func TestCallerGaveUp(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
+	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed, FailError} {
 		l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, FailureMode: mode, Prefix: mode.String()})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -192,7 +197,7 @@ func TestCallerGaveUp(t *testing.T) {
 // on Redis.
 func TestShortDeadlinesNeverOpenTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed} {
+	for _, mode := range []FailureMode{FailLocal, FailOpen, FailClosed, FailError} {
 		t.Run(mode.String(), func(t *testing.T) {
 			l := mustNew(t, client(t, srv), Config{Rule: floodgate.Rule{Limit: 5, Period: time.Hour}, FailureMode: mode,
 				Prefix: "deadline-" + mode.String()})
@@ -321,4 +326,47 @@ func TestOutageUnderLoad(t *testing.T) {
 	if s.Opens != 1 || s.Fallbacks != goroutines*calls || s.Calls > 1+goroutines+defaultBreakAfter-1 {
 		t.Fatalf("Stats = %+v; want one opening, every call a fallback, and at most %d calls to Redis", s, 1+goroutines+defaultBreakAfter-1)
 	}
+}
+
+// TestFailErrorNamesTheCause: FailError's error wraps
+// floodgate.ErrUnreached and says why Redis did not decide, by its
+// Timeout method and its text: a stalled server ran out of Timeout (a
+// timeout, and never context.DeadlineExceeded, which is a caller's); a
+// killed one refused or broke the connection (no timeout); and while the
+// breaker is open, the failure that opened it. (The client dials once:
+// go-redis's default DialerRetries would dial a killed server again
+// until the call's Timeout, and report the context's error.)
+func TestFailErrorNamesTheCause(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}, Timeout: 200 * time.Millisecond,
+		FailureMode: FailError, BreakAfter: 2, Clock: floodgate.NewManualClock(0)})
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	check := func(stage string, timeout bool, text string) {
+		t.Helper()
+		d, err := l.Allow(ctx, "k")
+		var to interface{ Timeout() bool }
+		switch {
+		case d.Allowed || !d.Unreached:
+			t.Fatalf("%s: %+v, want a refusal, Unreached", stage, d)
+		case !errors.Is(err, floodgate.ErrUnreached) || !errors.As(err, &to):
+			t.Fatalf("%s: %v, want an error that wraps floodgate.ErrUnreached, with a Timeout method", stage, err)
+		case to.Timeout() != timeout || errors.Is(err, context.DeadlineExceeded):
+			t.Fatalf("%s: %v: Timeout() = %v, want %v, and no context.DeadlineExceeded", stage, err, to.Timeout(), timeout)
+		case !strings.Contains(err.Error(), text):
+			t.Fatalf("%s: %q, want it to say %q", stage, err, text)
+		}
+	}
+	srv.Pause()
+	check("paused", true, "redislimit: Redis did not decide: ")
+	check("paused again: the breaker opens", true, "redislimit: Redis did not decide: ")
+	check("breaker open", true, "the circuit breaker is open, after ")
+	srv.Resume()
+	srv.Kill()
+	l.s.breaker.succeed(false) // closed, as a probe would leave it on a Redis that answered
+	check("killed", false, "connect: connection refused")
 }

@@ -64,7 +64,7 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 						ls.exit()
 					}
 				} else {
-					d, res = p.fallback(key, n, peek), s.failResult()
+					d, res, err = p.unreached(key, n, peek, errLeaseWait)
 				}
 				st.flight.Store(nil)
 				close(f.done)
@@ -77,7 +77,7 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return p.fallback(key, n, peek), s.failResult(), nil
+			return p.unreached(key, n, peek, errLeaseWait)
 		}
 		timer := time.NewTimer(wait)
 		st.waiting.Add(n)
@@ -94,7 +94,7 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 			if s.set.onError != nil {
 				s.set.onError(errLeaseWait)
 			}
-			return p.fallback(key, n, peek), s.failResult(), nil
+			return p.unreached(key, n, peek, errLeaseWait)
 		}
 		now, skew := s.leaseNow()
 		rs := p.rs()

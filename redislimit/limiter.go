@@ -87,8 +87,10 @@ func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, er
 // reaches no server.
 //
 // The error is nil whenever the Limiter decided: by Redis, or by the
-// FailureMode while Redis failed (see Stats and Config.OnError). It is the
-// context's error when ctx ended before Redis answered. Such a call is
+// FailureMode while Redis failed (see Stats and Config.OnError), but for
+// FailError, whose refusals come with an error that wraps
+// floodgate.ErrUnreached. It is the context's error when ctx ended before
+// Redis answered. Such a call is
 // abandoned: it is denied under every FailureMode (its caller is gone;
 // admitting it would let a client pass the shared limit by sending a
 // deadline too short for a round trip), it counts against no breaker,
@@ -237,14 +239,14 @@ func (l *Limiter) Stats() Stats { return l.s.Stats() }
 //     that Redis made for the key and the replica holds until its
 //     RetryAfter is denied). A cost below 1 or above the rule's capacity,
 //     which reaches no server, is denied too.
-//   - fail_open, fail_closed, fail_local: the FailureMode decided, as it
+//   - fail_open, fail_closed, fail_local, fail_error: the FailureMode decided, as it
 //     does while Redis fails (a round trip that failed or ran out of
 //     Timeout, an error reply about the key's data, a lease refill that
 //     outlasted Timeout) or while the breaker is open. The one of the
 //     Limiter's FailureMode counts them all: fail_open for the admissions
-//     of FailOpen, fail_closed for the denials of FailClosed, and
+//     of FailOpen, fail_closed for the denials of FailClosed,
 //     fail_local for FailLocal's decisions, whatever its in-process
-//     limiter answered.
+//     limiter answered, and fail_error for FailError's failed calls.
 //   - abandoned: the caller's context ended before Redis answered (or
 //     before the call): denied, with the context's error (see AllowN).
 //

@@ -118,7 +118,7 @@ func (s *Store) reserveMany(ctx context.Context, ps []*policy, keys []string, ns
 	case tripAbandoned:
 		return 0, resAbandoned, s.abandonMany(ps, all, err)
 	}
-	return s.fallbackMany(ctx, ps, keys, ns, shadow, all)
+	return s.fallbackMany(ctx, ps, keys, ns, shadow, all, err)
 }
 
 // partOf is the HoldPart of n units that p's script charged, by its
@@ -147,7 +147,9 @@ func partOf(p *policy, n int64, r *reply) floodgate.HoldPart {
 // A Settle waits on a Redis that does not answer once: when the
 // overruns' round trip fails, or the breaker is open, the second is not
 // waited for. The give-backs are then sent in the background, within
-// Timeout, and the asks' answers are the FailureMode's.
+// Timeout, and the asks' answers are the FailureMode's (FailError's,
+// FailClosed's); with FailError, a failed charge of the overruns is an
+// error, and the Hold stays unsettled.
 func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, h *floodgate.Hold, each []floodgate.Decision) (floodgate.Decision, error) {
 	if err := floodgate.CheckSettle(asks, h); err != nil {
 		return floodgate.Decision{}, err

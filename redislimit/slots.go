@@ -82,7 +82,8 @@ type slotPolicy struct {
 //
 // When Redis cannot answer an acquisition, the FailureMode does:
 // FailOpen admits it with a slot that holds nothing, FailClosed refuses
-// it, and FailLocal decides it by an inflight.Limiter of limit in this
+// it, FailError refuses it with its error (see FailError), and FailLocal
+// decides it by an inflight.Limiter of limit in this
 // process (each replica then allows limit on its own). A caller whose
 // context ends before Redis answers is refused; a slot that Redis gave it
 // meanwhile is released.
@@ -170,7 +171,7 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		}
 	}
 	var v []int64
-	o, callerErr := s.guarded(ctx, s.set.timeout, func() (err error) {
+	o, err := s.guarded(ctx, s.set.timeout, func() (err error) {
 		v, err = s.batch.do(ctx, args, slotsScript.src, time.Now().Add(s.set.timeout), nil)
 		if err == nil && len(v) != 2 {
 			err = fmt.Errorf("redislimit: the slots script answered %v", v)
@@ -198,7 +199,7 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		// Redis may have run the script after the caller left: remove the
 		// members, which removes nothing if they never got there.
 		go p.remove(rkey, args[8:]...)
-		return floodgate.Slot{}, false, callerErr
+		return floodgate.Slot{}, false, err
 	}
 	s.fallbacks.Add(1)
 	s.results.Inc(int(s.failResult()))
@@ -207,6 +208,8 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		return floodgate.Slot{}, true, nil
 	case FailClosed:
 		return floodgate.Slot{}, false, nil
+	case FailError:
+		return floodgate.Slot{}, false, s.unreachedErr(err)
 	}
 	p.localOnce.Do(func() {
 		l, _ := inflight.New(inflight.Config{Limit: p.Limit(), MaxKeys: s.set.localMaxKeys}) // the limit was checked

@@ -208,15 +208,17 @@ var paths = []path{
 
 // TestTimeoutBoundsEveryPath stops Redis (SIGSTOP: its connections hang,
 // as a stalled server's do) and makes each path's call: under FailLocal
-// and FailClosed, every caller's call ends within one Timeout and a
-// half, so that none waits twice; and each reached Redis and ran out of
-// Timeout, so that the bound was tested.
+// and FailError, every caller's call ends within one Timeout and a half,
+// so that none waits twice; and each reached Redis and ran out of
+// Timeout, so that the bound was tested. Under FailError the calls that
+// decide (all but a slot's Release) fail with an error that wraps
+// floodgate.ErrUnreached and reports a timeout.
 //
 // Before: a Settle whose asks needed both a charge and a give-back waited
 // two Timeouts, one per round trip, as did a request's decision and the
 // check after it.
 func TestTimeoutBoundsEveryPath(t *testing.T) {
-	for _, mode := range []FailureMode{FailLocal, FailClosed} {
+	for _, mode := range []FailureMode{FailLocal, FailError} {
 		for _, pt := range paths {
 			t.Run(mode.String()+"/"+pt.name, func(t *testing.T) {
 				t.Parallel()
@@ -248,7 +250,16 @@ func TestTimeoutBoundsEveryPath(t *testing.T) {
 					if c.took > oneTimeout*3/2 {
 						t.Errorf("caller %d took %v, past one Timeout (%v) and a half", i, c.took, oneTimeout)
 					}
-					if c.err != nil {
+					switch {
+					case mode == FailError && pt.name != "slot Release":
+						var to interface{ Timeout() bool }
+						if !errors.Is(c.err, floodgate.ErrUnreached) || !errors.As(c.err, &to) || !to.Timeout() {
+							t.Errorf("caller %d: %v, want an error that wraps floodgate.ErrUnreached, a timeout", i, c.err)
+						}
+						if errors.Is(c.err, context.DeadlineExceeded) {
+							t.Errorf("caller %d: %v wraps context.DeadlineExceeded, which is a caller's", i, c.err)
+						}
+					case c.err != nil:
 						t.Errorf("caller %d: %v", i, c.err)
 					}
 				}
