@@ -125,7 +125,7 @@ func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool, skip ui
 		}
 		if !charge && (over || k == kindShadow && shadowsOut) {
 			if err := look(i); err != nil {
-				return over, false, contextStatus(err)
+				return over, false, storeStatus(err)
 			}
 			continue
 		}
@@ -142,7 +142,7 @@ func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool, skip ui
 			return false, true, nil
 		}
 		if err != nil {
-			return false, false, contextStatus(err)
+			return false, false, storeStatus(err)
 		}
 		for k, i := range sc.askOf {
 			d := sc.each[k]
@@ -155,7 +155,7 @@ func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool, skip ui
 		sc.each = grow(sc.each, len(sc.asks))
 		_, j, err := s.store.Decide(ctx, sc.asks, sc.each)
 		if err != nil {
-			return false, false, contextStatus(err)
+			return false, false, storeStatus(err)
 		}
 		over = j >= 0 && !sc.asks[j].Shadow
 		for k, i := range sc.askOf {
@@ -176,7 +176,7 @@ func (s *Server) decideBy(ctx context.Context, sc *scratch, charge bool, skip ui
 			if sc.rules[i].zero() {
 				sc.ds[i], sc.state[i] = floodgate.Decision{RetryAfter: floodgate.Never}, peeked
 			} else if err := look(i); err != nil {
-				return over, false, contextStatus(err)
+				return over, false, storeStatus(err)
 			}
 		}
 	}
@@ -200,9 +200,23 @@ func addHits(a, b uint64) uint64 {
 	return a + b
 }
 
-// contextStatus is the gRPC status of a decision the caller gave up on,
-// or that the Store could not make.
-func contextStatus(err error) error {
+// storeStatus is the gRPC status of a decision that the Store could not
+// make (its failure mode fails the call: floodgate.ErrUnreached), or
+// that the caller gave up on. A Store that did not answer in time is
+// answered as envoyproxy/ratelimit's caller sees a stalled Redis (that
+// server waits for Redis with no deadline, so its caller's own deadline
+// ends the call): DeadlineExceeded, "context deadline exceeded". Any
+// other failure of the Store is Unknown, the code that server's Redis
+// errors reach its caller with (it returns them as plain errors), with
+// the Store's error.
+func storeStatus(err error) error {
+	if errors.Is(err, floodgate.ErrUnreached) {
+		var to interface{ Timeout() bool }
+		if errors.As(err, &to) && to.Timeout() {
+			return status.Error(codes.DeadlineExceeded, context.DeadlineExceeded.Error())
+		}
+		return status.Error(codes.Unknown, err.Error())
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return status.Error(codes.DeadlineExceeded, "rls: the caller's deadline passed before the Store answered")
 	}

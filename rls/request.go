@@ -9,6 +9,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/outage"
 	"github.com/floodgate-go/floodgate/rls/config"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,8 +53,21 @@ var scratches = sync.Pool{New: func() any { return &scratch{names: map[string]bo
 // domain, no descriptors, too many (Options.MaxDescriptors, or more than
 // floodgate.MaxPolicies limited ones) or a limit override of no known
 // unit; DeadlineExceeded or Canceled when the caller gave up before the
-// Store answered.
+// Store answered. A Store that cannot reach its state, under a failure
+// mode that fails the call (redislimit.FailError), fails it as
+// envoyproxy/ratelimit fails a request when its Redis does, so that
+// Envoy's failure_mode_deny decides: DeadlineExceeded, "context deadline
+// exceeded", when the state did not answer in time (what that server's
+// caller sees of a stalled Redis), else Unknown, with the Store's error.
+//
+// A request waits on a Store that does not answer once, whatever the
+// calls its descriptors need (a decision, the checks looked at after it,
+// a charge after a refusal): the Store answers the later ones by its
+// failure mode at once (see redislimit's Config.Timeout).
 func (s *Server) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if s.own == nil {
+		ctx = outage.With(ctx) // the request's calls share what they learn of the Store
+	}
 	resp, err := s.shouldRateLimit(ctx, req)
 	if err != nil {
 		s.serviceErrors.Add(1)
