@@ -89,11 +89,12 @@
 // units of batches leased from Redis, with no round trip, while each of
 // its descriptors holds one; 0 or
 // unset: a round trip per request); FLOODGATE_FAILURE_MODE, what a
-// request gets while Redis cannot answer: open (the default: OK, as
-// Envoy's failure_mode_deny: false lets a request through when the
-// service fails), closed (OVER_LIMIT) or local (each replica decides by
-// the rule alone); FLOODGATE_REDIS_TIMEOUT, the time a decision waits
-// for Redis. A setting that would make envoyproxy/ratelimit decide
+// request gets while Redis cannot answer: error (the default, as
+// envoyproxy/ratelimit: the call fails, DeadlineExceeded when Redis
+// stalled, else Unknown, and Envoy's failure_mode_deny decides), open
+// (OK), closed (OVER_LIMIT) or local (each replica decides by the rule
+// alone); FLOODGATE_REDIS_TIMEOUT, the time a decision waits for Redis
+// (100ms when unset; a request waits it once, whatever its calls). A setting that would make envoyproxy/ratelimit decide
 // otherwise and that floodgate-rls does not implement (CONFIG_TYPE
 // other than FILE or GRPC_XDS_SOTW, BACKEND_TYPE memcache, the
 // per-second Redis)

@@ -16,6 +16,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate/redislimit"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -278,6 +279,22 @@ func TestSettings(t *testing.T) {
 	s, err = readSettings(func(k string) string { return map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}[k] })
 	if err != nil || !s.options.StopIncrementOverLimit {
 		t.Errorf("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: StopIncrementOverLimit %v, %v", s.options.StopIncrementOverLimit, err)
+	}
+	// FLOODGATE_FAILURE_MODE: unset, the call fails as envoyproxy/ratelimit's
+	// does, for Envoy's failure_mode_deny to decide.
+	for v, want := range map[string]redislimit.FailureMode{"": redislimit.FailError, "error": redislimit.FailError, "open": redislimit.FailOpen,
+		"closed": redislimit.FailClosed, "LOCAL": redislimit.FailLocal} {
+		s, err := readSettings(func(k string) string {
+			return map[string]string{"REDIS_URL": "127.0.0.1:6379", "FLOODGATE_FAILURE_MODE": v}[k]
+		})
+		if err != nil || s.redis.store.FailureMode != want {
+			t.Errorf("FLOODGATE_FAILURE_MODE=%q: %v, %v; want %v", v, s.redis.store.FailureMode, err, want)
+		}
+	}
+	if _, err := readSettings(func(k string) string {
+		return map[string]string{"REDIS_URL": "127.0.0.1:6379", "FLOODGATE_FAILURE_MODE": "maybe"}[k]
+	}); err == nil || !strings.Contains(err.Error(), "FLOODGATE_FAILURE_MODE") {
+		t.Errorf("FLOODGATE_FAILURE_MODE=maybe: %v", err)
 	}
 }
 

@@ -294,14 +294,18 @@ func readRedis(getenv func(string) string, url string, errs *[]error, boolean fu
 		r.store.Prefix = strings.TrimRight(p, ":_")
 	}
 	switch m := strings.ToLower(getenv("FLOODGATE_FAILURE_MODE")); m {
-	case "", "open":
+	case "", "error":
+		// As envoyproxy/ratelimit: the call fails, and Envoy's
+		// failure_mode_deny decides.
+		r.store.FailureMode = redislimit.FailError
+	case "open":
 		r.store.FailureMode = redislimit.FailOpen
 	case "closed":
 		r.store.FailureMode = redislimit.FailClosed
 	case "local":
 		r.store.FailureMode = redislimit.FailLocal
 	default:
-		fail("FLOODGATE_FAILURE_MODE=%q: open, closed or local", m)
+		fail("FLOODGATE_FAILURE_MODE=%q: error, open, closed or local", m)
 	}
 	if v := getenv("FLOODGATE_LEASE_MAX"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -323,19 +327,24 @@ func splitAuth(auth string) (user, password string) {
 	return "", auth
 }
 
-// client makes the Redis client.
+// client makes the Redis client. It dials once per connection
+// (DialerRetries 1): go-redis would dial a Redis that refuses its
+// connections again until the decision's Timeout ran out, and the
+// failure would read as a stall; it fails at once instead, with the
+// dial's error, which FLOODGATE_FAILURE_MODE answers (the breaker, not
+// the dialer, spaces the tries).
 func (r *redisSettings) client() redis.UniversalClient {
 	if r.sentinel {
 		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: r.master, SentinelAddrs: r.addrs,
 			SentinelUsername: r.sentinelUser, SentinelPassword: r.sentinelPassword, Username: r.user, Password: r.password,
-			TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, ContextTimeoutEnabled: true})
+			TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, DialerRetries: 1, ContextTimeoutEnabled: true})
 	}
 	if r.cluster {
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.addrs, Username: r.user, Password: r.password,
-			TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, ContextTimeoutEnabled: true})
+			TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, DialerRetries: 1, ContextTimeoutEnabled: true})
 	}
 	return redis.NewClient(&redis.Options{Network: r.network, Addr: r.addrs[0], Username: r.user, Password: r.password,
-		TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, ContextTimeoutEnabled: true})
+		TLSConfig: r.tls, PoolSize: r.poolSize, DialTimeout: r.dial, DialerRetries: 1, ContextTimeoutEnabled: true})
 }
 
 // configDir returns the runtime directory whose files are the
