@@ -41,10 +41,11 @@ func binary(t *testing.T) string {
 type replica struct {
 	cmd    *exec.Cmd
 	client pb.RateLimitServiceClient
+	http   string // the HTTP listener's address
 	done   chan struct{}
 }
 
-var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+)`)
+var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
 
 // replicaAttr and replicaDir, if set, are the process attributes and
 // the working directory startReplica gives the process (TestImage's
@@ -71,12 +72,12 @@ func startReplica(t *testing.T, bin, root string, env ...string) *replica {
 		t.Fatal(err)
 	}
 	r := &replica{cmd: cmd, done: make(chan struct{})}
-	addr := make(chan string, 1)
+	addr := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+				addr <- m[1:]
 			}
 		}
 		cmd.Wait()
@@ -88,7 +89,8 @@ func startReplica(t *testing.T, bin, root string, env ...string) *replica {
 	})
 	var a string
 	select {
-	case a = <-addr:
+	case m := <-addr:
+		a, r.http = m[0], m[1]
 	case <-r.done:
 		t.Fatal("floodgate-rls ended before serving")
 	case <-time.After(60 * time.Second):
