@@ -73,6 +73,9 @@ func (p *policy) decide(ctx context.Context, rkey, key string, c call) (reply, e
 	case tripAbandoned:
 		return reply{d: p.abandon(), res: resAbandoned}, err
 	}
+	if c.force && p.s.set.mode == FailLocal {
+		return reply{d: p.chargeLocal(key, c.n), res: resFailLocal}, nil
+	}
 	d, res, err := p.unreached(key, c.n, c.dry || c.look, err)
 	return reply{d: d, res: res}, err
 }
@@ -87,6 +90,28 @@ func (p *policy) unreached(key string, n int64, dry bool, cause error) (floodgat
 	}
 	p.s.fallbacks.Add(1)
 	return p.s.refusedUnreached(p.rs().capacity), resFailError, p.s.unreachedErr(cause)
+}
+
+// chargeLocal is FailLocal's answer to a charge of n from key that Redis
+// did not take (see Store.Charge): its in-process limiter takes it,
+// whatever the key holds there, so that the key owes there as it would
+// on Redis, and refuses the checks and requests after it until the debt
+// is paid. (A request's answer, AllowN, would take nothing from a key
+// holding less than n, and leave it passing every check: a token budget
+// without end.) A charge past what the local key can owe takes nothing,
+// and refuses.
+func (p *policy) chargeLocal(key string, n int64) floodgate.Decision {
+	p.s.fallbacks.Add(1)
+	capacity := p.rs().capacity
+	t, err := p.local()
+	if err != nil { // Check took the rule: not reached
+		return p.s.refusedUnreached(capacity)
+	}
+	d, err := t.lim.Charge(key, n)
+	if err != nil {
+		return floodgate.Decision{Limit: capacity, RetryAfter: floodgate.Never}
+	}
+	return d
 }
 
 // refusedUnreached is the refusal of FailClosed and FailError under a

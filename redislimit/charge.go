@@ -30,9 +30,11 @@ const maxCharge = 1 << 52
 // one they do not empties them and sends the rest to Redis, so that a
 // key in debt is admitted from no lease.
 //
-// When Redis cannot answer, the FailureMode answers each ask as it would
-// a request of N (Allowed false when it refuses), or FailError fails the
-// call: the charge is lost. A
+// When Redis cannot answer, the FailureMode answers: FailLocal charges
+// its in-process limiters as Redis would have (a key there owes, and
+// refuses until it has paid), FailOpen and FailClosed answer each ask as
+// they would a request of N (Allowed false when it refuses), and
+// FailError fails the call; the charge is lost to Redis. A
 // caller that gives up first gets ctx's error, and the charge is given
 // back, as Decide's is.
 func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, error) {
@@ -197,9 +199,28 @@ func (s *Store) chargeMany(ctx context.Context, ps []*policy, keys []string, ns 
 		s.abandoned.Add(1)
 		return -1, resAbandoned, err
 	}
-	if s.set.mode == FailError {
+	switch s.set.mode {
+	case FailError:
 		s.fallbacks.Add(1)
 		return -1, resFailError, s.unreachedErr(err)
+	case FailLocal:
+		// The in-process limiters take the charges, as Redis would have
+		// (see chargeLocal).
+		var asks [maxPolicies]floodgate.Ask
+		for i, p := range ps {
+			t, err := p.local()
+			if err != nil {
+				return -1, resFailLocal, err
+			}
+			asks[i] = floodgate.Ask{Policy: t.pol, Key: keys[i], N: ns[i]}
+		}
+		s.fallbacks.Add(1)
+		if _, err := s.localStore().Charge(ctx, asks[:len(ps)], all); err != nil {
+			for i, p := range ps {
+				all[i] = floodgate.Decision{Limit: p.rs().capacity, RetryAfter: floodgate.Never}
+			}
+		}
+		return -1, resFailLocal, nil
 	}
 	for i, p := range ps {
 		all[i] = p.fallback(keys[i], ns[i], false)

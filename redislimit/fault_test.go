@@ -370,3 +370,50 @@ func TestFailErrorNamesTheCause(t *testing.T) {
 	l.s.breaker.succeed(false) // closed, as a probe would leave it on a Redis that answered
 	check("killed", false, "connect: connection refused")
 }
+
+// TestFailLocalChargeOwes: while Redis is away, FailLocal takes a
+// Charge into its in-process limiter as Redis would, past what the key
+// holds, so that the key owes there and its checks refuse: a token
+// budget's checks and costs (a Peek, then a Charge of 600 on a budget of
+// 1,000) pass two streams, then none. Before, the fallback answered a
+// charge as a request (AllowN), which takes nothing from a key holding
+// less than the cost: the checks passed without end. For one policy's
+// charge and for several at once (the multi-policy script's).
+func TestFailLocalChargeOwes(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, DialerRetries: 1})
+	t.Cleanup(func() { c.Close() })
+	s, err := NewStore(c, Config{FailureMode: FailLocal, Timeout: time.Second, Clock: floodgate.NewManualClock(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	budget := floodgate.Rule{Limit: 1000, Period: time.Hour}
+	a := mustPolicy(t, s, "a", floodgate.TokenBucket, budget)
+	b := mustPolicy(t, s, "b", floodgate.FixedWindow, budget)
+	ctx := context.Background()
+	srv.Kill()
+	for name, asks := range map[string][]floodgate.Ask{"one policy": {ask(a, "k", 600)}, "two policies": {ask(a, "j", 600), ask(b, "j", 600)}} {
+		streams := 0
+		for range 10 {
+			d, err := asks[0].Policy.Peek(ctx, asks[0].Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				break
+			}
+			streams++
+			each := make([]floodgate.Decision, len(asks))
+			if _, err := s.Charge(ctx, asks, each); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if streams != 2 {
+			t.Errorf("%s: %d streams of 600 passed their checks on a budget of 1,000, want 2 (the second leaves the key owing)", name, streams)
+		}
+	}
+	if st := s.Stats(); st.Opens == 0 || st.Fallbacks == 0 {
+		t.Fatalf("Redis killed, yet %+v", st)
+	}
+}
