@@ -119,6 +119,16 @@ func (c *Cluster) ready() error {
 			return fmt.Errorf("%s: cluster_state:%s, cluster_slots_assigned:%s, cluster_known_nodes:%s",
 				addr, info["cluster_state"], info["cluster_slots_assigned"], info["cluster_known_nodes"])
 		}
+		// Every node's own view must hold the roles too: a master that
+		// has not yet heard by gossip that its replica follows it would
+		// name no heir to Kill.
+		v, err := do(addr, "cluster", "nodes")
+		if err != nil {
+			return err
+		}
+		if err := wholeView(parseNodes(fmt.Sprint(v))); err != nil {
+			return fmt.Errorf("%s: %v", addr, err)
+		}
 		repl, err := infoFields(addr, "info", "replication")
 		if err != nil {
 			return err
@@ -390,6 +400,30 @@ func (n node) has(flag string) bool {
 }
 
 func (n node) failing() bool { return n.has("fail") || n.has("fail?") || n.has("noaddr") }
+
+// wholeView returns nil when a node's CLUSTER NODES shows three masters
+// serving slots, each followed by one replica.
+func wholeView(nodes []node) error {
+	followers := map[string]int{}
+	masters := 0
+	for _, n := range nodes {
+		switch {
+		case n.has("master") && n.slots > 0:
+			masters++
+		case n.has("slave"):
+			followers[n.master]++
+		}
+	}
+	for _, n := range nodes {
+		if n.has("master") && n.slots > 0 && followers[n.id] != 1 {
+			return fmt.Errorf("master %s has %d replicas in this view", n.addr, followers[n.id])
+		}
+	}
+	if masters != clusterNodes/2 {
+		return fmt.Errorf("%d masters serve slots in this view", masters)
+	}
+	return nil
+}
 
 // parseNodes reads CLUSTER NODES: "<id> <ip:port@cport[,hostname]>
 // <flags> <master> <ping-sent> <pong-recv> <config-epoch> <link-state>
