@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/clientip"
+	"github.com/floodgate-go/floodgate/internal/outage"
 	"github.com/floodgate-go/floodgate/internal/policy"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -123,7 +124,10 @@ type Config struct {
 	// of the in-process interceptors; Clock, MaxKeys and IdleTTL are then
 	// the Store's business, and must be zero. A call whose context ends
 	// before the Store answers is refused, and counted by the Store, not
-	// here. The Store's own counts are its own counts.Source.
+	// here. A call waits on a Store that does not answer once: its first
+	// Store call that finds the Store unreachable marks the call, and the
+	// Store's failure mode answers the others (its in-flight slots, its
+	// rates) at once. The Store's own counts are its own counts.Source.
 	Store floodgate.Store
 	// Clock is every policy's clock; nil is the SystemClock.
 	Clock floodgate.Clock
@@ -175,6 +179,7 @@ type Limiter struct {
 	shadow     bool
 	store      floodgate.Store
 	own        *floodgate.LocalStore // the Store in process, when Config gave none
+	remote     bool                  // the Store is not in process: a call's Store calls share an outage mark
 
 	mu     sync.Mutex // serialises SetMethods and Close
 	closed bool
@@ -213,6 +218,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 			}
 		}()
 	}
+	l.remote = policy.Remote(l.store)
 	b := policy.NewBuilder(l.store, validName, false, nil)
 	t, err := l.build(b, cfg.Methods, cfg.Tiers, cfg.Default)
 	if err != nil {
@@ -455,6 +461,11 @@ func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, str
 		tier = l.tier(ctx, fullMethod, key)
 	}
 	s := rt.For(tier)
+	if l.remote {
+		// The call's slots and rates wait on a Store that does not
+		// answer once, not once each.
+		ctx = outage.With(ctx)
+	}
 	var held *policy.Held
 	if s.Slotted() {
 		held = new(policy.Held)

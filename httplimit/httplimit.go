@@ -11,6 +11,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/clientip"
+	"github.com/floodgate-go/floodgate/internal/outage"
 	"github.com/floodgate-go/floodgate/internal/policy"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
@@ -140,7 +141,11 @@ type Config struct {
 	// middleware; Clock, MaxKeys and IdleTTL are then the Store's
 	// business, and must be zero. A request whose context ends before the
 	// Store answers is refused (its client is gone), and counted by the
-	// Store, not here. The Store's own counts are its own counts.Source.
+	// Store, not here. A request waits on a Store that does not answer
+	// once: its first call that finds the Store unreachable marks the
+	// request, and the Store's failure mode answers the others (its
+	// in-flight slots, its rates, a second route's) at once. The Store's
+	// own counts are its own counts.Source.
 	Store floodgate.Store
 	// Clock is every policy's clock; nil is the SystemClock.
 	Clock floodgate.Clock
@@ -202,6 +207,7 @@ type Limiter struct {
 	show    bool // Config.ShadowHeaders
 	store   floodgate.Store
 	own     *floodgate.LocalStore // the Store in process, when Config gave none
+	remote  bool                  // the Store is not in process: a request's calls share an outage mark
 	// uncounted is Config.uncounted, which every Builder of the
 	// middleware's routes carries.
 	uncounted bool
@@ -258,6 +264,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 			}
 		}()
 	}
+	l.remote = policy.Remote(l.store)
 	b := l.builder(nil)
 	t, err := l.build(b, cfg.Routes, cfg.Default)
 	if err != nil {
@@ -479,6 +486,11 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 			}
 			next.ServeHTTP(w, r)
 			return
+		}
+		if l.remote {
+			// The request's calls (its slots, its rates, both routes')
+			// wait on a Store that does not answer once, not once each.
+			r = r.WithContext(outage.With(r.Context()))
 		}
 		var d floodgate.Decision
 		var m *meter

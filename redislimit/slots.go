@@ -198,9 +198,14 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		s.results.Inc(int(resAbandoned))
 		// Redis may have run the script after the caller left: remove the
 		// members, which removes nothing if they never got there.
-		go p.remove(rkey, args[8:]...)
+		p.removeLater(rkey, args[8:]...)
 		return floodgate.Slot{}, false, err
 	}
+	// So may a Redis that did not answer in time, when it comes back.
+	// (Its script may also run after this removal, on another
+	// connection: its members then hold slots, unrenewed, until they
+	// expire, within SlotTTL.)
+	p.removeLater(rkey, args[8:]...)
 	s.fallbacks.Add(1)
 	s.results.Inc(int(s.failResult()))
 	switch s.set.mode {
@@ -232,6 +237,17 @@ func (p *slotPolicy) remove(rkey string, members ...any) {
 	if _, err := s.batch.do(ctx, args, slotsScript.src, time.Now().Add(s.set.timeout), nil); err != nil && s.set.onError != nil {
 		s.set.onError(err)
 	}
+}
+
+// removeLater is remove in the background, which the Store's Close
+// waits for.
+func (p *slotPolicy) removeLater(rkey string, members ...any) {
+	s := p.s
+	s.refunds.Add(1)
+	go func() {
+		defer s.refunds.Done()
+		p.remove(rkey, members...)
+	}()
 }
 
 // AppendCounts appends nothing: a slot policy's decisions are the
@@ -282,14 +298,24 @@ type redisSlot struct {
 
 // Release gives the slot back on Redis, once: it stops its renewals and
 // removes its member, in one round trip (a release that fails leaves the
-// slot to expire within SlotTTL). A slot that Redis lost is only
-// forgotten: its member is not there to remove.
+// slot to expire within SlotTTL), which the caller waits for unless the
+// Store's breaker is open. A slot that Redis lost is only forgotten: its
+// member is not there to remove.
 func (h *redisSlot) Release() bool {
 	if !h.released.CompareAndSwap(false, true) {
 		return false
 	}
-	h.p.s.holding.remove(h)
-	if !h.lost.Load() {
+	s := h.p.s
+	s.holding.remove(h)
+	switch {
+	case h.lost.Load():
+	case s.breaker.openUntil.Load() != closed:
+		// Redis is failing: the release goes in the background, so that
+		// a request waits on Redis's failure once, in its decision, not
+		// again as it ends. (The member, no longer renewed, expires
+		// within SlotTTL if it never gets there.)
+		h.p.removeLater(h.rkey, h.member)
+	default:
 		h.p.remove(h.rkey, h.member)
 	}
 	return true

@@ -100,7 +100,7 @@ type Store struct {
 	live       map[string]*policy     // the live policies, by name
 	slotLive   map[string]*slotPolicy // the live in-flight policies, by name
 	standalone bool                   // a Limiter's: its one policy's keys carry no policy hash and no braces
-	refunds    sync.WaitGroup         // refunds in flight, which Close waits for
+	refunds    sync.WaitGroup         // refunds and slot releases in flight, which Close waits for
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	closeErr   error

@@ -650,6 +650,14 @@ func LocalFor(store floodgate.Store, clock floodgate.Clock, maxKeys int, idleTTL
 	return own, own
 }
 
+// Remote reports whether store keeps its state outside this process: a
+// face then marks each request's context (see internal/outage), so that
+// the request's calls wait on a store that does not answer once.
+func Remote(store floodgate.Store) bool {
+	_, local := store.(*floodgate.LocalStore)
+	return !local
+}
+
 // StoreName is the name of a policy on a Store: its route, its tier ("" for
 // none) and its own name, which no two policies of a middleware share.
 func StoreName(route, tier, name string) string {
