@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -590,5 +591,56 @@ func TestReloadFirstUseMeanwhile(t *testing.T) {
 	s.Close()
 	if err := s.SetConfig(yaml("")); err == nil || !strings.Contains(err.Error(), "after Close") {
 		t.Errorf("SetConfig after Close: %v", err)
+	}
+}
+
+// TestReloadStopped: SetConfigContext stopped by its context while it
+// checks the new configuration, or while it carries the rules in use
+// over, returns the context's cause and changes nothing: the
+// configuration before decides, with every key's count and every
+// policy as they were (none closed, none given the new limit).
+func TestReloadStopped(t *testing.T) {
+	clock := floodgate.NewManualClock(unixStart)
+	yaml := func(n, rules int) *config.Config {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n")
+		for i := range rules {
+			fmt.Fprintf(&b, "  - {key: k%d, rate_limit: {unit: hour, requests_per_unit: %d}}\n", i, n)
+		}
+		return mustConfig(t, b.String())
+	}
+	stop := errors.New("stopped by the test")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	paused := 0
+	s, c := serve(t, yaml(3, 200), Options{Clock: clock, Pace: func() {
+		// The check of the new configuration (100 rules) pauses once;
+		// the carrying over's first pause is the second.
+		if paused++; paused == 2 {
+			cancel(stop)
+		}
+	}})
+	for i := range 100 {
+		admits(t, c, "d", desc(fmt.Sprintf("k%d", i), "x"))
+	}
+	// k50 to k199 are gone from the new configuration, and k0 to k49
+	// get 5: neither may happen.
+	if err := s.SetConfigContext(ctx, yaml(5, 50)); !errors.Is(err, stop) {
+		t.Fatalf("SetConfigContext stopped while carrying over: %v, want the context's cause", err)
+	}
+	if paused < 2 {
+		t.Fatalf("paused %d times: the test did not stop the carrying over", paused)
+	}
+	if err := s.SetConfigContext(ctx, yaml(5, 50)); !errors.Is(err, stop) {
+		t.Fatalf("SetConfigContext with an ended context: %v, want the context's cause", err)
+	}
+	for _, k := range []string{"k10", "k60"} { // in use: 1 of 3 spent
+		for i := range 3 {
+			if got := admits(t, c, "d", desc(k, "x")); got != (i < 2) {
+				t.Fatalf("%s, request %d after the stopped reload: admitted %v; want the limit of 3 and the count before", k, i, got)
+			}
+		}
+	}
+	if r := ask(t, c, "d", desc("k150", "x")); r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
+		t.Fatalf("a rule first used after the stopped reload: %v", r.Statuses[0])
 	}
 }

@@ -267,12 +267,23 @@ func UnixClock() floodgate.Clock {
 // carries the rules in use over without a lock (pausing at Options.Pace),
 // and holds the lock that a rule's first request takes only to carry
 // over the rules first used meanwhile and to swap the configuration; the
-// policies it drops are closed after.
+// policies it drops are closed after. It is SetConfigContext with a
+// context that never ends.
 func (s *Server) SetConfig(cfg *config.Config) error {
+	return s.SetConfigContext(context.Background(), cfg)
+}
+
+// SetConfigContext is SetConfig, stopped when ctx ends before cfg is in
+// force: it then returns ctx's cause (context.Cause), and the
+// configuration before stays, every rule's state as it was. Only the
+// last step, which gives the rules in use their new limits and swaps
+// the configuration, does not stop: it takes a few atomic operations a
+// rule whose limit changed.
+func (s *Server) SetConfigContext(ctx context.Context, cfg *config.Config) error {
 	if cfg == nil {
 		return errors.New("rls: SetConfig needs a configuration")
 	}
-	if err := s.check(cfg, s.opts.Pace); err != nil {
+	if err := s.check(ctx, cfg, s.opts.Pace); err != nil {
 		return err
 	}
 	s.setMu.Lock()
@@ -291,32 +302,57 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 	}()
 	old := s.snap.Load()
 	next := &snapshot{cfg: cfg, rules: make([]atomic.Pointer[rule], cfg.Len())}
-	carry := func(r *rule) {
+	// prepare makes r's rule in next, or drops it; changed are the rules
+	// whose policy takes a new limit, which set gives them.
+	var changed []*rule
+	prepare := func(r *rule) {
 		nl := cfg.Same(r.limit)
 		if nl == nil || nl.Unlimited || nl.Algorithm != r.limit.Algorithm || r.zero() != (nl.RequestsPerUnit == 0) {
 			dropped = append(dropped, r)
 			return
 		}
-		if !r.zero() && ruleOf(nl) != ruleOf(r.limit) && r.pol.SetRule(ruleOf(nl)) != nil {
-			dropped = append(dropped, r) // Check took the rule: not reached; the rule would start afresh
-			return
+		n := r.reconfigured(nl, s.opts.MaxDetailed)
+		next.rules[nl.Index].Store(n)
+		if !r.zero() && ruleOf(nl) != ruleOf(r.limit) {
+			changed = append(changed, r, n)
 		}
-		next.rules[nl.Index].Store(r.reconfigured(nl, s.opts.MaxDetailed))
 	}
-	// The rules in use are carried over without the lock, requests
-	// served meanwhile by the snapshot before (a policy's SetRule is safe
-	// while it decides); those first used meanwhile, under the lock, with
-	// the swap.
+	set := func() {
+		for i := 0; i < len(changed); i += 2 {
+			r, n := changed[i], changed[i+1]
+			if r.pol.SetRule(ruleOf(n.limit)) != nil {
+				dropped = append(dropped, r) // Check took the rule: not reached; the rule would start afresh
+				next.rules[n.limit.Index].Store(nil)
+			}
+		}
+		changed = changed[:0]
+	}
+	// The rules in use are prepared without the lock, requests served
+	// meanwhile by the snapshot before, and stopped, nothing changed,
+	// when ctx ends; then their policies take their new limits (a
+	// policy's SetRule is safe while it decides); those first used
+	// meanwhile, under the lock, with the swap.
 	carried := make([]bool, len(old.rules))
 	for i := range old.rules {
-		if s.opts.Pace != nil && i%64 == 63 {
-			s.opts.Pace()
+		if i%64 == 63 {
+			if s.opts.Pace != nil {
+				s.opts.Pace()
+			}
+			if ctx.Err() != nil {
+				dropped = nil // still the snapshot's
+				return context.Cause(ctx)
+			}
 		}
 		if r := old.rules[i].Load(); r != nil {
-			carry(r)
+			prepare(r)
 			carried[i] = true
 		}
 	}
+	if ctx.Err() != nil {
+		dropped = nil
+		return context.Cause(ctx)
+	}
+	set()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -325,9 +361,10 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 	}
 	for i := range old.rules {
 		if r := old.rules[i].Load(); r != nil && !carried[i] {
-			carry(r)
+			prepare(r)
 		}
 	}
+	set()
 	s.snap.Store(next)
 	s.loads.Add(1)
 	return nil
@@ -340,18 +377,32 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 // round trips under each bucket's rule). The error names the first rule
 // refused, by its file's key. New and SetConfig check; a tool that
 // validates config files may too.
-func (s *Server) Check(cfg *config.Config) error { return s.check(cfg, nil) }
+func (s *Server) Check(cfg *config.Config) error { return s.check(context.Background(), cfg, nil) }
 
-// check is Check, calling pace (if not nil) every 64 rules.
-func (s *Server) check(cfg *config.Config, pace func()) error {
+// checkMemo is the most shapes of rules (algorithm and rule) that a
+// check remembers.
+const checkMemo = 1024
+
+// check is Check, calling pace (if not nil) every 64 rules, and
+// stopped with ctx's cause when ctx ends.
+func (s *Server) check(ctx context.Context, cfg *config.Config, pace func()) error {
 	type shape struct {
 		alg  string
 		rule floodgate.Rule
 	}
+	// The shapes checked, so that a rule like many others is checked
+	// once; at most checkMemo of them, past which each is checked anew
+	// (a Store's Check is cheap: a map of a million distinct limits,
+	// as a push may give each rule its own, cost more than the checks).
 	seen := map[shape]error{}
 	for i := range cfg.Len() {
-		if pace != nil && i%64 == 63 {
-			pace()
+		if i%64 == 63 {
+			if pace != nil {
+				pace()
+			}
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
 		}
 		l := cfg.Rule(i)
 		if l.Unlimited || l.RequestsPerUnit == 0 {
@@ -361,7 +412,9 @@ func (s *Server) check(cfg *config.Config, pace func()) error {
 		err, done := seen[k]
 		if !done {
 			err = s.store.Check(l.Algorithm, k.rule)
-			seen[k] = err
+			if len(seen) < checkMemo {
+				seen[k] = err
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("rls: rule %s (%d per %s, %s): %w", l.Key, l.RequestsPerUnit, l.Unit, l.Algorithm, err)
