@@ -36,7 +36,7 @@
 package config
 
 import (
-	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -120,21 +120,29 @@ func (n *node) child(kv string) *node {
 	return n.children[kv]
 }
 
-// addChild adds c as the child kv; siblings is how many children the
-// list that holds c gives n (a merged domain's come from several).
-func (n *node) addChild(kv string, c *node, siblings int) {
+// addChild adds c as the child kv, and reports false if n has a child
+// kv already (which c then replaces: the load fails); siblings is how
+// many children the list that holds c gives n (a merged domain's come
+// from several). A map is written once a child, with no lookup before:
+// a configuration of a million rules spends most of its load in them.
+func (n *node) addChild(kv string, c *node, siblings int) bool {
 	if n.children == nil && n.one == nil && siblings == 1 {
 		n.oneKey, n.one = kv, c
-		return
+		return true
 	}
 	if n.children == nil {
+		if n.one != nil && n.oneKey == kv {
+			return false
+		}
 		n.children = make(map[string]*node, max(siblings, 2)) // at its size: no rehash as it fills
 		if n.one != nil {
 			n.children[n.oneKey] = n.one
 			n.oneKey, n.one = "", nil
 		}
 	}
+	had := len(n.children)
 	n.children[kv] = c
+	return len(n.children) > had
 }
 
 // wildEntry is a child whose key_value is a pattern: its parts, split on
@@ -148,8 +156,7 @@ type wildEntry struct {
 // not change once loaded, and is safe for concurrent use.
 type Config struct {
 	domains map[string]*node
-	rules   []*Limit          // in load order: rules[l.Index] == l
-	byPath  map[string]*Limit // by place in the descriptor tree
+	rules   []*Limit // in load order: rules[l.Index] == l
 }
 
 // Entry is one entry of a request's descriptor.
@@ -176,6 +183,19 @@ type Options struct {
 	// MaxDepth bounds how deep descriptors nest below their domain.
 	// 0 means DefaultMaxDepth.
 	MaxDepth int
+	// MaxRules bounds the rules (rate_limits) of a configuration; 0
+	// means none but MaxBytes's.
+	MaxRules int
+	// MaxMemory bounds what a configuration keeps in memory, in bytes,
+	// as estimated from what it holds (its descriptors, its rules and
+	// their keys, names and replaces) as it is read: a push's before
+	// any of it is made (see LoadXDS), a file's as it loads. 0 means
+	// none but MaxBytes's. A Config keeps some 330 bytes a rule of one
+	// level, such as {key: client, value: c42, rate_limit: ...}, and
+	// some 850 a rule as Envoy Gateway writes it (a route and its rule,
+	// with long names); besides it, a Server keeps 8 bytes a rule, and
+	// the state of the rules in use.
+	MaxMemory int
 	// Pace, if set, is called often while a configuration loads (before
 	// each descriptor, and every 256 nodes of its YAML): a caller that
 	// loads in the background while serving can pause there, so that the
@@ -190,6 +210,14 @@ const (
 	DefaultMaxBytes = 128 << 20
 	DefaultMaxDepth = 32
 )
+
+// maxDepth is o.MaxDepth, or its default.
+func (o Options) maxDepth() int {
+	if o.MaxDepth <= 0 {
+		return DefaultMaxDepth
+	}
+	return o.MaxDepth
+}
 
 // maxBytes is o.MaxBytes, or its default.
 func (o Options) maxBytes() int {
@@ -227,23 +255,13 @@ func (o Options) Load(files []File) (*Config, error) {
 
 // loader is a load's loader, for a configuration of size bytes.
 func (o Options) loader(size int) *loader {
-	maxDepth := o.MaxDepth
-	if maxDepth <= 0 {
-		maxDepth = DefaultMaxDepth
-	}
 	c := &Config{domains: map[string]*node{}}
-	return &loader{c: c, merge: o.MergeDomains, maxDepth: maxDepth, maxKey: 4*size + 64<<10, pace: o.Pace}
+	return &loader{c: c, merge: o.MergeDomains, maxDepth: o.maxDepth(), maxKey: 4*size + 64<<10, pace: o.Pace,
+		maxRules: o.maxRules(), maxMemory: o.maxMemory()}
 }
 
 // done is the Config loaded.
-func (ld *loader) done() *Config {
-	c := ld.c
-	c.byPath = make(map[string]*Limit, len(c.rules)) // at its size, once: no map grows a rule at a time
-	for _, l := range c.rules {
-		c.byPath[l.path] = l
-	}
-	return c
-}
+func (ld *loader) done() *Config { return ld.c }
 
 // Domains returns how many domains c holds.
 func (c *Config) Domains() int { return len(c.domains) }
@@ -309,7 +327,18 @@ func (c *Config) Rule(i int) *Limit { return c.rules[i] }
 // Same returns c's rule at the place l holds in its own Config's
 // descriptor tree (the same domain, and the same key or key_value at
 // every level), or nil: after a reload, the rule that l became.
-func (c *Config) Same(l *Limit) *Limit { return c.byPath[l.path] }
+func (c *Config) Same(l *Limit) *Limit {
+	domain, p, _ := CutField(l.path)
+	n := c.domains[domain]
+	for n != nil {
+		kv, rest, ok := CutField(p)
+		if !ok {
+			return n.limit
+		}
+		n, p = n.child(kv), rest
+	}
+	return nil
+}
 
 // Find returns the rule for a descriptor of domain, or nil: each entry
 // is looked up at its level as key_value, then against the level's
@@ -456,6 +485,14 @@ type loader struct {
 	nodesMade  int     // the nodes of every block so far
 	limitsMade int     // the Limits of every block so far
 	pace       func()  // Options.Pace
+
+	// A file's bounds on rules and memory (a push's first reading
+	// checks them: 0 then), and the memory kept so far (descCost).
+	maxRules, maxMemory, cost int
+
+	xds   *xdsReader      // a push's: what reads the descriptors of a yWire
+	ctx   context.Context // a push's: the load stops when it ends
+	ticks int             // descriptors loaded, to look at ctx every so often
 }
 
 // load adds one file's domain to c.
@@ -525,6 +562,9 @@ func (ld *loader) descriptors(name string, parent *node, depth int, shared uint6
 	if seq == nil || seq.kind == yNull {
 		return nil
 	}
+	if seq.kind == yWire {
+		return ld.wireDescriptors(name, parent, depth, shared, seq.value)
+	}
 	if seq.kind != ySeq {
 		return errAt(name, seq, "descriptors must be a list")
 	}
@@ -549,6 +589,9 @@ func (ld *loader) descriptor(name string, parent *node, depth int, shared uint64
 	if ld.pace != nil {
 		ld.pace()
 	}
+	if ld.ticks++; ld.ctx != nil && ld.ticks%64 == 0 && ld.ctx.Err() != nil {
+		return context.Cause(ld.ctx)
+	}
 	fullLen, pathLen := len(ld.full), len(ld.path)
 	fields, err := mapping(name, d, descriptorKeys...)
 	if err != nil {
@@ -571,7 +614,23 @@ func (ld *loader) descriptor(name string, parent *node, depth int, shared uint64
 	}
 	ld.full = append(append(ld.full, '.'), ld.kv...)
 	ld.path = AppendField(ld.path, unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv)))
-	if parent.child(unsafe.String(unsafe.SliceData(ld.kv), len(ld.kv))) != nil {
+	rl := fields.get("rate_limit")
+	if rl != nil && rl.kind == yNull {
+		rl = nil
+	}
+	// The child's key: a rule's shares the string that holds the rule's
+	// key and path (the key ends with it), one allocation a rule.
+	var kv, both string
+	if rl != nil {
+		kvLen := len(ld.kv)
+		ld.kv = append(append(ld.kv[:0], ld.full...), ld.path...)
+		both = string(ld.kv)
+		kv = both[len(ld.full)-kvLen : len(ld.full)]
+	} else {
+		kv = string(ld.kv)
+	}
+	child := ld.newNode()
+	if !parent.addChild(kv, child, siblings) {
 		return errAt(name, d, "descriptor %q appears twice", ld.full)
 	}
 	var shadow, quota, detailed, share bool
@@ -583,11 +642,9 @@ func (ld *loader) descriptor(name string, parent *node, depth int, shared uint64
 			return err
 		}
 	}
-	if share && !bytes.Contains(ld.kv, []byte{'*'}) {
+	if share && !strings.Contains(kv, "*") {
 		return errAt(name, d, "share_threshold needs a wildcard value (one with *), and %q has none", ld.full)
 	}
-	kv := string(ld.kv)
-	child := ld.newNode()
 	childShared := shared
 	if share {
 		child.shared = strings.Clone(value)
@@ -595,13 +652,10 @@ func (ld *loader) descriptor(name string, parent *node, depth int, shared uint64
 			childShared |= 1 << depth
 		}
 	}
-	if rl := fields.get("rate_limit"); rl != nil && rl.kind != yNull {
+	if rl != nil {
 		if ld.keyBytes += len(ld.full) + len(ld.path); ld.keyBytes > ld.maxKey {
 			return errAt(name, d, "the rules' keys would take more than %d bytes, four times the configuration's size: descriptors nested too deep with keys too long", ld.maxKey)
 		}
-		// The key and the path in one string: one allocation a rule.
-		ld.kv = append(append(ld.kv[:0], ld.full...), ld.path...)
-		both := string(ld.kv)
 		if child.limit, err = ld.loadLimit(name, rl, both[:len(ld.full)]); err != nil {
 			return err
 		}
@@ -609,11 +663,25 @@ func (ld *loader) descriptor(name string, parent *node, depth int, shared uint64
 		child.limit.Shadow, child.limit.Quota, child.limit.Detailed = shadow, quota, detailed
 		child.limit.Index, child.limit.path, child.limit.shared = len(c.rules), both[len(ld.full):], childShared
 		c.rules = append(c.rules, child.limit)
+		if ld.maxRules > 0 && len(c.rules) > ld.maxRules {
+			return fmt.Errorf("%s: %w: more than %d", name, ErrTooManyRules, ld.maxRules)
+		}
+	}
+	if ld.maxMemory > 0 {
+		dc := descCost{kv: len(kv), stars: strings.Count(kv, "*"), siblings: siblings, rule: rl != nil, keyPath: len(both)}
+		if l := child.limit; l != nil {
+			dc.name, dc.replaces = len(l.Name), len(l.Replaces)
+			for _, r := range l.Replaces {
+				dc.repline += allocBytes(len(r))
+			}
+		}
+		if ld.cost += dc.bytes() + allocBytes(len(child.shared)); ld.cost > ld.maxMemory {
+			return fmt.Errorf("%s: %w: more than %d bytes", name, ErrTooMuchMemory, ld.maxMemory)
+		}
 	}
 	if err := ld.descriptors(name, child, depth+1, childShared, fields.get("descriptors")); err != nil {
 		return err
 	}
-	parent.addChild(kv, child, siblings)
 	if strings.Contains(kv, "*") {
 		parent.wild = append(parent.wild, wildEntry{key: kv, parts: strings.Split(kv, "*")})
 	}

@@ -204,6 +204,7 @@ func TestLoadErrors(t *testing.T) {
 		{"empty replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: \"\"\n", "f.yaml:8: a replaces entry has no name"},
 		{"replaces itself", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      name: a\n      unit: second\n      requests_per_unit: 1\n      replaces:\n        - name: a\n", "f.yaml:9: a rule cannot replace itself"},
 		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", "f.yaml:3: share_threshold needs a wildcard"},
+		{"share_threshold on a rule below a wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v*\n    descriptors:\n      - key: j\n        share_threshold: true\n        rate_limit: {unit: second, requests_per_unit: 1}\n", "f.yaml:6: share_threshold needs a wildcard"},
 		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: gcra\n", `f.yaml:7: unknown algorithm "gcra"`},
 		{"burst on a window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      burst: 5\n", "f.yaml:7: burst is for token_bucket and leaky_bucket"},
 		{"zero burst", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      algorithm: token_bucket\n      burst: 0\n", "f.yaml:8: burst must be"},

@@ -249,8 +249,8 @@ func (w *refWriter) descriptor(msg []byte, depth int) error {
 	if len(w.b) > w.max {
 		return errRefTooLarge
 	}
-	if depth >= xdsMaxDepth {
-		return fmt.Errorf("descriptors nested deeper than %d levels", xdsMaxDepth)
+	if maxDepth := min(DefaultMaxDepth, xdsMaxDepth); depth >= maxDepth {
+		return fmt.Errorf("descriptors nested deeper than %d levels", maxDepth)
 	}
 	var key, value, policy []byte
 	var hasKey, hasPolicy bool

@@ -34,6 +34,7 @@ const (
 	yNull         // a plain null: empty, ~, null, Null or NULL
 	yMap          // children: key, value, key, value, …
 	ySeq
+	yWire // a push's descriptor's children, still its bytes (value): see xdsReader
 )
 
 // ynode is one node of a document.
