@@ -447,8 +447,14 @@ func (w *watcher) apply(c *config.Config, err error) {
 // and returns it; the configuration before then stays. It is the one
 // path of a file reload and of an xDS push.
 func (w *watcher) set(c *config.Config, err error) error {
+	return w.setContext(context.Background(), c, err)
+}
+
+// setContext is set, stopped when ctx ends before c is in force (see
+// rls.Server.SetConfigContext).
+func (w *watcher) setContext(ctx context.Context, c *config.Config, err error) error {
 	if err == nil {
-		err = w.srv.SetConfig(c)
+		err = w.srv.SetConfigContext(ctx, c)
 	}
 	if err != nil {
 		w.srv.ConfigFailed(err)

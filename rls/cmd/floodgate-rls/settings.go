@@ -168,10 +168,11 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		}
 		s.load.MaxBytes = n
 	}
+	readBounds(getenv, &errs, &s.load)
 	switch t := str("CONFIG_TYPE", "FILE"); {
 	case strings.EqualFold(t, "FILE"):
 	case strings.EqualFold(t, "GRPC_XDS_SOTW"):
-		s.xds = readXDS(getenv, &errs, func(w string) { s.warnings = append(s.warnings, w) }, boolean, duration)
+		s.xds = readXDS(getenv, &errs, func(w string) { s.warnings = append(s.warnings, w) }, boolean, duration, s.load)
 	default:
 		refuse("CONFIG_TYPE", "FILE or GRPC_XDS_SOTW")
 	}

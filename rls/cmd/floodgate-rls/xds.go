@@ -15,14 +15,16 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/client/sotw/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/floodgate-go/floodgate/rls/config"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -36,13 +38,11 @@ type xdsSettings struct {
 	headers  map[string]string
 	tls      *xdsTLS // nil: plaintext
 	backoff  backoff
-	maxMsg   int // 0: gRPC's default, 4 MiB
-}
-
-// xdsTLS are the client's TLS files, and the name the server's
-// certificate must carry (the URL's host when empty).
-type xdsTLS struct {
-	cert, key, ca, san string
+	maxMsg   int // the most bytes gRPC reads of a push
+	// loadTimeout bounds the time from a push's arrival to its answer:
+	// a push not in force by then is NACKed, the configuration before
+	// staying.
+	loadTimeout time.Duration
 }
 
 // backoff is the wait between attempts to reach the server, as
@@ -66,7 +66,8 @@ func (b backoff) wait(n int) time.Duration {
 }
 
 // readXDS reads the xDS settings.
-func readXDS(getenv func(string) string, errs *[]error, warn func(string), boolean func(string, bool) bool, duration func(string, time.Duration) time.Duration) *xdsSettings {
+func readXDS(getenv func(string) string, errs *[]error, warn func(string), boolean func(string, bool) bool, duration func(string, time.Duration) time.Duration,
+	load config.Options) *xdsSettings {
 	fail := func(format string, args ...any) { *errs = append(*errs, fmt.Errorf(format, args...)) }
 	str := func(name, def string) string {
 		if v := getenv(name); v != "" {
@@ -131,12 +132,23 @@ func readXDS(getenv func(string) string, errs *[]error, warn func(string), boole
 		}
 		x.backoff.factor = f
 	}
-	if v := getenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); v != "" {
+	// A push gRPC reads is answered with the reason when it does not
+	// load; one larger than maxMsg is not read, and is NACKed on the
+	// next stream. FLOODGATE_CONFIG_MAX_BYTES is as many bytes as a push
+	// may hold (its YAML is larger than its bytes), and not gRPC's 4 MiB
+	// (envoyproxy/ratelimit's, and 25,000 of Envoy Gateway's rules).
+	if x.maxMsg = load.MaxBytes; x.maxMsg == 0 {
+		x.maxMsg = config.DefaultMaxBytes
+	}
+	if v := getenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); v != "" && v != "0" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			fail("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=%q: a whole number of bytes, 0 for gRPC's 4 MiB", v)
+			fail("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=%q: a whole number of bytes, 0 for FLOODGATE_CONFIG_MAX_BYTES", v)
 		}
 		x.maxMsg = n
+	}
+	if x.loadTimeout = duration("FLOODGATE_CONFIG_LOAD_TIMEOUT", defaultLoadTimeout); x.loadTimeout <= 0 {
+		fail("FLOODGATE_CONFIG_LOAD_TIMEOUT=%q: a duration above 0, such as 5s (the longest a push may go unanswered)", getenv("FLOODGATE_CONFIG_LOAD_TIMEOUT"))
 	}
 	return x
 }
@@ -215,23 +227,38 @@ func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
 // xdsClient keeps the configuration that an xDS server pushes applied:
 // each push, state of the world, replaces the whole configuration
 // through apply, the path a file reload takes, and is ACKed once it is
-// in force, or NACKed with the reason, the one before staying.
+// in force, or NACKed with the reason, the one before staying. Each
+// push is answered within the settings' loadTimeout of its arrival
+// (NACKed then, the load stopped), and one larger than maxMsg, which
+// gRPC does not read, is NACKed on the next stream.
 type xdsClient struct {
 	set   *xdsSettings
 	load  config.Options
 	log   *slog.Logger
-	apply func(*config.Config, error) error
+	apply func(context.Context, *config.Config, error) error
+	node  *corev3.Node
 
-	refused    [sha256.Size]byte // the last push refused, to say so once
-	refusedWhy string
+	version string // the version in force, "" before the first
+
+	refused      [sha256.Size]byte // the last push refused, to say so once
+	refusedWhy   string
+	refusedUntil time.Time // a refusal for time expires then: the push is loaded again
+
+	tooLarge string    // why the last stream broke on a push too large to read, for the next to NACK
+	nackedAt time.Time // when the next stream last NACKed one
 }
 
+// retryAfter is how long a push refused for the time it took stays
+// refused, NACKed again without loading it again each time the server
+// sends it, before it is loaded again when it comes.
+const retryAfter = time.Minute
+
 // run serves the stream until ctx ends, reaching the server again, after
-// the backoff's wait, each time the stream breaks. first, if not nil, is
-// closed once a push is in force.
+// the backoff's wait, each time the stream breaks, or at once when it
+// broke on a push too large to read (a second later when the one before
+// did too), so as to NACK it. first, if not nil, is closed once a push
+// is in force.
 func (c *xdsClient) run(ctx context.Context, conn *grpc.ClientConn, first chan<- struct{}) {
-	sctx := metadata.NewOutgoingContext(ctx, metadata.New(c.set.headers))
-	ads := sotw.NewADSClient(sctx, c.set.node(), resourcev3.RateLimitConfigType)
 	attempt := 0
 	pushed := func(applied bool) { // a push came: the next break waits the least
 		attempt = 0
@@ -241,12 +268,20 @@ func (c *xdsClient) run(ctx context.Context, conn *grpc.ClientConn, first chan<-
 		}
 	}
 	for ; ; attempt++ {
-		err := c.stream(ctx, ads, conn, pushed)
+		err := c.stream(ctx, conn, pushed)
 		if ctx.Err() != nil {
 			return
 		}
 		wait := c.set.backoff.wait(attempt)
-		c.log.Warn("the xDS configuration stream broke: the configuration stays, and the server is asked again", "server", c.set.url, "err", err, "in", wait)
+		if c.tooLarge != "" {
+			if wait = 0; time.Since(c.nackedAt) < 2*time.Second {
+				wait = time.Second // the server sends it again at once: NACK it once a second, logged once
+			} else {
+				c.log.Error("configuration not loaded: the one before stays", "err", c.tooLarge)
+			}
+		} else {
+			c.log.Warn("the xDS configuration stream broke: the configuration stays, and the server is asked again", "server", c.set.url, "err", err, "in", wait)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -255,82 +290,154 @@ func (c *xdsClient) run(ctx context.Context, conn *grpc.ClientConn, first chan<-
 	}
 }
 
+// adsStream is the ADS method, called as a stream of its own so that a
+// push is read by xdsCodec.
+var adsStream = &grpc.StreamDesc{StreamName: "StreamAggregatedResources", ServerStreams: true, ClientStreams: true}
+
+const adsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+
 // stream opens a stream and applies each push on it until it breaks,
 // calling pushed after each push it received, with whether it is now in
-// force.
-func (c *xdsClient) stream(ctx context.Context, ads sotw.ADSClient, conn *grpc.ClientConn, pushed func(applied bool)) error {
-	var opts []grpc.CallOption
-	if c.set.maxMsg > 0 {
-		opts = append(opts, grpc.MaxCallRecvMsgSize(c.set.maxMsg))
-	}
-	if err := ads.InitConnect(conn, opts...); err != nil {
+// force. Its first request NACKs the push too large to read that broke
+// the stream before, if one did.
+func (c *xdsClient) stream(ctx context.Context, conn *grpc.ClientConn, pushed func(applied bool)) error {
+	sctx, cancel := context.WithCancel(metadata.NewOutgoingContext(ctx, metadata.New(c.set.headers)))
+	defer cancel() // ends the stream
+	st, err := conn.NewStream(sctx, adsStream, adsMethod, grpc.ForceCodecV2(xdsCodec{}), grpc.MaxCallRecvMsgSize(c.set.maxMsg))
+	if err != nil {
 		return err
 	}
+	send := func(nonce, nack string) error {
+		req := &discoveryv3.DiscoveryRequest{Node: c.node, VersionInfo: c.version, TypeUrl: resourcev3.RateLimitConfigType, ResponseNonce: nonce}
+		if nack != "" {
+			req.ErrorDetail = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: nack}
+		}
+		return st.SendMsg(req)
+	}
+	if err := send("", c.tooLarge); err != nil {
+		return err
+	}
+	if c.tooLarge != "" {
+		c.tooLarge, c.nackedAt = "", time.Now()
+	}
 	for {
-		resp, err := ads.Fetch()
-		if err != nil {
+		p := new(xdsPush)
+		if err := st.RecvMsg(p); err != nil {
+			if s, ok := status.FromError(err); ok && s.Code() == codes.ResourceExhausted && sctx.Err() == nil {
+				c.tooLarge = fmt.Sprintf("a push too large to read: %s (XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES, FLOODGATE_CONFIG_MAX_BYTES when unset)", s.Message())
+			}
 			return err
 		}
 		pushed(false)
-		if digest := pushDigest(resp.Resources); digest == c.refused {
+		digest := pushDigest(p.resources)
+		if digest == c.refused && (c.refusedUntil.IsZero() || time.Now().Before(c.refusedUntil)) {
 			// The server sends a refused push again at once (go-control-
-			// plane's cache answers a NACK with its snapshot): refuse it
-			// again after a little while, so that the two do not spin, and
-			// without counting or logging it again.
+			// plane's cache answers a NACK with its snapshot, and sends
+			// no other push before the answer): refuse it again a second
+			// later, so that the two do not spin, without loading,
+			// counting or logging it again.
+			p.resources = nil
 			select {
-			case <-ctx.Done():
-				return ctx.Err()
+			case <-sctx.Done():
+				return sctx.Err()
 			case <-time.After(time.Second):
 			}
-			if err := ads.Nack(c.refusedWhy); err != nil {
+			if err := send(p.nonce, c.refusedWhy); err != nil {
 				return err
 			}
 			continue
 		}
-		cfg, err := loadXDS(c.load, resp.Resources)
-		if err == nil {
-			err = c.apply(cfg, nil)
-		} else {
-			c.apply(nil, err) // counted, and logged, as a file that fails
+		// The push is answered within loadTimeout of now: its load and
+		// swap count.
+		timeout := fmt.Errorf("%w: %s (FLOODGATE_CONFIG_LOAD_TIMEOUT)", errLoadTimeout, c.set.loadTimeout)
+		lctx, stop := context.WithTimeoutCause(sctx, c.set.loadTimeout, timeout)
+		if testLoadContext != nil {
+			stop()
+			lctx, stop = testLoadContext(sctx, p.version, timeout)
 		}
-		if err != nil {
-			c.refused, c.refusedWhy = pushDigest(resp.Resources), err.Error()
-			if err := ads.Nack(c.refusedWhy); err != nil {
-				return err
-			}
-			continue
-		}
-		c.refused = [sha256.Size]byte{}
-		if err := ads.Ack(); err != nil {
+		err := c.push(lctx, p, digest, send)
+		stop()
+		switch {
+		case err == errNacked:
+		case err != nil:
 			return err
+		default:
+			pushed(true)
 		}
-		pushed(true)
 	}
 }
 
+// testLoadContext and testPace are the tests' seams, nil in the binary,
+// and read by startXDS and each push. testLoadContext makes each push's
+// context in place of its timeout: the test ends it, with the timeout's
+// cause, when it chooses. testPace is called where a push's load paces
+// itself (config.Options.Pace), after the pacer.
+var (
+	testLoadContext func(parent context.Context, version string, timeout error) (context.Context, context.CancelFunc)
+	testPace        func()
+)
+
+// errLoadTimeout is the cause, wrapped, of a load stopped by its
+// deadline.
+var errLoadTimeout = errors.New("the push was not in force within the time a push may take")
+
+// errNacked is push's answer for a push refused, and NACKed.
+var errNacked = errors.New("NACKed")
+
+// push loads p, whose digest is digest, and puts it in force, and ACKs
+// it through send, or NACKs it with the reason and returns errNacked;
+// another error is send's.
+func (c *xdsClient) push(ctx context.Context, p *xdsPush, digest [sha256.Size]byte, send func(nonce, nack string) error) error {
+	cfg, err := loadXDS(ctx, c.load, p.resources)
+	if err == nil {
+		err = c.apply(ctx, cfg, nil)
+	} else {
+		c.apply(ctx, nil, err) // counted, and logged, as a file that fails
+	}
+	if err != nil {
+		c.refused, c.refusedWhy, c.refusedUntil = digest, err.Error(), time.Time{}
+		if errors.Is(err, errLoadTimeout) {
+			c.refusedUntil = time.Now().Add(retryAfter)
+		}
+		if err := send(p.nonce, c.refusedWhy); err != nil {
+			return err
+		}
+		return errNacked
+	}
+	c.refused, c.version = [sha256.Size]byte{}, p.version
+	return send(p.nonce, "")
+}
+
 // loadXDS is the configuration of a push: every resource a
-// RateLimitConfig, each loaded as one file would be (config.LoadXDS).
-func loadXDS(o config.Options, resources []*anypb.Any) (*config.Config, error) {
+// RateLimitConfig, each loaded as one file would be
+// (config.Options.LoadXDSContext). An error past a bound names the
+// setting that sets it.
+func loadXDS(ctx context.Context, o config.Options, resources []xdsResource) (*config.Config, error) {
 	msgs := make([][]byte, len(resources))
 	for i, r := range resources {
-		if r.GetTypeUrl() != resourcev3.RateLimitConfigType {
-			return nil, fmt.Errorf("xDS resource %d: type %q, not %s", i, r.GetTypeUrl(), resourcev3.RateLimitConfigType)
+		if r.typeURL != resourcev3.RateLimitConfigType {
+			return nil, fmt.Errorf("xDS resource %d: type %q, not %s", i, r.typeURL, resourcev3.RateLimitConfigType)
 		}
-		msgs[i] = r.GetValue()
+		msgs[i] = r.value
 	}
-	c, err := o.LoadXDS(msgs)
-	if errors.Is(err, config.ErrTooLarge) {
+	c, err := o.LoadXDSContext(ctx, msgs)
+	switch {
+	case errors.Is(err, config.ErrTooLarge):
 		err = fmt.Errorf("%w (FLOODGATE_CONFIG_MAX_BYTES)", err)
+	case errors.Is(err, config.ErrTooManyRules):
+		err = fmt.Errorf("%w (FLOODGATE_CONFIG_MAX_RULES)", err)
+	case errors.Is(err, config.ErrTooMuchMemory):
+		err = fmt.Errorf("%w (FLOODGATE_CONFIG_MAX_MEMORY)", err)
 	}
 	return c, err
 }
 
 // pushDigest is a SHA-256 of a push's resources.
-func pushDigest(resources []*anypb.Any) (sum [sha256.Size]byte) {
+func pushDigest(resources []xdsResource) (sum [sha256.Size]byte) {
 	h := sha256.New()
 	for _, r := range resources {
-		fmt.Fprintf(h, "%q %d\n", r.GetTypeUrl(), len(r.GetValue()))
-		h.Write(r.GetValue())
+		fmt.Fprintf(h, "%q %d\n", r.typeURL, len(r.value))
+		h.Write(r.value)
 	}
 	h.Sum(sum[:0])
 	return sum
@@ -349,7 +456,15 @@ func startXDS(x *xdsSettings, w *watcher, log *slog.Logger) (stop func(), first 
 	if err != nil {
 		return nil, nil, fmt.Errorf("CONFIG_GRPC_XDS_SERVER_URL=%q: %w", x.url, err)
 	}
-	c := &xdsClient{set: x, load: w.load, log: log, apply: w.set}
+	c := &xdsClient{set: x, load: w.load, log: log, apply: w.setContext, node: x.node()}
+	if pace, test := c.load.Pace, testPace; test != nil {
+		c.load.Pace = func() {
+			if pace != nil {
+				pace()
+			}
+			test()
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done, ch := make(chan struct{}), make(chan struct{})
 	go func() {

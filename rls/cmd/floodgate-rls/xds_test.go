@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -374,6 +375,10 @@ func TestXDSSettings(t *testing.T) {
 		"max below":     {"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "1m", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "1s"},
 		"bad factor":    {"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "-1"},
 		"bad size":      {"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "big"},
+		"bad rules":     {"FLOODGATE_CONFIG_MAX_RULES": "0"},
+		"bad memory":    {"FLOODGATE_CONFIG_MAX_MEMORY": "1GiB"},
+		"no time":       {"FLOODGATE_CONFIG_LOAD_TIMEOUT": "0s"},
+		"bad time":      {"FLOODGATE_CONFIG_LOAD_TIMEOUT": "soon"},
 		"half a client": {"CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "tls.crt"},
 		"bad type":      {"CONFIG_TYPE": "GRPC_XDS_DELTA"},
 	} {
@@ -408,6 +413,24 @@ func TestXDSSettings(t *testing.T) {
 	if s.xds.nodeMeta["a"] != "1" || len(s.xds.nodeMeta) != 1 || s.xds.nodeID != "default" || s.xds.url != "localhost:18000" {
 		t.Errorf("defaults and metadata: %+v", s.xds)
 	}
+	// The bounds on a push: their defaults, and as set.
+	if s.load.MaxRules != 1_000_000 || s.load.MaxMemory != 128<<20 || s.xds.loadTimeout != 5*time.Second || s.xds.maxMsg != 128<<20 {
+		t.Errorf("the bounds' defaults: %d rules, %d bytes kept, %v, %d bytes read", s.load.MaxRules, s.load.MaxMemory, s.xds.loadTimeout, s.xds.maxMsg)
+	}
+	for env, want := range map[string]int{"FLOODGATE_CONFIG_MAX_BYTES=1000": 1000, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=5000": 5000, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=0": 128 << 20} {
+		k, v, _ := strings.Cut(env, "=")
+		s, err := readSettings(func(n string) string { return map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", k: v}[n] })
+		if err != nil || s.xds.maxMsg != want {
+			t.Errorf("%s: %v, gRPC reads at most %d bytes; want %d", env, err, s.xds.maxMsg, want)
+		}
+	}
+	s, err = readSettings(func(n string) string {
+		return map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "FLOODGATE_CONFIG_MAX_RULES": "2000000", "FLOODGATE_CONFIG_MAX_MEMORY": "1073741824",
+			"FLOODGATE_CONFIG_LOAD_TIMEOUT": "9s"}[n]
+	})
+	if err != nil || s.load.MaxRules != 2_000_000 || s.load.MaxMemory != 1<<30 || s.xds.loadTimeout != 9*time.Second {
+		t.Errorf("the bounds raised: %v, %d rules, %d bytes, %v", err, s.load.MaxRules, s.load.MaxMemory, s.xds.loadTimeout)
+	}
 	for n, want := range map[int]float64{0: 10, 1: 10, 5: 10} { // factor 0.5: always the initial wait
 		if got := s.xds.backoff.wait(n).Seconds(); got != want {
 			t.Errorf("wait %d: %vs, want %vs", n, got, want)
@@ -422,7 +445,8 @@ func TestXDSSettings(t *testing.T) {
 }
 
 // TestXDSMaxMessage: a push above XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES is
-// not taken: the stream breaks, and nothing is applied.
+// not read: the stream breaks, nothing is applied, and the next stream
+// NACKs it at once, naming the setting; then once a second, logged once.
 func TestXDSMaxMessage(t *testing.T) {
 	ads := startADS(t, "127.0.0.1:0")
 	big := xdsConfig(2)
@@ -434,8 +458,15 @@ func TestXDSMaxMessage(t *testing.T) {
 		"CONFIG_GRPC_XDS_NODE_ID": "n", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "1000",
 		"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "10ms"})
 	waitFor(t, "the stream broken on the push's size", func() bool { return strings.Contains(logs.String(), "larger than max") })
+	waitFor(t, "the push NACKed on the next stream", func() bool {
+		return strings.Contains(strings.Join(ads.nackMessages(), "\n"), "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
+	})
 	if healthy(t, a)() {
 		t.Fatal("a push above the size was applied")
+	}
+	waitFor(t, "a second NACK", func() bool { return len(ads.nackMessages()) >= 2 })
+	if n := strings.Count(logs.String(), "larger than max"); n != 1 {
+		t.Errorf("the push too large logged %d times, want once:\n%s", n, logs)
 	}
 }
 

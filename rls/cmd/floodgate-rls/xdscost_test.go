@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -77,7 +78,7 @@ func TestXDSLoadCost(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		c, err := loadXDS(tc.o, []*anypb.Any{tc.r})
+		c, err := loadXDS(context.Background(), tc.o, []xdsResource{{tc.r.TypeUrl, tc.r.Value}})
 		runtime.ReadMemStats(&after)
 		alloc := float64(after.TotalAlloc - before.TotalAlloc)
 		runtime.GC()
@@ -117,10 +118,10 @@ func BenchmarkLoadXDS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := []*anypb.Any{{TypeUrl: resourcev3.RateLimitConfigType, Value: msg}}
+	r := []xdsResource{{resourcev3.RateLimitConfigType, msg}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := loadXDS(config.Options{}, r); err != nil {
+		if _, err := loadXDS(context.Background(), config.Options{}, r); err != nil {
 			b.Fatal(err)
 		}
 	}

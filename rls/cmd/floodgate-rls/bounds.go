@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate/rls/config"
+)
+
+// The bounds on a configuration that floodgate-rls sets where the
+// environment sets none, beside config.DefaultMaxBytes and
+// DefaultMaxDepth. 128 MiB is some 400,000 rules of one level, or
+// 150,000 as Envoy Gateway writes them, which load in under 2 s paced
+// on a 2-core machine, and which a replica holds twice while a push
+// replaces them, within the 512 MiB Envoy Gateway asks for the
+// rate-limit Deployment; a million rules of any shape are over it, and
+// refused in well under a second. A push of more than the time bound
+// is NACKed then, so that no push goes unanswered for longer.
+const (
+	defaultMaxRules    = 1_000_000
+	defaultMaxMemory   = 128 << 20
+	defaultLoadTimeout = 5 * time.Second
+)
+
+// readBounds reads the bounds on a configuration, from files or a push,
+// beyond FLOODGATE_CONFIG_MAX_BYTES: FLOODGATE_CONFIG_MAX_RULES and
+// FLOODGATE_CONFIG_MAX_MEMORY.
+func readBounds(getenv func(string) string, errs *[]error, o *config.Options) {
+	o.MaxRules, o.MaxMemory = defaultMaxRules, defaultMaxMemory
+	for _, b := range []struct {
+		name, what string
+		v          *int
+	}{{"FLOODGATE_CONFIG_MAX_RULES", "a whole number of rules, 1 or more", &o.MaxRules},
+		{"FLOODGATE_CONFIG_MAX_MEMORY", "a whole number of bytes, 1 or more", &o.MaxMemory}} {
+		if v := getenv(b.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				*errs = append(*errs, fmt.Errorf("%s=%q: %s", b.name, v, b.what))
+			}
+			*b.v = n
+		}
+	}
+}
+
+// xdsTLS are the client's TLS files, and the name the server's
+// certificate must carry (the URL's host when empty).
+type xdsTLS struct {
+	cert, key, ca, san string
+}
