@@ -10,17 +10,19 @@ import (
 
 // The bounds on a configuration that floodgate-rls sets where the
 // environment sets none, beside config.DefaultMaxBytes and
-// DefaultMaxDepth. 128 MiB is some 400,000 rules of one level, or
-// 150,000 as Envoy Gateway writes them, which load in under 2 s paced
-// on a 2-core machine, and which a replica holds twice while a push
-// replaces them, within the 512 MiB Envoy Gateway asks for the
-// rate-limit Deployment; a million rules of any shape are over it, and
-// refused in well under a second. A push of more than the time bound
-// is NACKed then, so that no push goes unanswered for longer.
+// DefaultMaxDepth. 128 MiB kept is some 400,000 rules of one level, or
+// 150,000 as Envoy Gateway writes them (a route and its rule, with long
+// names), which a replica holds twice while a push replaces them,
+// within the 512 MiB that Envoy Gateway asks for its rate-limit
+// Deployment; a million rules of any shape are past it, and refused in
+// under a second. A push not in force 8 s after it came is NACKed then,
+// the load stopped, so that none goes unanswered for 10 s (its reading
+// by gRPC comes before) and the largest push within the other bounds,
+// which takes some 3 s paced on a busy 2-core machine, has room.
 const (
 	defaultMaxRules    = 1_000_000
 	defaultMaxMemory   = 128 << 20
-	defaultLoadTimeout = 5 * time.Second
+	defaultLoadTimeout = 8 * time.Second
 )
 
 // readBounds reads the bounds on a configuration, from files or a push,

@@ -414,7 +414,7 @@ func TestXDSSettings(t *testing.T) {
 		t.Errorf("defaults and metadata: %+v", s.xds)
 	}
 	// The bounds on a push: their defaults, and as set.
-	if s.load.MaxRules != 1_000_000 || s.load.MaxMemory != 128<<20 || s.xds.loadTimeout != 5*time.Second || s.xds.maxMsg != 128<<20 {
+	if s.load.MaxRules != 1_000_000 || s.load.MaxMemory != 128<<20 || s.xds.loadTimeout != 8*time.Second || s.xds.maxMsg != 128<<20 {
 		t.Errorf("the bounds' defaults: %d rules, %d bytes kept, %v, %d bytes read", s.load.MaxRules, s.load.MaxMemory, s.xds.loadTimeout, s.xds.maxMsg)
 	}
 	for env, want := range map[string]int{"FLOODGATE_CONFIG_MAX_BYTES=1000": 1000, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=5000": 5000, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=0": 128 << 20} {
