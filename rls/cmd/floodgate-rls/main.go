@@ -27,10 +27,14 @@
 // SERVER_TLS_CACERT and SERVER_TLS_SAN, the files read again when they
 // change, as the server's are; XDS_CLIENT_BACKOFF_* space the
 // attempts after the stream breaks, and XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES
-// bounds a push). Each push is the whole configuration, one
+// bounds the bytes of a push that gRPC reads, FLOODGATE_CONFIG_MAX_BYTES
+// when unset). Each push is the whole configuration, one
 // RateLimitConfig a file, applied as a file reload is (no key gains
 // allowance) and ACKed once in force; one that does not load is NACKed
-// with the reason, and the configuration before stays. Nothing listens
+// with the reason, and the configuration before stays. Every push is
+// answered: one not in force FLOODGATE_CONFIG_LOAD_TIMEOUT (8 s) after it
+// came is NACKed then, and one too large to read is NACKed by the next
+// stream. Nothing listens
 // before the first push, unless FORCE_START_WITHOUT_INITIAL_CONFIG: then
 // the service answers OK with no limit, and is unhealthy, until the
 // first push is in force.
@@ -72,9 +76,12 @@
 // change or of the root's link being swapped; a file that fails to load
 // keeps the configuration before it, and counts config_load_error.
 // A configuration, from files or a push, may hold at most
-// FLOODGATE_CONFIG_MAX_BYTES (128 MiB when unset) of YAML, and its
+// FLOODGATE_CONFIG_MAX_BYTES (128 MiB when unset) of YAML,
+// FLOODGATE_CONFIG_MAX_RULES rules (1,000,000), and what it keeps in
+// memory at most FLOODGATE_CONFIG_MAX_MEMORY bytes (128 MiB), and its
 // descriptors nest at most 32 deep: what it costs to load is a small
-// multiple of its size, and one that is refused costs no more.
+// multiple of its size, and a push past a bound is refused before any
+// of it is made.
 //
 // With no REDIS_URL, the limits are kept in this process: exact on one
 // replica. With REDIS_URL (REDIS_SOCKET_TYPE unix, the default, or tcp;
