@@ -145,8 +145,9 @@ func (r *xdsReader) child(ld *loader, name string, parent *node, depth int, shar
 var xdsUnits = [...]string{1: "second", 2: "minute", 3: "hour", 4: "day", 5: "month", 6: "year", 7: "week"}
 
 // xdsMaxDepth bounds the descriptors' nesting that a push may hold on
-// the wire: a tree deeper than any configuration has is refused before
-// it is walked further (MaxDepth, lower, is checked as it loads).
+// the wire, whatever MaxDepth says, so that the first reading's
+// recursion is bounded: a tree deeper than any configuration has is
+// refused before it is walked further.
 const xdsMaxDepth = 64
 
 // xdsReader reads a push's resources twice: first to check their bytes

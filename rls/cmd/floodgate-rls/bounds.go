@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -49,4 +50,19 @@ func readBounds(getenv func(string) string, errs *[]error, o *config.Options) {
 // certificate must carry (the URL's host when empty).
 type xdsTLS struct {
 	cert, key, ca, san string
+}
+
+// nameBound is err, a configuration's load's, with the setting named
+// when it is past a bound that one sets.
+func nameBound(err error) error {
+	for _, b := range []struct {
+		err  error
+		name string
+	}{{config.ErrTooLarge, "FLOODGATE_CONFIG_MAX_BYTES"}, {config.ErrTooManyRules, "FLOODGATE_CONFIG_MAX_RULES"},
+		{config.ErrTooMuchMemory, "FLOODGATE_CONFIG_MAX_MEMORY"}} {
+		if errors.Is(err, b.err) {
+			return fmt.Errorf("%w (%s)", err, b.name)
+		}
+	}
+	return err
 }

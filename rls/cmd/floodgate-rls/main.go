@@ -441,6 +441,7 @@ func (w *watcher) start() (stop func()) {
 
 // apply is config.Watch's: a configuration loaded, or why not.
 func (w *watcher) apply(c *config.Config, err error) {
+	err = nameBound(err)
 	if !w.seenOne {
 		w.seenOne = true
 		if w.sameAsFirst(err) {
@@ -512,7 +513,7 @@ func loadDir(o config.Options, dir string, ignoreDot bool) (*config.Config, [sha
 		return nil, [sha256.Size]byte{}, err
 	}
 	c, err := o.Load(files)
-	return c, digest(files), err
+	return c, digest(files), nameBound(err)
 }
 
 // readDir reads the files of the configuration in dir as config.Watch

@@ -277,7 +277,7 @@ func (c *xdsClient) run(ctx context.Context, conn *grpc.ClientConn, first chan<-
 			if wait = 0; time.Since(c.nackedAt) < 2*time.Second {
 				wait = time.Second // the server sends it again at once: NACK it once a second, logged once
 			} else {
-				c.log.Error("configuration not loaded: the one before stays", "err", c.tooLarge)
+				c.apply(ctx, nil, errors.New(c.tooLarge)) // counted, and logged, as a file that fails
 			}
 		} else {
 			c.log.Warn("the xDS configuration stream broke: the configuration stays, and the server is asked again", "server", c.set.url, "err", err, "in", wait)
@@ -421,15 +421,7 @@ func loadXDS(ctx context.Context, o config.Options, resources []xdsResource) (*c
 		msgs[i] = r.value
 	}
 	c, err := o.LoadXDSContext(ctx, msgs)
-	switch {
-	case errors.Is(err, config.ErrTooLarge):
-		err = fmt.Errorf("%w (FLOODGATE_CONFIG_MAX_BYTES)", err)
-	case errors.Is(err, config.ErrTooManyRules):
-		err = fmt.Errorf("%w (FLOODGATE_CONFIG_MAX_RULES)", err)
-	case errors.Is(err, config.ErrTooMuchMemory):
-		err = fmt.Errorf("%w (FLOODGATE_CONFIG_MAX_MEMORY)", err)
-	}
-	return c, err
+	return c, nameBound(err)
 }
 
 // pushDigest is a SHA-256 of a push's resources.

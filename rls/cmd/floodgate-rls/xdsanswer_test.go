@@ -149,3 +149,31 @@ func TestXDSAnswers(t *testing.T) {
 		t.Errorf("the push out of time logged %d times, want once", n)
 	}
 }
+
+// TestConfigBoundsFiles: FLOODGATE_CONFIG_MAX_RULES and
+// FLOODGATE_CONFIG_MAX_MEMORY bound a configuration's files too: a
+// start on files past one fails, naming it; within both, it serves.
+func TestConfigBoundsFiles(t *testing.T) {
+	var y strings.Builder
+	y.WriteString("domain: api\ndescriptors:\n")
+	for i := range 11 {
+		fmt.Fprintf(&y, "  - {key: k, value: v%d, rate_limit: {unit: hour, requests_per_unit: 2}}\n", i)
+	}
+	root := filepath.Join(runtimeDir(t, map[string]string{"a.yaml": y.String()}), "current")
+	for bound, env := range map[string]map[string]string{
+		"FLOODGATE_CONFIG_MAX_RULES":  {"FLOODGATE_CONFIG_MAX_RULES": "10"},
+		"FLOODGATE_CONFIG_MAX_MEMORY": {"FLOODGATE_CONFIG_MAX_MEMORY": "1000"},
+	} {
+		env["RUNTIME_ROOT"] = root
+		for k, v := range map[string]string{"HOST": "127.0.0.1", "PORT": "0", "GRPC_HOST": "127.0.0.1", "GRPC_PORT": "0", "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": "0"} {
+			env[k] = v
+		}
+		if err := run(context.Background(), func(k string) string { return env[k] }, &lockedBuffer{}, nil); err == nil || !strings.Contains(err.Error(), bound) {
+			t.Errorf("files past %s: %v", bound, err)
+		}
+	}
+	a, _ := start(t, map[string]string{"RUNTIME_ROOT": root, "FLOODGATE_CONFIG_MAX_RULES": "11"})
+	if code, left := xdsCall(t, grpcClient(t, a.grpc), "v3"); code != pb.RateLimitResponse_OK || left != 1 {
+		t.Fatalf("files within the bounds: %v, %d left", code, left)
+	}
+}
