@@ -18,8 +18,9 @@ import (
 // Deployment; a million rules of any shape are past it, and refused in
 // under a second. A push not in force 8 s after it came is NACKed then,
 // the load stopped, so that none goes unanswered for 10 s (its reading
-// by gRPC comes before) and the largest push within the other bounds,
-// which takes some 3 s paced on a busy 2-core machine, has room.
+// by gRPC comes before), and the largest push within the other bounds
+// has room: 150,000 of Envoy Gateway's rules were in force 3.6 s after
+// they were sent, paced beside the requests on a busy 2-core machine.
 const (
 	defaultMaxRules    = 1_000_000
 	defaultMaxMemory   = 128 << 20
