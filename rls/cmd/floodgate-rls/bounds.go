@@ -47,12 +47,6 @@ func readBounds(getenv func(string) string, errs *[]error, o *config.Options) {
 	}
 }
 
-// xdsTLS are the client's TLS files, and the name the server's
-// certificate must carry (the URL's host when empty).
-type xdsTLS struct {
-	cert, key, ca, san string
-}
-
 // nameBound is err, a configuration's load's, with the setting named
 // when it is past a bound that one sets.
 func nameBound(err error) error {

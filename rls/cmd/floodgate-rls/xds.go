@@ -45,6 +45,12 @@ type xdsSettings struct {
 	loadTimeout time.Duration
 }
 
+// xdsTLS are the client's TLS files, and the name the server's
+// certificate must carry (the URL's host when empty).
+type xdsTLS struct {
+	cert, key, ca, san string
+}
+
 // backoff is the wait between attempts to reach the server, as
 // envoyproxy/ratelimit's (github.com/jpillora/backoff's) is: initial ×
 // factor^attempt, at most max and at least initial, with jitter a
