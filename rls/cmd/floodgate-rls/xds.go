@@ -394,11 +394,20 @@ var errNacked = errors.New("NACKed")
 // it through send, or NACKs it with the reason and returns errNacked;
 // another error is send's.
 func (c *xdsClient) push(ctx context.Context, p *xdsPush, digest [sha256.Size]byte, send func(nonce, nack string) error) error {
+	// ended: the load stopped because the service stops, not for its
+	// time; there is no one to answer.
+	ended := func() bool { return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errLoadTimeout) }
 	cfg, err := loadXDS(ctx, c.load, p.resources)
-	if err == nil {
+	switch {
+	case err != nil && ended():
+		return ctx.Err()
+	case err == nil:
 		err = c.apply(ctx, cfg, nil)
-	} else {
+	default:
 		c.apply(ctx, nil, err) // counted, and logged, as a file that fails
+	}
+	if err != nil && ended() {
+		return ctx.Err()
 	}
 	if err != nil {
 		c.refused, c.refusedWhy, c.refusedUntil = digest, err.Error(), time.Time{}
