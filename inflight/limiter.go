@@ -216,7 +216,7 @@ func (l *Limiter) acquire(id registry.ID) (Slot, refusal) {
 	if g != nil && !g.take() {
 		return Slot{}, globalFull
 	}
-	t, i, s, r := l.take(id)
+	s, r := l.take(id)
 	if r != granted {
 		if g != nil {
 			g.n.Add(-1)
@@ -226,7 +226,7 @@ func (l *Limiter) acquire(id registry.ID) (Slot, refusal) {
 	if s.t != nil {
 		return s, granted // lent by the key's lane
 	}
-	return l.issue(id, t, i), granted
+	return l.issue(id), granted
 }
 
 // Acquire takes one of key's slots, waiting for one if they are all held
@@ -268,19 +268,19 @@ func (r refusal) err() error {
 	return nil
 }
 
-// release gives back key id's slot i of t: to the first waiter, if one is
+// release gives back a slot of key id: to the first waiter, if one is
 // queued, or to the key (and the global cap). p is the caller's P (pid),
 // for a spread key's lane.
-func (l *Limiter) release(id registry.ID, t *registry.Table, i, p int) {
+func (l *Limiter) release(id registry.ID, p int) {
 	if l.twin != nil {
 		l.twin.release(id)
 		return
 	}
-	for !l.putBack(id, t, i, p) {
+	for !l.putBack(id, p) {
 		if l.handOff(id) {
 			return
 		}
-		t, i = l.flat.Find(id) // the waiter left meanwhile: put it back after all
+		// The waiter left meanwhile: put it back after all.
 	}
 	if g := l.global; g != nil {
 		g.n.Add(-1)

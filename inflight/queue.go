@@ -33,13 +33,11 @@ type stripe struct {
 type list struct{ head, tail *waiter }
 
 // waiter is one Acquire waiting for a slot. Its state changes once, under
-// the stripe's lock, from waiting to granted (a release handed it a slot,
-// at slot i of t) or closed, and then ready is closed.
+// the stripe's lock, from waiting to granted (a release handed it a slot)
+// or closed, and then ready is closed.
 type waiter struct {
 	ready      chan struct{}
 	state      waitState
-	t          *registry.Table
-	i          int
 	prev, next *waiter
 }
 
@@ -117,7 +115,7 @@ func (l *Limiter) wait(ctx context.Context, id registry.ID) (Slot, error) {
 			chaos.Yield()
 			if wd.CompareAndSwap(v, (v+1)|touched) {
 				s.mu.Unlock()
-				return l.issue(id, t, i), nil
+				return l.issue(id), nil
 			}
 			if g := l.global; g != nil {
 				g.n.Add(-1)
@@ -158,14 +156,14 @@ func (l *Limiter) wait(ctx context.Context, id registry.ID) (Slot, error) {
 		s.mu.Unlock()
 		if w.state == handed {
 			// Handed a slot as the context ended: give it on.
-			l.release(id, w.t, w.i, pid())
+			l.release(id, pid())
 		}
 		return Slot{}, ctx.Err()
 	}
 	if w.state == shut {
 		return Slot{}, ErrClosed
 	}
-	return l.issue(id, w.t, w.i), nil
+	return l.issue(id), nil
 }
 
 // dequeue takes waiter w off key id's list ls, and the key's waiter count
@@ -203,7 +201,6 @@ func (l *Limiter) handOff(id registry.ID) bool {
 	}
 	w := ls.head
 	l.dequeue(s, id, ls, w)
-	w.t, w.i = l.flat.Find(id)
 	w.state = handed
 	close(w.ready)
 	return true
@@ -247,7 +244,6 @@ func (l *Limiter) serveFirst(id registry.ID, ls *list) bool {
 		if wd.CompareAndSwap(v, v-waitOne+1) {
 			w := ls.head
 			ls.remove(w)
-			w.t, w.i = t, i
 			w.state = handed
 			close(w.ready)
 			return true

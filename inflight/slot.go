@@ -16,24 +16,29 @@ type Slot struct {
 	gen uint64 // t's generation when the slot was issued
 }
 
-// ticket is where a held slot lives: its key, where the key's word was,
-// and a generation that its release moves on by one, in one CAS, so that
-// a slot is released once and a stale copy of it, whose generation is
-// past, releases nothing. Tickets are reused (see getTicket): a Slot
-// costs no allocation.
+// ticket is where a held slot lives: its key, and a generation that its
+// release moves on by one, in one CAS, so that a slot is released once
+// and a stale copy of it, whose generation is past, releases nothing.
+// Tickets are reused (see getTicket): a Slot costs no allocation.
+//
+// A ticket keeps no table: its release finds the key's word again by the
+// key's identity, in the shard's current table (one probe, usually of the
+// line the acquisition loaded). A table that a held slot pointed to would
+// stay in memory as long as the slot is held, and with it every table its
+// shard has had since (each points to its successor): under MaxKeys
+// churn, a shard makes a new table every few thousand new keys, so one
+// slot held for an hour would keep every one of them.
 type ticket struct {
 	gen  atomic.Uint64
 	l    *Limiter
 	id   registry.ID
-	t    *registry.Table
-	i    int
 	lane bool // a spread key's lane ticket (see lane): never pooled
 }
 
-// issue returns a Slot for the slot just taken on key id, at slot i of t.
-func (l *Limiter) issue(id registry.ID, t *registry.Table, i int) Slot {
+// issue returns a Slot for the slot just taken on key id.
+func (l *Limiter) issue(id registry.ID) Slot {
 	k := getTicket()
-	k.l, k.id, k.t, k.i = l, id, t, i
+	k.l, k.id = l, id
 	return Slot{t: k, gen: k.gen.Load()}
 }
 
@@ -53,10 +58,10 @@ func (s Slot) Release() bool {
 	if !k.gen.CompareAndSwap(s.gen, s.gen+1) {
 		return false
 	}
-	l, id, t, i := k.l, k.id, k.t, k.i
-	k.l, k.t = nil, nil
+	l, id := k.l, k.id
+	k.l = nil
 	p := putTicket(k)
-	l.release(id, t, i, p)
+	l.release(id, p)
 	return true
 }
 

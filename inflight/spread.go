@@ -86,7 +86,7 @@ type lanes struct {
 // ticket itself, so that a request takes and gives back a parked slot
 // with one CAS each, on its own P's line, and no other ticket.
 type lane struct {
-	k       ticket      // lane is set, and l, id, t and i never change
+	k       ticket      // lane is set, and l and id never change
 	touched atomic.Bool // a slot was lent from here since the last sweep
 	_       [64 - unsafe.Sizeof(ticket{}) - unsafe.Sizeof(atomic.Bool{})]byte
 }
@@ -94,11 +94,11 @@ type lane struct {
 // A lane is one line: larger, two lanes would share one.
 var _ = [1]struct{}{}[unsafe.Sizeof(lane{})-64]
 
-// newLanes returns the lanes of key id, at slot i of t.
-func (l *Limiter) newLanes(id registry.ID, t *registry.Table, i int) *lanes {
+// newLanes returns the lanes of key id.
+func (l *Limiter) newLanes(id registry.ID) *lanes {
 	sp := &lanes{s: make([]lane, l.ps)}
 	for k := range sp.s {
-		sp.s[k].k = ticket{lane: true, l: l, id: id, t: t, i: i}
+		sp.s[k].k = ticket{lane: true, l: l, id: id}
 	}
 	return sp
 }
@@ -156,11 +156,14 @@ func (l *Limiter) lendParked(t *registry.Table, i int, v uint64, any bool) (Slot
 	return Slot{}, false
 }
 
-// near reports whether the key at slot i of t (or where it moved) is too
-// near its limit for a slot to be parked. A key that holds a slot is
-// never removed; one that is gone (the caller's Slot is a stale copy,
-// which its CAS will tell) is near.
-func (l *Limiter) near(id registry.ID, t *registry.Table, i int) bool {
+// near reports whether key id is too near its limit for a slot to be
+// parked. A key that holds a slot is never removed; one that is gone (the
+// caller's Slot is a stale copy, which its CAS will tell) is near.
+func (l *Limiter) near(id registry.ID) bool {
+	t, i := l.flat.Lookup(id)
+	if i < 0 {
+		return true
+	}
 	v := t.Word(i).Load()
 	for v == word.Moved {
 		if t, i = l.flat.Find(id); i < 0 {
@@ -176,11 +179,11 @@ func (l *Limiter) near(id registry.ID, t *registry.Table, i int) bool {
 // through the word. It reports false for a slot already given back.
 func (l *Limiter) giveBack(k *ticket, g uint64) bool {
 	next := g&^laneMask + laneGen
-	if l.near(k.id, k.t, k.i) {
+	if l.near(k.id) {
 		if !k.gen.CompareAndSwap(g, next|empty) {
 			return false
 		}
-		l.release(k.id, k.t, k.i, -1)
+		l.release(k.id, -1)
 		return true
 	}
 	if !k.gen.CompareAndSwap(g, next|parked) {
@@ -196,12 +199,12 @@ func (l *Limiter) giveBack(k *ticket, g uint64) bool {
 // parked. The slot then leaves the lane through the word, whose change
 // sends that acquisition to look again (unless it was lent meanwhile).
 func (l *Limiter) recheck(k *ticket, g uint64) {
-	if !l.near(k.id, k.t, k.i) {
+	if !l.near(k.id) {
 		return
 	}
 	chaos.Yield()
 	if k.gen.CompareAndSwap(g|parked, g|empty) {
-		l.release(k.id, k.t, k.i, -1)
+		l.release(k.id, -1)
 	}
 }
 
@@ -295,7 +298,7 @@ func (l *Limiter) spread(id registry.ID) {
 		if cur != nil {
 			return
 		}
-		set(unsafe.Pointer(l.newLanes(id, t, i)))
+		set(unsafe.Pointer(l.newLanes(id)))
 		w := t.Word(i)
 		for {
 			v := w.Load()

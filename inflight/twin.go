@@ -106,7 +106,7 @@ func (tw *twin) acquire(id registry.ID) (Slot, refusal) {
 	if r != granted {
 		return Slot{}, r
 	}
-	return tw.l.issue(id, nil, -1), granted
+	return tw.l.issue(id), granted
 }
 
 func (tw *twin) wait(ctx context.Context, id registry.ID) (Slot, error) {
@@ -118,7 +118,7 @@ func (tw *twin) wait(ctx context.Context, id registry.ID) (Slot, error) {
 	switch r := tw.grab(id); r {
 	case granted:
 		tw.mu.Unlock()
-		return tw.l.issue(id, nil, -1), nil
+		return tw.l.issue(id), nil
 	case keyFull:
 	default:
 		tw.mu.Unlock()
@@ -156,7 +156,7 @@ func (tw *twin) wait(ctx context.Context, id registry.ID) (Slot, error) {
 	if w.state == shut {
 		return Slot{}, ErrClosed
 	}
-	return tw.l.issue(id, nil, -1), nil
+	return tw.l.issue(id), nil
 }
 
 func (tw *twin) release(id registry.ID) {

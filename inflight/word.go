@@ -66,16 +66,16 @@ const (
 )
 
 // take takes one slot of key id, creating its word on first use. It
-// returns the slot's place in the table, for its release, and the Slot
-// if a spread key's lane lent it; or why it could not.
-func (l *Limiter) take(id registry.ID) (*registry.Table, int, Slot, refusal) {
+// returns the Slot if a spread key's lane lent it (the zero Slot if the
+// word gave it), or why it could not.
+func (l *Limiter) take(id registry.ID) (Slot, refusal) {
 	t := l.flat.Current(id)
 	i := t.Lookup(id)
 	lost := 0
 	for {
 		if i < 0 {
 			if t, i = l.create(id); i < 0 {
-				return t, i, Slot{}, keysFull
+				return Slot{}, keysFull
 			}
 		}
 		w := t.Word(i)
@@ -87,20 +87,20 @@ func (l *Limiter) take(id registry.ID) (*registry.Table, int, Slot, refusal) {
 			continue
 		case v&spreadBit != 0:
 			if s, ok := l.lendParked(t, i, v, full); ok {
-				return t, i, s, granted
+				return s, granted
 			}
 			if full && w.Load() == v {
-				return t, i, Slot{}, keyFull
+				return Slot{}, keyFull
 			}
 			if full {
 				continue // a slot came back through the word meanwhile: look again
 			}
 		case full:
-			return t, i, Slot{}, keyFull
+			return Slot{}, keyFull
 		}
 		chaos.Yield()
 		if w.CompareAndSwap(v, (v+1)|touched) {
-			return t, i, Slot{}, granted
+			return Slot{}, granted
 		}
 		chaos.Lost("inflight.take")
 		if lost++; lost == spreadAfter && v&spreadBit == 0 && l.spreadsAt(l.limit.Load()) {
@@ -120,14 +120,17 @@ func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
 	return t, i
 }
 
-// putBack gives back one slot of key id, found at slot i of t when it was
-// taken, unless a waiter is queued and the key holds no more than the
-// limit: it then reports false, and the caller hands the slot over under
-// the queue's lock. A key that holds a slot is
-// never removed, so the word is live, or moved by a resize to the table's
-// successor.
-func (l *Limiter) putBack(id registry.ID, t *registry.Table, i, p int) bool {
+// putBack gives back one slot of key id, unless a waiter is queued and
+// the key holds no more than the limit: it then reports false, and the
+// caller hands the slot over under the queue's lock. A key that holds a
+// slot is never removed, so its word is in the shard's current table,
+// live or moved by a resize to the table's successor.
+func (l *Limiter) putBack(id registry.ID, p int) bool {
+	t, i := l.flat.Lookup(id)
 	for {
+		if i < 0 {
+			panic("inflight: a slot was released on a key that is not held") // a broken invariant, never a caller's input
+		}
 		w := t.Word(i)
 		v := w.Load()
 		switch {
