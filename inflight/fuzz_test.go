@@ -50,6 +50,9 @@ func FuzzTwins(f *testing.F) {
 	f.Add(uint8(3), uint8(0), uint8(0), []byte{op(0, 0), op(0, 0), op(0, 0), op(0, 0), op(2, 0), op(2, 0), op(8, 0), op(0, 0), op(0, 0), op(1, 0), op(8, 3), op(0, 0), op(0, 0), op(0, 0), op(7, 0), op(1, 0), op(1, 0), op(7, 0), op(7, 0)})
 	// A stale copy of a slot lent by a lane, once the lane lent it again.
 	f.Add(uint8(1), uint8(0), uint8(0), []byte{op(0, 0), op(1, 0), op(0, 0), op(1, 0), op(0, 0), op(3, 0), op(1, 0), op(3, 0)})
+	// A spread key that holds a slot, with no loan from its lanes between
+	// two sweeps, loses its lanes (Sweep), and answers the same after.
+	f.Add(uint8(3), uint8(0), uint8(0), []byte{op(0, 0), op(0, 0), op(2, 0), op(7, 0), op(0, 0), op(3, 0), op(0, 0), op(1, 0), op(7, 0), op(1, 0), op(1, 0), op(7, 0), op(7, 0), op(0, 0), op(2, 0)})
 	f.Fuzz(twins)
 }
 

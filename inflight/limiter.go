@@ -85,7 +85,9 @@ var (
 // cores share. This changes no answer: a request that finds the key full
 // takes a parked slot from any core's lane before it is refused, and a
 // slot is parked only while the key is well below its limit. It costs a
-// spread key a cache line per P, and every key a pointer.
+// spread key a cache line per P, and every key a pointer; at most 64 keys
+// are spread at once, and Sweep takes the lanes of a key that took no
+// slot from them since the previous Sweep.
 //
 // A Limiter is safe for concurrent use. The zero value is not usable:
 // call New.
@@ -107,6 +109,14 @@ type Limiter struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	swept    chan struct{}
+
+	// The keys spread now, at most maxSpread, and those Sweep unspread
+	// (for the tests), on a line of their own: a spread or an unspread
+	// writes them, and every acquisition reads the fields above.
+	_         cpu.CacheLinePad
+	spreading atomic.Int64
+	unspreads atomic.Int64
+	_         cpu.CacheLinePad
 }
 
 // counter is the global cap's count, on a line of its own.
@@ -163,7 +173,7 @@ func New(cfg Config) (*Limiter, error) {
 		if cfg.spread && l.spreads {
 			l.spreadAll, l.margin = true, 0 // park at any count, to try every path
 		}
-		l.flat = registry.NewFlat(registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.spreads, Hooks: registry.Hooks{Retire: retireIdle}})
+		l.flat = registry.NewFlat(registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.spreads, Hooks: registry.Hooks{Retire: l.retireIdle}})
 		l.queues = new(queues)
 	}
 	if cfg.IdleTTL > 0 {
@@ -197,6 +207,10 @@ func init() {
 		return cfg
 	}
 	testhook.InFlightSpreadKeys = func(l any) int { return l.(*Limiter).spreadKeys() }
+	testhook.InFlightSpreadCounts = func(a any) (int, int) {
+		l := a.(*Limiter)
+		return int(l.spreading.Load()), int(l.unspreads.Load())
+	}
 }
 
 // TryAcquire takes one of key's slots if one is free and no waiter is
@@ -357,19 +371,26 @@ func (l *Limiter) EvictIdle() int {
 	if l.twin != nil {
 		return l.twin.evictIdle(false)
 	}
-	return l.flat.DeleteIf(retireIdle)
+	return l.flat.DeleteIf(l.retireIdle)
 }
 
 // Sweep removes the keys that hold nothing and were not acquired since
 // the previous Sweep, and returns how many it removed: called every T, it
 // removes a key within 2T of its last use. It is the pass that the
 // sweeper of Config.IdleTTL makes, for a caller that sweeps many
-// Limiters from one goroutine of its own.
+// Limiters from one goroutine of its own. A spread key that stays, but
+// took no slot from its lanes since the previous Sweep, loses its lanes
+// (it spreads again if cores fight over it again).
 func (l *Limiter) Sweep() int {
 	if l.twin != nil {
 		return l.twin.evictIdle(true)
 	}
-	return l.flat.DeleteIf(retireUntouched)
+	var calm []registry.ID
+	n := l.flat.DeleteIf(func(t *registry.Table, i int) bool { return l.retireUntouched(t, i, &calm) })
+	for _, id := range calm {
+		l.flat.Update(id, l.unspread)
+	}
+	return n
 }
 
 // checkLimit refuses a Limit out of range.

@@ -50,6 +50,14 @@ import (
 // is rare enough that the lanes it costs are few. A spread key's lanes (a line per P) live in the
 // table's pointer beside its word; Held, Sweep, EvictIdle, MaxKeys and
 // SetLimit first give every parked slot back to the word (settle).
+//
+// Memory. At most maxSpread keys of a Limiter are spread at once: a
+// client with many ids could make cores fight over each, and a line per P
+// for each of MaxKeys keys is far more than their table. A key's lanes go
+// with it when it is removed, and Sweep takes them from a key that stays
+// (it holds a slot) but took no slot from them since the previous Sweep
+// (unspread), so that keys that were hot once and hold long requests
+// now do not keep the bound from the keys that are hot now.
 
 //go:linkname procPin runtime.procPin
 func procPin() int
@@ -63,6 +71,12 @@ const (
 	// spreadAfter is how many CASes one acquisition loses before its key
 	// spreads: the first.
 	spreadAfter = 1
+	// maxSpread is the most keys of a Limiter spread at once, so that
+	// their lanes (64 bytes a P each) cost at most maxSpread × 64 ×
+	// GOMAXPROCS bytes, whatever the keys: a client rotating ids could
+	// otherwise spread every key it holds, and with MaxKeys of them hold
+	// a line per P for each.
+	maxSpread = 64
 )
 
 // A lane's ticket is in one of four states, in the low bits of its
@@ -72,6 +86,7 @@ const (
 	empty    = 0 // no slot here
 	parked   = 1 // a slot held in the key's word and used by no request
 	lent     = 2 // the slot is a request's: a Slot holds the ticket
+	closed   = 3 // the key is being unspread: no slot parks or is lent here
 	laneMask = 3
 	laneGen  = 4 // one loan
 )
@@ -291,11 +306,16 @@ func (sp *lanes) parked() uint64 {
 }
 
 // spread gives key id its lanes and then marks its word, under its
-// shard's lock, unless it has them already or was removed meanwhile: a
-// word marked spread always has its lanes.
+// shard's lock, unless it has them already, was removed meanwhile, or
+// maxSpread keys are spread already: a word marked spread always has its
+// lanes.
 func (l *Limiter) spread(id registry.ID) {
 	l.flat.Update(id, func(t *registry.Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer)) {
 		if cur != nil {
+			return
+		}
+		if l.spreading.Add(1) > maxSpread {
+			l.spreading.Add(-1)
 			return
 		}
 		set(unsafe.Pointer(l.newLanes(id)))
@@ -312,9 +332,72 @@ func (l *Limiter) spread(id registry.ID) {
 }
 
 // spreadsAt reports whether a key may spread under limit: the Limiter has
-// no queue and no global cap, and the limit is at least twice the margin.
+// no queue and no global cap, the limit is at least twice the margin, and
+// fewer than maxSpread keys are spread (checked again under the lock, so
+// that a lost CAS takes no lock when they are).
 func (l *Limiter) spreadsAt(limit uint64) bool {
-	return l.spreads && limit >= 2*l.margin
+	return l.spreads && limit >= 2*l.margin && l.spreading.Load() < maxSpread
+}
+
+// unspread takes away the lanes of the key at slot i of t, whose lanes
+// are cur, as Update's fn (under the key's shard lock), unless a slot was
+// lent from them since the last sweep cleared the marks, or one is lent
+// now: the sweep found the key calm, but it holds a slot, so it stays
+// (see Sweep). It closes every lane (a closed lane neither parks a slot
+// nor lends one, so a goroutine that loaded the lanes before they went
+// finds nothing there and goes through the word), gives the slots that
+// were parked back to the word in the CAS that clears its spread mark,
+// and then drops the lanes. A lane found lent while closing (lent just
+// now) reopens the lanes closed before it, and the key stays spread.
+func (l *Limiter) unspread(t *registry.Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer)) {
+	sp := (*lanes)(cur)
+	if sp == nil {
+		return // unspread or removed since the sweep
+	}
+	for j := range sp.s {
+		if sp.s[j].touched.Load() || sp.s[j].k.gen.Load()&laneMask == lent {
+			return
+		}
+	}
+	var n uint64 // parked slots taken off the lanes
+	mark := uint64(spreadBit)
+	for j := range sp.s {
+		k := &sp.s[j].k
+		g := k.gen.Load()
+		for g&laneMask != lent {
+			chaos.Yield()
+			if k.gen.CompareAndSwap(g, g&^laneMask|closed) {
+				break
+			}
+			chaos.Lost("inflight.unspread")
+			g = k.gen.Load()
+		}
+		if g&laneMask == lent {
+			for c := range sp.s[:j] { // no one else changes a closed lane
+				k := &sp.s[c].k
+				k.gen.Store(k.gen.Load()&^laneMask | empty)
+			}
+			mark = 0
+			break
+		}
+		if g&laneMask == parked {
+			n++
+		}
+	}
+	w := t.Word(i)
+	for {
+		v := w.Load()
+		chaos.Yield()
+		if w.CompareAndSwap(v, (v-n)&^mark) {
+			break
+		}
+		chaos.Lost("inflight.unspread")
+	}
+	if mark != 0 {
+		set(nil)
+		l.spreading.Add(-1)
+		l.unspreads.Add(1)
+	}
 }
 
 // lanesPerKey is the lanes a spread key gets: one per P, as there may

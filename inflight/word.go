@@ -154,23 +154,36 @@ func (l *Limiter) putBack(id registry.ID, p int) bool {
 
 // retireIdle is the registry's Retire hook: it removes a key that holds
 // nothing, in one CAS that no acquisition slips under, having given back
-// its parked slots.
-func retireIdle(t *registry.Table, i int) bool {
+// its parked slots. Under the key's shard lock, so that its spread mark
+// does not change meanwhile.
+func (l *Limiter) retireIdle(t *registry.Table, i int) bool {
+	spread := false
 	if v := t.Word(i).Load(); v&spreadBit != 0 && !word.IsMark(v) {
+		spread = true
 		settle(t, i, false)
 	}
-	return word.RetireIf(t.Word(i), idle)
+	if !word.RetireIf(t.Word(i), idle) {
+		return false
+	}
+	if spread {
+		l.spreading.Add(-1) // its lanes go with it
+	}
+	return true
 }
 
 // retireUntouched is the sweeper's: it removes a key that holds nothing
 // and has not been acquired since the previous sweep, and clears the
 // touched mark of every other, so that a key is removed after one whole
 // sweep period without an acquisition. A spread key gives back its parked
-// slots first; a slot taken from a lane touches it too.
-func retireUntouched(t *registry.Table, i int) bool {
+// slots first; a slot taken from a lane touches it too. A spread key that
+// stays though no slot was taken from its lanes since the previous sweep
+// (it holds slots, but is not hot) is added to calm, for Sweep to
+// unspread.
+func (l *Limiter) retireUntouched(t *registry.Table, i int, calm *[]registry.ID) bool {
 	w := t.Word(i)
-	laned := false
+	spread, laned := false, false
 	if v := w.Load(); v&spreadBit != 0 && !word.IsMark(v) {
+		spread = true
 		_, laned = settle(t, i, true)
 	}
 	for {
@@ -181,15 +194,22 @@ func retireUntouched(t *registry.Table, i int) bool {
 		case idle(v) && v&touched == 0 && !laned:
 			chaos.Yield()
 			if w.CompareAndSwap(v, word.Dead) {
+				if spread {
+					l.spreading.Add(-1) // its lanes go with it
+				}
 				return true
 			}
-		case v&touched == 0:
-			return false
-		default:
+		case v&touched != 0:
 			chaos.Yield()
-			if w.CompareAndSwap(v, v&^touched) {
-				return false
+			if !w.CompareAndSwap(v, v&^touched) {
+				break
 			}
+			fallthrough
+		default:
+			if spread && !laned {
+				*calm = append(*calm, t.ID(i))
+			}
+			return false
 		}
 		chaos.Lost("inflight.sweep")
 	}

@@ -37,19 +37,23 @@ func (p *probe) down() { p.now.Add(-1) }
 // cores against the in-flight Limiter and its mutex twin, on a few keys,
 // and against Limiters that spread keys over lanes: one that spreads
 // every key and parks every slot released (testhook.InFlightSpread), and
-// one whose single key, under a wide limit, spreads as it would in use:
+// one whose single key, under a wide limit, spreads as it would in use;
+// each of the two also with a goroutine that sweeps all the while, so
+// that keys lose their lanes (and spread again) as slots are parked,
+// lent and given back on them, and must have lost them at least once:
 // they take slots with TryAcquire and with Acquire (some of whose
 // contexts another goroutine cancels while they wait), hold them for a
 // random while and release them, some twice. A probe per key, and one
 // over all keys, counts what is held at every instant: never above the
 // limit, nor above the global cap; and at the end every slot is free,
-// no waiter is left, and every key can be evicted.
+// no waiter is left, every key can be evicted, and the Limiter's count
+// of spread keys (which bounds them) is the keys whose word is marked.
 func TestInFlightNeverAboveLimit(t *testing.T) {
 	old := runtime.GOMAXPROCS(max(8, 4*runtime.NumCPU()))
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
 	const limit, global, queue = 3, 7, 4
 	keys := []string{"a", "b", "c", "d"}
-	for _, form := range []string{"lockfree", "mutex", "spread", "spread-wide"} {
+	for _, form := range []string{"lockfree", "mutex", "spread", "spread-wide", "spread-swept", "spread-wide-swept"} {
 		for _, capped := range []bool{false, true} {
 			name := form
 			if capped {
@@ -67,23 +71,27 @@ func TestInFlightNeverAboveLimit(t *testing.T) {
 				switch form {
 				case "mutex":
 					cfg = testhook.InFlightTwin(cfg).(inflight.Config)
-				case "spread":
+				case "spread", "spread-swept":
 					cfg.Queue = 0
 					cfg = testhook.InFlightSpread(cfg).(inflight.Config)
-				case "spread-wide":
+				case "spread-wide", "spread-wide-swept":
 					// Room for the lanes. margin (a slot per P), and
 					// fewer slots than goroutines on the one key.
 					cfg = inflight.Config{Limit: 4*runtime.GOMAXPROCS(0) + 8}
 					keys = keys[:1]
 				}
+				swept := strings.HasSuffix(form, "-swept")
 				before := chaos.Retries()
-				runInFlight(t, cfg, keys)
-				for again := 0; form != "mutex" && chaos.Enabled && chaos.Retries() == before && again < contendTries; again++ {
-					t.Logf("no CAS retried: running again (%d of %d)", again+1, contendTries)
-					runInFlight(t, cfg, keys)
+				unspread := runInFlight(t, cfg, keys, swept)
+				for again := 0; form != "mutex" && (chaos.Enabled && chaos.Retries() == before || swept && unspread == 0) && again < contendTries; again++ {
+					t.Logf("no CAS retried, or no key unspread: running again (%d of %d)", again+1, contendTries)
+					unspread += runInFlight(t, cfg, keys, swept)
 				}
 				if form != "mutex" && chaos.Enabled && chaos.Retries() == before {
 					t.Fatal("no CAS ever retried: the test did not contend, so it proves nothing")
+				}
+				if swept && unspread == 0 {
+					t.Fatal("no sweep ever took a key's lanes: the test proves nothing of it")
 				}
 				t.Logf("CAS retries: %d (counted only with -tags chaos)", chaos.Retries()-before)
 			})
@@ -91,11 +99,31 @@ func TestInFlightNeverAboveLimit(t *testing.T) {
 	}
 }
 
-func runInFlight(t *testing.T, cfg inflight.Config, keys []string) {
+// runInFlight is one run of TestInFlightNeverAboveLimit, with a goroutine
+// that sweeps all the while if swept; it returns how many times a sweep
+// took a spread key's lanes.
+func runInFlight(t *testing.T, cfg inflight.Config, keys []string, swept bool) int {
 	l, err := inflight.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for swept {
+			select {
+			case <-stop:
+				return
+			default:
+				// Two sweeps back to back: the second finds a key calm
+				// whose lanes lent nothing in the moment between, and
+				// takes them while the goroutines go on.
+				l.Sweep()
+				l.Sweep()
+				runtime.Gosched()
+			}
+		}
+	}()
 	probes := make([]probe, len(keys))
 	var all probe
 	var served, refused, cancelled atomic.Int64
@@ -150,8 +178,14 @@ func runInFlight(t *testing.T, cfg inflight.Config, keys []string) {
 			t.Error("a slot released twice")
 		}
 	})
+	close(stop)
+	<-stopped
 	spread := testhook.InFlightSpreadKeys(l)
-	if cfg.Queue == 0 && cfg.Global == 0 && chaos.Enabled && spread == 0 {
+	spreading, unspread := testhook.InFlightSpreadCounts(l)
+	if spreading != spread {
+		t.Errorf("the Limiter counts %d keys spread, and %d words are marked spread", spreading, spread)
+	}
+	if cfg.Queue == 0 && cfg.Global == 0 && chaos.Enabled && spread == 0 && unspread == 0 {
 		t.Error("no key spread, though CASes were lost: the lanes went untried")
 	}
 	for k, key := range keys {
@@ -170,8 +204,15 @@ func runInFlight(t *testing.T, cfg inflight.Config, keys []string) {
 			t.Errorf("InUse at the end: %d", l.InUse())
 		}
 	}
-	if n := l.EvictIdle(); n != len(keys) || l.Len() != 0 {
-		t.Errorf("EvictIdle at the end removed %d of %d keys, left %d", n, len(keys), l.Len())
+	want := len(keys)
+	if swept {
+		want = l.Len() // a key idle when the sweeper passed is gone already
+	}
+	if n := l.EvictIdle(); n != want || l.Len() != 0 {
+		t.Errorf("EvictIdle at the end removed %d of %d keys, left %d", n, want, l.Len())
+	}
+	if spreading, _ := testhook.InFlightSpreadCounts(l); spreading != 0 {
+		t.Errorf("every key evicted, and the Limiter counts %d keys spread", spreading)
 	}
 	l.Close()
 	most := make([]int64, len(keys))
@@ -183,4 +224,8 @@ func runInFlight(t *testing.T, cfg inflight.Config, keys []string) {
 	if served.Load() == 0 || refused.Load() == 0 {
 		t.Error("the run did not both serve and refuse: it proves nothing")
 	}
+	if swept {
+		t.Logf("%d times a sweep took a key's lanes", unspread)
+	}
+	return unspread
 }

@@ -41,6 +41,12 @@ var InFlightSpread func(cfg any) any
 // spread now. Set by inflight.
 var InFlightSpreadKeys func(l any) int
 
+// InFlightSpreadCounts returns an *inflight.Limiter's count of the keys
+// spread now (which its bound on them reads, and InFlightSpreadKeys
+// must agree with when nothing runs), and how many spread keys its
+// Sweep has taken the lanes of since New. Set by inflight.
+var InFlightSpreadCounts func(l any) (spreading, unspread int)
+
 // SameKeys makes the *floodgate.Limiter b, before its first request, hash
 // keys as the *floodgate.Limiter a does: the two then place every key in
 // the same slot and, with MaxKeys, the same sketch cells, so that a
