@@ -60,7 +60,7 @@ test-full:
 # whose own allocations make a heap figure meaningless: they run here,
 # without it.
 test-heap:
-	$(GO) test -count=1 -run 'Memory|HeapBound' . ./httplimit
+	$(GO) test -count=1 -run 'Memory|HeapBound' . ./httplimit ./inflight
 	cd redislimit && $(GO) test -count=1 -run 'Memory|HeapBound' .
 	cd rls && $(GO) test -count=1 -run 'HeapBound|LoadCost' . ./config ./cmd/floodgate-rls
 
