@@ -26,6 +26,14 @@
 //     core's next request to take without writing the shared word. Parked
 //     slots count as held, and a request that finds the key full takes one
 //     from any lane before it is refused, so the answers are the same.
+//     At most 64 keys of a Limiter are spread at once, and Sweep takes
+//     the lanes of a key that took no slot from them since the previous
+//     Sweep.
+//   - Memory: a key costs its entry in the flat table (64 bytes, its
+//     share of a table at half load with its pointer), and each slot it
+//     holds a pooled 48-byte ticket, which keeps no table: slots held for
+//     hours while other keys come and go keep nothing of the tables made
+//     meanwhile. A spread key's lanes cost 64 bytes a P.
 //   - A bounded, FIFO wait: Acquire queues for a slot when Config.Queue
 //     allows, under a context; waiters of one key are served in the order
 //     they came, and no later request takes a slot while one waits. A full
