@@ -325,17 +325,24 @@ func TestRedisReload(t *testing.T) {
 // request within the limit is decided as with the setting true, from the
 // leases, which it takes in its own round trips: 100 clients of five
 // requests each (hits of 1, and Envoy AI Gateway's checks and costs) make
-// no more round trips than with the setting true (a charge that cannot be
-// refused takes no lease, and made three times as many). A request past
-// the limit is still charged into debt, and the key refuses after it.
+// at most three round trips a client, with the setting or without: the
+// first request's, which takes a batch of 1; that batch's renewal; and
+// the third request's, if the renewal had not come yet (then its batch
+// serves the rest). A charge that cannot be refused takes no lease: every
+// hit charged alone would make four or more. (Leases live for an hour, in
+// a window of a year: no batch runs out of time, and none goes back,
+// however slowly the run goes.) A request past the limit is still charged
+// into debt, and the key refuses after it.
 func TestRedisLeaseDefaultSetting(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := mustConfig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 100000}\n")
+	const clients = 100
+	cfg := mustConfig(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 100000}\n")
 	trips := func(stop bool) int64 {
-		st := store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: fmt.Sprint("lease-default-", stop), FailureMode: redislimit.FailClosed, Lease: redislimit.Lease{Max: 1000}})
+		st := store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: fmt.Sprint("lease-default-", stop), FailureMode: redislimit.FailClosed,
+			Lease: redislimit.Lease{Max: 1000, TTL: time.Hour}})
 		_, c := serve(t, cfg, Options{Store: st, StopIncrementOverLimit: stop})
-		before := st.Stats().Calls
-		for i := range 100 {
+		before := st.Stats()
+		for i := range clients {
 			for _, n := range []uint64{1, 1, 1, 0, 7} {
 				d := desc("k", fmt.Sprint("client-", i))
 				d.HitsAddend = wrapperspb.UInt64(n)
@@ -343,6 +350,15 @@ func TestRedisLeaseDefaultSetting(t *testing.T) {
 					t.Fatalf("client %d, hits %d, within the limit: %v", i, n, r.OverallCode)
 				}
 			}
+		}
+		after := st.Stats()
+		// A script sent whole (the first call on a fresh Redis) may take a
+		// round trip more.
+		made := after.Calls - before.Calls - (after.Loads - before.Loads)
+		t.Logf("StopIncrementOverLimit %v: %d round trips: %d refills, %d batches renewed ahead, %d units returned",
+			stop, made, after.Refills-before.Refills, after.Renewals-before.Renewals, after.Returned-before.Returned)
+		if made > 3*clients {
+			t.Errorf("StopIncrementOverLimit %v: %d clients within the limit made %d round trips, more than 3 each: hits were charged alone", stop, clients, made)
 		}
 		if !stop {
 			d := desc("k", "client-0")
@@ -355,11 +371,8 @@ func TestRedisLeaseDefaultSetting(t *testing.T) {
 				t.Errorf("a check after the debt: %v, want OVER_LIMIT", r.OverallCode)
 			}
 		}
-		return st.Stats().Calls - before
+		return made
 	}
 	exact, every := trips(true), trips(false)
-	t.Logf("500 requests within the limit: %d round trips with StopIncrementOverLimit, %d without", exact, every)
-	if every > exact+exact/10 {
-		t.Errorf("every hit charged made %d round trips, the setting true %d: want no more", every, exact)
-	}
+	t.Logf("%d requests within the limit: %d round trips with StopIncrementOverLimit, %d without", 5*clients, exact, every)
 }
