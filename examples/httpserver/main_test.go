@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"github.com/floodgate-go/floodgate/internal/testmain"
-	"go.uber.org/goleak"
 	"io"
 	"net/http"
 	"os"
@@ -64,12 +63,11 @@ func command(t *testing.T, args ...string) *exec.Cmd {
 // TestMain removes the built binary once the tests are done, and fails
 // them if they leave a goroutine behind.
 func TestMain(m *testing.M) {
-	testmain.Run(m, goleak.Cleanup(func(code int) {
+	testmain.RunThen(m, func() {
 		if binary != "" {
 			os.RemoveAll(filepath.Dir(binary))
 		}
-		os.Exit(code)
-	}))
+	})
 }
 
 // start runs the built server on a free loopback port and returns its URL.

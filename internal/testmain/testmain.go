@@ -40,7 +40,13 @@ const settle = 5 * time.Second
 
 // Run runs the package's tests, fails them if goroutines are left behind
 // (beyond those opts ignore) settle after the tests end, and exits.
-func Run(m *testing.M, opts ...goleak.Option) {
+func Run(m *testing.M, opts ...goleak.Option) { RunThen(m, nil, opts...) }
+
+// RunThen is Run, and calls then, if not nil, after the check and before
+// the exit: for what the package's TestMain made, such as a binary its
+// tests built, to go. (goleak.Cleanup is no option here: goleak.Find,
+// which waits for goroutines that are ending, refuses it.)
+func RunThen(m *testing.M, then func(), opts ...goleak.Option) {
 	if os.Getenv(ExclusivePairEnv) == "1" && testhook.ExclusivePair != nil {
 		testhook.ExclusivePair()
 	}
@@ -56,6 +62,9 @@ func Run(m *testing.M, opts ...goleak.Option) {
 			fmt.Fprintf(os.Stderr, "goleak: errors on a successful test run: %v\n", err)
 			code = 1
 		}
+	}
+	if then != nil {
+		then()
 	}
 	os.Exit(code)
 }
