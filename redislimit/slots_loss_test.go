@@ -165,7 +165,7 @@ func TestSlotsAheadOnlyWhileConfirmed(t *testing.T) {
 	// A host suspended for a second: its monotonic clock stood still, its
 	// wall clock and Redis's ran on.
 	wall := floodgate.NewManualClock(clock.Now())
-	s := slotStoreWith(t, srv, cfg, func(s *Store) { s.redisClock, s.wallClock = clock, wall })
+	s := slotStoreWith(t, srv, cfg, func(s *Store) { s.redisClock, s.wallClock = clock, wall; renewByHand(s) })
 	ps := mustSlots(t, s, "conc2", 5)
 	take(t, ps, true).Release()
 	if n := len(parked(ps, "client")); n != 2 {

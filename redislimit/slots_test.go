@@ -20,15 +20,26 @@ import (
 )
 
 // slotStore is a Store on srv whose scripts take clock for Redis's (nil:
-// Redis's own TIME).
+// Redis's own TIME). With a clock, its slots are renewed by hand only
+// (see renewByHand).
 func slotStore(t testing.TB, srv *redistest.Server, cfg Config, clock *floodgate.ManualClock) *Store {
 	t.Helper()
 	return slotStoreWith(t, srv, cfg, func(s *Store) {
 		if clock != nil {
 			s.redisClock = clock
+			renewByHand(s)
 		}
 	})
 }
+
+// renewByHand makes s's renewer, which wakes every third of SlotTTL of
+// real time, renew nothing: a test on a manual clock calls
+// s.holding.renew itself, at the instants it chooses. Left to run, the
+// renewer would renew at whatever point of the test a loaded machine had
+// reached a second or so after the first slot was taken, adding a round
+// trip to one the test counts, or giving back a slot before the test's
+// own renewal does.
+func renewByHand(s *Store) { s.holding.around = func(func() bool) {} }
 
 // slotStoreWith is a Store on srv that setup changes before it runs.
 func slotStoreWith(t testing.TB, srv *redistest.Server, cfg Config, setup func(*Store)) *Store {
