@@ -468,7 +468,10 @@ func TestIdlePoliciesHeapBound(t *testing.T) {
 // refused request charges nothing.
 func TestDecideLeasesInItsRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
-	s := mustStore(t, srv, Config{Timeout: 200 * time.Millisecond, FailureMode: FailClosed, BreakAfter: 1000, Lease: Lease{Max: 1000}})
+	// Leases of an hour: with a second's, the bucket's first batch (half
+	// a TTL of its 36 ms steps) lasts under half a second, and a loaded
+	// machine may take longer than that to reach the second request.
+	s := mustStore(t, srv, Config{Timeout: 200 * time.Millisecond, FailureMode: FailClosed, BreakAfter: 1000, Lease: Lease{Max: 1000, TTL: time.Hour}})
 	rule := floodgate.Rule{Limit: 100_000, Period: time.Hour}
 	a := mustPolicy(t, s, "a", floodgate.FixedWindow, rule).(*policy)
 	b := mustPolicy(t, s, "b", floodgate.SlidingCounter, rule).(*policy)
