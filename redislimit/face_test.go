@@ -430,10 +430,14 @@ func onlyPolicy(t testing.TB, s *Store) *policy {
 func TestFaceLeaseTwoPolicies(t *testing.T) {
 	srv := redistest.Start(t)
 	cfg := httplimit.Config{Default: []httplimit.Policy{
-		{Name: "minute", Algorithm: floodgate.SlidingCounter, Rule: floodgate.Rule{Limit: 1000, Period: time.Minute}},
+		{Name: "counter", Algorithm: floodgate.SlidingCounter, Rule: hourly(1000)},
 		{Name: "hour", Rule: hourly(300)},
 	}}
-	scfg := Config{Prefix: "lease2", Lease: Lease{Max: 64}, FailureMode: FailClosed}
+	// Leases of an hour, and windows of an hour: with a second's TTL, a
+	// run that a loaded machine spread over most of one renews them for
+	// time, and a window's batch ends with its window, in round trips the
+	// count below would take for the requests'.
+	scfg := Config{Prefix: "lease2", Lease: Lease{Max: 64, TTL: time.Hour}, FailureMode: FailClosed}
 	var reps []*faceReplica
 	for range 3 {
 		r := newFaceReplica(t, srv, scfg, cfg)
