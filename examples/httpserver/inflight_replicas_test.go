@@ -44,14 +44,17 @@ func TestReplicasHoldAtMostInFlight(t *testing.T) {
 	// Each replica renews its slots every third of -slot-ttl, and must
 	// reach Redis within it, or a held slot expires and another replica
 	// takes its place: -slot-ttl is ample beside a loaded machine's round
-	// trips.
-	slotTTL := 2 * time.Second
+	// trips, more so under the emulator that -short serves.
+	slotTTL, timeout := 2*time.Second, 500*time.Millisecond
+	if testing.Short() {
+		slotTTL, timeout = 4*time.Second, 1300*time.Millisecond
+	}
 	rdb := redistest.Start(t)
 	var ss []*server
 	for range replicas {
 		// Refused while Redis cannot answer (closed): a replica deciding
 		// alone (local) would hold 5 of its own.
-		ss = append(ss, launch(t, "-redis", rdb.Addr, "-redis-timeout", "500ms", "-redis-failure", "closed",
+		ss = append(ss, launch(t, "-redis", rdb.Addr, "-redis-timeout", timeout.String(), "-redis-failure", "closed",
 			"-inflight", strconv.Itoa(limit), "-slot-ttl", slotTTL.String(), "-limit", "1000000", "-period", "1h"))
 	}
 	rc := redis.NewClient(&redis.Options{Addr: rdb.Addr})
