@@ -52,12 +52,13 @@ const (
 // without synchronisation; they sit beside b and n, on the line a lookup
 // loads anyway.
 type Table struct {
-	b      []bucket
-	n      uint64                // len(b)
-	Origin int64                 // what inline words are relative to
-	Aux    unsafe.Pointer        // the user's: what the words mean
-	ptrs   []unsafe.Pointer      // parallel to the slots, for states held out of line
-	next   atomic.Pointer[Table] // set before the first slot is marked Moved
+	b       []bucket
+	n       uint64                // len(b)
+	Origin  int64                 // what inline words are relative to
+	Aux     unsafe.Pointer        // the user's: what the words mean
+	ptrs    []unsafe.Pointer      // parallel to the slots, for states held out of line
+	next    atomic.Pointer[Table] // set before the first slot is marked Moved
+	serials []uint32              // three a bucket, once the Flat keeps them (see Serial)
 }
 
 // Word returns the state word of slot i.
@@ -65,6 +66,27 @@ func (t *Table) Word(i int) *atomic.Uint64 { return &t.b[i>>slotShift].w[i&slotM
 
 // Ptr returns the out-of-line state of slot i.
 func (t *Table) Ptr(i int) unsafe.Pointer { return atomic.LoadPointer(&t.ptrs[i]) }
+
+// Serial returns the serial of the key in slot i: a number that its shard
+// gives each key it creates, and again each key that Convert moves, and
+// that a resize or a rebase keeps. So one key's serial tells its lives
+// apart: a grant held across a request (a reservation) keeps its key's
+// ID and serial rather than its table, and finds the key again at its
+// return, in whatever table holds it by then, or finds that it was
+// removed and made again meanwhile, or converted, when the serial differs.
+// A table that a grant kept would stay in memory as long as the grant is
+// held, and with it every table its shard has made since (each points to
+// its successor): under MaxKeys churn, one every few thousand new keys.
+// Serials are 32 bits: one key's two lives have the same serial only
+// when its shard gave a multiple of 2^32 serials in between. A table of
+// a Flat that keeps no serials (see KeepSerials) returns 0, which is no
+// key's serial.
+func (t *Table) Serial(i int) uint32 {
+	if t.serials == nil {
+		return 0
+	}
+	return t.serials[i>>slotShift*slotsPerBucket+i&slotMask]
+}
 
 // ID returns the identity held in slot i, as far as the table keeps it.
 func (t *Table) ID(i int) ID {
@@ -128,13 +150,16 @@ func (t *Table) free(id ID) int {
 // are not slots: i&slotMask == slotsPerBucket).
 func (t *Table) slots() int { return int(t.n) << slotShift }
 
-// put writes id and its state into the empty slot i; the identity last,
-// so that a reader that sees it sees the state.
-func (t *Table) put(i int, id ID, w uint64, p unsafe.Pointer) {
+// put writes id, its state and its serial into the empty slot i; the
+// identity last, so that a reader that sees it sees the rest.
+func (t *Table) put(i int, id ID, w uint64, p unsafe.Pointer, serial uint32) {
 	b, j := &t.b[i>>slotShift], i&slotMask
 	b.w[j].Store(w)
 	if t.ptrs != nil {
 		atomic.StorePointer(&t.ptrs[i], p)
+	}
+	if t.serials != nil {
+		t.serials[i>>slotShift*slotsPerBucket+j] = serial
 	}
 	b.lo[j].Store(uint32(id.Lo))
 	b.hi[j].Store(id.Hi)
@@ -192,7 +217,19 @@ type flatShard struct {
 	live  atomic.Int64 // keys held; written under mu, read by Len
 	used  uint64       // live slots and tombstones of the table, under mu
 	rng   uint64       // sampling state for eviction at the bound, under mu
-	_     cpu.CacheLinePad
+	// serial is the last serial given (see Table.Serial), under mu; keep
+	// says that the shard's tables keep serials (see KeepSerials).
+	serial uint32
+	keep   bool
+	_      cpu.CacheLinePad
+}
+
+// nextSerial returns a new serial, never 0. Under the lock.
+func (sh *flatShard) nextSerial() uint32 {
+	if sh.serial++; sh.serial == 0 {
+		sh.serial = 1
+	}
+	return sh.serial
 }
 
 // minBuckets is the size of a new shard's table.
@@ -236,20 +273,24 @@ func NewFlat(c FlatConfig) Flat {
 		f.bound = max(1, c.MaxKeys/shards)
 	}
 	for i := range f.shards {
-		f.shards[i].table.Store(newTable(minBuckets, c.Origin, c.Aux, c.Pointers))
+		f.shards[i].table.Store(newTable(minBuckets, c.Origin, c.Aux, c.Pointers, false))
 		f.shards[i].rng = uint64(i)*0x9e3779b97f4a7c15 + 1
 	}
 	return f
 }
 
 // newTable makes a table of n buckets, aligned to a cache line: a bucket
-// must be one line, or a lookup would touch two.
-func newTable(n uint64, origin int64, aux unsafe.Pointer, ptrs bool) *Table {
+// must be one line, or a lookup would touch two; with serials, it keeps
+// its keys' (see Table.Serial).
+func newTable(n uint64, origin int64, aux unsafe.Pointer, ptrs, serials bool) *Table {
 	raw := make([]bucket, n+1)
 	off := (lineSize - uintptr(unsafe.Pointer(&raw[0]))%lineSize) % lineSize
 	t := &Table{b: unsafe.Slice((*bucket)(unsafe.Add(unsafe.Pointer(&raw[0]), off)), n), n: n, Origin: origin, Aux: aux}
 	if ptrs {
 		t.ptrs = make([]unsafe.Pointer, n<<slotShift)
+	}
+	if serials {
+		t.serials = make([]uint32, n*slotsPerBucket)
 	}
 	return t
 }
@@ -312,8 +353,12 @@ func (f *Flat) Insert(id ID, now int64, init func(t *Table) (w uint64, p unsafe.
 		t = f.migrate(sh, t, t.Origin)
 		// A resize keeps the origin, so the word init gave stands.
 	}
+	var serial uint32
+	if sh.keep {
+		serial = sh.nextSerial()
+	}
 	i := t.free(id)
-	t.put(i, id, w, p)
+	t.put(i, id, w, p, serial)
 	sh.used++
 	sh.live.Add(1)
 	return t, i
@@ -403,16 +448,18 @@ func (f *Flat) migrate(sh *flatShard, old *Table, origin int64) *Table {
 	if f.hooks.Rebase != nil && origin != old.Origin {
 		rebase = func(old *Table, w uint64) uint64 { return f.hooks.Rebase(old, w, origin) }
 	}
-	return f.move(sh, old, origin, old.Aux, rebase, nil)
+	return f.move(sh, old, origin, old.Aux, rebase, nil, false)
 }
 
 // move is migrate with a new Aux and a translation of each slot's word
 // (nil: copied as it is) and of each slot's out-of-line state (nil:
-// shared by both tables). Under the lock.
+// shared by both tables); with renew, each key gets a new serial, if the
+// shard keeps them, else it keeps its own. Under the lock.
 func (f *Flat) move(sh *flatShard, old *Table, origin int64, aux unsafe.Pointer,
-	words func(old *Table, w uint64) uint64, ptrs func(old *Table, i int, p unsafe.Pointer) unsafe.Pointer) *Table {
+	words func(old *Table, w uint64) uint64, ptrs func(old *Table, i int, p unsafe.Pointer) unsafe.Pointer, renew bool) *Table {
 	live := uint64(sh.live.Load())
-	nt := newTable(max(minBuckets, (live+1)*2/slotsPerBucket), origin, aux, f.ptrs)
+	nt := newTable(max(minBuckets, (live+1)*2/slotsPerBucket), origin, aux, f.ptrs, sh.keep)
+	renew = renew || old.serials == nil
 	old.next.Store(nt)
 	for i := range old.slots() {
 		if i&slotMask == slotsPerBucket {
@@ -431,6 +478,14 @@ func (f *Flat) move(sh *flatShard, old *Table, origin int64, aux unsafe.Pointer,
 				p = ptrs(old, i, p)
 			}
 		}
+		var serial uint32
+		switch {
+		case !sh.keep:
+		case renew:
+			serial = sh.nextSerial()
+		default:
+			serial = old.Serial(i)
+		}
 		// No reader looks for id in nt before its old slot says Moved, so
 		// the copy may be rewritten until the CAS holds.
 		src := old.Word(i)
@@ -440,7 +495,7 @@ func (f *Flat) move(sh *flatShard, old *Table, origin int64, aux unsafe.Pointer,
 			if words != nil {
 				nw = words(old, w)
 			}
-			nt.put(j, id, nw, p)
+			nt.put(j, id, nw, p, serial)
 			if src.CompareAndSwap(w, word.Moved) {
 				break
 			}
@@ -459,13 +514,35 @@ func (f *Flat) move(sh *flatShard, old *Table, origin int64, aux unsafe.Pointer,
 // translated with it, one that comes after follows the mark into the new
 // table. ptrs runs once per state, under the lock; it must retire the old
 // state in the same atomic step as it reads it, so that no grant lands on
-// it afterwards. No lock spans the table, and readers never wait.
+// it afterwards. No lock spans the table, and readers never wait. Each
+// key gets a new serial (see Table.Serial), if the Flat keeps them: a
+// grant held across the change finds its key's serial changed.
 func (f *Flat) Convert(origin int64, aux unsafe.Pointer, words func(old *Table, w uint64) uint64,
 	ptrs func(old *Table, i int, p unsafe.Pointer) unsafe.Pointer) {
 	for s := range f.shards {
 		sh := &f.shards[s]
 		sh.mu.Lock()
-		f.move(sh, sh.table.Load(), origin, aux, words, ptrs)
+		f.move(sh, sh.table.Load(), origin, aux, words, ptrs, true)
+		sh.mu.Unlock()
+	}
+}
+
+// KeepSerials makes the Flat keep its keys' serials (see Table.Serial)
+// from now on, if it does not already: each shard moves, one after
+// another under its lock, to a table that keeps them, every key with a
+// new serial. It is for a user that holds grants across requests, and
+// costs it 4 bytes a slot (8 a key at the half load a table is rebuilt
+// at); a Flat that never needs them pays nothing. Once it returns, a
+// lookup that begins then finds only tables that keep serials.
+func (f *Flat) KeepSerials() {
+	for s := range f.shards {
+		sh := &f.shards[s]
+		sh.mu.Lock()
+		if !sh.keep {
+			sh.keep = true
+			t := sh.table.Load()
+			f.move(sh, t, t.Origin, t.Aux, nil, nil, true)
+		}
 		sh.mu.Unlock()
 	}
 }
