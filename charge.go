@@ -91,8 +91,10 @@ func (l *Limiter) Charge(key string, n int64) (Decision, error) {
 //	used := serve()
 //	d, err := r.Settle(used) // gives back 500 − used, or charges the overrun
 //
-// A Reservation holds no reference to key. It must not be copied: a copy
-// could settle twice (go vet reports copies).
+// A Reservation holds no reference to key, nor to the table its state
+// was in: what it keeps does not grow with the ids that come and go while
+// it is held. It must not be copied: a copy could settle twice (go vet
+// reports copies).
 func (l *Limiter) Reserve(key string, estimate int64) (r Reservation) {
 	// Written in place: the Reservation is the caller's, not a copy.
 	r.l = l
@@ -101,7 +103,9 @@ func (l *Limiter) Reserve(key string, estimate int64) (r Reservation) {
 		l.check(id, now, &r.d)
 		r.gr.id = id
 	} else {
+		l.holdable()
 		l.allowAt(key, l.now(), estimate, &r.gr, &r.d)
+		l.hold(&r.gr)
 	}
 	r.ok = r.d.Allowed
 	return
@@ -192,7 +196,7 @@ func (l *Limiter) settleGrant(gr *grant, est, actual int64, d *Decision) error {
 	case actual > est:
 		return l.chargeID(gr.id, now, actual-est, d)
 	case actual < est:
-		if gr.g == nil && gr.t != nil && gr.i >= 0 && l.settleWord(gr, est-actual, now, d) {
+		if gr.g == nil && l.settleWord(gr, est-actual, now, d) {
 			return nil
 		}
 		answered := false
@@ -214,27 +218,40 @@ func (l *Limiter) settleGrant(gr *grant, est, actual int64, d *Decision) error {
 	return nil
 }
 
-// settleWord gives n back to the word of the slot gr took from and writes
+// settleWord gives n back to the word of the key gr took from and writes
 // the key's state after it to *d, in one step, as refundKeyN then
-// settledAt would: false, with nothing given back, when the slot no
-// longer holds a word of the key (a resize moved it, the key was removed)
-// or a reading lies outside its range, for the general path.
+// settledAt would: false, with nothing given back, when gr is not a word's
+// grant, when its slot no longer holds a word of the key (a resize moved
+// it, the key was removed) or a reading lies outside its range, for the
+// general path. A held grant's slot is its key's, found again, while the
+// key has its serial (see returnHeld).
 func (l *Limiter) settleWord(gr *grant, n, now int64, d *Decision) bool {
-	t := gr.t
+	t, i := gr.t, gr.i
+	switch {
+	case t != nil:
+	case gr.serial != 0:
+		t, i = l.heldWord(gr.id, gr.serial)
+	default:
+		return false
+	}
+	if i < 0 {
+		return false
+	}
 	rs := rulesOf(t)
 	if l.kind == bucketWords {
-		bd, ok := rs.bucket.SettleWord(t.Word(gr.i), t.Origin, now, n)
+		bd, ok := rs.bucket.SettleWord(t.Word(i), t.Origin, now, n)
 		*d = Decision(bd)
 		return ok
 	}
-	wd, ok := rs.window.SettleWord(t.Word(gr.i), t.Origin, gr.now, now, n)
+	wd, ok := rs.window.SettleWord(t.Word(i), t.Origin, gr.now, now, n)
 	*d = Decision(wd)
 	return ok
 }
 
 // settledAt writes to *d what settled would for the key that gr took
 // from, read where gr found it (its state, or its slot while the slot
-// still holds a word), with no second lookup; else as settled finds it.
+// still holds a word), with no second lookup; else, and for a held
+// grant's word, as settled finds it.
 func (l *Limiter) settledAt(gr *grant, now int64, d *Decision) {
 	found := false
 	switch {

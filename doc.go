@@ -152,6 +152,17 @@
 // its successor, and a key created again after an eviction is full from
 // the eviction's instant on, not before.
 //
+// A reservation held across a request (Reserve's, a LocalStore's Hold, a
+// WaitN's while it waits) keeps its key's identity and serial, a number
+// the table gives each key it creates, never the table the key was in: a
+// table would keep every table that replaced it, one every few thousand
+// new keys under MaxKeys, for as long as the reservation is held. What a
+// held reservation keeps does not grow with the ids that come and go, and
+// its settlement finds its key again, or finds that the key was removed
+// and made again meanwhile, and then gives nothing back. The first such
+// reservation makes the table keep the serials: 4 bytes a slot, about 8
+// a key, which a Limiter that never holds one does not pay.
+//
 // # Waiting, several limits, changing rules
 //
 // Wait and WaitN reserve and then block until the request may pass, in

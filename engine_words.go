@@ -131,21 +131,62 @@ func (l *Limiter) onWord(id registry.ID, now int64, op op, n int64, a *answer) (
 // to another rule (stricter, never looser).
 func (l *Limiter) returnWord(id registry.ID, t *registry.Table, i int, now, n int64, cancel bool, tat uint64) {
 	rs := rulesOf(t)
-	for i >= 0 && rulesOf(t) == rs {
-		var st word.Status
-		switch {
-		case cancel:
-			_, st = rs.bucket.CancelWord(t.Word(i), tat, n)
-		case l.kind == bucketWords:
-			st = rs.bucket.RefundWord(t.Word(i), n)
-		default:
-			st = rs.window.RefundWord(t.Word(i), t.Origin, now, n)
-		}
-		if st == word.Live || t.Word(i).Load() != word.Moved {
-			return // given back, spent for good, or the key was removed
-		}
+	for i >= 0 && rulesOf(t) == rs && !l.giveWord(t, i, now, n, cancel, tat) {
 		t, i = l.flat.Find(id) // moved by a resize, which copies the word as it was
 	}
+}
+
+// returnHeld is returnWord for a grant held across a request, which
+// keeps its key's serial rather than its table (see holdable): it gives
+// back to key id's word the n units the grant took at now, while the key
+// is the one the grant took them from, and drops them once it is not.
+// The key's serial changes when the key is removed (evicted, reset or
+// swept) and made again, and when SetRule converts it; a resize or a
+// rebase keeps it. So what returnWord gives back, this gives back, and
+// what returnWord drops, this drops, and also what returnWord would give
+// to the key made again after it was removed from a table that replaced
+// the grant's: a key removed meanwhile keeps what it was charged.
+// origin is what tat is relative to, for a cancellation: a rebase since
+// (the key's table has another origin) leaves the reservation spent, as
+// a later reservation does.
+func (l *Limiter) returnHeld(id registry.ID, serial uint32, now, n int64, cancel bool, tat uint64, origin int64) {
+	for {
+		t, i := l.heldWord(id, serial)
+		if i < 0 || cancel && t.Origin != origin || l.giveWord(t, i, now, n, cancel, tat) {
+			return
+		}
+	}
+}
+
+// heldWord returns the slot of key id's word, found again by the key's
+// identity, if it still holds the key whose serial a held grant kept;
+// else the slot is -1. The word may be Moved (a resize or a rebase moved
+// it since the lookup), or Dead (the key is being removed): its status
+// tells the caller.
+func (l *Limiter) heldWord(id registry.ID, serial uint32) (*registry.Table, int) {
+	t, i := l.flat.Find(id)
+	if i >= 0 && t.Serial(i) != serial {
+		i = -1
+	}
+	return t, i
+}
+
+// giveWord gives n back to the word in slot i of t, as returnWord says,
+// and reports whether that settled it: given back, spent for good, or
+// the key removed. It reports false when a resize or a rebase moved the
+// word: the caller finds it again.
+func (l *Limiter) giveWord(t *registry.Table, i int, now, n int64, cancel bool, tat uint64) bool {
+	rs := rulesOf(t)
+	var st word.Status
+	switch {
+	case cancel:
+		_, st = rs.bucket.CancelWord(t.Word(i), tat, n)
+	case l.kind == bucketWords:
+		st = rs.bucket.RefundWord(t.Word(i), n)
+	default:
+		st = rs.window.RefundWord(t.Word(i), t.Origin, now, n)
+	}
+	return st == word.Live || t.Word(i).Load() != word.Moved
 }
 
 // create finds or creates id's word under its shard's lock, moving the

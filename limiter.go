@@ -102,6 +102,10 @@ type Limiter struct {
 	rules atomic.Pointer[ruleSet]
 	setMu sync.Mutex
 
+	// serials makes the table keep its keys' serials, once, before the
+	// first grant that is held across a request (see holdable).
+	serials sync.Once
+
 	stopOnce sync.Once
 	stop     chan struct{}
 	swept    chan struct{} // closed when the sweeper has exited

@@ -125,15 +125,46 @@ func (m *Limits) decide(key string, n int64, all []Decision) int {
 // grant is what one admitted request took from a Limiter, so that Limits
 // can give it back whole: the key's state (an object, or the slot of an
 // inline word, found again by the key's identity if it moved), and the
-// global cap's state if the cap was asked.
+// global cap's state if the cap was asked. A grant held across a request
+// (a Reservation, a Hold) keeps its key's serial in place of the slot
+// (see hold).
 type grant struct {
 	s      State // for states held as objects
 	id     registry.ID
-	t      *registry.Table // for inline words: the slot the grant landed in
+	t      *registry.Table // for inline words: the slot the grant landed in, until hold
 	i      int
+	serial uint32 // for inline words, once held: the key's serial (registry.Table.Serial)
 	g      *atomicbucket.Bucket
 	now, n int64
 	lg     logGrant // a log's entry, when its state named it (see granter)
+}
+
+// holdable readies l for grants held across a request (a Reservation, a
+// Hold, a WaitN's wait): its table keeps its keys' serials from now on
+// (see registry.Flat.KeepSerials), once, before the first such grant, so
+// that hold can keep a key's serial rather than its table. A Limiter that
+// never holds a grant pays nothing for them. One of objects needs none:
+// its grants keep their key's State, which no table holds.
+func (l *Limiter) holdable() {
+	if l.kind != objects {
+		l.serials.Do(l.flat.KeepSerials)
+	}
+}
+
+// hold makes gr, which l granted after holdable, a grant that may be held
+// across a request: it keeps its key's serial in place of the table its
+// word was in, and finds the key again by its identity when it gives
+// back (see returnHeld). A table that a held grant kept would stay in
+// memory for as long as the grant is held, and with it every table its
+// shard has made since, each of which points to its successor: under
+// MaxKeys churn (ids that come and go) a shard makes one every few
+// thousand new ids, so that a reservation held for a long request kept
+// memory that grew with the ids, without bound.
+func (l *Limiter) hold(gr *grant) {
+	if gr.t != nil && gr.i >= 0 {
+		gr.serial = gr.t.Serial(gr.i)
+	}
+	gr.t, gr.i = nil, -1
 }
 
 // refundKey gives the key's own state back what gr took from it.
@@ -145,10 +176,13 @@ func (l *Limiter) refundKeyN(gr *grant, n int64) {
 		g.refundGrant(gr.lg, n) // a lapsed refund leaves the key charged: stricter, never looser
 		return
 	}
-	if gr.s != nil {
+	switch {
+	case gr.s != nil:
 		l.returnObject(gr.s, gr.now, n)
-	} else {
+	case gr.t != nil:
 		l.returnWord(gr.id, gr.t, gr.i, gr.now, n, false, 0)
+	case gr.serial != 0:
+		l.returnHeld(gr.id, gr.serial, gr.now, n, false, 0, 0)
 	}
 }
 

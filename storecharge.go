@@ -58,7 +58,9 @@ type Settler interface {
 // A Hold is what a Settler's Reserve charged a request, until Settle
 // corrects it to the request's cost. The zero Hold holds nothing. A
 // Hold is one request's: Reserve fills it, and it must not be copied
-// between the two.
+// between the two. A LocalStore's Hold keeps its keys' identities, never
+// the tables they were in: what it keeps does not grow with the ids that
+// come and go while it is held.
 type Hold struct {
 	// Admitted says Reserve admitted the request; Settled, that it was
 	// settled since.
@@ -69,7 +71,7 @@ type Hold struct {
 	// for a Store's implementation, which a caller leaves alone.
 	Parts [MaxPolicies]HoldPart
 
-	local [MaxPolicies]grant // a LocalStore's grants
+	local [MaxPolicies]grant // a LocalStore's grants, each held (see hold): no table of theirs
 }
 
 // HoldPart is what a Store's Reserve charged one ask, for its Settle: N
@@ -207,6 +209,9 @@ func (s *LocalStore) Reserve(ctx context.Context, asks []Ask, each []Decision, h
 	} else {
 		var got [MaxPolicies]Decision
 		var took [MaxPolicies]grant
+		for k := range m {
+			ls[at[k]].holdable()
+		}
 		_, r, err := s.decide(sub[:m], got[:m], &took)
 		if err != nil {
 			return Decision{RetryAfter: Never}, 0, err
@@ -215,6 +220,7 @@ func (s *LocalStore) Reserve(ctx context.Context, asks []Ask, each []Decision, h
 			i := at[k]
 			all[i] = got[k]
 			h.local[i] = took[k]
+			ls[i].hold(&h.local[i])
 			h.Parts[i].N = took[k].n
 		}
 		if r >= 0 && (refused < 0 || !sub[r].Shadow) {

@@ -35,17 +35,22 @@ type reserver interface {
 
 // reservation is what WaitN took, so that a cancelled wait can give it
 // back: the key's state (an object or an inline word) and the global
-// cap's, each with the state it left.
+// cap's, each with the state it left. An inline word's is its slot until
+// the wait begins, then its key's serial and the origin that wtat is
+// relative to, as a held grant keeps them (see hold): a wait keeps no
+// table.
 type reservation struct {
-	s    reserver
-	tat  int64
-	id   registry.ID
-	t    *registry.Table
-	i    int
-	wtat uint64
-	g    *atomicbucket.Bucket
-	gtat int64
-	n    int64
+	s      reserver
+	tat    int64
+	id     registry.ID
+	t      *registry.Table
+	i      int
+	serial uint32
+	origin int64
+	wtat   uint64
+	g      *atomicbucket.Bucket
+	gtat   int64
+	n      int64
 }
 
 // Wait is WaitN(ctx, key, 1).
@@ -87,6 +92,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	}
 	now := l.now()
 	r := reservation{n: n, i: -1}
+	l.holdable()
 	wait, ok := l.reserveKey(key, now, limit, &r)
 	if !ok {
 		return tooLong(wait, limit)
@@ -102,6 +108,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	if wait <= 0 {
 		l.decided(true)
 		return nil
+	}
+	if r.t != nil {
+		r.serial, r.origin, r.t = r.t.Serial(r.i), r.t.Origin, nil
 	}
 	if err := l.sleep(ctx, now, wait); err != nil {
 		l.cancelKey(&r)
@@ -168,9 +177,12 @@ func (l *Limiter) reserveKey(key string, now int64, limit time.Duration, r *rese
 
 // cancelKey gives the key's state back its reservation, if it still can.
 func (l *Limiter) cancelKey(r *reservation) {
-	if r.s != nil {
+	switch {
+	case r.s != nil:
 		r.s.CancelReservation(r.tat, r.n)
-		return
+	case r.t != nil:
+		l.returnWord(r.id, r.t, r.i, 0, r.n, true, r.wtat)
+	case r.serial != 0:
+		l.returnHeld(r.id, r.serial, 0, r.n, true, r.wtat, r.origin)
 	}
-	l.returnWord(r.id, r.t, r.i, 0, r.n, true, r.wtat)
 }

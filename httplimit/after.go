@@ -45,7 +45,7 @@ func decide(w http.ResponseWriter, r *http.Request, s *policy.Set, client string
 // whose escapes route it twice), takes their costs from the handler's
 // Report and from their cost headers and trailers, which it removes
 // before they are sent, and settles the request when the handler
-// returns. It is made per request (some 2.3 KB), as such requests are
+// returns. It is made per request (some 2.4 KB), as such requests are
 // the long ones: a model's stream, a download.
 type meter struct {
 	w        http.ResponseWriter
