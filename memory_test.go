@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/heaptest"
 )
 
 // What holding reservations may cost, as SECURITY.md states it: nothing
@@ -63,7 +64,7 @@ func TestHeldReservationsMemory(t *testing.T) {
 			case "limiter":
 				reservations = make([]floodgate.Reservation, maxKeys)
 			}
-			before := heapNow()
+			before := heaptest.Live()
 
 			policies, waiter := 1, uint64(0)
 			period := budget.Period               // after which an id that came and went is forgotten
@@ -185,7 +186,7 @@ func TestHeldReservationsMemory(t *testing.T) {
 					}
 				}
 			}
-			after := heapNow()
+			after := heaptest.Live()
 
 			limit := uint64(policies)*(uint64(held)*keyBytes+sketchBytes+64<<10) + uint64(held)*waiter
 			grew := after - min(after, before)
@@ -213,14 +214,4 @@ func newPolicy(t *testing.T, s *floodgate.LocalStore, name, alg string, rule flo
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
-}
-
-// heapNow returns the bytes of live objects, after two collections (the
-// second frees what the first left in sync.Pool's victim caches).
-func heapNow() uint64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

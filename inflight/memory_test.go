@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/inflight"
+	"github.com/floodgate-go/floodgate/internal/heaptest"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
@@ -48,7 +49,7 @@ func TestHeldKeysMemory(t *testing.T) {
 		t.Run(form, func(t *testing.T) {
 			slots := make([]inflight.Slot, 0, maxKeys)
 			faceSlots := make([]floodgate.Slot, 0, maxKeys)
-			before := heapNow()
+			before := heaptest.Live()
 
 			var l *inflight.Limiter
 			var take func(key string) bool // takes and keeps a slot of key
@@ -120,7 +121,7 @@ func TestHeldKeysMemory(t *testing.T) {
 				}
 				hold(maxKeys * (r + 1) / rounds)
 			}
-			after := heapNow()
+			after := heaptest.Live()
 
 			if held < maxKeys*99/100 || l.Len() != held {
 				t.Fatalf("%d keys held (Len %d): want %d, or within the shards' rounding of it", held, l.Len(), maxKeys)
@@ -152,14 +153,4 @@ func TestHeldKeysMemory(t *testing.T) {
 			}
 		})
 	}
-}
-
-// heapNow returns the bytes of live objects, after two collections (the
-// second frees what the first left in sync.Pool's victim caches).
-func heapNow() uint64 {
-	var m runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
 }

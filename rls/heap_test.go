@@ -9,6 +9,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/heaptest"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls/config"
@@ -33,7 +34,7 @@ func TestHeapBoundMillionRules(t *testing.T) {
 	}
 	files := []config.File{{Name: "big.yaml", Data: y.Bytes()}}
 	y = bytes.Buffer{}
-	before := heapAfterGC()
+	before := int(heaptest.Live())
 	cfg, err := config.Load(files)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +43,7 @@ func TestHeapBoundMillionRules(t *testing.T) {
 	s, c := serve(t, cfg, Options{Clock: floodgate.NewManualClock(unixStart)})
 	// The server builds a rule's limiter when a request first needs it:
 	// the heap holds the configuration and its index.
-	held := heapAfterGC() - before
+	held := int(heaptest.Live()) - before
 	t.Logf("%d rules: %d MB held, %d bytes a rule", rules, held>>20, held/rules)
 	if per := held / rules; per > 512 {
 		t.Errorf("%d bytes held a rule, want at most 512", per)
@@ -56,15 +57,6 @@ func TestHeapBoundMillionRules(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(cfg)
-}
-
-// heapAfterGC is the live heap after a full collection.
-func heapAfterGC() int {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return int(m.HeapAlloc)
 }
 
 // TestHeapBoundIdleRulesOnRedis: 10,000 rules on a Store on Redis in
@@ -89,7 +81,7 @@ func TestHeapBoundIdleRulesOnRedis(t *testing.T) {
 	}
 	st := store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: "idle", FailureMode: redislimit.FailClosed, Lease: redislimit.Lease{Max: 1000}})
 	goroutines := runtime.NumGoroutine()
-	before := heapAfterGC()
+	before := int(heaptest.Live())
 	s, c := serve(t, cfg, Options{Store: st})
 	served := runtime.NumGoroutine() // the gRPC server's own
 	for i := range rules {
@@ -99,7 +91,7 @@ func TestHeapBoundIdleRulesOnRedis(t *testing.T) {
 			t.Fatalf("rule %d: %s", i, summary(r))
 		}
 	}
-	held := heapAfterGC() - before
+	held := int(heaptest.Live()) - before
 	if g := runtime.NumGoroutine(); g > served+16 {
 		t.Fatalf("%d goroutines with %d rules in use, %d before (%d without the Server)", g, rules, served, goroutines)
 	}
