@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/testhook"
+	"github.com/floodgate-go/floodgate/registry"
 )
 
 // heldRule is the rule of the held grants' tests: 10 an hour, on a clock
@@ -240,11 +241,12 @@ func stays(t *testing.T, l *Limiter, key string, f func()) {
 // TestHeldGrantsUnderEviction: 32 goroutines on more Ps than cores
 // reserve random estimates on three keys and settle them to random costs,
 // while 4 others bring new ids, each taking its all, into a Limiter of
-// MaxKeys 8, with the clock frozen, and each worker brings new ids while
-// it holds a reservation until its key is gone: the three keys, whose
-// states are fresh sooner than the new ids', are evicted and made again,
-// and their tables replaced, while reservations of theirs are held, until
-// 100 reservations have been settled after their key was evicted. A key that
+// MaxKeys 8, with the clock frozen: the three keys, whose states are
+// fresh sooner than the new ids', are evicted and made again, and their
+// tables replaced, while reservations of theirs are held; and a worker
+// evicts its key itself, as MaxKeys does, every fourth reservation it
+// holds, until 100 reservations have been settled after their key was
+// evicted. A key that
 // refuses (spent, at a clock that does not move) is replaced by a new
 // one. No reservation is admitted while its key holds less than its
 // estimate: each admission is checked against a lower bound of what its
@@ -254,7 +256,7 @@ func stays(t *testing.T, l *Limiter, key string, f func()) {
 // algorithm and its twin.
 func TestHeldGrantsUnderEviction(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4 * runtime.NumCPU()))
-	const keys, gens, workers, flooders, rounds, remakes = 3, 1 << 14, 32, 4, 300, 100
+	const keys, gens, workers, flooders, rounds, remakes = 3, 1 << 16, 32, 4, 300, 100
 	rule := Rule{Limit: 500, Period: time.Hour}
 	for _, alg := range []string{TokenBucket, testhook.TokenBucketMutex, FixedWindow, testhook.FixedWindowMutex} {
 		t.Run(alg, func(t *testing.T) {
@@ -263,7 +265,7 @@ func TestHeldGrantsUnderEviction(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			var done, back [keys][gens]atomic.Int64
+			done, back := new([keys][gens]atomic.Int64), new([keys][gens]atomic.Int64)
 			var gen [keys]atomic.Int64 // the key k stands for: key-k-gen
 			var remade atomic.Int64    // settled after their key was evicted
 			var wg, flood sync.WaitGroup
@@ -307,15 +309,14 @@ func TestHeldGrantsUnderEviction(t *testing.T) {
 						}
 						done[k][e].Add(est)
 						was := lifeOf(l, key)
-						// Held while others come and go, and while this
-						// worker brings new ids until its key is evicted:
-						// at MaxKeys 8 (one shard) a new id evicts the key
-						// that is fresh soonest, and the new ids, having
-						// taken their all, are fresh last, so one of the
-						// three keys goes each time (this one, unless it
-						// too has taken its all).
-						for j := 0; j < 8 && was != 0 && lifeOf(l, key) == was; j++ {
-							l.AllowN("held-"+strconv.Itoa(w)+"-"+strconv.Itoa(i)+"-"+strconv.Itoa(j), rule.Limit)
+						// Held while others come and go; and every fourth
+						// time the key is evicted meanwhile, as MaxKeys
+						// evicts (its state remembered by the sketch), so
+						// that settlements after an eviction are certain.
+						if i%4 == 0 {
+							evictKey(l, key)
+						} else {
+							runtime.Gosched()
 						}
 						if is := lifeOf(l, key); was != 0 && is != was {
 							remade.Add(1)
@@ -338,6 +339,16 @@ func TestHeldGrantsUnderEviction(t *testing.T) {
 			}
 		})
 	}
+}
+
+// evictKey evicts key as MaxKeys does: its state retired, and remembered
+// by the sketch, under its shard's lock.
+func evictKey(l *Limiter, key string) {
+	evict := l.evictWord
+	if l.kind == objects {
+		evict = l.evictObject
+	}
+	l.flat.Remove(l.hasher.ID(key), func(t *registry.Table, i int) { evict(t, i, l.now()) })
 }
 
 // lifeOf names the life of key's state, or is 0 if it is not held: its
