@@ -240,23 +240,25 @@ func stays(t *testing.T, l *Limiter, key string, f func()) {
 
 // TestHeldGrantsUnderEviction: 32 goroutines on more Ps than cores
 // reserve random estimates on three keys and settle them to random costs,
-// while 4 others bring new ids, each taking its all, into a Limiter of
-// MaxKeys 8, with the clock frozen: the three keys, whose states are
-// fresh sooner than the new ids', are evicted and made again, and their
-// tables replaced, while reservations of theirs are held; and a worker
-// evicts its key itself, as MaxKeys does, every fourth reservation it
-// holds, until 100 reservations have been settled after their key was
-// evicted. A key that
-// refuses (spent, at a clock that does not move) is replaced by a new
-// one. No reservation is admitted while its key holds less than its
-// estimate: each admission is checked against a lower bound of what its
-// key had taken, what the calls that returned before it began took less
-// every give-back that began before it returned (a give-back dropped
-// because its key was evicted leaves the key holding more). Every word
-// algorithm and its twin.
+// while 4 others bring 16 ids each, over and over, each taking its all,
+// into a Limiter of MaxKeys 8, with the clock frozen: the three keys,
+// whose states are fresh sooner than the flooders', are evicted and made
+// again, and their tables replaced, while reservations of theirs are
+// held. A worker also evicts its key itself, as MaxKeys does, while it
+// holds a reservation: every time until 100 reservations have been
+// settled after their key was evicted, then every fourth time. A key
+// that refuses (spent, at a clock that does not move) is replaced by a
+// new one; the sketch, which remembers every evicted key as spent, fills
+// with a few hundred keys at most before that count is reached, so new
+// keys are admitted. No reservation is admitted while its key holds less
+// than its estimate: each admission is checked against a lower bound of
+// what its key had taken, what the calls that returned before it began
+// took less every give-back that began before it returned (a give-back
+// dropped because its key was evicted leaves the key holding more).
+// Every word algorithm and its twin.
 func TestHeldGrantsUnderEviction(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4 * runtime.NumCPU()))
-	const keys, gens, workers, flooders, rounds, remakes = 3, 1 << 16, 32, 4, 300, 100
+	const keys, gens, workers, flooders, floodIDs, rounds, remakes = 3, 1 << 16, 32, 4, 16, 300, 100
 	rule := Rule{Limit: 500, Period: time.Hour}
 	for _, alg := range []string{TokenBucket, testhook.TokenBucketMutex, FixedWindow, testhook.FixedWindowMutex} {
 		t.Run(alg, func(t *testing.T) {
@@ -280,7 +282,12 @@ func TestHeldGrantsUnderEviction(t *testing.T) {
 							return
 						default:
 						}
-						l.AllowN("flood-"+strconv.Itoa(f)+"-"+strconv.Itoa(i), rule.Limit)
+						// A few ids a flooder, over and over: many more
+						// than MaxKeys, so that keys are evicted all the
+						// time, and few enough that what the sketch
+						// remembers of them (spent, at a clock that does
+						// not move) refuses few new keys.
+						l.AllowN("flood-"+strconv.Itoa(f)+"-"+strconv.Itoa(i%floodIDs), rule.Limit)
 						runtime.Gosched()
 					}
 				}()
@@ -309,11 +316,12 @@ func TestHeldGrantsUnderEviction(t *testing.T) {
 						}
 						done[k][e].Add(est)
 						was := lifeOf(l, key)
-						// Held while others come and go; and every fourth
-						// time the key is evicted meanwhile, as MaxKeys
-						// evicts (its state remembered by the sketch), so
+						// Held while others come and go; and the key is
+						// evicted meanwhile, as MaxKeys evicts (its state
+						// remembered by the sketch), every time until 100
+						// reservations were, then every fourth time, so
 						// that settlements after an eviction are certain.
-						if i%4 == 0 {
+						if i%4 == 0 || remade.Load() < remakes {
 							evictKey(l, key)
 						} else {
 							runtime.Gosched()
