@@ -498,7 +498,7 @@ func TestSideBySideDifferences(t *testing.T) {
 // checks refuse from the third on. With StopIncrementOverLimit, the
 // second stream's 600 do not fit in the 400 left: they are refused and
 // counted nothing, so every check passes and 600 of the 2,400 served are
-// counted, the difference the README names.
+// counted, the difference docs/rls.md names.
 func TestSideBySideTokenBudget(t *testing.T) {
 	bin := peertest.Build(t, peerModule)
 	srv := redistest.Start(t)

@@ -21,7 +21,7 @@ import (
 )
 
 // peerModule is the directory whose go.mod pins envoyproxy/ratelimit,
-// the reference (its version is named there and in the README).
+// the reference (its version is named there and in docs/rls.md).
 const peerModule = "../../testdata/ratelimit-peer"
 
 // limit is a rate_limit of n a unit.
@@ -239,7 +239,7 @@ func TestSideBySideXDS(t *testing.T) {
 			t.Fatalf("after a NACKed push: floodgate-rls serves version %d, envoyproxy/ratelimit %d; want both %d", version(fg), version(ref), v+1)
 		}
 		diffs = append(diffs, compare("after the refused push", refused)...)
-		// The difference the README names: with
+		// The difference docs/rls.md names: with
 		// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, a shadow rule over its
 		// limit keeps envoyproxy/ratelimit from counting the request's
 		// other descriptors; floodgate-rls counts them, as a shadow rule
