@@ -7,7 +7,11 @@
 // only where a value is built (New), never on a request. A Config goes in
 // and comes out as an any, since this package cannot name the types.
 //
-// Only tests and the benchmark harness import it.
+// So the packages that own a hook import it (floodgate, httplimit,
+// inflight, and the sliding log's package on arm64), and every program
+// that imports them links it; only tests and their machinery (the
+// benchmark harness, the reference limiter, the tests' TestMain) call a
+// hook.
 package testhook
 
 // The mutex twins' names. A twin is the plain reference implementation of
