@@ -18,17 +18,23 @@ type reserving struct {
 }
 
 // Reserve decides asks as Decide does, all or nothing, and records in h
-// what each ask took on Redis and where, for Settle, as
-// floodgate.Settler's Reserve says: an ask whose N is 0 is a check, which
-// refuses as a request of 1 would and charges nothing. One round trip:
-// its policy's script for one ask, the multi-policy script for several
+// what each ask took and where, for Settle, as floodgate.Settler's
+// Reserve says: an ask whose N is 0 is a check, which refuses as a
+// request of 1 would and charges nothing. At most one round trip: its
+// policy's script for one ask, the multi-policy script for several
 // (their keys in one slot on Cluster, as Decide's).
 //
-// Reserve goes to Redis in lease mode too: a lease's units are spent by
-// Decide, and a reservation is charged where Settle can give its units
-// back. When Redis cannot answer, the FailureMode answers as it does for
-// Decide; what it admits took nothing on Redis (FailLocal's limiter keeps
-// its estimate), and Settle then charges the whole cost to Redis.
+// In lease mode a reservation whose every key's lease can answer is
+// served from the leases, with no round trip, as Decide is: h records
+// the lease each ask's units came from, and Settle gives units back to
+// that lease while the key still holds it (to Redis, where the lease was
+// charged, once it has gone). Any other reservation takes the round
+// trip above, which leases nothing, and the policies whose lease could
+// not answer take one ahead, by the bookkeeper, so that the key's next
+// reservation finds it. When Redis cannot answer, the FailureMode
+// answers as it does for Decide; what it admits took nothing on Redis
+// (FailLocal's limiter keeps its estimate), and Settle then charges the
+// whole cost to Redis.
 func (s *Store) Reserve(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision, h *floodgate.Hold) (floodgate.Decision, int, error) {
 	*h = floodgate.Hold{}
 	var rv reserving
@@ -128,21 +134,24 @@ func partOf(p *policy, n int64, r *reply) floodgate.HoldPart {
 }
 
 // Settle charges each ask's actual cost in place of what Reserve took
-// for it (h), as floodgate.Settler's Settle says: it gives back on Redis
-// what Reserve took over the cost, to where it was taken, as a refund
-// (exact on the buckets and windows; on a sliding log, unless a later
-// request of the key was charged at the same instant, when it lapses,
-// which under-admits), and charges the overrun as Charge does, so that
-// the key may owe, all or nothing past a key's bound. Asks of one policy
-// and key are settled together.
+// for it (h), as floodgate.Settler's Settle says: it gives back what
+// Reserve took over the cost, to where it was taken (to the lease it
+// came from, while the key holds it, else on Redis as a refund: exact on
+// the buckets and windows; on a sliding log, unless a later request of
+// the key was charged at the same instant, when it lapses, which
+// under-admits), and charges the overrun as Charge does, so that the key
+// may owe, all or nothing past a key's bound. Asks of one policy and key
+// are settled together.
 //
-// Round trips: one for the overruns (Charge's), then one pipeline for
-// the give-backs and for the answers of the asks whose cost matched
-// their estimate (a Peek); so one or two. Units taken under a rule
-// changed since Reserve are not given back (the key was converted), and
-// units that could not reach Redis are lost: both under-admit. A caller
-// that gives up before the overruns are charged gets ctx's error, and
-// the Hold stays unsettled; the give-backs are sent whatever ctx says.
+// Round trips: one for the overruns (Charge's, none when the keys'
+// leases cover them), then one pipeline for the give-backs to Redis and
+// for the answers of the asks whose cost did not run over (a Peek, none
+// for a key whose lease answers); so at most two. Units taken under a
+// rule changed since Reserve are not given back to Redis (the key was
+// converted), and units that could not reach Redis are lost: both
+// under-admit. A caller that gives up before the overruns are charged
+// gets ctx's error, and the Hold stays unsettled; the give-backs are
+// sent whatever ctx says.
 //
 // A Settle waits on a Redis that does not answer once: when the
 // overruns' round trip fails, or the breaker is open, the second is not
