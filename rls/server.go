@@ -89,15 +89,17 @@ type Options struct {
 	// replica of the service. Each rule is a policy of the Store, named
 	// by its place in the descriptor tree, and a request's limited
 	// descriptors are decided together by the Store's Decide, in one
-	// round trip at most. On Redis Cluster, give the Store a HashTag
-	// under which a request's keys share a slot: HashTag does (every key
-	// of a domain in one slot). The Store's own configuration says what
-	// happens while it cannot reach its state (redislimit's FailureMode),
-	// and whether it leases (redislimit's Lease). Close closes the
-	// Server's policies, which returns their leases; the Store stays the
-	// caller's. nil keeps the counts in process, on a
-	// floodgate.LocalStore with Clock and MaxKeys that the Server closes
-	// at Close.
+	// round trip at most; unless StopIncrementOverLimit, when one of them
+	// refuses, the hits that Decide did not charge are then charged into
+	// debt by the Store's Charge, in a second. On Redis Cluster, give the
+	// Store a HashTag under which a request's keys share a slot: HashTag
+	// does (every key of a domain in one slot). The Store's own
+	// configuration says what happens while it cannot reach its state
+	// (redislimit's FailureMode), and whether it leases (redislimit's
+	// Lease). Close closes the Server's policies, which returns their
+	// leases; the Store stays the caller's. nil keeps the counts in
+	// process, on a floodgate.LocalStore with Clock and MaxKeys that the
+	// Server closes at Close.
 	Store floodgate.Store
 	// StopIncrementOverLimit is envoyproxy/ratelimit's
 	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. False, the default there,
