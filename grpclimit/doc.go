@@ -147,10 +147,14 @@
 // outside the process instead: redislimit.NewStore makes one on Redis,
 // and every replica that shares it shares one limit per client. Every
 // feature here works the same on a Store; a call is decided by all of its
-// method entry's policies together, all or nothing, in one round trip at most
-// (none in the Store's lease mode while the client's leases last), and
-// a call whose context ends first is refused and charged nowhere. What
-// the client sees while Redis is away is the Store's FailureMode.
+// method entry's rate policies together, all or nothing, in one round
+// trip at most (none in the Store's lease mode while the client's leases
+// last). An in-flight policy's slot is taken before, in a round trip of
+// its own (none while the replica holds one ahead, with redislimit's
+// Lease.Slots), and a cost known when the call ends is settled after, as
+// redislimit's Store.Settle says. A call whose context ends first is
+// refused and charged nowhere. What the client sees while Redis is away
+// is the Store's FailureMode.
 //
 // # Counts
 //
