@@ -1,8 +1,9 @@
 // Package rls is Envoy's rate-limit service on floodgate: a server of
 // envoy.service.ratelimit.v3.RateLimitService that reads
 // envoyproxy/ratelimit's configuration (package config) and decides each
-// descriptor by a floodgate limiter, so that a deployment of that server
-// can swap its image and keep its config.
+// descriptor by a policy of a floodgate.Store (in process by default, or
+// redislimit's on Redis, shared by every replica), so that a deployment
+// of that server can swap its image and keep its config.
 //
 // Where it answers as envoyproxy/ratelimit answers:
 //
