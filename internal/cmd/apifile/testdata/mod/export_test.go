@@ -1,0 +1,4 @@
+package apitest
+
+// HelperOnly is in a test file.
+func HelperOnly() {}

@@ -1,0 +1,3 @@
+module example.com/apitest
+
+go 1.24
