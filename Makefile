@@ -20,10 +20,16 @@ MODULES := . $(filter-out .,$(patsubst %/,%,$(dir $(shell find . -name go.mod -n
 # test-only module.
 LIBRARIES := $(filter-out ./bench ./examples ./httplimit/conformance,$(MODULES))
 
+# The exported surface of every library module, in api/ (one file a
+# module, in the form of Go's own api/ files): `make api` rewrites the
+# files, lint fails when the code and they differ, and `make api-count`
+# prints the exported names per package and in total.
+API = $(GO) run ./internal/cmd/apifile -go '$(GO)' -dir api
+
 # Runs a command in every module: $(call each,MODULES,command).
 each = @set -e; for m in $($(1)); do echo "== $$m"; (cd $$m && $(2)); done
 
-.PHONY: test check check-host lint test-quick test-full test-heap test-chaos oldest-go test-cross bench-smoke stress fuzz bench bench-full
+.PHONY: test check check-host lint api api-count test-quick test-full test-heap test-chaos oldest-go test-cross bench-smoke stress fuzz bench bench-full
 
 # Lint, then every test of every module under the race detector in its
 # quick form, then the heap tests without it. 5 minutes on 2 cores with
@@ -39,12 +45,19 @@ check: check-host test-cross bench-smoke
 # amd64 and on a real arm64 runner.
 check-host: lint test-full test-heap test-chaos oldest-go
 
-# gofmt, then go vet and staticcheck in every module (and vet of the
-# chaos build's files).
+# gofmt, the API files, then go vet and staticcheck in every module (and
+# vet of the chaos build's files).
 lint:
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(API) $(LIBRARIES)
 	$(GO) vet -tags chaos ./...
 	$(call each,MODULES,$(GO) vet ./... && $(GO) run $(STATICCHECK) ./...)
+
+api:
+	$(API) -w $(LIBRARIES)
+
+api-count:
+	@$(API) -count $(LIBRARIES)
 
 # Every test of every module under -race, in the quick form that
 # FLOODGATE_QUICK=1 gives the longest ones (fuzz seeds, stress at a
