@@ -81,7 +81,7 @@ test-heap:
 # widens the window between each load and its CAS and makes the stress
 # tests prove that CASes lost.
 test-chaos:
-	$(GO) test -race -count=1 -timeout 30m -tags chaos ./atomicbucket ./atomicwindow ./shardedlog ./inflight ./stress .
+	$(GO) test -race -count=1 -timeout 30m -tags chaos ./internal/bucket ./internal/window ./internal/shardlog ./inflight ./stress .
 
 # Every library module vetted and built with the oldest Go its go.mod
 # names, which the go command fetches through the module proxy.
@@ -102,7 +102,7 @@ ARM64 = GOARCH=arm64 FLOODGATE_EMULATOR=$(EMU) $(GO) test -short -count=1 -timeo
 
 test-cross:
 	$(call each,MODULES,GOARCH=arm64 $(GO) vet ./... && $(ARM64) ./...)
-	FLOODGATE_ARM64_LLSC=1 $(ARM64) ./shardedlog ./stress .
+	FLOODGATE_ARM64_LLSC=1 $(ARM64) ./internal/shardlog ./stress .
 	@if GOARCH=386 $(GO) test -count=1 -run '^$$' ./internal/clientip >/dev/null 2>&1; then \
 	   echo "386: tests run natively"; run386="-short"; \
 	 else \
@@ -123,10 +123,10 @@ stress:
 	$(GO) test -count=1 -timeout 60m ./stress -args -long
 
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./atomicbucket
-	$(GO) test -run '^$$' -fuzz '^FuzzReserveTwins$$' -fuzztime $(FUZZTIME) ./atomicbucket
-	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./atomicwindow
-	$(GO) test -run '^$$' -fuzz '^FuzzLogTwins$$' -fuzztime $(FUZZTIME) ./shardedlog
+	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./internal/bucket
+	$(GO) test -run '^$$' -fuzz '^FuzzReserveTwins$$' -fuzztime $(FUZZTIME) ./internal/bucket
+	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./internal/window
+	$(GO) test -run '^$$' -fuzz '^FuzzLogTwins$$' -fuzztime $(FUZZTIME) ./internal/shardlog
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiterTwins$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./inflight

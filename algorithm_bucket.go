@@ -3,7 +3,7 @@ package floodgate
 import (
 	"time"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
@@ -12,35 +12,35 @@ import (
 // the flat table: GCRA decides both.
 
 func init() {
-	mustRegister(TokenBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
-	registerTwin(testhook.TokenBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return mutexBucket(p) }))
-	mustRegister(LeakyBucket, bucketFactory(func(p atomicbucket.Params) Algorithm { return lockFreeBucket(p) }))
-	registerTwin(testhook.LeakyBucketMutex, bucketFactory(func(p atomicbucket.Params) Algorithm { return leakyMeter(p) }))
+	mustRegister(TokenBucket, bucketFactory(func(p bucket.Params) Algorithm { return lockFreeBucket(p) }))
+	registerTwin(testhook.TokenBucketMutex, bucketFactory(func(p bucket.Params) Algorithm { return mutexBucket(p) }))
+	mustRegister(LeakyBucket, bucketFactory(func(p bucket.Params) Algorithm { return lockFreeBucket(p) }))
+	registerTwin(testhook.LeakyBucketMutex, bucketFactory(func(p bucket.Params) Algorithm { return leakyMeter(p) }))
 }
 
 // convertBucketSpent is convertSpent for the buckets, whose instant
 // carries what they owe: they owe nothing beyond it.
-func convertBucketSpent(p *atomicbucket.Params, spent, at int64, to Algorithm) (int64, int64) {
+func convertBucketSpent(p *bucket.Params, spent, at int64, to Algorithm) (int64, int64) {
 	q := bucketParams(to)
 	return p.ConvertSpent(spent, at, &q), 0
 }
 
 // bucketParams is the rule of a bucket algorithm.
-func bucketParams(a Algorithm) atomicbucket.Params {
+func bucketParams(a Algorithm) bucket.Params {
 	switch a := a.(type) {
 	case lockFreeBucket:
-		return atomicbucket.Params(a)
+		return bucket.Params(a)
 	case mutexBucket:
-		return atomicbucket.Params(a)
+		return bucket.Params(a)
 	}
-	return atomicbucket.Params(a.(leakyMeter))
+	return bucket.Params(a.(leakyMeter))
 }
 
 // bucketFactory is the Factory of an algorithm whose states are buckets
-// on atomicbucket.Params: the rule is checked once, here.
-func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
+// on bucket.Params: the rule is checked once, here.
+func bucketFactory(make func(bucket.Params) Algorithm) Factory {
 	return func(r Rule) (Algorithm, error) {
-		p, err := atomicbucket.NewParams(r.Limit, r.Period, r.Burst)
+		p, err := bucket.NewParams(r.Limit, r.Period, r.Burst)
 		if err != nil {
 			return nil, err
 		}
@@ -50,24 +50,24 @@ func bucketFactory(make func(atomicbucket.Params) Algorithm) Factory {
 
 // lockFreeBucket is the token_bucket and leaky_bucket algorithm: an
 // atomicbucket word per key, inline in the flat table.
-type lockFreeBucket atomicbucket.Params
+type lockFreeBucket bucket.Params
 
 func (a lockFreeBucket) traits() traits { return traits{kind: bucketWords, reserves: true} }
 func (a lockFreeBucket) convertSpent(spent, _, at int64, to Algorithm) (int64, int64) {
-	return convertBucketSpent((*atomicbucket.Params)(&a), spent, at, to)
+	return convertBucketSpent((*bucket.Params)(&a), spent, at, to)
 }
-func (a lockFreeBucket) params(rs *ruleSet) { rs.bucket = atomicbucket.Params(a) }
+func (a lockFreeBucket) params(rs *ruleSet) { rs.bucket = bucket.Params(a) }
 func (a lockFreeBucket) NewState(now int64) State {
-	return (*bucketState)(atomicbucket.New(atomicbucket.Params(a), now))
+	return (*bucketState)(bucket.New(bucket.Params(a), now))
 }
 
-// bucketState is an atomicbucket.Bucket seen as a State: the lock-free
+// bucketState is an bucket.Bucket seen as a State: the lock-free
 // bucket out of line, as the reference limiter of the tests holds it (the
 // Limiter holds the bucket's word inline). The conversions are free:
-// Decision and atomicbucket.Decision share one layout.
-type bucketState atomicbucket.Bucket
+// Decision and bucket.Decision share one layout.
+type bucketState bucket.Bucket
 
-func (s *bucketState) b() *atomicbucket.Bucket { return (*atomicbucket.Bucket)(s) }
+func (s *bucketState) b() *bucket.Bucket { return (*bucket.Bucket)(s) }
 
 func (s *bucketState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.b().AllowN(now, n)
@@ -87,31 +87,31 @@ func (s *bucketState) Retire()                   { s.b().Retire() }
 func (s *bucketState) Successor(now int64) State { return (*bucketState)(s.b().Successor(now)) }
 
 // mutexBucket is the token bucket's mutex twin.
-type mutexBucket atomicbucket.Params
+type mutexBucket bucket.Params
 
 func (a mutexBucket) traits() traits { return traits{kind: objects, form: boxed, reserves: true} }
 func (a mutexBucket) convertSpent(spent, _, at int64, to Algorithm) (int64, int64) {
-	return convertBucketSpent((*atomicbucket.Params)(&a), spent, at, to)
+	return convertBucketSpent((*bucket.Params)(&a), spent, at, to)
 }
 
 func (a mutexBucket) NewState(now int64) State {
-	return (*mutexState)(atomicbucket.NewMutex(atomicbucket.Params(a), now))
+	return (*mutexState)(bucket.NewMutex(bucket.Params(a), now))
 }
 
 func (a mutexBucket) newSpent(now, spent, _ int64) State {
-	return (*mutexState)(atomicbucket.NewMutexSpent(atomicbucket.Params(a), now, spent))
+	return (*mutexState)(bucket.NewMutexSpent(bucket.Params(a), now, spent))
 }
 
 func (a mutexBucket) convert(s State, at int64) State {
-	if c := s.(*mutexState).b().ConvertTo(at, atomicbucket.Params(a)); c != nil {
+	if c := s.(*mutexState).b().ConvertTo(at, bucket.Params(a)); c != nil {
 		return (*mutexState)(c)
 	}
 	return nil
 }
 
-type mutexState atomicbucket.MutexBucket
+type mutexState bucket.MutexBucket
 
-func (s *mutexState) b() *atomicbucket.MutexBucket { return (*atomicbucket.MutexBucket)(s) }
+func (s *mutexState) b() *bucket.MutexBucket { return (*bucket.MutexBucket)(s) }
 
 func (s *mutexState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.b().AllowN(now, n)
@@ -139,31 +139,31 @@ func (s *mutexState) CancelReservation(tat, n int64) bool { return s.b().CancelR
 // leakyMeter is the leaky bucket's mutex twin: the meter in its textbook
 // form (a level and the time it was last raised), written apart from the
 // token bucket, which the tests hold the lock-free word to as well.
-type leakyMeter atomicbucket.Params
+type leakyMeter bucket.Params
 
 func (a leakyMeter) traits() traits { return traits{kind: objects, form: boxed, reserves: true} }
 func (a leakyMeter) convertSpent(spent, _, at int64, to Algorithm) (int64, int64) {
-	return convertBucketSpent((*atomicbucket.Params)(&a), spent, at, to)
+	return convertBucketSpent((*bucket.Params)(&a), spent, at, to)
 }
 
 func (a leakyMeter) NewState(now int64) State {
-	return (*leakyState)(atomicbucket.NewLeakyMutex(atomicbucket.Params(a), now))
+	return (*leakyState)(bucket.NewLeakyMutex(bucket.Params(a), now))
 }
 
 func (a leakyMeter) newSpent(now, spent, _ int64) State {
-	return (*leakyState)(atomicbucket.NewLeakyMutexSpent(atomicbucket.Params(a), now, spent))
+	return (*leakyState)(bucket.NewLeakyMutexSpent(bucket.Params(a), now, spent))
 }
 
 func (a leakyMeter) convert(s State, at int64) State {
-	if c := s.(*leakyState).m().ConvertTo(at, atomicbucket.Params(a)); c != nil {
+	if c := s.(*leakyState).m().ConvertTo(at, bucket.Params(a)); c != nil {
 		return (*leakyState)(c)
 	}
 	return nil
 }
 
-type leakyState atomicbucket.LeakyMutex
+type leakyState bucket.LeakyMutex
 
-func (s *leakyState) m() *atomicbucket.LeakyMutex { return (*atomicbucket.LeakyMutex)(s) }
+func (s *leakyState) m() *bucket.LeakyMutex { return (*bucket.LeakyMutex)(s) }
 
 func (s *leakyState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.m().AllowN(now, n)

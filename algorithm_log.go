@@ -1,8 +1,8 @@
 package floodgate
 
 import (
+	"github.com/floodgate-go/floodgate/internal/shardlog"
 	"github.com/floodgate-go/floodgate/internal/testhook"
-	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
 // The sliding log (see SlidingLog) and its mutex twin, which serves
@@ -11,7 +11,7 @@ import (
 // Limiter makes is of the one type.
 
 func init() {
-	mustRegister(SlidingLog, logFactory(!shardedlog.LockFree()))
+	mustRegister(SlidingLog, logFactory(!shardlog.LockFree()))
 	registerTwin(testhook.SlidingLogMutex, logFactory(true))
 }
 
@@ -20,7 +20,7 @@ func logFactory(mutex bool) Factory {
 		if err := windowBurst(r); err != nil {
 			return nil, err
 		}
-		p, err := shardedlog.NewParams(r.Limit, r.Period)
+		p, err := shardlog.NewParams(r.Limit, r.Period)
 		if err != nil {
 			return nil, err
 		}
@@ -31,33 +31,33 @@ func logFactory(mutex bool) Factory {
 	}
 }
 
-// lockFreeLogs is the sliding_log algorithm: a shardedlog.Log per key.
-type lockFreeLogs shardedlog.Params
+// lockFreeLogs is the sliding_log algorithm: a shardlog.Log per key.
+type lockFreeLogs shardlog.Params
 
 func (a lockFreeLogs) traits() traits { return traits{kind: objects, form: logForm} }
 func (a lockFreeLogs) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
-	q := shardedlog.Params(to.(lockFreeLogs))
-	return (*shardedlog.Params)(&a).ConvertSpent(spent, owed, at, &q)
+	q := shardlog.Params(to.(lockFreeLogs))
+	return (*shardlog.Params)(&a).ConvertSpent(spent, owed, at, &q)
 }
 
 func (a lockFreeLogs) NewState(now int64) State {
-	return (*logState)(shardedlog.New(shardedlog.Params(a), now))
+	return (*logState)(shardlog.New(shardlog.Params(a), now))
 }
 
 func (a lockFreeLogs) newSpent(now, spent, owed int64) State {
-	return (*logState)(shardedlog.NewSpent(shardedlog.Params(a), now, spent, owed))
+	return (*logState)(shardlog.NewSpent(shardlog.Params(a), now, spent, owed))
 }
 
 func (a lockFreeLogs) convert(s State, at int64) State {
-	if c := s.(*logState).l().ConvertTo(at, shardedlog.Params(a)); c != nil {
+	if c := s.(*logState).l().ConvertTo(at, shardlog.Params(a)); c != nil {
 		return (*logState)(c)
 	}
 	return nil
 }
 
-type logState shardedlog.Log
+type logState shardlog.Log
 
-func (s *logState) l() *shardedlog.Log { return (*shardedlog.Log)(s) }
+func (s *logState) l() *shardlog.Log { return (*shardlog.Log)(s) }
 
 func (s *logState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.l().AllowN(now, n)
@@ -78,32 +78,32 @@ func (s *logState) Evict(now int64) (int64, int64) { return s.l().Evict(now) }
 func (s *logState) Successor(now int64) State      { return (*logState)(s.l().Successor(now)) }
 
 // mutexLogs is the sliding log's mutex twin.
-type mutexLogs shardedlog.Params
+type mutexLogs shardlog.Params
 
 func (a mutexLogs) traits() traits { return traits{kind: objects, form: mutexLogForm} }
 func (a mutexLogs) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
-	q := shardedlog.Params(to.(mutexLogs))
-	return (*shardedlog.Params)(&a).ConvertSpent(spent, owed, at, &q)
+	q := shardlog.Params(to.(mutexLogs))
+	return (*shardlog.Params)(&a).ConvertSpent(spent, owed, at, &q)
 }
 
 func (a mutexLogs) NewState(now int64) State {
-	return (*mutexLogState)(shardedlog.NewMutex(shardedlog.Params(a), now))
+	return (*mutexLogState)(shardlog.NewMutex(shardlog.Params(a), now))
 }
 
 func (a mutexLogs) newSpent(now, spent, owed int64) State {
-	return (*mutexLogState)(shardedlog.NewMutexSpent(shardedlog.Params(a), now, spent, owed))
+	return (*mutexLogState)(shardlog.NewMutexSpent(shardlog.Params(a), now, spent, owed))
 }
 
 func (a mutexLogs) convert(s State, at int64) State {
-	if c := s.(*mutexLogState).l().ConvertTo(at, shardedlog.Params(a)); c != nil {
+	if c := s.(*mutexLogState).l().ConvertTo(at, shardlog.Params(a)); c != nil {
 		return (*mutexLogState)(c)
 	}
 	return nil
 }
 
-type mutexLogState shardedlog.MutexLog
+type mutexLogState shardlog.MutexLog
 
-func (s *mutexLogState) l() *shardedlog.MutexLog { return (*shardedlog.MutexLog)(s) }
+func (s *mutexLogState) l() *shardlog.MutexLog { return (*shardlog.MutexLog)(s) }
 
 func (s *mutexLogState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.l().AllowN(now, n)
@@ -135,7 +135,7 @@ func (s *mutexLogState) ChargeN(now, n int64) (Decision, bool, error) {
 
 // logGrant names the entry a log's grant made, for an exact refund of
 // part of it (Reservation.Settle).
-type logGrant = shardedlog.Grant
+type logGrant = shardlog.Grant
 
 // granter is a state whose grants name their entry, so that a refund of
 // part of one is exact: the sliding log and its twin. Refund gives back a

@@ -1,8 +1,8 @@
 package floodgate
 
 import (
-	"github.com/floodgate-go/floodgate/atomicwindow"
 	"github.com/floodgate-go/floodgate/internal/testhook"
+	"github.com/floodgate-go/floodgate/internal/window"
 )
 
 // The fixed window and the sliding counter (see FixedWindow and
@@ -10,18 +10,18 @@ import (
 // atomicwindow word in the flat table.
 
 func init() {
-	mustRegister(FixedWindow, windowFactory(atomicwindow.Fixed, false))
-	registerTwin(testhook.FixedWindowMutex, windowFactory(atomicwindow.Fixed, true))
-	mustRegister(SlidingCounter, windowFactory(atomicwindow.Sliding, false))
-	registerTwin(testhook.SlidingCounterMutex, windowFactory(atomicwindow.Sliding, true))
+	mustRegister(FixedWindow, windowFactory(window.Fixed, false))
+	registerTwin(testhook.FixedWindowMutex, windowFactory(window.Fixed, true))
+	mustRegister(SlidingCounter, windowFactory(window.Sliding, false))
+	registerTwin(testhook.SlidingCounterMutex, windowFactory(window.Sliding, true))
 }
 
-func windowFactory(kind atomicwindow.Kind, mutex bool) Factory {
+func windowFactory(kind window.Kind, mutex bool) Factory {
 	return func(r Rule) (Algorithm, error) {
 		if err := windowBurst(r); err != nil {
 			return nil, err
 		}
-		p, err := atomicwindow.NewParams(kind, r.Limit, r.Period)
+		p, err := window.NewParams(kind, r.Limit, r.Period)
 		if err != nil {
 			return nil, err
 		}
@@ -34,24 +34,24 @@ func windowFactory(kind atomicwindow.Kind, mutex bool) Factory {
 
 // lockFreeWindows is the fixed_window and sliding_counter algorithm: an
 // atomicwindow word per key, inline in the flat table.
-type lockFreeWindows atomicwindow.Params
+type lockFreeWindows window.Params
 
 func (a lockFreeWindows) traits() traits { return traits{kind: windowWords} }
 func (a lockFreeWindows) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
-	q := atomicwindow.Params(to.(lockFreeWindows))
-	return (*atomicwindow.Params)(&a).ConvertSpent(spent, owed, at, &q)
+	q := window.Params(to.(lockFreeWindows))
+	return (*window.Params)(&a).ConvertSpent(spent, owed, at, &q)
 }
-func (a lockFreeWindows) params(rs *ruleSet) { rs.window = atomicwindow.Params(a) }
+func (a lockFreeWindows) params(rs *ruleSet) { rs.window = window.Params(a) }
 
 func (a lockFreeWindows) NewState(now int64) State {
-	return (*windowState)(atomicwindow.New(atomicwindow.Params(a), now))
+	return (*windowState)(window.New(window.Params(a), now))
 }
 
-// windowState is an atomicwindow.Window seen as a State: the lock-free
+// windowState is an window.Window seen as a State: the lock-free
 // window out of line, as the reference limiter of the tests holds it.
-type windowState atomicwindow.Window
+type windowState window.Window
 
-func (s *windowState) w() *atomicwindow.Window { return (*atomicwindow.Window)(s) }
+func (s *windowState) w() *window.Window { return (*window.Window)(s) }
 
 func (s *windowState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.w().AllowN(now, n)
@@ -71,32 +71,32 @@ func (s *windowState) Retire()                   { s.w().Retire() }
 func (s *windowState) Successor(now int64) State { return (*windowState)(s.w().Successor(now)) }
 
 // mutexWindows is the windows' mutex twin.
-type mutexWindows atomicwindow.Params
+type mutexWindows window.Params
 
 func (a mutexWindows) traits() traits { return traits{kind: objects, form: boxed} }
 func (a mutexWindows) convertSpent(spent, owed, at int64, to Algorithm) (int64, int64) {
-	q := atomicwindow.Params(to.(mutexWindows))
-	return (*atomicwindow.Params)(&a).ConvertSpent(spent, owed, at, &q)
+	q := window.Params(to.(mutexWindows))
+	return (*window.Params)(&a).ConvertSpent(spent, owed, at, &q)
 }
 
 func (a mutexWindows) NewState(now int64) State {
-	return (*mutexWindowState)(atomicwindow.NewMutex(atomicwindow.Params(a), now))
+	return (*mutexWindowState)(window.NewMutex(window.Params(a), now))
 }
 
 func (a mutexWindows) newSpent(now, spent, owed int64) State {
-	return (*mutexWindowState)(atomicwindow.NewMutexSpent(atomicwindow.Params(a), now, spent, owed))
+	return (*mutexWindowState)(window.NewMutexSpent(window.Params(a), now, spent, owed))
 }
 
 func (a mutexWindows) convert(s State, at int64) State {
-	if c := s.(*mutexWindowState).w().ConvertTo(at, atomicwindow.Params(a)); c != nil {
+	if c := s.(*mutexWindowState).w().ConvertTo(at, window.Params(a)); c != nil {
 		return (*mutexWindowState)(c)
 	}
 	return nil
 }
 
-type mutexWindowState atomicwindow.MutexWindow
+type mutexWindowState window.MutexWindow
 
-func (s *mutexWindowState) w() *atomicwindow.MutexWindow { return (*atomicwindow.MutexWindow)(s) }
+func (s *mutexWindowState) w() *window.MutexWindow { return (*window.MutexWindow)(s) }
 
 func (s *mutexWindowState) AllowN(now, n int64) (Decision, bool) {
 	d, live := s.w().AllowN(now, n)

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/decision"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
 )
 
 // Costs known only when the work ends (the tokens a model streamed, the
@@ -114,7 +114,7 @@ func (l *Limiter) Reserve(key string, estimate int64) (r Reservation) {
 // check is Reserve's answer to an estimate of 0 for key id at now: what
 // a request of 1 would be answered, by the key and the global cap, with
 // Remaining what is left, since nothing was taken.
-func (l *Limiter) check(id registry.ID, now int64, d *Decision) {
+func (l *Limiter) check(id flat.ID, now int64, d *Decision) {
 	*d = l.peekID(id, now)
 	g := l.global.Load()
 	if !d.Allowed {
@@ -288,20 +288,20 @@ func settledFrom(d *Decision) {
 
 // settled is the Decision of a settlement that charged key id nothing
 // more: what is left, with Allowed true.
-func (l *Limiter) settled(id registry.ID, now int64) Decision {
+func (l *Limiter) settled(id flat.ID, now int64) Decision {
 	d := l.peekID(id, now)
 	settledFrom(&d)
 	return d
 }
 
 // chargeID is Charge for key id at now, its answer written to *d.
-func (l *Limiter) chargeID(id registry.ID, now, n int64, d *Decision) error {
+func (l *Limiter) chargeID(id flat.ID, now, n int64, d *Decision) error {
 	return l.chargeGrant(id, now, n, d, nil)
 }
 
 // chargeGrant is chargeID that also writes to out, if not nil, what the
 // charge took, for refundKey and returnGlobal to give it back.
-func (l *Limiter) chargeGrant(id registry.ID, now, n int64, d *Decision, out *grant) error {
+func (l *Limiter) chargeGrant(id flat.ID, now, n int64, d *Decision, out *grant) error {
 	if n < 1 {
 		return fmt.Errorf("floodgate: a charge of %d: a cost must be at least 1", n)
 	}
@@ -336,7 +336,7 @@ func (l *Limiter) chargeGrant(id registry.ID, now, n int64, d *Decision, out *gr
 
 // chargeObject charges key id's state at now, following the line of
 // successors past retired states, and returns the state that took it.
-func (l *Limiter) chargeObject(id registry.ID, now, n int64, d *Decision) (State, error) {
+func (l *Limiter) chargeObject(id flat.ID, now, n int64, d *Decision) (State, error) {
 	s := l.state(id, now)
 	for {
 		c, ok := s.(Charger)
@@ -357,7 +357,7 @@ func (l *Limiter) chargeObject(id registry.ID, now, n int64, d *Decision) (State
 
 // chargeGlobal charges the global cap g n units at now, following its
 // successors.
-func (l *Limiter) chargeGlobal(g *atomicbucket.Bucket, now, n int64) (atomicbucket.Decision, error) {
+func (l *Limiter) chargeGlobal(g *bucket.Bucket, now, n int64) (bucket.Decision, error) {
 	for {
 		d, live, err := g.ChargeN(now, n)
 		if err != nil {

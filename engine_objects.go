@@ -5,7 +5,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/flat"
 )
 
 // The object engine: the sliding log, the mutex twins and registered
@@ -76,7 +76,7 @@ func (l *Limiter) pointerTo(s State) unsafe.Pointer {
 // because it is the engine's hottest path: in the general loop, the
 // spills of its other requests' arguments cost the mutex twins 6% of
 // their Allow.
-func (l *Limiter) takeObject(id registry.ID, now int64) (allowed bool, s State) {
+func (l *Limiter) takeObject(id flat.ID, now int64) (allowed bool, s State) {
 	s = l.state(id, now)
 	allowed, live := s.Take(now, 1)
 	for !live {
@@ -91,7 +91,7 @@ func (l *Limiter) takeObject(id registry.ID, now int64) (allowed bool, s State) 
 // retired states. It returns the verdict, with the rest of the answer in
 // a, as onWord does, and the state that answered, for a refund or a
 // cancellation.
-func (l *Limiter) onObject(id registry.ID, now int64, op op, n int64, a *answer) (ok bool, s State) {
+func (l *Limiter) onObject(id flat.ID, now int64, op op, n int64, a *answer) (ok bool, s State) {
 	s = l.state(id, now)
 	for {
 		var live bool
@@ -126,11 +126,11 @@ func (l *Limiter) returnObject(s State, now, n int64) {
 }
 
 // state returns key id's state, creating it on first use.
-func (l *Limiter) state(id registry.ID, now int64) State {
+func (l *Limiter) state(id flat.ID, now int64) State {
 	for {
 		t, i := l.flat.Find(id)
 		if i < 0 {
-			t, i = l.flat.Insert(id, now, func(t *registry.Table) (uint64, unsafe.Pointer, bool) {
+			t, i = l.flat.Insert(id, now, func(t *flat.Table) (uint64, unsafe.Pointer, bool) {
 				return 0, l.pointerTo(l.newObject(rulesOf(t), id, now)), true
 			})
 		}
@@ -144,7 +144,7 @@ func (l *Limiter) state(id registry.ID, now int64) State {
 // newObject makes the state of key id, not held now, under the rule rs
 // (its table's): as newState, or, if the sketch remembers the key as
 // spent until later, as restrictive as that, owing what it owed.
-func (l *Limiter) newObject(rs *ruleSet, id registry.ID, now int64) State {
+func (l *Limiter) newObject(rs *ruleSet, id flat.ID, now int64) State {
 	at := max(now, l.evictedAt.Load())
 	if spent, owed := l.sketch.memory(id, rs); spent > at {
 		return rs.alg.(objectAlgorithm).newSpent(at, spent, owed) // New let MaxKeys through
@@ -156,7 +156,7 @@ func (l *Limiter) newObject(rs *ruleSet, id registry.ID, now int64) State {
 // replaces it. A key that is no longer held is created anew (the sketch
 // and the latest eviction's instant make it no looser than what was
 // evicted); one still held by the retired state gets its successor.
-func (l *Limiter) successor(id registry.ID, s State, now int64) State {
+func (l *Limiter) successor(id flat.ID, s State, now int64) State {
 	p := l.flat.Replace(id, func(cur unsafe.Pointer) unsafe.Pointer {
 		if l.stateAt(cur) == s {
 			return l.pointerTo(s.Successor(now))
@@ -171,7 +171,7 @@ func (l *Limiter) successor(id registry.ID, s State, now int64) State {
 
 // peekObject is Peek for key id: its state if it is held, or the state it
 // would be made with now. It creates nothing.
-func (l *Limiter) peekObject(id registry.ID, now int64) Decision {
+func (l *Limiter) peekObject(id flat.ID, now int64) Decision {
 	var s State
 	t, i := l.flat.Find(id)
 	if i >= 0 {
@@ -190,19 +190,19 @@ func (l *Limiter) peekObject(id registry.ID, now int64) Decision {
 
 // resetObject removes key id, retiring its state, so that a request
 // holding the state moves on to a fresh one.
-func (l *Limiter) resetObject(id registry.ID) {
-	l.flat.Remove(id, func(t *registry.Table, i int) { l.stateAt(t.Ptr(i)).Retire() })
+func (l *Limiter) resetObject(id flat.ID) {
+	l.flat.Remove(id, func(t *flat.Table, i int) { l.stateAt(t.Ptr(i)).Retire() })
 }
 
 // evictIdleObjects removes every state that answers at now as a new one
 // would, and returns how many it removed.
 func (l *Limiter) evictIdleObjects(now int64) int {
-	return l.flat.DeleteIf(func(t *registry.Table, i int) bool { return l.stateAt(t.Ptr(i)).RetireIdle(now) })
+	return l.flat.DeleteIf(func(t *flat.Table, i int) bool { return l.stateAt(t.Ptr(i)).RetireIdle(now) })
 }
 
 // objectSpent is the flat table's Spent hook for states out of line: the
 // instant a Peek says the state is full again.
-func (l *Limiter) objectSpent(t *registry.Table, i int, now int64) int64 {
+func (l *Limiter) objectSpent(t *flat.Table, i int, now int64) int64 {
 	s := l.stateAt(t.Ptr(i))
 	if s == nil {
 		return math.MinInt64
@@ -215,7 +215,7 @@ func (l *Limiter) objectSpent(t *registry.Table, i int, now int64) int64 {
 }
 
 // evictObject is the flat table's Evict hook for states out of line.
-func (l *Limiter) evictObject(t *registry.Table, i int, now int64) {
+func (l *Limiter) evictObject(t *flat.Table, i int, now int64) {
 	l.evictedAtBound.Inc()
 	at, owed := l.stateAt(t.Ptr(i)).(spentState).Evict(now)
 	if at <= now {

@@ -6,11 +6,11 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/atomicwindow"
+	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/decision"
+	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/window"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
 )
 
 // The word engine: the states of the token and leaky bucket, the fixed
@@ -74,7 +74,7 @@ type answer struct {
 // then a denial with Never. The transitions are written out in the loop,
 // not called through a helper, so that Allow's path makes one call, to
 // the algorithm.
-func (l *Limiter) onWord(id registry.ID, now int64, op op, n int64, a *answer) (ok bool, t *registry.Table, i int) {
+func (l *Limiter) onWord(id flat.ID, now int64, op op, n int64, a *answer) (ok bool, t *flat.Table, i int) {
 	t = l.flat.Current(id)
 	i = t.Lookup(id)
 	for {
@@ -97,11 +97,11 @@ func (l *Limiter) onWord(id registry.ID, now int64, op op, n int64, a *answer) (
 		case op == opTake:
 			ok, st = rs.window.TakeWord(w, t.Origin, now, n)
 		case op == opAllow && l.kind == bucketWords:
-			var d atomicbucket.Decision
+			var d bucket.Decision
 			d, st = rs.bucket.AllowWord(w, t.Origin, now, n)
 			a.d, ok = fromCore(d), d.Allowed
 		case op == opAllow:
-			var d atomicwindow.Decision
+			var d window.Decision
 			d, st = rs.window.AllowWord(w, t.Origin, now, n)
 			a.d, ok = fromCore(d), d.Allowed
 		case l.kind == bucketWords:
@@ -129,7 +129,7 @@ func (l *Limiter) onWord(id registry.ID, now int64, op op, n int64, a *answer) (
 // and a grant made under a rule that SetRule has changed since: the word
 // it was taken from was converted, and what it is given back to belongs
 // to another rule (stricter, never looser).
-func (l *Limiter) returnWord(id registry.ID, t *registry.Table, i int, now, n int64, cancel bool, tat uint64) {
+func (l *Limiter) returnWord(id flat.ID, t *flat.Table, i int, now, n int64, cancel bool, tat uint64) {
 	rs := rulesOf(t)
 	for i >= 0 && rulesOf(t) == rs && !l.giveWord(t, i, now, n, cancel, tat) {
 		t, i = l.flat.Find(id) // moved by a resize, which copies the word as it was
@@ -149,7 +149,7 @@ func (l *Limiter) returnWord(id registry.ID, t *registry.Table, i int, now, n in
 // origin is what tat is relative to, for a cancellation: a rebase since
 // (the key's table has another origin) leaves the reservation spent, as
 // a later reservation does.
-func (l *Limiter) returnHeld(id registry.ID, serial uint32, now, n int64, cancel bool, tat uint64, origin int64) {
+func (l *Limiter) returnHeld(id flat.ID, serial uint32, now, n int64, cancel bool, tat uint64, origin int64) {
 	for {
 		t, i := l.heldWord(id, serial)
 		if i < 0 || cancel && t.Origin != origin || l.giveWord(t, i, now, n, cancel, tat) {
@@ -163,7 +163,7 @@ func (l *Limiter) returnHeld(id registry.ID, serial uint32, now, n int64, cancel
 // else the slot is -1. The word may be Moved (a resize or a rebase moved
 // it since the lookup), or Dead (the key is being removed): its status
 // tells the caller.
-func (l *Limiter) heldWord(id registry.ID, serial uint32) (*registry.Table, int) {
+func (l *Limiter) heldWord(id flat.ID, serial uint32) (*flat.Table, int) {
 	t, i := l.flat.Find(id)
 	if i >= 0 && t.Serial(i) != serial {
 		i = -1
@@ -175,7 +175,7 @@ func (l *Limiter) heldWord(id registry.ID, serial uint32) (*registry.Table, int)
 // and reports whether that settled it: given back, spent for good, or
 // the key removed. It reports false when a resize or a rebase moved the
 // word: the caller finds it again.
-func (l *Limiter) giveWord(t *registry.Table, i int, now, n int64, cancel bool, tat uint64) bool {
+func (l *Limiter) giveWord(t *flat.Table, i int, now, n int64, cancel bool, tat uint64) bool {
 	rs := rulesOf(t)
 	var st word.Status
 	switch {
@@ -193,7 +193,7 @@ func (l *Limiter) giveWord(t *registry.Table, i int, now, n int64, cancel bool, 
 // table's origin first if the reading lies past its range. The slot is -1
 // when the reading is too early for the table: the request is denied with
 // Never.
-func (l *Limiter) create(id registry.ID, now int64) (*registry.Table, int) {
+func (l *Limiter) create(id flat.ID, now int64) (*flat.Table, int) {
 	for {
 		t, i, st := l.insertWord(id, now)
 		if st != word.Rebase {
@@ -206,7 +206,7 @@ func (l *Limiter) create(id registry.ID, now int64) (*registry.Table, int) {
 }
 
 // rebase moves the origin of id's table to now's and finds id again.
-func (l *Limiter) rebase(id registry.ID, t *registry.Table, now int64) (*registry.Table, int) {
+func (l *Limiter) rebase(id flat.ID, t *flat.Table, now int64) (*flat.Table, int) {
 	l.flat.Rebase(id, t, l.origin(rulesOf(t), now))
 	return l.flat.Find(id)
 }
@@ -214,9 +214,9 @@ func (l *Limiter) rebase(id registry.ID, t *registry.Table, now int64) (*registr
 // insertWord finds id under its shard's lock, creating its word if absent.
 // The status says why nothing could be created: a reading too early for
 // the table, or one past its range (move the origin first).
-func (l *Limiter) insertWord(id registry.ID, now int64) (*registry.Table, int, word.Status) {
+func (l *Limiter) insertWord(id flat.ID, now int64) (*flat.Table, int, word.Status) {
 	var st word.Status
-	t, i := l.flat.Insert(id, now, func(t *registry.Table) (uint64, unsafe.Pointer, bool) {
+	t, i := l.flat.Insert(id, now, func(t *flat.Table) (uint64, unsafe.Pointer, bool) {
 		var w uint64
 		w, st = l.newWord(id, t, t.Origin, now)
 		return w, nil, st == word.Live
@@ -228,7 +228,7 @@ func (l *Limiter) insertWord(id registry.ID, now int64) (*registry.Table, int, w
 // origin, under t's rule: full from now, from the latest eviction's
 // instant, or from what the sketch remembers of the key, whichever is
 // latest, owing what the sketch remembers it owed.
-func (l *Limiter) newWord(id registry.ID, t *registry.Table, origin, now int64) (uint64, word.Status) {
+func (l *Limiter) newWord(id flat.ID, t *flat.Table, origin, now int64) (uint64, word.Status) {
 	rs := rulesOf(t)
 	at := max(now, l.evictedAt.Load())
 	spent, owed := l.sketch.memory(id, rs)
@@ -240,7 +240,7 @@ func (l *Limiter) newWord(id registry.ID, t *registry.Table, origin, now int64) 
 
 // peekWord is Peek for key id: its word if it is held, or the word it
 // would be made with now. It writes nothing.
-func (l *Limiter) peekWord(id registry.ID, now int64) Decision {
+func (l *Limiter) peekWord(id flat.ID, now int64) Decision {
 	t, i := l.flat.Find(id)
 	rs, origin := rulesOf(t), t.Origin
 	var v uint64
@@ -270,25 +270,25 @@ func (l *Limiter) peekWord(id registry.ID, now int64) Decision {
 
 // resetWord removes key id: its word is marked Dead under the shard's
 // lock, so that a request holding the slot moves on to a fresh word.
-func (l *Limiter) resetWord(id registry.ID) {
-	l.flat.Remove(id, func(t *registry.Table, i int) { t.Word(i).Store(word.Dead) })
+func (l *Limiter) resetWord(id flat.ID) {
+	l.flat.Remove(id, func(t *flat.Table, i int) { t.Word(i).Store(word.Dead) })
 }
 
 // evictIdleWords removes every word that answers at now as a new one
 // would, and returns how many it removed.
 func (l *Limiter) evictIdleWords(now int64) int {
 	if l.kind == bucketWords {
-		return l.flat.DeleteIf(func(t *registry.Table, i int) bool {
+		return l.flat.DeleteIf(func(t *flat.Table, i int) bool {
 			return rulesOf(t).bucket.RetireIdleWord(t.Word(i), t.Origin, now)
 		})
 	}
-	return l.flat.DeleteIf(func(t *registry.Table, i int) bool {
+	return l.flat.DeleteIf(func(t *flat.Table, i int) bool {
 		return rulesOf(t).window.RetireIdleWord(t.Word(i), t.Origin, now)
 	})
 }
 
 // wordSpent is the flat table's Spent hook for inline words.
-func (l *Limiter) wordSpent(t *registry.Table, i int, _ int64) int64 {
+func (l *Limiter) wordSpent(t *flat.Table, i int, _ int64) int64 {
 	v := t.Word(i).Load()
 	switch {
 	case word.IsMark(v):
@@ -302,7 +302,7 @@ func (l *Limiter) wordSpent(t *registry.Table, i int, _ int64) int64 {
 // evictWord is the flat table's Evict hook for inline words. What the key
 // held is remembered even when it lies before now: a request whose reading
 // is older than the eviction's must still find it.
-func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
+func (l *Limiter) evictWord(t *flat.Table, i int, now int64) {
 	var at, owed int64
 	rs := rulesOf(t)
 	if l.kind == bucketWords {
@@ -323,7 +323,7 @@ func (l *Limiter) evictWord(t *registry.Table, i int, now int64) {
 // creating it on first use, and takes n whatever the word holds,
 // following the word's status as onWord does. It returns the slot that
 // took the charge, for a refund.
-func (l *Limiter) chargeWord(id registry.ID, now, n int64, d *Decision) (t *registry.Table, i int, err error) {
+func (l *Limiter) chargeWord(id flat.ID, now, n int64, d *Decision) (t *flat.Table, i int, err error) {
 	t = l.flat.Current(id)
 	i = t.Lookup(id)
 	for {

@@ -3,10 +3,10 @@ package floodgate
 import (
 	"time"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/bucket"
 )
 
-// The global cap (Config.Global) is one atomicbucket.Bucket over all keys
+// The global cap (Config.Global) is one bucket.Bucket over all keys
 // together, asked after the key's own state. When it refuses, the key's
 // grant is given back, so that the key is not punished twice. Its bucket
 // retires only to move its time origin; a request that meets a retired
@@ -23,7 +23,7 @@ func (l *Limiter) refusedByGlobal(now int64) bool {
 
 // refusedBy is refusedByGlobal's work on the cap g, out of line so that
 // the check before it inlines.
-func (l *Limiter) refusedBy(g *atomicbucket.Bucket, now int64) bool {
+func (l *Limiter) refusedBy(g *bucket.Bucket, now int64) bool {
 	allowed, live := g.Take(now, 1)
 	for !live {
 		g = l.nextGlobal(g, now)
@@ -38,7 +38,7 @@ func (l *Limiter) refusedBy(g *atomicbucket.Bucket, now int64) bool {
 // allowGlobal asks the global cap g for n units at now, following its
 // successors, and returns its Decision and the bucket that answered.
 // A refusal is counted, with Config.Stats.
-func (l *Limiter) allowGlobal(g *atomicbucket.Bucket, now, n int64) (atomicbucket.Decision, *atomicbucket.Bucket) {
+func (l *Limiter) allowGlobal(g *bucket.Bucket, now, n int64) (bucket.Decision, *bucket.Bucket) {
 	d, live := g.AllowN(now, n)
 	for !live {
 		g = l.nextGlobal(g, now)
@@ -52,13 +52,13 @@ func (l *Limiter) allowGlobal(g *atomicbucket.Bucket, now, n int64) (atomicbucke
 
 // nextGlobal replaces a retired global bucket (it retires only to move its
 // time origin) with its successor.
-func (l *Limiter) nextGlobal(g *atomicbucket.Bucket, now int64) *atomicbucket.Bucket {
+func (l *Limiter) nextGlobal(g *bucket.Bucket, now int64) *bucket.Bucket {
 	l.global.CompareAndSwap(g, g.Successor(now))
 	return l.global.Load()
 }
 
 // reserveGlobal reserves n of the global cap.
-func (l *Limiter) reserveGlobal(g *atomicbucket.Bucket, now int64, limit time.Duration, r *reservation) (time.Duration, bool) {
+func (l *Limiter) reserveGlobal(g *bucket.Bucket, now int64, limit time.Duration, r *reservation) (time.Duration, bool) {
 	for {
 		wait, tat, ok, live := g.ReserveN(now, r.n, limit)
 		if live {
@@ -73,7 +73,7 @@ func (l *Limiter) reserveGlobal(g *atomicbucket.Bucket, now int64, limit time.Du
 
 // returnGlobal gives the global cap g back n units that a request took at
 // now and a later check refused, following its successors.
-func (l *Limiter) returnGlobal(g *atomicbucket.Bucket, now, n int64) {
+func (l *Limiter) returnGlobal(g *bucket.Bucket, now, n int64) {
 	for !g.Refund(n) {
 		g = l.nextGlobal(g, now)
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/testhook"
-	"github.com/floodgate-go/floodgate/registry"
 )
 
 // heldRule is the rule of the held grants' tests: 10 an hour, on a clock
@@ -356,7 +356,7 @@ func evictKey(l *Limiter, key string) {
 	if l.kind == objects {
 		evict = l.evictObject
 	}
-	l.flat.Remove(l.hasher.ID(key), func(t *registry.Table, i int) { evict(t, i, l.now()) })
+	l.flat.Remove(l.hasher.ID(key), func(t *flat.Table, i int) { evict(t, i, l.now()) })
 }
 
 // lifeOf names the life of key's state, or is 0 if it is not held: its

@@ -9,9 +9,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/bucket"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/tally"
-	"github.com/floodgate-go/floodgate/registry"
 	"github.com/puzpuzpuz/xsync/v4"
 	"golang.org/x/sys/cpu"
 )
@@ -80,23 +80,23 @@ const (
 // A Limiter is safe for concurrent use by any number of goroutines. The
 // zero value is not usable: call New.
 type Limiter struct {
-	traits                // the algorithm's: where states live, their form, whether they reserve
-	clock   Clock         // nil for SystemClock, read without an interface call
-	coarse  *CoarseClock  // set when clock is a ticking CoarseClock: read without an interface call
-	flat    registry.Flat // held by value: one load fewer per request
-	hasher  *registry.Hasher
-	name    string                              // the algorithm's registered name
-	factory Factory                             // its factory, for SetRule
-	sketch  lazySketch                          // with MaxKeys
-	count   *tally.Counts                       // with Config.Stats: Allowed, Denied, DeniedByGlobal
-	global  atomic.Pointer[atomicbucket.Bucket] // nil without Config.Global
+	traits               // the algorithm's: where states live, their form, whether they reserve
+	clock   Clock        // nil for SystemClock, read without an interface call
+	coarse  *CoarseClock // set when clock is a ticking CoarseClock: read without an interface call
+	flat    flat.Flat    // held by value: one load fewer per request
+	hasher  *flat.Hasher
+	name    string                        // the algorithm's registered name
+	factory Factory                       // its factory, for SetRule
+	sketch  lazySketch                    // with MaxKeys
+	count   *tally.Counts                 // with Config.Stats: Allowed, Denied, DeniedByGlobal
+	global  atomic.Pointer[bucket.Bucket] // nil without Config.Global
 
 	evicted, evictedAtBound, evictedFresh *xsync.Counter
 
 	// rules is the rule in force: the one a key created now gets, and
 	// the one Peek, WaitN and a denial with Never answer with. Every
 	// table of the registry carries the rule its states were made under
-	// (registry.Table's Aux), and a request reads the rule from the table
+	// (flat.Table's Aux), and a request reads the rule from the table
 	// its state is in, so a state is never read with another rule's
 	// parameters (see SetRule). setMu orders the changes.
 	rules atomic.Pointer[ruleSet]
@@ -143,7 +143,7 @@ func New(cfg Config) (*Limiter, error) {
 	if _, ok := alg.(builtin); cfg.MaxKeys > 0 && !ok {
 		return nil, fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; set MaxKeys to 0 and bound the keys with IdleTTL", name)
 	}
-	l := &Limiter{traits: traitsOf(alg), name: name, factory: factory, hasher: registry.NewHasher(),
+	l := &Limiter{traits: traitsOf(alg), name: name, factory: factory, hasher: flat.NewHasher(),
 		evicted: xsync.NewCounter(), evictedAtBound: xsync.NewCounter(), evictedFresh: xsync.NewCounter()}
 	l.rules.Store(newRuleSet(cfg.Rule, alg))
 	l.evictedAt.Store(math.MinInt64)
@@ -160,11 +160,11 @@ func New(cfg Config) (*Limiter, error) {
 		if err := g.Validate(); err != nil {
 			return nil, fmt.Errorf("floodgate: Global: %w", err)
 		}
-		p, err := atomicbucket.NewParams(g.Limit, g.Period, g.Burst)
+		p, err := bucket.NewParams(g.Limit, g.Period, g.Burst)
 		if err != nil {
 			return nil, fmt.Errorf("floodgate: Global rule %+v: %w", *g, err)
 		}
-		l.global.Store(atomicbucket.New(p, l.now()))
+		l.global.Store(bucket.New(p, l.now()))
 	}
 	l.newTable(cfg.MaxKeys)
 	if cfg.IdleTTL > 0 {
@@ -183,15 +183,15 @@ func New(cfg Config) (*Limiter, error) {
 // algorithms, bounded by maxKeys if it is above 0.
 func (l *Limiter) newTable(maxKeys int) {
 	rs := l.rules.Load()
-	fc := registry.FlatConfig{MaxKeys: maxKeys, Pointers: l.kind == objects, Aux: unsafe.Pointer(rs)}
+	fc := flat.FlatConfig{MaxKeys: maxKeys, Pointers: l.kind == objects, Aux: unsafe.Pointer(rs)}
 	switch l.kind {
 	case objects:
-		fc.Hooks = registry.Hooks{Spent: l.objectSpent, Evict: l.evictObject}
+		fc.Hooks = flat.Hooks{Spent: l.objectSpent, Evict: l.evictObject}
 	default:
 		fc.Origin = l.origin(rs, l.now())
-		fc.Hooks = registry.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.rebaseWord}
+		fc.Hooks = flat.Hooks{Spent: l.wordSpent, Evict: l.evictWord, Rebase: l.rebaseWord}
 	}
-	l.flat = registry.NewFlat(fc)
+	l.flat = flat.NewFlat(fc)
 	l.sketch.maxKeys = maxKeys
 }
 
@@ -214,7 +214,7 @@ func (l *Limiter) Allow(key string) bool {
 			return false
 		}
 	} else {
-		var t *registry.Table
+		var t *flat.Table
 		var i int
 		allowed, t, i = l.onWord(id, now, opTake, 1, nil)
 		if allowed && l.refusedByGlobal(now) { // counted there
@@ -259,7 +259,7 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 func (l *Limiter) allowAt(key string, now int64, n int64, out *grant, d *Decision) {
 	var a answer // read field by field below: see answer
 	var s State
-	var t *registry.Table
+	var t *flat.Table
 	i := -1
 	id := l.hasher.ID(key)
 	if l.kind == objects {
@@ -271,7 +271,7 @@ func (l *Limiter) allowAt(key string, now int64, n int64, out *grant, d *Decisio
 	} else {
 		_, t, i = l.onWord(id, now, opAllow, n, &a)
 	}
-	var asked *atomicbucket.Bucket
+	var asked *bucket.Bucket
 	if g := l.global.Load(); g != nil && a.d.Allowed {
 		gd, g := l.allowGlobal(g, now, n)
 		if !gd.Allowed {
@@ -297,7 +297,7 @@ func (l *Limiter) Peek(key string) Decision {
 }
 
 // peekID is Peek for key id at now.
-func (l *Limiter) peekID(id registry.ID, now int64) Decision {
+func (l *Limiter) peekID(id flat.ID, now int64) Decision {
 	if l.kind == objects {
 		return l.peekObject(id, now)
 	}

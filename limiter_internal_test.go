@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/shardlog"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
-	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
 // TestSweeper drives the sweeper with a tick channel of the test's own:
@@ -112,7 +112,7 @@ func TestForcedCollision(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := registry.ID{Hi: 0x1234567 | 1, Lo: 42}
+		id := flat.ID{Hi: 0x1234567 | 1, Lo: 42}
 		passed := 0
 		for range 100 { // 100 clients whose keys all hash to id
 			var ok bool
@@ -143,7 +143,7 @@ func TestSketchCollision(t *testing.T) {
 	}
 	victim := l.hasher.ID("a0")
 	mask := uint64(len(newSketch(1, nil).cells) - 1)
-	cells := func(id registry.ID) [2]uint64 { return [2]uint64{id.Lo & mask, id.Hi >> 32 & mask} }
+	cells := func(id flat.ID) [2]uint64 { return [2]uint64{id.Lo & mask, id.Hi >> 32 & mask} }
 	innocent := ""
 	for i := 0; innocent == ""; i++ { // about 2^20 tries for a 1,024-cell sketch
 		k := "v" + strconv.Itoa(i)
@@ -202,7 +202,7 @@ func TestEvictionRaceInline(t *testing.T) {
 // and an eviction.
 func TestObjectForms(t *testing.T) {
 	served := logForm
-	if !shardedlog.LockFree() {
+	if !shardlog.LockFree() {
 		served = mutexLogForm // "sliding_log" is the twin here
 	}
 	for _, c := range []struct {

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/bucket"
+	"github.com/floodgate-go/floodgate/internal/flat"
 )
 
 // Limits decides each request against several Limiters together, for
@@ -130,18 +130,18 @@ func (m *Limits) decide(key string, n int64, all []Decision) int {
 // (see hold).
 type grant struct {
 	s      State // for states held as objects
-	id     registry.ID
-	t      *registry.Table // for inline words: the slot the grant landed in, until hold
+	id     flat.ID
+	t      *flat.Table // for inline words: the slot the grant landed in, until hold
 	i      int
-	serial uint32 // for inline words, once held: the key's serial (registry.Table.Serial)
-	g      *atomicbucket.Bucket
+	serial uint32 // for inline words, once held: the key's serial (flat.Table.Serial)
+	g      *bucket.Bucket
 	now, n int64
 	lg     logGrant // a log's entry, when its state named it (see granter)
 }
 
 // holdable readies l for grants held across a request (a Reservation, a
 // Hold, a WaitN's wait): its table keeps its keys' serials from now on
-// (see registry.Flat.KeepSerials), once, before the first such grant, so
+// (see flat.Flat.KeepSerials), once, before the first such grant, so
 // that hold can keep a key's serial rather than its table. A Limiter that
 // never holds a grant pays nothing for them. One of objects needs none:
 // its grants keep their key's State, which no table holds.

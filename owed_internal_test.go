@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/flat"
 )
 
 // TestSweeperKeepsDebt: the sweeper (IdleTTL) never evicts a key that
@@ -48,9 +48,9 @@ func TestSweeperKeepsDebt(t *testing.T) {
 // the cell; a key reads the debt of the instant it reads.
 func TestSketchDebt(t *testing.T) {
 	s := newSketch(1, nil)
-	a := registry.ID{Hi: 3<<32 | 1, Lo: 5}
-	b := registry.ID{Hi: 3<<32 | 1, Lo: 6} // shares a's second cell
-	c := registry.ID{Hi: 4<<32 | 1, Lo: 5} // shares a's first cell
+	a := flat.ID{Hi: 3<<32 | 1, Lo: 5}
+	b := flat.ID{Hi: 3<<32 | 1, Lo: 6} // shares a's second cell
+	c := flat.ID{Hi: 4<<32 | 1, Lo: 5} // shares a's first cell
 	if at, owed := s.read(a); at != math.MinInt64 || owed != 0 || s.owed.Load() != nil {
 		t.Fatalf("an empty sketch reads %d owing %d", at, owed)
 	}
@@ -93,7 +93,7 @@ func TestSketchChangeOfRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := l.rules.Load()
-	a, b := registry.ID{Hi: 1<<32 | 1, Lo: 1}, registry.ID{Hi: 2<<32 | 1, Lo: 2}
+	a, b := flat.ID{Hi: 1<<32 | 1, Lo: 1}, flat.ID{Hi: 2<<32 | 1, Lo: 2}
 	const T = int64(time.Second)
 	l.sketch.record(a, old, int64(time.Hour)+T, 25) // owes 25 to the end of its window
 

@@ -11,8 +11,9 @@ import (
 // the bucket refills continuously at Limit per Period. Supported range:
 // Limit ≥ 1, Period > 0, Burst ≥ 0, no more than one token per nanosecond
 // (Limit ≤ Period in nanoseconds), and a burst window Burst × Period / Limit
-// of at most about 16 years (2^60 ticks; see atomicbucket.NewParams for the
-// exact bound). Every rule from 1 to 1,000,000 per 1ms to 30 days with
+// of at most 2^60 ticks of the bucket's fixed point (at least 16 years when
+// Period/Limit is a whole number of nanoseconds; 30 days at the finest
+// scale, 1/8192 ns). Every rule from 1 to 1,000,000 per 1ms to 30 days with
 // Burst 0 is inside it. New reports a rule outside the range as an error;
 // nothing is clamped.
 type Rule struct {

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/atomicwindow"
+	"github.com/floodgate-go/floodgate/internal/bucket"
+	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/window"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
 )
 
 // ruleSet is one rule in force, in every form a request needs. A Limiter
@@ -17,8 +17,8 @@ import (
 // is read with are always one pair, also while SetRule moves the tables.
 // A ruleSet is never changed once published.
 type ruleSet struct {
-	bucket   atomicbucket.Params // for bucketWords: first, where the request reads it
-	window   atomicwindow.Params // for windowWords
+	bucket   bucket.Params // for bucketWords: first, where the request reads it
+	window   window.Params // for windowWords
 	capacity int64
 	rule     Rule
 	alg      Algorithm
@@ -39,7 +39,7 @@ func newRuleSet(r Rule, alg Algorithm) *ruleSet {
 }
 
 // rulesOf is the rule that the states of table t were made under.
-func rulesOf(t *registry.Table) *ruleSet { return (*ruleSet)(t.Aux) }
+func rulesOf(t *flat.Table) *ruleSet { return (*ruleSet)(t.Aux) }
 
 // SetRule makes r the rule of every key, held or not, from now on. It
 // validates r as New does and returns New's error for a rule New would
@@ -115,12 +115,12 @@ func (l *Limiter) SetRule(r Rule) error {
 	l.rules.Store(rs)
 
 	var origin int64
-	var words func(old *registry.Table, w uint64) uint64
-	var ptrs func(old *registry.Table, i int, p unsafe.Pointer) unsafe.Pointer
+	var words func(old *flat.Table, w uint64) uint64
+	var ptrs func(old *flat.Table, i int, p unsafe.Pointer) unsafe.Pointer
 	switch l.kind {
 	case bucketWords:
 		origin = at // every converted word lies within a new origin's range
-		words = func(old *registry.Table, w uint64) uint64 {
+		words = func(old *flat.Table, w uint64) uint64 {
 			if word.IsMark(w) {
 				return w
 			}
@@ -128,7 +128,7 @@ func (l *Limiter) SetRule(r Rule) error {
 		}
 	case windowWords:
 		origin = rs.window.Origin(at)
-		words = func(old *registry.Table, w uint64) uint64 {
+		words = func(old *flat.Table, w uint64) uint64 {
 			if word.IsMark(w) {
 				return w
 			}
@@ -136,7 +136,7 @@ func (l *Limiter) SetRule(r Rule) error {
 		}
 	default:
 		a := alg.(objectAlgorithm) // every builtin of the object engine is one
-		ptrs = func(_ *registry.Table, _ int, p unsafe.Pointer) unsafe.Pointer {
+		ptrs = func(_ *flat.Table, _ int, p unsafe.Pointer) unsafe.Pointer {
 			if p == nil {
 				return nil
 			}
@@ -164,7 +164,7 @@ func (l *Limiter) origin(rs *ruleSet, now int64) int64 {
 
 // rebaseWord is the flat table's Rebase hook for inline words: a rebase
 // keeps the table's rule.
-func (l *Limiter) rebaseWord(old *registry.Table, w uint64, to int64) uint64 {
+func (l *Limiter) rebaseWord(old *flat.Table, w uint64, to int64) uint64 {
 	if l.kind == bucketWords {
 		return rulesOf(old).bucket.RebaseWord(w, old.Origin, to)
 	}

@@ -4,7 +4,7 @@ import (
 	"math"
 	"sync/atomic"
 
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/flat"
 )
 
 // sketch remembers, for keys evicted at Config.MaxKeys under one rule,
@@ -69,12 +69,12 @@ func newSketch(maxKeys int, rs *ruleSet) *sketch {
 // The two cells of an ID come from bits that neither the shard (the top of
 // Hi) nor the bucket (the low half of Hi) depends on: the low bits of Lo,
 // which the table keeps (32 of them), and the upper middle of Hi.
-func (s *sketch) pair(id registry.ID) (uint64, uint64) {
+func (s *sketch) pair(id flat.ID) (uint64, uint64) {
 	return id.Lo & s.mask, id.Hi >> 32 & s.mask
 }
 
 // record raises id's cells to at, with what the key owed beyond it.
-func (s *sketch) record(id registry.ID, at, owed int64) {
+func (s *sketch) record(id flat.ID, at, owed int64) {
 	i, j := s.pair(id)
 	s.put(i, at, owed)
 	s.put(j, at, owed)
@@ -129,7 +129,7 @@ func (s *sketch) debt(ds *[]atomic.Uint64, i uint64, at int64) int64 {
 // read returns what the sketch remembers of id: the smaller of its cells,
 // math.MinInt64 for none, and the debt remembered with it (the smaller,
 // if both cells hold that instant).
-func (s *sketch) read(id registry.ID) (at, owed int64) {
+func (s *sketch) read(id flat.ID) (at, owed int64) {
 	i, j := s.pair(id)
 	a, b := s.cells[i].Load(), s.cells[j].Load()
 	at = min(a, b)
@@ -166,7 +166,7 @@ type lazySketch struct {
 // memory returns what the sketch remembers of id for a key of the rule
 // rs: the instant from which it may start as new (math.MinInt64 for
 // none), and what it owes beyond a spent state (see sketch).
-func (z *lazySketch) memory(id registry.ID, rs *ruleSet) (at, owed int64) {
+func (z *lazySketch) memory(id flat.ID, rs *ruleSet) (at, owed int64) {
 	h := z.p.Load()
 	switch {
 	case h == nil:
@@ -208,7 +208,7 @@ func convertMemory(from, to *ruleSet, at, owed int64) (int64, int64) {
 // record remembers that id, of a table of rule rs, was evicted spent
 // until at and owing owed beyond it, in the sketch of rs, making it first
 // if need be.
-func (z *lazySketch) record(id registry.ID, rs *ruleSet, at, owed int64) {
+func (z *lazySketch) record(id flat.ID, rs *ruleSet, at, owed int64) {
 	z.sketchOf(rs).record(id, at, owed)
 }
 

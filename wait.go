@@ -7,8 +7,8 @@ import (
 	"math"
 	"time"
 
-	"github.com/floodgate-go/floodgate/atomicbucket"
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/bucket"
+	"github.com/floodgate-go/floodgate/internal/flat"
 )
 
 // Errors that Wait and WaitN return at once, consuming nothing. Test for
@@ -42,13 +42,13 @@ type reserver interface {
 type reservation struct {
 	s      reserver
 	tat    int64
-	id     registry.ID
-	t      *registry.Table
+	id     flat.ID
+	t      *flat.Table
 	i      int
 	serial uint32
 	origin int64
 	wtat   uint64
-	g      *atomicbucket.Bucket
+	g      *bucket.Bucket
 	gtat   int64
 	n      int64
 }

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
 	"golang.org/x/sys/cpu"
 )
 
@@ -94,8 +94,8 @@ var (
 type Limiter struct {
 	limit  atomic.Uint64 // SetLimit changes it
 	queue  uint64
-	flat   registry.Flat
-	hasher *registry.Hasher
+	flat   flat.Flat
+	hasher *flat.Hasher
 	global *counter // nil without Config.Global
 	queues *queues
 	twin   *twin // the mutex twin, instead of the table and queues
@@ -159,7 +159,7 @@ func New(cfg Config) (*Limiter, error) {
 	case cfg.IdleTTL < 0:
 		return nil, fmt.Errorf("inflight: IdleTTL must be 0 (no sweeper) or positive, got %v", cfg.IdleTTL)
 	}
-	l := &Limiter{queue: uint64(cfg.Queue), hasher: registry.NewHasher(), max: cfg.MaxKeys}
+	l := &Limiter{queue: uint64(cfg.Queue), hasher: flat.NewHasher(), max: cfg.MaxKeys}
 	l.limit.Store(uint64(cfg.Limit))
 	if cfg.Global > 0 {
 		l.global = &counter{max: int64(cfg.Global)}
@@ -173,7 +173,7 @@ func New(cfg Config) (*Limiter, error) {
 		if cfg.spread && l.spreads {
 			l.spreadAll, l.margin = true, 0 // park at any count, to try every path
 		}
-		l.flat = registry.NewFlat(registry.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.spreads, Hooks: registry.Hooks{Retire: l.retireIdle}})
+		l.flat = flat.NewFlat(flat.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.spreads, Hooks: flat.Hooks{Retire: l.retireIdle}})
 		l.queues = new(queues)
 	}
 	if cfg.IdleTTL > 0 {
@@ -222,7 +222,7 @@ func (l *Limiter) TryAcquire(key string) (Slot, bool) {
 }
 
 // acquire is TryAcquire for key id, with the reason of a refusal.
-func (l *Limiter) acquire(id registry.ID) (Slot, refusal) {
+func (l *Limiter) acquire(id flat.ID) (Slot, refusal) {
 	if l.twin != nil {
 		return l.twin.acquire(id)
 	}
@@ -285,7 +285,7 @@ func (r refusal) err() error {
 // release gives back a slot of key id: to the first waiter, if one is
 // queued, or to the key (and the global cap). p is the caller's P (pid),
 // for a spread key's lane.
-func (l *Limiter) release(id registry.ID, p int) {
+func (l *Limiter) release(id flat.ID, p int) {
 	if l.twin != nil {
 		l.twin.release(id)
 		return
@@ -314,7 +314,7 @@ func (l *Limiter) Waiting(key string) int {
 }
 
 // count returns what key id holds now: slots and waiters.
-func (l *Limiter) count(id registry.ID) (int, int) {
+func (l *Limiter) count(id flat.ID) (int, int) {
 	if l.twin != nil {
 		return l.twin.count(id)
 	}
@@ -385,8 +385,8 @@ func (l *Limiter) Sweep() int {
 	if l.twin != nil {
 		return l.twin.evictIdle(true)
 	}
-	var calm []registry.ID
-	n := l.flat.DeleteIf(func(t *registry.Table, i int) bool { return l.retireUntouched(t, i, &calm) })
+	var calm []flat.ID
+	n := l.flat.DeleteIf(func(t *flat.Table, i int) bool { return l.retireUntouched(t, i, &calm) })
 	for _, id := range calm {
 		l.flat.Update(id, l.unspread)
 	}
@@ -418,7 +418,7 @@ func (l *Limiter) SetLimit(limit int) error {
 	if uint64(limit) < old && l.spreads {
 		// Parked slots count as held: give them back, so that a key
 		// within the new limit is not refused for them.
-		l.flat.DeleteIf(func(t *registry.Table, i int) bool {
+		l.flat.DeleteIf(func(t *flat.Table, i int) bool {
 			if v := t.Word(i).Load(); v&spreadBit != 0 && !word.IsMark(v) {
 				settle(t, i, false)
 			}

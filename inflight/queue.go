@@ -5,8 +5,8 @@ import (
 	"sync"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
 	"golang.org/x/sys/cpu"
 )
 
@@ -24,7 +24,7 @@ type queues struct {
 
 type stripe struct {
 	mu     sync.Mutex
-	keys   map[registry.ID]*list
+	keys   map[flat.ID]*list
 	closed bool // set by Close: no waiter queues any more
 	_      cpu.CacheLinePad
 }
@@ -49,7 +49,7 @@ const (
 	shut
 )
 
-func (q *queues) of(id registry.ID) *stripe { return &q.s[id.Lo%stripes] }
+func (q *queues) of(id flat.ID) *stripe { return &q.s[id.Lo%stripes] }
 
 func (ls *list) push(w *waiter) {
 	w.prev = ls.tail
@@ -77,7 +77,7 @@ func (ls *list) remove(w *waiter) {
 
 // locate returns key id's word, creating it if it was removed meanwhile
 // (it held nothing then), or a slot below 0 at MaxKeys.
-func (l *Limiter) locate(id registry.ID) (*registry.Table, int) {
+func (l *Limiter) locate(id flat.ID) (*flat.Table, int) {
 	t, i := l.flat.Find(id)
 	if i < 0 || t.Word(i).Load() == word.Dead {
 		return l.create(id)
@@ -88,7 +88,7 @@ func (l *Limiter) locate(id registry.ID) (*registry.Table, int) {
 // wait queues an Acquire on key id, whose slots were all held a moment
 // ago, and waits for a release to hand it a slot. Before it queues, under
 // the lock, it takes a slot if one has been freed meanwhile.
-func (l *Limiter) wait(ctx context.Context, id registry.ID) (Slot, error) {
+func (l *Limiter) wait(ctx context.Context, id flat.ID) (Slot, error) {
 	s := l.queues.of(id)
 	s.mu.Lock()
 	if s.closed {
@@ -134,7 +134,7 @@ func (l *Limiter) wait(ctx context.Context, id registry.ID) (Slot, error) {
 		}
 	}
 	if s.keys == nil {
-		s.keys = make(map[registry.ID]*list)
+		s.keys = make(map[flat.ID]*list)
 	}
 	ls := s.keys[id]
 	if ls == nil {
@@ -168,7 +168,7 @@ func (l *Limiter) wait(ctx context.Context, id registry.ID) (Slot, error) {
 
 // dequeue takes waiter w off key id's list ls, and the key's waiter count
 // down by one. Under the stripe's lock.
-func (l *Limiter) dequeue(s *stripe, id registry.ID, ls *list, w *waiter) {
+func (l *Limiter) dequeue(s *stripe, id flat.ID, ls *list, w *waiter) {
 	ls.remove(w)
 	if ls.head == nil {
 		delete(s.keys, id)
@@ -191,7 +191,7 @@ func (l *Limiter) dequeue(s *stripe, id registry.ID, ls *list, w *waiter) {
 // handOff gives a released slot of key id to its first waiter, and
 // reports whether there was one: the key's waiter count goes down by one
 // and its held slots stay as they are.
-func (l *Limiter) handOff(id registry.ID) bool {
+func (l *Limiter) handOff(id flat.ID) bool {
 	s := l.queues.of(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -226,7 +226,7 @@ func (l *Limiter) serveRoom() {
 
 // serveFirst gives key id's first waiter a slot if the key holds fewer
 // than the limit, and reports whether it did. Under the stripe's lock.
-func (l *Limiter) serveFirst(id registry.ID, ls *list) bool {
+func (l *Limiter) serveFirst(id flat.ID, ls *list) bool {
 	for {
 		t, i := l.flat.Find(id) // a key with waiters is never removed
 		wd := t.Word(i)

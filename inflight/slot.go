@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/flat"
 )
 
 // A Slot is one slot held: the right of one request of its key to run.
@@ -32,7 +32,7 @@ type Slot struct {
 type ticket struct {
 	gen  atomic.Uint64
 	l    *Limiter
-	id   registry.ID
+	id   flat.ID
 	lane bool // a spread key's lane ticket (see lane): never pooled
 }
 
@@ -41,7 +41,7 @@ type ticket struct {
 var _ [48 - unsafe.Sizeof(ticket{})]byte
 
 // issue returns a Slot for the slot just taken on key id.
-func (l *Limiter) issue(id registry.ID) Slot {
+func (l *Limiter) issue(id flat.ID) Slot {
 	k := getTicket()
 	k.l, k.id = l, id
 	return Slot{t: k, gen: k.gen.Load()}

@@ -6,8 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
 )
 
 // A key taken and given back from several cores at once spreads: its word
@@ -110,7 +110,7 @@ type lane struct {
 var _ = [1]struct{}{}[unsafe.Sizeof(lane{})-64]
 
 // newLanes returns the lanes of key id.
-func (l *Limiter) newLanes(id registry.ID) *lanes {
+func (l *Limiter) newLanes(id flat.ID) *lanes {
 	sp := &lanes{s: make([]lane, l.ps)}
 	for k := range sp.s {
 		sp.s[k].k = ticket{lane: true, l: l, id: id}
@@ -128,7 +128,7 @@ func pid() int {
 
 // spreadOf returns the lanes of the key at slot i of t, or nil if the
 // key was removed meanwhile.
-func spreadOf(t *registry.Table, i int) *lanes { return (*lanes)(t.Ptr(i)) }
+func spreadOf(t *flat.Table, i int) *lanes { return (*lanes)(t.Ptr(i)) }
 
 // at returns P p's lane of sp.
 func (sp *lanes) at(p int) *lane { return &sp.s[p%len(sp.s)] }
@@ -155,7 +155,7 @@ func (ln *lane) lend() (Slot, bool) {
 // lendParked lends a slot parked for the key at slot i of t, whose word
 // was v: from the caller's lane, or from any if every is refused. The
 // word must hold no more than the limit.
-func (l *Limiter) lendParked(t *registry.Table, i int, v uint64, any bool) (Slot, bool) {
+func (l *Limiter) lendParked(t *flat.Table, i int, v uint64, any bool) (Slot, bool) {
 	sp := spreadOf(t, i)
 	if sp == nil || held(v) > l.limit.Load() {
 		return Slot{}, false
@@ -174,7 +174,7 @@ func (l *Limiter) lendParked(t *registry.Table, i int, v uint64, any bool) (Slot
 // near reports whether key id is too near its limit for a slot to be
 // parked. A key that holds a slot is never removed; one that is gone (the
 // caller's Slot is a stale copy, which its CAS will tell) is near.
-func (l *Limiter) near(id registry.ID) bool {
+func (l *Limiter) near(id flat.ID) bool {
 	t, i := l.flat.Lookup(id)
 	if i < 0 {
 		return true
@@ -227,7 +227,7 @@ func (l *Limiter) recheck(k *ticket, g uint64) {
 // on P p's lane (the caller's; any lane if p < 0) if that lane is empty,
 // and reports whether it did; if not, the caller gives it back through
 // the word.
-func (l *Limiter) park(id registry.ID, t *registry.Table, i int, v uint64, p int) bool {
+func (l *Limiter) park(id flat.ID, t *flat.Table, i int, v uint64, p int) bool {
 	if p < 0 {
 		return false // from a lane's own give-back, which found the key near its limit
 	}
@@ -253,7 +253,7 @@ func (l *Limiter) park(id registry.ID, t *registry.Table, i int, v uint64, p int
 // word, and returns the word and whether a lane was lent from since the
 // last call that cleared the marks (clear). Under the key's shard lock,
 // so the word is live.
-func settle(t *registry.Table, i int, clear bool) (uint64, bool) {
+func settle(t *flat.Table, i int, clear bool) (uint64, bool) {
 	w := t.Word(i)
 	sp := spreadOf(t, i)
 	if sp == nil {
@@ -309,8 +309,8 @@ func (sp *lanes) parked() uint64 {
 // shard's lock, unless it has them already, was removed meanwhile, or
 // maxSpread keys are spread already: a word marked spread always has its
 // lanes.
-func (l *Limiter) spread(id registry.ID) {
-	l.flat.Update(id, func(t *registry.Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer)) {
+func (l *Limiter) spread(id flat.ID) {
+	l.flat.Update(id, func(t *flat.Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer)) {
 		if cur != nil {
 			return
 		}
@@ -349,7 +349,7 @@ func (l *Limiter) spreadsAt(limit uint64) bool {
 // were parked back to the word in the CAS that clears its spread mark,
 // and then drops the lanes. A lane found lent while closing (lent just
 // now) reopens the lanes closed before it, and the key stays spread.
-func (l *Limiter) unspread(t *registry.Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer)) {
+func (l *Limiter) unspread(t *flat.Table, i int, cur unsafe.Pointer, set func(unsafe.Pointer)) {
 	sp := (*lanes)(cur)
 	if sp == nil {
 		return // unspread or removed since the sweep
@@ -408,7 +408,7 @@ func lanesPerKey() int { return max(runtime.GOMAXPROCS(0), 1) }
 func (l *Limiter) spreadKeys() int {
 	n := 0
 	if l.spreads {
-		l.flat.DeleteIf(func(t *registry.Table, i int) bool {
+		l.flat.DeleteIf(func(t *flat.Table, i int) bool {
 			if v := t.Word(i).Load(); v&spreadBit != 0 && !word.IsMark(v) {
 				n++
 			}

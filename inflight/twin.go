@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/flat"
 )
 
 // twin is the Limiter's mutex twin: the plain form of the same semantics,
@@ -15,7 +15,7 @@ type twin struct {
 	l      *Limiter
 	limit  uint64
 	mu     sync.Mutex
-	keys   map[registry.ID]*twinKey
+	keys   map[flat.ID]*twinKey
 	inUse  int64
 	closed bool
 }
@@ -32,7 +32,7 @@ type twinWaiter struct {
 }
 
 func newTwin(l *Limiter) *twin {
-	return &twin{l: l, limit: l.limit.Load(), keys: make(map[registry.ID]*twinKey)}
+	return &twin{l: l, limit: l.limit.Load(), keys: make(map[flat.ID]*twinKey)}
 }
 
 // setLimit is SetLimit: a higher limit serves the waiters it makes room
@@ -58,7 +58,7 @@ func (tw *twin) setLimit(limit uint64) {
 
 // key returns id's state, created if absent, or nil when MaxKeys are held
 // and every one of them is busy. Under the lock.
-func (tw *twin) key(id registry.ID) *twinKey {
+func (tw *twin) key(id flat.ID) *twinKey {
 	if k := tw.keys[id]; k != nil {
 		return k
 	}
@@ -82,7 +82,7 @@ func (tw *twin) key(id registry.ID) *twinKey {
 
 // grab takes a slot of id if one is free and no one waits for it. Under
 // the lock.
-func (tw *twin) grab(id registry.ID) refusal {
+func (tw *twin) grab(id flat.ID) refusal {
 	if g := tw.l.global; g != nil && tw.inUse >= g.max {
 		return globalFull
 	}
@@ -99,7 +99,7 @@ func (tw *twin) grab(id registry.ID) refusal {
 	return granted
 }
 
-func (tw *twin) acquire(id registry.ID) (Slot, refusal) {
+func (tw *twin) acquire(id flat.ID) (Slot, refusal) {
 	tw.mu.Lock()
 	r := tw.grab(id)
 	tw.mu.Unlock()
@@ -109,7 +109,7 @@ func (tw *twin) acquire(id registry.ID) (Slot, refusal) {
 	return tw.l.issue(id), granted
 }
 
-func (tw *twin) wait(ctx context.Context, id registry.ID) (Slot, error) {
+func (tw *twin) wait(ctx context.Context, id flat.ID) (Slot, error) {
 	tw.mu.Lock()
 	if tw.closed {
 		tw.mu.Unlock()
@@ -159,7 +159,7 @@ func (tw *twin) wait(ctx context.Context, id registry.ID) (Slot, error) {
 	return tw.l.issue(id), nil
 }
 
-func (tw *twin) release(id registry.ID) {
+func (tw *twin) release(id flat.ID) {
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
 	k := tw.keys[id]
@@ -177,7 +177,7 @@ func (tw *twin) release(id registry.ID) {
 	tw.inUse--
 }
 
-func (tw *twin) count(id registry.ID) (int, int) {
+func (tw *twin) count(id flat.ID) (int, int) {
 	tw.mu.Lock()
 	defer tw.mu.Unlock()
 	if k := tw.keys[id]; k != nil {

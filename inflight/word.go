@@ -4,8 +4,8 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/word"
-	"github.com/floodgate-go/floodgate/registry"
 )
 
 // A key's state is one word, inline in the flat table beside the key's
@@ -68,7 +68,7 @@ const (
 // take takes one slot of key id, creating its word on first use. It
 // returns the Slot if a spread key's lane lent it (the zero Slot if the
 // word gave it), or why it could not.
-func (l *Limiter) take(id registry.ID) (Slot, refusal) {
+func (l *Limiter) take(id flat.ID) (Slot, refusal) {
 	t := l.flat.Current(id)
 	i := t.Lookup(id)
 	lost := 0
@@ -112,8 +112,8 @@ func (l *Limiter) take(id registry.ID) (Slot, refusal) {
 // create finds or creates key id's word under its shard's lock. The slot
 // is -1 when the table is at MaxKeys and every key in the shard holds a
 // slot or a waiter.
-func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
-	t, i := l.flat.Insert(id, 0, func(*registry.Table) (uint64, unsafe.Pointer, bool) { return 0, nil, true })
+func (l *Limiter) create(id flat.ID) (*flat.Table, int) {
+	t, i := l.flat.Insert(id, 0, func(*flat.Table) (uint64, unsafe.Pointer, bool) { return 0, nil, true })
 	if i >= 0 && l.spreadAll {
 		l.spread(id)
 	}
@@ -125,7 +125,7 @@ func (l *Limiter) create(id registry.ID) (*registry.Table, int) {
 // caller hands the slot over under the queue's lock. A key that holds a
 // slot is never removed, so its word is in the shard's current table,
 // live or moved by a resize to the table's successor.
-func (l *Limiter) putBack(id registry.ID, p int) bool {
+func (l *Limiter) putBack(id flat.ID, p int) bool {
 	t, i := l.flat.Lookup(id)
 	for {
 		if i < 0 {
@@ -156,7 +156,7 @@ func (l *Limiter) putBack(id registry.ID, p int) bool {
 // nothing, in one CAS that no acquisition slips under, having given back
 // its parked slots. Under the key's shard lock, so that its spread mark
 // does not change meanwhile.
-func (l *Limiter) retireIdle(t *registry.Table, i int) bool {
+func (l *Limiter) retireIdle(t *flat.Table, i int) bool {
 	spread := false
 	if v := t.Word(i).Load(); v&spreadBit != 0 && !word.IsMark(v) {
 		spread = true
@@ -179,7 +179,7 @@ func (l *Limiter) retireIdle(t *registry.Table, i int) bool {
 // stays though no slot was taken from its lanes since the previous sweep
 // (it holds slots, but is not hot) is added to calm, for Sweep to
 // unspread.
-func (l *Limiter) retireUntouched(t *registry.Table, i int, calm *[]registry.ID) bool {
+func (l *Limiter) retireUntouched(t *flat.Table, i int, calm *[]flat.ID) bool {
 	w := t.Word(i)
 	spread, laned := false, false
 	if v := w.Load(); v&spreadBit != 0 && !word.IsMark(v) {

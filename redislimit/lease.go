@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/puzpuzpuz/xsync/v4"
 )
 
@@ -211,7 +211,7 @@ func newLeases(s *Store, cfg Lease) *leases {
 // which replaces g when g cannot serve a request.
 type leaseState struct {
 	p           *policy
-	id          registry.ID
+	id          flat.ID
 	rkey        string
 	g           atomic.Pointer[grant]
 	next        atomic.Pointer[grant]

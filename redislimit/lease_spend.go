@@ -5,14 +5,14 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/registry"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/puzpuzpuz/xsync/v4"
 )
 
 // mapKey is the lease map's key of a key of p whose identity is id: the
 // identity's low half, mixed with the policy's seed. Two states whose
 // map keys meet are told apart by their identity and policy (see state).
-func (p *policy) mapKey(id registry.ID) uint64 { return id.Lo ^ p.seed }
+func (p *policy) mapKey(id flat.ID) uint64 { return id.Lo ^ p.seed }
 
 // state returns key's lease state under p, or nil if it holds none.
 func (p *policy) state(key string) *leaseState {
@@ -29,7 +29,7 @@ func (p *policy) state(key string) *leaseState {
 // pass the bound between them. It returns nil past the bound, after
 // Close, or when another key's state holds the place (two identities
 // whose map keys meet: the later goes by round trips).
-func (p *policy) newState(key string, id registry.ID) *leaseState {
+func (p *policy) newState(key string, id flat.ID) *leaseState {
 	ls := p.s.lease
 	if ls.closed.Load() || p.closed.Load() || ls.size.Add(1) > ls.bound {
 		ls.size.Add(-1)

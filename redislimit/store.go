@@ -12,8 +12,8 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/tally"
-	"github.com/floodgate-go/floodgate/registry"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -66,7 +66,7 @@ type Store struct {
 	budget  budgets
 	lease   *leases                              // nil unless lease mode is on
 	results *tally.Counts                        // the decisions, by result
-	hasher  *registry.Hasher                     // lease mode's keys
+	hasher  *flat.Hasher                         // lease mode's keys
 	margin  int64                                // ms added to each key's TTL
 	local   atomic.Pointer[floodgate.LocalStore] // FailLocal's policies in process, made at the first fallback
 	localMu sync.Mutex
@@ -131,7 +131,7 @@ func NewStore(client redis.UniversalClient, cfg Config) (*Store, error) {
 // setup, when not nil, runs before the bookkeeper starts: the tests' seam
 // to put in their clocks.
 func newStore(client redis.UniversalClient, set settings, standalone bool, setup func(*Store)) *Store {
-	s := &Store{client: client, set: set, results: tally.New(int(numResults)), hasher: registry.NewHasher(),
+	s := &Store{client: client, set: set, results: tally.New(int(numResults)), hasher: flat.NewHasher(),
 		margin: ttlMargin, live: map[string]*policy{}, standalone: standalone}
 	s.batch.s = s
 	s.holding.s, s.holding.stop, s.slotBase = s, make(chan struct{}), time.Now()

@@ -15,9 +15,9 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/chaos"
 	"github.com/floodgate-go/floodgate/internal/reference"
+	"github.com/floodgate-go/floodgate/internal/shardlog"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/testmain"
-	"github.com/floodgate-go/floodgate/shardedlog"
 )
 
 var long = flag.Bool("long", false, "run for minutes instead of seconds")
@@ -119,7 +119,7 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 		t.Run(a.String(), func(t *testing.T) {
 			before, claims := chaos.Retries(), chaos.RetriesAt("log.claim")
 			f(t, a)
-			if a.lockFree && (a.family != logged || shardedlog.LockFree()) {
+			if a.lockFree && (a.family != logged || shardlog.LockFree()) {
 				retries := chaos.Retries() - before
 				// On two busy cores, under the race detector, a run can
 				// end with no goroutine ever preempted inside a CAS loop.
@@ -135,7 +135,7 @@ func forEach(t *testing.T, f func(t *testing.T, a algorithm)) {
 				}
 				t.Logf("CAS retries: %d (counted only with -tags chaos)", retries)
 			}
-			if a.lockFree && a.family == logged && shardedlog.LockFree() {
+			if a.lockFree && a.family == logged && shardlog.LockFree() {
 				// The sliding log's one-entry claim has a retry of its own.
 				lost := chaos.RetriesAt("log.claim") - claims
 				t.Logf("of which the log's one-entry claim: %d", lost)

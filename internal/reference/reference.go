@@ -1,6 +1,6 @@
 // Package reference is the reference limiter that floodgate's tests hold
 // the Limiter to, and that the benchmark harness times beside it: every
-// key's State is an object of its own, kept in registry.Registry (sharded
+// key's State is an object of its own, kept in flat.Registry (sharded
 // xsync maps) under the key itself, and found, created and replaced
 // through the State protocol alone, with the global cap and idle eviction
 // as the Limiter has them. The Limiter's flat table, its words inline and
@@ -18,17 +18,17 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/atomicbucket"
+	"github.com/floodgate-go/floodgate/internal/bucket"
+	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/testhook"
-	"github.com/floodgate-go/floodgate/registry"
 )
 
 // Limiter applies one rule to every key, as floodgate.Limiter does.
 type Limiter struct {
 	alg    floodgate.Algorithm
 	clock  floodgate.Clock
-	keys   *registry.Registry[floodgate.State]
-	global atomic.Pointer[atomicbucket.Bucket]
+	keys   *flat.Registry[floodgate.State]
+	global atomic.Pointer[bucket.Bucket]
 
 	// evictedAt is the latest instant at which an eviction found keys
 	// idle: a key created again after it is full from then on, not
@@ -53,7 +53,7 @@ func New(cfg floodgate.Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{alg: alg.(floodgate.Algorithm), clock: cfg.Clock, keys: registry.New[floodgate.State](0)}
+	l := &Limiter{alg: alg.(floodgate.Algorithm), clock: cfg.Clock, keys: flat.New[floodgate.State](0)}
 	if l.clock == nil {
 		l.clock = floodgate.SystemClock()
 	}
@@ -62,11 +62,11 @@ func New(cfg floodgate.Config) (*Limiter, error) {
 		if err := g.Validate(); err != nil {
 			return nil, err
 		}
-		p, err := atomicbucket.NewParams(g.Limit, g.Period, g.Burst)
+		p, err := bucket.NewParams(g.Limit, g.Period, g.Burst)
 		if err != nil {
 			return nil, err
 		}
-		l.global.Store(atomicbucket.New(p, l.clock.Now()))
+		l.global.Store(bucket.New(p, l.clock.Now()))
 	}
 	if cfg.IdleTTL > 0 {
 		l.stop, l.swept = make(chan struct{}), make(chan struct{})
@@ -138,7 +138,7 @@ func (l *Limiter) AllowAt(key string, now, n int64) floodgate.Decision {
 }
 
 // askGlobal takes n from the global cap, following its successors.
-func (l *Limiter) askGlobal(now, n int64) atomicbucket.Decision {
+func (l *Limiter) askGlobal(now, n int64) bucket.Decision {
 	g := l.global.Load()
 	d, live := g.AllowN(now, n)
 	for !live {

@@ -68,7 +68,7 @@ var Algorithm func(cfg any) (any, error)
 // measure what counting costs a request. Set by httplimit.
 var Uncounted func(cfg any) any
 
-// ExclusivePair, where it is set (by shardedlog on arm64), makes the
+// ExclusivePair, where it is set (by internal/shardlog on arm64), makes the
 // sliding log's 16-byte CAS use the LDAXP/STLXP loop even where the
 // processor has LSE's CASPAL, so that tests run both forms.
 var ExclusivePair func()

@@ -1,6 +1,6 @@
 // Package twintest is the test machinery that floodgate's lock-free
-// states and their mutex twins share across packages (atomicwindow and
-// shardedlog): the random operations a differential test applies to a
+// states and their mutex twins share across packages (internal/window and
+// internal/shardlog): the random operations a differential test applies to a
 // pair of twins, and the eviction tests' histories and replays. Only
 // tests import it.
 package twintest
