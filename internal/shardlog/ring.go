@@ -238,3 +238,66 @@ func (r *logRing) entryAt(j uint64) (int64, uint64, bool) {
 	}
 	return ts, cumOf(m), true
 }
+
+// seal closes the ring at its head so that no claim can land after it.
+func (l *Log) seal(v *view, kind uint64) {
+	v.from = 0 // it holds for the request's time; help searches at the newest entry's
+	if cas128(v.r.slot(v.h), v.curTs, v.curMeta, v.curTs, v.curMeta|kind<<kindShift) {
+		v.curMeta |= kind << kindShift
+		l.help(v)
+	}
+}
+
+// help finishes replacing a sealed ring: it copies the frozen entries into
+// a new ring and installs it, unless another goroutine already did. Every
+// helper builds the same entries, so it does not matter whose copy wins.
+func (l *Log) help(v *view) {
+	first := v.lo
+	if kindOf(v.curMeta) == kindShrink {
+		// Keep what a window ending at the newest entry can need: its
+		// boundary onwards. Every later window ends no earlier.
+		b, _, ok := v.boundary(&l.p, v.prevTs)
+		if !ok {
+			return
+		}
+		first = b
+	}
+	// Copy the boundary, the newest entry, and every entry between that
+	// carries a cost: entries whose cost was refunded take no room in the
+	// new ring, so refunds cannot swell a log.
+	type kept struct {
+		ts  int64
+		cum uint64
+	}
+	entries := make([]kept, 0, v.h-first)
+	var prevCum uint64
+	for j := first; j < v.h; j++ {
+		ts, cum, ok := v.r.entryAt(j) // the sealed slot still holds entry lo
+		if !ok {
+			return // the view was stale: the caller reads again
+		}
+		if j == first || j == v.h-1 || cum != prevCum {
+			entries = append(entries, kept{ts, cum})
+		}
+		prevCum = cum
+	}
+	// Twice the entries kept when growing; four times when shrinking, so
+	// that a window that comes back to its size after a lull does not
+	// grow the ring again at once (a shrink waits for a sixteenth).
+	size, need := uint64(minRing), 2*uint64(len(entries))
+	if kindOf(v.curMeta) == kindShrink {
+		need *= 2
+	}
+	for size < need {
+		size *= 2
+	}
+	nr := newRing(size)
+	for i, e := range entries {
+		nr.slot(uint64(i)).ts.Store(uint64(e.ts))
+		nr.slot(uint64(i)).meta.Store(metaOf(uint64(i), e.cum))
+	}
+	nr.hint.Store(uint64(len(entries)))
+	if l.ring.CompareAndSwap(v.r, nr) {
+		l.head.Store(guess(uint64(len(entries)), nr.mask))
+	}
+}
