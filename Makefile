@@ -81,7 +81,7 @@ test-heap:
 # widens the window between each load and its CAS and makes the stress
 # tests prove that CASes lost.
 test-chaos:
-	$(GO) test -race -count=1 -timeout 30m -tags chaos ./internal/bucket ./internal/window ./internal/shardlog ./inflight ./stress .
+	$(GO) test -race -count=1 -timeout 30m -tags chaos ./internal/bucket ./internal/window ./internal/shardlog ./atomicbucket ./atomicwindow ./shardedlog ./registry ./inflight ./stress .
 
 # Every library module vetted and built with the oldest Go its go.mod
 # names, which the go command fetches through the module proxy.
@@ -102,7 +102,7 @@ ARM64 = GOARCH=arm64 FLOODGATE_EMULATOR=$(EMU) $(GO) test -short -count=1 -timeo
 
 test-cross:
 	$(call each,MODULES,GOARCH=arm64 $(GO) vet ./... && $(ARM64) ./...)
-	FLOODGATE_ARM64_LLSC=1 $(ARM64) ./internal/shardlog ./stress .
+	FLOODGATE_ARM64_LLSC=1 $(ARM64) ./internal/shardlog ./shardedlog ./stress .
 	@if GOARCH=386 $(GO) test -count=1 -run '^$$' ./internal/clientip >/dev/null 2>&1; then \
 	   echo "386: tests run natively"; run386="-short"; \
 	 else \

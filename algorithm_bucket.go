@@ -49,7 +49,7 @@ func bucketFactory(make func(bucket.Params) Algorithm) Factory {
 }
 
 // lockFreeBucket is the token_bucket and leaky_bucket algorithm: an
-// atomicbucket word per key, inline in the flat table.
+// internal/bucket word per key, inline in the flat table.
 type lockFreeBucket bucket.Params
 
 func (a lockFreeBucket) traits() traits { return traits{kind: bucketWords, reserves: true} }

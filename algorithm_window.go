@@ -7,7 +7,7 @@ import (
 
 // The fixed window and the sliding counter (see FixedWindow and
 // SlidingCounter), with their mutex twins. Both lock-free forms are an
-// atomicwindow word in the flat table.
+// internal/window word in the flat table.
 
 func init() {
 	mustRegister(FixedWindow, windowFactory(window.Fixed, false))
@@ -33,7 +33,7 @@ func windowFactory(kind window.Kind, mutex bool) Factory {
 }
 
 // lockFreeWindows is the fixed_window and sliding_counter algorithm: an
-// atomicwindow word per key, inline in the flat table.
+// internal/window word per key, inline in the flat table.
 type lockFreeWindows window.Params
 
 func (a lockFreeWindows) traits() traits { return traits{kind: windowWords} }

@@ -52,8 +52,8 @@ type kind uint8
 
 const (
 	objects     kind = iota // out of line: a State per key
-	bucketWords             // inline: an atomicbucket word per slot
-	windowWords             // inline: an atomicwindow word per slot
+	bucketWords             // inline: a bucket word per slot (internal/bucket)
+	windowWords             // inline: a window word per slot (internal/window)
 )
 
 // A Limiter applies one Rule to every key: each key (a client's address,
