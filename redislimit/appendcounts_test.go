@@ -63,7 +63,7 @@ func TestCountsSequence(t *testing.T) {
 	want.allowed, want.denied, want.calls = 2, 1, 3
 	checkCounts(t, "allowed, allowed, denied", l, want)
 
-	for _, n := range []int{0, 3} {
+	for _, n := range []int64{0, 3} {
 		if d, err := l.AllowN(ctx, "k", n); err != nil || d.Allowed {
 			t.Fatalf("AllowN(%d): %+v, %v; want a denial", n, d, err)
 		}

@@ -91,7 +91,7 @@ func TestInvalidCostReachesNoServer(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer c.Close()
 	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 5, Period: time.Second}})
-	for _, n := range []int{0, -1, 6, math.MaxInt} { // the largest int, whatever its width
+	for _, n := range []int64{0, -1, 6, math.MaxInt64} {
 		d, err := l.AllowN(t.Context(), "k", n)
 		if err != nil || d.Allowed || d.RetryAfter != floodgate.Never || d.Limit != 5 {
 			t.Errorf("AllowN(%d) = %+v, %v", n, d, err)

@@ -157,7 +157,7 @@ func laggingClockRun(t *testing.T, srv *redistest.Server, clock floodgate.Clock)
 				defer wg.Done()
 				rng := rand.New(rand.NewPCG(seed, 3))
 				for !stop.Load() {
-					n := 1 + rng.IntN(4)
+					n := 1 + rng.Int64N(4)
 					began := time.Now().UnixMicro()
 					d, err := l.AllowN(ctx, "k", n)
 					ended := time.Now().UnixMicro()
@@ -179,12 +179,12 @@ func laggingClockRun(t *testing.T, srv *redistest.Server, clock floodgate.Clock)
 						win = &laggingWindow{}
 						windows[w] = win
 					}
-					if win.asked <= limit && win.asked+int64(n) > limit {
+					if win.asked <= limit && win.asked+n > limit {
 						contested = append(contested, w)
 					}
-					win.asked += int64(n)
+					win.asked += n
 					if d.Allowed {
-						win.admitted += int64(n)
+						win.admitted += n
 					}
 					if w > latest { // the windows before w are over: count them
 						latest = w

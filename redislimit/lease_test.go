@@ -186,7 +186,7 @@ func TestLeaseConformsToRule(t *testing.T) {
 					if rng.IntN(5) == 0 {
 						n = 1 + rng.Int64N(rule.Capacity())
 					}
-					d, err := reps[i].AllowN(ctx, "k", int(n))
+					d, err := reps[i].AllowN(ctx, "k", n)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -235,13 +235,13 @@ func TestLeaseCleanShutdown(t *testing.T) {
 			}
 			admitted := int64(0)
 			for i := 0; i < 200+rng.IntN(500); i++ {
-				n := 1 + rng.IntN(3)
+				n := 1 + rng.Int64N(3)
 				d, err := reps[rng.IntN(4)].AllowN(ctx, "k", n)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if d.Allowed {
-					admitted += int64(n)
+					admitted += n
 				}
 			}
 			var held, leased, returned int64
@@ -749,14 +749,14 @@ func TestLeaseStress(t *testing.T) {
 						rng := rand.New(rand.NewPCG(seed, 1))
 						for i := 0; i < attempts; i++ {
 							k := rng.IntN(keys)
-							n := 1 + rng.IntN(3)
+							n := 1 + rng.Int64N(3)
 							d, err := l.AllowN(ctx, fmt.Sprint("key-", k), n)
 							if err != nil {
 								t.Error(err)
 								return
 							}
 							if d.Allowed {
-								admitted[k].Add(int64(n))
+								admitted[k].Add(n)
 							}
 						}
 					}(reps[r], uint64(r*goroutines+g))

@@ -98,8 +98,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, er
 // Store.Decide). Set Timeout below the deadlines callers carry: a call
 // that ends by its caller's deadline tells the breaker nothing, even when
 // Redis is the one that stalled.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int) (floodgate.Decision, error) {
-	d, res, err := l.s.decideOne(ctx, l.p, key, int64(n))
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	d, res, err := l.s.decideOne(ctx, l.p, key, n)
 	l.s.results.Inc(int(res))
 	return d, err
 }

@@ -24,14 +24,14 @@ type step struct {
 	at      int64
 	rule    *floodgate.Rule
 	key     string
-	n       int
+	n       int64
 	allowed bool
 	retry   time.Duration
 }
 
 func setTo(at int64, r floodgate.Rule) step { return step{at: at, rule: &r} }
 
-func allow(at int64, key string, n int, allowed bool) step {
+func allow(at int64, key string, n int64, allowed bool) step {
 	return step{at: at, key: key, n: n, allowed: allowed}
 }
 
@@ -290,7 +290,7 @@ func TestSetRuleHistory(t *testing.T) {
 	if d, err := l.Allow(ctx, "old"); err != nil || d.Allowed {
 		t.Fatalf("a key from before the cut: %+v, %v; want a denial", d, err)
 	}
-	if d, err := l.AllowN(ctx, "fresh", int(l.p.rs().capacity)); err != nil || !d.Allowed {
+	if d, err := l.AllowN(ctx, "fresh", l.p.rs().capacity); err != nil || !d.Allowed {
 		t.Fatalf("a new key: %+v, %v", d, err)
 	}
 	// Past the longest TTL of those rules, the history goes, at a call.
@@ -568,7 +568,7 @@ func TestSetRuleRollout(t *testing.T) {
 	a := replica(t, c, Config{Rule: old, Prefix: "rollout"}, clock)
 	b := replica(t, c, Config{Rule: old, Prefix: "rollout"}, clock)
 	at := func(us int64) { clock.Set((t0 + us) * 1000) }
-	check := func(l *Limiter, name string, n int, want bool) {
+	check := func(l *Limiter, name string, n int64, want bool) {
 		t.Helper()
 		if d, err := l.AllowN(ctx, "k", n); err != nil || d.Allowed != want {
 			t.Fatalf("%s at %dµs: AllowN(%d) = %+v, %v; want Allowed %v", name, clock.Now()/1000-t0, n, d, err, want)
