@@ -61,7 +61,7 @@ var heldForms = []struct {
 				t.Fatalf("Reserve(%s, %d): admitted %v, %v", key, est, h.Admitted, err)
 			}
 			return func(actual int64) {
-				if _, err := s.Settle(ctx, []Ask{{Policy: p, Key: key, N: actual}}, h, nil); err != nil {
+				if _, err := s.Settle(ctx, []Ask{{Policy: p, Key: key, N: actual}}, nil, h); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -98,12 +98,12 @@ func TestHeldReservationsMemory(t *testing.T) {
 					if !h.Admitted {
 						return // refused: its key was made all the same
 					}
-					if _, err := s.Settle(ctx, asks(id, 3), &h, nil); err != nil {
+					if _, err := s.Settle(ctx, asks(id, 3), nil, &h); err != nil {
 						t.Fatal(err)
 					}
 				}
 				settle = func(k int) {
-					if _, err := s.Settle(ctx, asks("held-"+strconv.Itoa(k), 100), &holds[k], nil); err != nil {
+					if _, err := s.Settle(ctx, asks("held-"+strconv.Itoa(k), 100), nil, &holds[k]); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -52,7 +52,7 @@ type Settler interface {
 	// an error for asks that are not Reserve's; an overrun past what a
 	// key can owe (ErrDebtBound) returns an error and changes nothing,
 	// and the Hold stays unsettled. A Hold is settled from one goroutine.
-	Settle(ctx context.Context, asks []Ask, h *Hold, each []Decision) (Decision, error)
+	Settle(ctx context.Context, asks []Ask, each []Decision, h *Hold) (Decision, error)
 }
 
 // A Hold is what a Settler's Reserve charged a request, until Settle
@@ -238,7 +238,7 @@ func (s *LocalStore) Reserve(ctx context.Context, asks []Ask, each []Decision, h
 
 // Settle settles what Reserve charged the asks (h) to their actual
 // costs, as Settler's Settle says, in process.
-func (s *LocalStore) Settle(_ context.Context, asks []Ask, h *Hold, each []Decision) (Decision, error) {
+func (s *LocalStore) Settle(_ context.Context, asks []Ask, each []Decision, h *Hold) (Decision, error) {
 	var ls [MaxPolicies]*Limiter
 	if err := CheckSettle(asks, h); err != nil {
 		return Decision{}, err

@@ -98,7 +98,7 @@ func TestStoreReserveSettle(t *testing.T) {
 			}
 			asks[0].N = 2 // the cost; q's stays at its estimate
 			each := make([]Decision, 2)
-			d, err := s.Settle(ctx, asks, &h, each)
+			d, err := s.Settle(ctx, asks, each, &h)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestStoreReserveSettle(t *testing.T) {
 			if !d.Allowed || each[0].Remaining != 8 || d != each[0] {
 				t.Errorf("after the settlement: %+v, each %+v", d, each)
 			}
-			if _, err := s.Settle(ctx, asks, &h, nil); !errors.Is(err, ErrSettled) {
+			if _, err := s.Settle(ctx, asks, nil, &h); !errors.Is(err, ErrSettled) {
 				t.Errorf("a second Settle: %v, want ErrSettled", err)
 			}
 
@@ -121,7 +121,7 @@ func TestStoreReserveSettle(t *testing.T) {
 				t.Fatal("a Reserve of 3 with 8 left refused")
 			}
 			asks[0].N = 12
-			d, err = s.Settle(ctx, asks, &h, nil)
+			d, err = s.Settle(ctx, asks, nil, &h)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +132,7 @@ func TestStoreReserveSettle(t *testing.T) {
 			if _, j, _ := s.Reserve(ctx, []Ask{{Policy: p, Key: "k", N: 1}}, nil, &refused); j != 0 || refused.Admitted {
 				t.Fatal("a key in debt admitted a Reserve")
 			}
-			if _, err := s.Settle(ctx, []Ask{{Policy: p, Key: "k", N: 1}}, &refused, nil); !errors.Is(err, ErrNotReserved) {
+			if _, err := s.Settle(ctx, []Ask{{Policy: p, Key: "k", N: 1}}, nil, &refused); !errors.Is(err, ErrNotReserved) {
 				t.Errorf("Settle of a refused Hold: %v, want ErrNotReserved", err)
 			}
 
@@ -143,13 +143,13 @@ func TestStoreReserveSettle(t *testing.T) {
 				t.Fatal("Reserve of 3 + 2 refused")
 			}
 			asks[0].N, asks[1].N = 1, 1
-			if _, err := s.Settle(ctx, asks, &h, nil); err != nil {
+			if _, err := s.Settle(ctx, asks, nil, &h); err != nil {
 				t.Fatal(err)
 			}
 			if got := held(t, p, "m", 10); got != 2 {
 				t.Errorf("3 + 2 settled to 1 + 1: %d taken, want 2", got)
 			}
-			if _, err := s.Settle(ctx, asks[:1], &Hold{Admitted: true, N: 2}, nil); err == nil {
+			if _, err := s.Settle(ctx, asks[:1], nil, &Hold{Admitted: true, N: 2}); err == nil {
 				t.Error("Settle with fewer asks than the Hold's must be an error")
 			}
 		})
@@ -186,7 +186,7 @@ func TestStoreReserveCheck(t *testing.T) {
 					continue
 				}
 				asks[1].N = 600
-				if _, err := s.Settle(ctx, asks, &h, nil); err != nil {
+				if _, err := s.Settle(ctx, asks, nil, &h); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -236,7 +236,7 @@ func TestStoreSettleAllocatesNothing(t *testing.T) {
 			asks[0].N = 2
 			s.Reserve(ctx, asks, each, &h)
 			asks[0].N = 1
-			s.Settle(ctx, asks, &h, each)
+			s.Settle(ctx, asks, each, &h)
 			s.Charge(ctx, asks, each)
 			clock.Advance(100 * time.Microsecond)
 		}
@@ -302,7 +302,7 @@ func TestStoreSettleConcurrent(t *testing.T) {
 							asks[i].N = rng.Int64N(150)
 							given[i][k].Add(max(0, est[i]-asks[i].N))
 						}
-						if _, err := s.Settle(ctx, asks, &h, nil); err != nil {
+						if _, err := s.Settle(ctx, asks, nil, &h); err != nil {
 							t.Error(err)
 							return
 						}

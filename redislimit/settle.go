@@ -159,7 +159,7 @@ func partOf(p *policy, n int64, r *reply) floodgate.HoldPart {
 // Timeout, and the asks' answers are the FailureMode's (FailError's,
 // FailClosed's); with FailError, a failed charge of the overruns is an
 // error, and the Hold stays unsettled.
-func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, h *floodgate.Hold, each []floodgate.Decision) (floodgate.Decision, error) {
+func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision, h *floodgate.Hold) (floodgate.Decision, error) {
 	if err := floodgate.CheckSettle(asks, h); err != nil {
 		return floodgate.Decision{}, err
 	}

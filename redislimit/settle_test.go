@@ -72,7 +72,7 @@ func TestStoreReserveSettle(t *testing.T) {
 				}
 				asks[0].N = 2 // the cost; q's stays at its estimate
 				each := make([]floodgate.Decision, len(asks))
-				d, err := s.Settle(ctx, asks, &h, each)
+				d, err := s.Settle(ctx, asks, each, &h)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -85,7 +85,7 @@ func TestStoreReserveSettle(t *testing.T) {
 				if !d.Allowed || each[0].Remaining != 8 || d != each[0] {
 					t.Errorf("%d asks: after the settlement: %+v, each %+v", len(asks), d, each)
 				}
-				if _, err := s.Settle(ctx, asks, &h, nil); !errors.Is(err, floodgate.ErrSettled) {
+				if _, err := s.Settle(ctx, asks, nil, &h); !errors.Is(err, floodgate.ErrSettled) {
 					t.Errorf("a second Settle: %v, want ErrSettled", err)
 				}
 
@@ -95,7 +95,7 @@ func TestStoreReserveSettle(t *testing.T) {
 					t.Fatal("a Reserve of 3 with 8 left refused")
 				}
 				asks[0].N = 12
-				d, err = s.Settle(ctx, asks, &h, each)
+				d, err = s.Settle(ctx, asks, each, &h)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -106,7 +106,7 @@ func TestStoreReserveSettle(t *testing.T) {
 				if _, j, _ := other.Reserve(ctx, []floodgate.Ask{{Policy: p, Key: key, N: 1}}, nil, &refused); j != 0 || refused.Admitted {
 					t.Fatal("a key in debt admitted a Reserve")
 				}
-				if _, err := s.Settle(ctx, asks, &refused, nil); !errors.Is(err, floodgate.ErrNotReserved) {
+				if _, err := s.Settle(ctx, asks, nil, &refused); !errors.Is(err, floodgate.ErrNotReserved) {
 					t.Errorf("Settle of a refused Hold: %v, want ErrNotReserved", err)
 				}
 			}
@@ -119,16 +119,16 @@ func TestStoreReserveSettle(t *testing.T) {
 				t.Fatal("Reserve of 3 + 2 refused")
 			}
 			asks[0].N, asks[1].N = 1, 1
-			if _, err := s.Settle(ctx, asks, &h, nil); err != nil {
+			if _, err := s.Settle(ctx, asks, nil, &h); err != nil {
 				t.Fatal(err)
 			}
 			if got := heldOn(t, p, "m", 10); got != 2 {
 				t.Errorf("3 + 2 settled to 1 + 1: %d taken, want 2", got)
 			}
-			if _, err := s.Settle(ctx, asks[:1], &floodgate.Hold{Admitted: true, N: 2}, nil); err == nil {
+			if _, err := s.Settle(ctx, asks[:1], nil, &floodgate.Hold{Admitted: true, N: 2}); err == nil {
 				t.Error("Settle with fewer asks than the Hold's must be an error")
 			}
-			if _, err := s.Settle(ctx, []floodgate.Ask{{Policy: p, Key: "m", N: 1 << 53}}, &floodgate.Hold{Admitted: true, N: 1}, nil); !errors.Is(err, floodgate.ErrDebtBound) {
+			if _, err := s.Settle(ctx, []floodgate.Ask{{Policy: p, Key: "m", N: 1 << 53}}, nil, &floodgate.Hold{Admitted: true, N: 1}); !errors.Is(err, floodgate.ErrDebtBound) {
 				t.Errorf("an overrun of 2^53: %v, want ErrDebtBound", err)
 			}
 		})
@@ -176,7 +176,7 @@ func TestStoreReserveCheck(t *testing.T) {
 						continue
 					}
 					asks[len(asks)-1].N = 600
-					if _, err := s.Settle(ctx, asks, &h, nil); err != nil {
+					if _, err := s.Settle(ctx, asks, nil, &h); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -302,7 +302,7 @@ func settleReplicas(t *testing.T, conn func() redis.UniversalClient) {
 								asks[i].N = rng.Int64N(150)
 								given[i][k].Add(max(0, est[i]-asks[i].N))
 							}
-							if _, err := s.Settle(ctx, asks, &h, nil); err != nil {
+							if _, err := s.Settle(ctx, asks, nil, &h); err != nil {
 								t.Error(err)
 								return
 							}
@@ -396,7 +396,7 @@ func TestStoreSettleLease(t *testing.T) {
 				t.Fatalf("a check: refused %d, %v", j, err)
 			}
 			asks[0].N = 7
-			if _, err := s.Settle(ctx, asks, &h, nil); err != nil {
+			if _, err := s.Settle(ctx, asks, nil, &h); err != nil {
 				t.Fatal(err)
 			}
 			total += 7
@@ -405,7 +405,7 @@ func TestStoreSettleLease(t *testing.T) {
 				t.Fatalf("a Reserve of 10: refused %d, %v", j, err)
 			}
 			asks[0].N = 4
-			d, err := s.Settle(ctx, asks, &h, nil)
+			d, err := s.Settle(ctx, asks, nil, &h)
 			if err != nil {
 				t.Fatal(err)
 			}

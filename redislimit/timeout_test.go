@@ -139,7 +139,7 @@ var paths = []path{
 		}
 		return func() []timed {
 			return one(func() error {
-				_, err := s.Settle(context.Background(), []floodgate.Ask{ask(ps[0], "k", 9), ask(ps[1], "k", 2)}, &h, nil)
+				_, err := s.Settle(context.Background(), []floodgate.Ask{ask(ps[0], "k", 9), ask(ps[1], "k", 2)}, nil, &h)
 				return err
 			})
 		}

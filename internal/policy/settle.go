@@ -77,10 +77,10 @@ func (s *Set) settle(ctx context.Context, key string, n int64, costs []int64, h 
 	var err error
 	if s.local != nil {
 		var asks [floodgate.MaxPolicies]floodgate.Ask
-		_, err = s.local.Settle(ctx, s.fillAfter(asks[:], key, n, costs), h, nil)
+		_, err = s.local.Settle(ctx, s.fillAfter(asks[:], key, n, costs), nil, h)
 	} else {
 		sc := scratches.Get().(*scratch)
-		_, err = s.settler.Settle(ctx, s.fillAfter(sc.asks[:], key, n, costs), h, nil)
+		_, err = s.settler.Settle(ctx, s.fillAfter(sc.asks[:], key, n, costs), nil, h)
 		scratches.Put(sc)
 	}
 	return err
