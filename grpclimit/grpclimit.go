@@ -470,7 +470,7 @@ func (l *Limiter) open(ctx context.Context, fullMethod string) (*policy.Set, str
 	if s.Slotted() {
 		held = new(policy.Held)
 		var d floodgate.Decision
-		if !s.Acquire(ctx, key, held, &d) {
+		if !s.Acquire(ctx, key, &d, held) {
 			return s, key, nil, nil, inFlightRefusal(d)
 		}
 	}

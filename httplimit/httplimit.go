@@ -530,7 +530,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route,
 	}
 	s := rt.For(tier)
 	h := w.Header()
-	if s.Slotted() && !s.Acquire(r.Context(), client, held, d) {
+	if s.Slotted() && !s.Acquire(r.Context(), client, d, held) {
 		setRetryAfter(h, d.RetryAfter)
 		return false
 	}
@@ -548,7 +548,7 @@ func (l *Limiter) check(w http.ResponseWriter, r *http.Request, rt, also *route,
 	if also != nil && serve {
 		s2 := also.For(tier)
 		more := make([]floodgate.Decision, len(s2.Names))
-		if s2.Slotted() && !s2.Acquire(r.Context(), client, held, d) {
+		if s2.Slotted() && !s2.Acquire(r.Context(), client, d, held) {
 			// What rt granted stays spent, as when also's rate refuses.
 			held.Release()
 			setRetryAfter(h, d.RetryAfter)

@@ -27,7 +27,7 @@ func (s *Set) Slotted() bool { return len(s.slots) > 0 }
 // under the policy; a caller gone before the Store answered is counted
 // by the Store alone. A request refused afterwards, by a rate policy or
 // another route, must Release h; one served Releases it when it ends.
-func (s *Set) Acquire(ctx context.Context, key string, h *Held, refusal *floodgate.Decision) bool {
+func (s *Set) Acquire(ctx context.Context, key string, refusal *floodgate.Decision, h *Held) bool {
 	for _, e := range s.slots {
 		slot, ok, err := e.Slots.Acquire(ctx, key)
 		switch {
