@@ -194,10 +194,10 @@ func (s *LocalStore) config(algorithm string, rule Rule) (Config, error) {
 	return Config{Algorithm: algorithm, Rule: rule, Clock: s.clock, MaxKeys: maxKeys, twins: s.twins}, nil
 }
 
-// Check reports whether Policy would take algorithm and rule: what New
-// takes (see CheckRule), and for a registered algorithm, a Store with
-// no bound on keys.
-func (s *LocalStore) Check(algorithm string, rule Rule) error {
+// CheckRule reports whether Policy would take algorithm and rule: what
+// New takes (see the function CheckRule), and for a registered
+// algorithm, a Store with no bound on keys.
+func (s *LocalStore) CheckRule(algorithm string, rule Rule) error {
 	if _, err := s.config(algorithm, rule); err != nil {
 		return err
 	}

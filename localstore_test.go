@@ -270,7 +270,7 @@ func TestLocalStoreAllocatesNothing(t *testing.T) {
 }
 
 // TestLocalStorePolicies: names are unique among live policies and free
-// again at Close; Check refuses what Policy refuses, by the same message;
+// again at Close; CheckRule refuses what Policy refuses, by the same message;
 // a registered algorithm needs MaxKeys -1.
 func TestLocalStorePolicies(t *testing.T) {
 	s := localStore(t, nil)
@@ -284,13 +284,13 @@ func TestLocalStorePolicies(t *testing.T) {
 		alg  string
 		rule Rule
 	}{{"", Rule{Limit: 0, Period: time.Second}}, {"nope", Rule{Limit: 1, Period: time.Second}}, {FixedWindow, Rule{Limit: 1}}} {
-		errCheck := s.Check(c.alg, c.rule)
+		errCheck := s.CheckRule(c.alg, c.rule)
 		_, errPolicy := s.Policy("q", c.alg, c.rule)
 		if errCheck == nil || errPolicy == nil || errCheck.Error() != errPolicy.Error() {
-			t.Errorf("%q %+v: Check said %v, Policy %v", c.alg, c.rule, errCheck, errPolicy)
+			t.Errorf("%q %+v: CheckRule said %v, Policy %v", c.alg, c.rule, errCheck, errPolicy)
 		}
 	}
-	if err := s.Check(SlidingLog, Rule{Limit: 5, Period: time.Second}); err != nil {
+	if err := s.CheckRule(SlidingLog, Rule{Limit: 5, Period: time.Second}); err != nil {
 		t.Error(err)
 	}
 }

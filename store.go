@@ -46,11 +46,11 @@ type Store interface {
 	// message that says why.
 	Policy(name, algorithm string, rule Rule) (StorePolicy, error)
 
-	// Check reports whether Policy would take algorithm and rule, and
-	// whether a policy's SetRule would take rule, without making a
+	// CheckRule reports whether Policy would take algorithm and rule,
+	// and whether a policy's SetRule would take rule, without making a
 	// policy or holding anything: a service that loads many rules
 	// checks them all before it applies any.
-	Check(algorithm string, rule Rule) error
+	CheckRule(algorithm string, rule Rule) error
 
 	// Decide decides the asks together, all or nothing, in at most one
 	// round trip to wherever the state lives. There are 1 to MaxPolicies

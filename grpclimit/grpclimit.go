@@ -427,10 +427,14 @@ func (l *Limiter) Client(ctx context.Context, fullMethod string) string {
 	return c
 }
 
-// Check decides one call in ctx to fullMethod (an After policy charges
-// its Estimate: Check cannot see the call end): nil if it may proceed (or
-// no limit applies), else the ResourceExhausted status error a refused
-// call returns.
+// Check decides one call in ctx to fullMethod and charges it, as the
+// interceptors do, for a call made outside them: it takes from the
+// client's allowance, and validates nothing (a Store's CheckRule
+// validates a rule). It returns nil if the call may proceed (or no limit
+// applies), else the ResourceExhausted status error a refused call
+// returns. Check cannot see the call end: an After policy keeps its
+// Estimate charged, and an in-flight slot is taken and given back at
+// once.
 func (l *Limiter) Check(ctx context.Context, fullMethod string) error {
 	_, _, m, held, err := l.open(ctx, fullMethod)
 	held.Release() // a bare check has no end: an in-flight slot goes back at once

@@ -104,7 +104,7 @@ func (p *policy) chargeLocal(key string, n int64) floodgate.Decision {
 	p.s.fallbacks.Add(1)
 	capacity := p.rs().capacity
 	t, err := p.local()
-	if err != nil { // Check took the rule: not reached
+	if err != nil { // CheckRule took the rule: not reached
 		return p.s.refusedUnreached(capacity)
 	}
 	d, err := t.lim.Charge(key, n)
@@ -255,7 +255,7 @@ func (p *policy) fallback(key string, n int64, dry bool) floodgate.Decision {
 		return s.refusedUnreached(capacity)
 	}
 	t, err := p.local()
-	if err != nil { // Check took the rule: not reached
+	if err != nil { // CheckRule took the rule: not reached
 		return s.refusedUnreached(capacity)
 	}
 	if dry {

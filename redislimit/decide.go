@@ -387,7 +387,7 @@ func (s *Store) fallbackMany(ctx context.Context, ps []*policy, keys []string, n
 	var asks [maxPolicies]floodgate.Ask
 	for i, p := range ps {
 		t, err := p.local()
-		if err != nil { // Check took the rule: not reached
+		if err != nil { // CheckRule took the rule: not reached
 			return 0, resFailLocal, err
 		}
 		asks[i] = floodgate.Ask{Policy: t.pol, Key: keys[i], N: ns[i], Shadow: shadow[i]}

@@ -153,7 +153,7 @@ func newStore(client redis.UniversalClient, set settings, standalone bool, setup
 
 // Policy returns a new policy named name, algorithm applied to rule per
 // client. It is an error to give the name of a live policy of the Store,
-// what New refuses for algorithm and rule (see Check), or to call it
+// what New refuses for algorithm and rule (see CheckRule), or to call it
 // after Close.
 func (s *Store) Policy(name, algorithm string, rule floodgate.Rule) (floodgate.StorePolicy, error) {
 	return s.newPolicy(name, algorithm, rule, nil)
@@ -195,12 +195,12 @@ func (s *Store) newPolicy(name, algorithm string, rule floodgate.Rule, localRule
 	return p, nil
 }
 
-// Check reports whether Policy would take algorithm and rule, without
-// making a policy: what New refuses (a rule the algorithm cannot hold
-// exactly on Redis, a Lease that cannot save round trips under it) is
-// refused here with the same message. A service that loads many rules
+// CheckRule reports whether Policy would take algorithm and rule,
+// without making a policy: what New refuses (a rule the algorithm cannot
+// hold exactly on Redis, a Lease that cannot save round trips under it)
+// is refused here with the same message. A service that loads many rules
 // checks them all before it uses any.
-func (s *Store) Check(algorithm string, rule floodgate.Rule) error {
+func (s *Store) CheckRule(algorithm string, rule floodgate.Rule) error {
 	if algorithm == "" {
 		algorithm = floodgate.TokenBucket
 	}

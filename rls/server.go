@@ -232,7 +232,7 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		}
 		s.charger = c
 	}
-	if err := s.Check(cfg); err != nil {
+	if err := s.CheckConfig(cfg); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func UnixClock() floodgate.Clock {
 // tree and its algorithm keeps every key's state: its policy takes the
 // new limit by SetRule, so no client gains allowance from the reload. A
 // rule whose algorithm changes starts afresh. If a rule of cfg cannot be
-// held (see Check), SetConfig returns the error and changes nothing.
+// held (see CheckConfig), SetConfig returns the error and changes nothing.
 // Requests go on meanwhile, by the configuration before: SetConfig
 // carries the rules in use over without a lock (pausing at Options.Pace),
 // and holds the lock that a rule's first request takes only to carry
@@ -323,7 +323,7 @@ func (s *Server) SetConfigContext(ctx context.Context, cfg *config.Config) error
 		for i := 0; i < len(changed); i += 2 {
 			r, n := changed[i], changed[i+1]
 			if r.pol.SetRule(ruleOf(n.limit)) != nil {
-				dropped = append(dropped, r) // Check took the rule: not reached; the rule would start afresh
+				dropped = append(dropped, r) // CheckConfig took the rule: not reached; the rule would start afresh
 				next.rules[n.limit.Index].Store(nil)
 			}
 		}
@@ -372,20 +372,22 @@ func (s *Server) SetConfigContext(ctx context.Context, cfg *config.Config) error
 	return nil
 }
 
-// Check reports whether the Server's Store can hold every rule of cfg
-// (see floodgate.Store's Check): in process, what floodgate.New takes;
-// on Redis, what redislimit's Policy takes (Redis bounds some rules, as
-// a sliding counter's Limit × Period, and a Lease must be able to save
-// round trips under each bucket's rule). The error names the first rule
-// refused, by its file's key. New and SetConfig check; a tool that
-// validates config files may too.
-func (s *Server) Check(cfg *config.Config) error { return s.check(context.Background(), cfg, nil) }
+// CheckConfig reports whether the Server's Store can hold every rule of
+// cfg (see floodgate.Store's CheckRule): in process, what floodgate.New
+// takes; on Redis, what redislimit's Policy takes (Redis bounds some
+// rules, as a sliding counter's Limit × Period, and a Lease must be able
+// to save round trips under each bucket's rule). The error names the
+// first rule refused, by its file's key. New and SetConfig check; a tool
+// that validates config files may too.
+func (s *Server) CheckConfig(cfg *config.Config) error {
+	return s.check(context.Background(), cfg, nil)
+}
 
 // checkMemo is the most shapes of rules (algorithm and rule) that a
 // check remembers.
 const checkMemo = 1024
 
-// check is Check, calling pace (if not nil) every 64 rules, and
+// check is CheckConfig, calling pace (if not nil) every 64 rules, and
 // stopped with ctx's cause when ctx ends.
 func (s *Server) check(ctx context.Context, cfg *config.Config, pace func()) error {
 	type shape struct {
@@ -394,7 +396,7 @@ func (s *Server) check(ctx context.Context, cfg *config.Config, pace func()) err
 	}
 	// The shapes checked, so that a rule like many others is checked
 	// once; at most checkMemo of them, past which each is checked anew
-	// (a Store's Check is cheap: a map of a million distinct limits,
+	// (a Store's CheckRule is cheap: a map of a million distinct limits,
 	// as a push may give each rule its own, cost more than the checks).
 	seen := map[shape]error{}
 	for i := range cfg.Len() {
@@ -413,7 +415,7 @@ func (s *Server) check(ctx context.Context, cfg *config.Config, pace func()) err
 		k := shape{l.Algorithm, ruleOf(l)}
 		err, done := seen[k]
 		if !done {
-			err = s.store.Check(l.Algorithm, k.rule)
+			err = s.store.CheckRule(l.Algorithm, k.rule)
 			if len(seen) < checkMemo {
 				seen[k] = err
 			}

@@ -223,7 +223,7 @@ func (b *Builder) entry(route, tier string, sp Spec) (*Entry, error) {
 		if sp.Rule != e.Spec.Rule {
 			// Check the change now, so that a bad rule leaves every kept
 			// policy as it was; the kept one takes it at Commit.
-			if err := b.Store.Check(sp.Algorithm, sp.Rule); err != nil {
+			if err := b.Store.CheckRule(sp.Algorithm, sp.Rule); err != nil {
 				return nil, fmt.Errorf("policy %q: %w", sp.Name, err)
 			}
 			b.rules = append(b.rules, pendingRule{e: e, rule: sp.Rule})

@@ -32,7 +32,7 @@ func (b *Builder) Abort() {
 // policy's own decisions keep SetRule's contract throughout.
 //
 // It returns an error only if a SetRule refuses a rule that the Store's
-// Check took in Route; the policies before it have their new rules then.
+// CheckRule took in Route; the policies before it have their new rules then.
 func (b *Builder) Commit() ([]Closer, error) {
 	for _, p := range b.rules {
 		var err error
