@@ -445,6 +445,29 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
+// plainStore is a Store with no Settler's methods.
+type plainStore struct{ floodgate.Store }
+
+// TestStoreNotSettler: hits charged whatever a key holds (the default)
+// need a Store that is a floodgate.Settler; one that is not is refused
+// by a message that says so, and serves with StopIncrementOverLimit.
+func TestStoreNotSettler(t *testing.T) {
+	cfg := mustConfig(t, basic)
+	ls := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: floodgate.NewManualClock(unixStart)})
+	defer ls.Close()
+	if s, err := New(cfg, Options{Store: plainStore{ls}}); err == nil || !strings.Contains(err.Error(), "floodgate.Settler") {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("a Store that is no Settler, charging every hit: %v; want an error that names floodgate.Settler", err)
+	}
+	s, err := New(cfg, Options{Store: plainStore{ls}, StopIncrementOverLimit: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
+
 // TestExactConcurrent: 64 gRPC callers race on one descriptor, for every
 // algorithm: exactly the limit passes on a frozen clock.
 func TestExactConcurrent(t *testing.T) {

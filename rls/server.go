@@ -107,7 +107,8 @@ type Options struct {
 	// holds, and a hit that takes a key past its limit leaves it owing
 	// the excess and is OVER_LIMIT, as is every hit while the key owes (a
 	// check of hits_addend 0 included): a cost sent when a stream ends is
-	// always counted. That is what a token budget needs. Each descriptor
+	// always counted. That is what a token budget needs, and a Store that
+	// is a floodgate.Settler (both of floodgate's are). Each descriptor
 	// is charged on its own, as that server charges it; a hit past what a
 	// key can owe (floodgate.ErrDebtBound) charges nothing, and the
 	// request is decided as with true.
@@ -124,12 +125,6 @@ type Options struct {
 	// reload of many rules never takes the CPU that requests need.
 	// Requests are served meanwhile, by the configuration before.
 	Pace func()
-}
-
-// charger is a Store that takes charges that cannot be refused, as
-// floodgate.Settler's Charge (both of floodgate's Stores).
-type charger interface {
-	Charge(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision) (floodgate.Decision, error)
 }
 
 // HashTag is redislimit.Config.HashTag for a Store of a Server: the
@@ -152,7 +147,7 @@ type Server struct {
 	clock   floodgate.Clock
 	near    float64
 	store   floodgate.Store
-	charger charger               // the Store, unless StopIncrementOverLimit
+	charger floodgate.Settler     // the Store, unless StopIncrementOverLimit: its Charge
 	own     *floodgate.LocalStore // the Store in process, when Options gave none
 
 	// mu serializes SetConfig's swap of the snapshot, Close, and each
@@ -225,10 +220,10 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		s.store = s.own
 	}
 	if !opts.StopIncrementOverLimit {
-		c, ok := s.store.(charger)
+		c, ok := s.store.(floodgate.Settler)
 		if !ok {
 			s.Close()
-			return nil, errors.New("rls: the Store takes no charge past a limit (it has no Charge): set StopIncrementOverLimit")
+			return nil, fmt.Errorf("rls: the Store takes no charge past a limit (%T is not a floodgate.Settler): set StopIncrementOverLimit", s.store)
 		}
 		s.charger = c
 	}
