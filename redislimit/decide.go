@@ -184,7 +184,7 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 	if s.lease != nil {
 		refused, ok, missed := s.fromLeases(ps, keys, ns, shadow, nil, all, nil)
 		if ok {
-			looks(ns, shadow, refused, all)
+			looks(ps, ns, shadow, refused, all)
 			return refused, decided(refused < 0 || shadow[refused]), nil
 		}
 		lz.prepare(s, ps, keys, missed)
@@ -202,7 +202,7 @@ func (s *Store) decideMany(ctx context.Context, ps []*policy, keys []string, ns 
 			lz.install(ps, replies[:len(ps)], all)
 			s.askLeases(ps, keys, lz.still)
 		}
-		looks(ns, shadow, refused, all)
+		looks(ps, ns, shadow, refused, all)
 		return refused, decided(refused < 0 || shadow[refused]), nil
 	case tripAbandoned:
 		return 0, resAbandoned, s.abandonMany(ps, all, err)
@@ -330,26 +330,31 @@ func (lz *leasing) done() {
 // into looks (see asLook): every ask but the refusing one when an
 // enforced ask refused, every shadow but the refusing one when a shadow
 // did.
-func looks(ns []int64, shadow []bool, refused int, all []floodgate.Decision) {
+func looks(ps []*policy, ns []int64, shadow []bool, refused int, all []floodgate.Decision) {
 	if refused < 0 {
 		return
 	}
 	for k := range all {
 		if k != refused && (shadow[k] || !shadow[refused]) {
-			all[k] = asLook(all[k], ns[k])
+			all[k] = asLook(all[k], ns[k], ps[k])
 		}
 	}
 }
 
-// asLook turns the answer of an ask of cost n that was not charged (a
-// dry run, or units taken and given back) into what a look (one
+// asLook turns the answer of an ask of cost n of p that was not charged
+// (a dry run, or units taken and given back) into what a look (one
 // request) says: exact when the cost would pass; a refusal with none
 // left when it would not.
-func asLook(d floodgate.Decision, n int64) floodgate.Decision {
+func asLook(d floodgate.Decision, n int64, p *policy) floodgate.Decision {
 	if !d.Allowed {
 		return floodgate.Decision{Unreached: d.Unreached, Limit: d.Limit, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter}
 	}
 	d.Remaining += n - 1
+	if p.kind == kindBucket {
+		// A bucket is full again n-1 steps sooner after one unit than
+		// after n; a window's end, and a log's entry, do not move.
+		d.ResetAfter -= time.Duration((n-1)*p.rs().interval) * time.Microsecond
+	}
 	return d
 }
 

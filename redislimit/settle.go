@@ -65,7 +65,7 @@ func (s *Store) reserveLive(ctx context.Context, ps []*policy, keys []string, ns
 					parts[i] = floodgate.HoldPart{N: ns[i], At: g.k, Gen: g.gen, Ref: g.id}
 				}
 			}
-			looks(ns, shadow, refused, all)
+			looks(ps, ns, shadow, refused, all)
 			return refused, decided(refused < 0 || shadow[refused]), nil
 		}
 		// The keys' next reservations find a lease.
@@ -114,7 +114,7 @@ func (s *Store) reserveMany(ctx context.Context, ps []*policy, keys []string, ns
 				parts[i] = partOf(p, ns[i], &replies[i])
 			}
 		}
-		looks(ns, shadow, refused, all)
+		looks(ps, ns, shadow, refused, all)
 		for i := range ps {
 			if checks[i] && all[i].Allowed {
 				all[i].Remaining++ // what the key holds, as a check answers
