@@ -210,7 +210,7 @@ func (r *runner) setRule(t *testing.T) {
 	}
 }
 
-// checkAgrees: Check takes exactly what Policy takes, and what a
+// checkAgrees: CheckRule takes exactly what Policy takes, and what a
 // policy's SetRule takes.
 func (r *runner) checkAgrees(t *testing.T) {
 	e := r.newEnv(t)
@@ -241,7 +241,7 @@ func (r *runner) checkAgrees(t *testing.T) {
 				_ = p.Close()
 			}
 			if (checked == nil) != (err == nil) {
-				t.Errorf("%q %+v: Check says %v, Policy %v", alg, rl, checked, err)
+				t.Errorf("%q %+v: CheckRule says %v, Policy %v", alg, rl, checked, err)
 			}
 			for _, x := range []error{checked, err} {
 				if x != nil && x.Error() == "" {
@@ -253,7 +253,7 @@ func (r *runner) checkAgrees(t *testing.T) {
 			}
 			live := e.policy(alg, rule(5))
 			if err := live.SetRule(rl); (checked == nil) != (err == nil) {
-				t.Errorf("%q %+v: Check says %v, a policy's SetRule %v", alg, rl, checked, err)
+				t.Errorf("%q %+v: CheckRule says %v, a policy's SetRule %v", alg, rl, checked, err)
 			}
 		}
 	}

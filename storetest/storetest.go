@@ -79,7 +79,7 @@ type Harness struct {
 // subtests of t: Decide's obligations for each algorithm (all or
 // nothing, the refusal's index, costs no state can hold, repeats,
 // shadows, each, keys not kept, contexts that end, errors), exactness
-// across replicas at any concurrency, SetRule, Check, policy names,
+// across replicas at any concurrency, SetRule, CheckRule, policy names,
 // each algorithm against a floodgate.Limiter, and, as the Store
 // implements them, Settler's and SlotStore's obligations and the
 // failure mode of a Store that cannot reach its state.
@@ -99,7 +99,7 @@ func Run(t *testing.T, h Harness) {
 	r.run(t, "Decide", r.decide)
 	r.run(t, "Exact", r.exact)
 	r.run(t, "SetRule", r.setRule)
-	r.run(t, "Check", r.checkAgrees)
+	r.run(t, "CheckRule", r.checkAgrees)
 	r.run(t, "Names", r.names)
 	r.run(t, "Limiter", r.limiter)
 	r.run(t, "Settler", r.settler)

@@ -31,7 +31,7 @@ func TestSuiteCatches(t *testing.T) {
 		{"context-charges", "Decide/token_bucket/ContextDone"},
 		{"one-more", "Exact/fixed_window/OnePolicy"},
 		{"one-more", "Limiter/sliding_log"},
-		{"check-lies", "Check"},
+		{"check-lies", "CheckRule"},
 		{"setrule-refills", "SetRule/leaky_bucket"},
 		{"settles-twice", "Settler/token_bucket/SettleErrors"},
 		{"slot-more", "Slots/AtMostLimit"},
