@@ -70,3 +70,78 @@ func BenchmarkAllowNoClock(b *testing.B) {
 		})
 	}
 }
+
+// vast is a rule that never denies on a ManualClock that stands still.
+var vast = floodgate.Rule{Limit: 1 << 40, Period: time.Hour}
+
+// BenchmarkLimits is Limits.AllowN on one hot key over Limiters that
+// admit (two and three of them), and over two of which the last refuses,
+// so that the first's grant is given back. The clock is a ManualClock,
+// whose read costs nothing, so that what is measured is the decision.
+func BenchmarkLimits(b *testing.B) {
+	strict := floodgate.Rule{Limit: 1, Period: time.Hour}
+	for _, c := range []struct {
+		name  string
+		rules []floodgate.Rule
+	}{
+		{"limiters=2", []floodgate.Rule{vast, vast}},
+		{"limiters=3", []floodgate.Rule{vast, vast, vast}},
+		{"limiters=2-refused", []floodgate.Rule{vast, strict}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			clock := floodgate.NewManualClock(0)
+			ls := make([]*floodgate.Limiter, len(c.rules))
+			for i, r := range c.rules {
+				l, err := floodgate.New(floodgate.Config{Rule: r, Clock: clock})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { l.Close() })
+				ls[i] = l
+			}
+			m, err := floodgate.NewLimits(ls...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m.Allow("hot")
+			b.ReportAllocs()
+			for b.Loop() {
+				m.AllowN("hot", 1)
+			}
+		})
+	}
+}
+
+// BenchmarkLocalStore is a LocalStore's Decide on hot keys, on a
+// ManualClock: two asks of two policies that admit, and two of which
+// the last refuses.
+func BenchmarkLocalStore(b *testing.B) {
+	strict := floodgate.Rule{Limit: 1, Period: time.Hour}
+	for _, c := range []struct {
+		name  string
+		rules []floodgate.Rule
+	}{
+		{"asks=2", []floodgate.Rule{vast, vast}},
+		{"asks=2-refused", []floodgate.Rule{vast, strict}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: floodgate.NewManualClock(0)})
+			b.Cleanup(func() { s.Close() })
+			asks := make([]floodgate.Ask, len(c.rules))
+			for i, r := range c.rules {
+				p, err := s.Policy(string(rune('a'+i)), floodgate.TokenBucket, r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { p.Close() })
+				asks[i] = floodgate.Ask{Policy: p, Key: "hot", N: 1}
+			}
+			ctx, each := b.Context(), make([]floodgate.Decision, len(asks))
+			s.Decide(ctx, asks, each)
+			b.ReportAllocs()
+			for b.Loop() {
+				s.Decide(ctx, asks, each)
+			}
+		})
+	}
+}
