@@ -196,6 +196,12 @@ func TestLimitsAllocatesNothing(t *testing.T) {
 	if a := testing.AllocsPerRun(1000, func() { m.Decide("k", 1, each) }); a != 0 {
 		t.Fatalf("%v allocations per admitted request", a)
 	}
+	if a := testing.AllocsPerRun(1000, func() { m.AllowN("k", 1) }); a != 0 {
+		t.Fatalf("AllowN: %v allocations per admitted request", a)
+	}
+	if !m.AllowN("k", 1).Allowed {
+		t.Fatal("the request was refused: the admitted path was not measured")
+	}
 	refusing := mustLimits(t,
 		mustLimiter(t, Config{Rule: Rule{Limit: 1 << 40, Period: time.Hour}, Clock: clock}),
 		mustLimiter(t, Config{Rule: Rule{Limit: 1, Period: time.Hour}, Clock: clock}))
