@@ -1,9 +1,12 @@
 // Package plan prepares the asks of one decision for a Store, so that
 // every Store answers a request alike: it merges the asks that repeat a
 // policy and key into one of their summed cost, sets aside those that no
-// state can admit, and maps the answer of the asks that a Store decides
-// back onto every ask. floodgate's in-process Store and redislimit's use
-// it; it knows neither, only the asks' indices.
+// state can admit, maps the answer of the asks that a Store decides
+// back onto every ask, and picks the one answer that stands for the
+// request: the most restrictive (see Pick), the one order of
+// every decision of several limits. floodgate's in-process Store and
+// Limits, and redislimit's Store, use it; it knows none of them, only
+// the asks' indices.
 package plan
 
 import (
@@ -129,27 +132,74 @@ func (p *Plan) Refusal(live int) int {
 	return r
 }
 
+// An Answer is what the order of restriction reads of one limit's
+// answer to a request: what its key owes, how many requests of 1 it
+// allows now, and how long until it is full again.
+type Answer struct {
+	Owed       int64
+	Remaining  int64
+	ResetAfter time.Duration
+}
+
+// Restricts reports whether a is more restrictive than b: whether it
+// owes more, or as much and allows fewer requests now (Remaining), or
+// as many and is full again later (ResetAfter). The most restrictive
+// answer is the limit that a client whose requests several limits
+// decide runs into first: a key that owes admits nothing until its debt
+// is paid; of keys that owe alike, the one with the fewest requests left
+// refuses first; and of those, the one that takes longest to be full
+// again stays tight longest. A decision's answers (a Store's Decide,
+// Limits) are ordered by Remaining and ResetAfter alone, their Owed
+// left 0; a charge's (Charge, Settle) by what they owe first.
+func (a Answer) Restricts(b Answer) bool {
+	if a.Owed != b.Owed {
+		return a.Owed > b.Owed
+	}
+	if a.Remaining != b.Remaining {
+		return a.Remaining < b.Remaining
+	}
+	return a.ResetAfter > b.ResetAfter
+}
+
+// A Pick picks the most restrictive of the answers offered to it (see
+// Answer.Restricts), the first of equals: every decision of several
+// limits in this module picks the answer that stands for the request
+// with one. The zero Pick has been offered none.
+type Pick struct {
+	at   int // the index of the most restrictive answer, plus 1; 0 for none
+	best Answer
+}
+
+// Offer offers the i-th answer, a. The indices offered grow.
+func (p *Pick) Offer(i int, a Answer) {
+	if p.at == 0 || a.Restricts(p.best) {
+		p.at, p.best = i+1, a
+	}
+}
+
+// Index is the index of the most restrictive answer offered, or -1 if
+// none was.
+func (p *Pick) Index() int { return p.at - 1 }
+
 // Verdict is the index of the answer that stands for the whole request
 // (see floodgate.Store's Decide), of n answers whose Remaining and
 // ResetAfter say what they say, given the ask that refused (-1 for
 // none): the refusing enforced ask's; with only shadows refusing, the
 // most restrictive enforced answer (the refusing shadow's when every
-// ask is a shadow); with none refusing, the most restrictive of all.
+// ask is a shadow); with none refusing, the most restrictive of all
+// (see Pick).
 func Verdict(n, refused int, shadow func(i int) bool, remaining func(i int) int64, reset func(i int) time.Duration) int {
 	if refused >= 0 && !shadow(refused) {
 		return refused
 	}
-	best := -1
+	var best Pick
 	for i := range n {
-		if refused >= 0 && shadow(i) {
-			continue
-		}
-		if best < 0 || remaining(i) < remaining(best) || remaining(i) == remaining(best) && reset(i) > reset(best) {
-			best = i
+		if refused < 0 || !shadow(i) {
+			best.Offer(i, Answer{Remaining: remaining(i), ResetAfter: reset(i)})
 		}
 	}
-	if best < 0 {
-		return refused
+	if i := best.Index(); i >= 0 {
+		return i
 	}
-	return best
+	return refused
 }

@@ -103,3 +103,34 @@ func TestVerdict(t *testing.T) {
 		t.Errorf("every ask a shadow, 3 refused: %d, want 3", got)
 	}
 }
+
+// TestPick: the most owed, then the fewest remaining, then the
+// longest ResetAfter, the first of equals; the answers passed over are
+// not candidates, and with none left the index is -1.
+func TestPick(t *testing.T) {
+	s := time.Second
+	for _, c := range []struct {
+		name    string
+		answers []Answer
+		pass    []bool // passed over
+		want    int
+	}{
+		{"none", nil, nil, -1},
+		{"fewest remaining", []Answer{{0, 5, s}, {0, 2, s}, {0, 3, 9 * s}}, nil, 1},
+		{"longest reset among equals", []Answer{{0, 2, s}, {0, 2, 3 * s}, {0, 2, 2 * s}}, nil, 1},
+		{"first of equals", []Answer{{0, 4, s}, {0, 2, s}, {0, 2, s}}, nil, 1},
+		{"owed first", []Answer{{0, 0, 9 * s}, {1, 7, s}, {3, 9, 0}}, nil, 2},
+		{"passed over", []Answer{{0, 0, s}, {0, 5, s}, {0, 1, s}}, []bool{true, false, false}, 2},
+		{"all passed over", []Answer{{0, 0, s}, {0, 5, s}}, []bool{true, true}, -1},
+	} {
+		var p Pick
+		for i, a := range c.answers {
+			if c.pass == nil || !c.pass[i] {
+				p.Offer(i, a)
+			}
+		}
+		if got := p.Index(); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
