@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/plan"
 )
 
 // Limits decides each request against several Limiters together, for
@@ -76,50 +77,18 @@ func (m *Limits) Decide(key string, n int64, each []Decision) (Decision, int) {
 	if len(each) >= len(m.ls) {
 		all = each[:len(m.ls)] // written in place: nothing past the last Limiter's
 	}
-	j := m.decide(key, n, all)
+	j := decideIn(m.ls, key, n, all, nil, nil, nil)
 	if len(each) < len(m.ls) {
 		copy(each, all)
 	}
 	if j >= 0 {
 		return all[j], j
 	}
-	best := 0
-	for k := 1; k < len(all); k++ {
-		if d, b := &all[k], &all[best]; d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter {
-			best = k
-		}
+	var best plan.Pick
+	for k := range all {
+		best.Offer(k, plan.Answer{Remaining: all[k].Remaining, ResetAfter: all[k].ResetAfter})
 	}
-	return all[best], -1
-}
-
-// decide asks every Limiter in order, writing the k-th's answer to
-// all[k], and gives back what the ones before a refusal took; it
-// returns the refusing Limiter's index, or -1.
-func (m *Limits) decide(key string, n int64, all []Decision) int {
-	if len(m.ls) == 1 { // nothing to give back: one Limiter's own answer
-		l := m.ls[0]
-		l.allowAt(key, l.now(), n, nil, &all[0])
-		if !all[0].Allowed {
-			return 0
-		}
-		return -1
-	}
-	var taken [MaxPolicies]grant
-	for j, l := range m.ls {
-		l.allowAt(key, l.now(), n, &taken[j], &all[j])
-		if !all[j].Allowed {
-			for k := j - 1; k >= 0; k-- {
-				m.ls[k].giveBack(&taken[k])
-			}
-			for k := range all {
-				if k != j {
-					all[k] = m.ls[k].Peek(key)
-				}
-			}
-			return j
-		}
-	}
-	return -1
+	return all[best.Index()], -1
 }
 
 // grant is what one admitted request took from a Limiter, so that Limits

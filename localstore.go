@@ -327,7 +327,7 @@ func (s *LocalStore) decide(asks []Ask, each []Decision, took *[MaxPolicies]gran
 			all[i] = ls[i].Peek(asks[i].Key)
 		}
 	} else {
-		refused = p.Refusal(decideLive(&p, ls[:len(asks)], asks, all, &taken))
+		refused = p.Refusal(decideIn(ls[:len(asks)], "", 0, all, &taken, &p, asks))
 	}
 	for i := range all {
 		if f := int(p.Of[i]); f != i {
@@ -347,44 +347,6 @@ func (s *LocalStore) decide(asks []Ask, each []Decision, took *[MaxPolicies]gran
 	v := plan.Verdict(len(all), refused, func(i int) bool { return asks[i].Shadow },
 		func(i int) int64 { return all[i].Remaining }, func(i int) time.Duration { return all[i].ResetAfter })
 	return all[v], refused, nil
-}
-
-// decideLive decides p's live asks on their Limiters ls, writing each
-// one's answer to all: the enforced asks together, all or nothing, then,
-// if they admitted and no shadow refused before (p.ShadowsRefused), the
-// shadows together. An ask refused gives back what the asks of its group
-// before it took, and every ask that charges nothing answers with a
-// Peek. It returns the index in p.Live of the ask that refused, or -1.
-func decideLive(p *plan.Plan, ls []*Limiter, asks []Ask, all []Decision, taken *[MaxPolicies]grant) int {
-	refused := -1
-	for _, shadows := range [2]bool{false, true} {
-		first := -1 // the group's first ask in Live
-		for k, i := range p.Live[:p.NLive] {
-			if p.Shadow[i] != shadows {
-				continue
-			}
-			if refused >= 0 || shadows && p.ShadowsRefused {
-				all[i] = ls[i].Peek(asks[i].Key) // a refused enforced ask: charged nothing
-				continue
-			}
-			if first < 0 {
-				first = k
-			}
-			l := ls[i]
-			l.allowAt(asks[i].Key, l.now(), p.Cost[i], &taken[i], &all[i])
-			if all[i].Allowed {
-				continue
-			}
-			refused = k
-			for _, j := range p.Live[first:k] {
-				if p.Shadow[j] == shadows {
-					ls[j].giveBack(&taken[j])
-					all[j] = ls[j].Peek(asks[j].Key)
-				}
-			}
-		}
-	}
-	return refused
 }
 
 // isTwin reports whether name is a built-in algorithm's mutex twin, which
