@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/floodgate-go/floodgate/internal/plan"
 )
 
 // Settler is a Store that charges costs known only when a request ends,
@@ -109,26 +111,21 @@ func CheckSettle(asks []Ask, h *Hold) error {
 
 // Owing returns the index of the Decision among all that a Charge or a
 // Settle answers with: the ask that owes most, else the one with the
-// fewest remaining, else the longest ResetAfter, among the asks that are
-// not shadows (every ask, if all are), for a Settler's implementation.
+// fewest remaining, else the longest ResetAfter (the first of equals),
+// among the asks that are not shadows (every ask, if all are), for a
+// Settler's implementation. It is the order of Decide's most
+// restrictive answer, with what a key owes before it.
 func Owing(asks []Ask, all []Decision) int {
-	best := -1
+	var best plan.Pick
 	for pass := range 2 {
 		for i := range all {
 			if pass == 0 && asks[i].Shadow {
 				continue
 			}
-			if best < 0 {
-				best = i
-				continue
-			}
-			a, b := &all[i], &all[best]
-			if a.Owed > b.Owed || a.Owed == b.Owed && (a.Remaining < b.Remaining || a.Remaining == b.Remaining && a.ResetAfter > b.ResetAfter) {
-				best = i
-			}
+			best.Offer(i, plan.Answer{Owed: all[i].Owed, Remaining: all[i].Remaining, ResetAfter: all[i].ResetAfter})
 		}
-		if best >= 0 {
-			return best
+		if i := best.Index(); i >= 0 {
+			return i
 		}
 	}
 	return 0
