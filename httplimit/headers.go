@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/plan"
 	"github.com/floodgate-go/floodgate/internal/policy"
 )
 
@@ -62,21 +63,19 @@ func setRetryAfter(h http.Header, wait time.Duration) {
 	h[hdrRetryAfter] = []string{strconv.FormatInt(max(1, ceilSeconds(wait)), 10)}
 }
 
-// restrictive is the most restrictive of the shown policies' answers: the
-// fewest remaining, the longest ResetAfter among equals; the zero
-// Decision if none is shown. It compares in place and copies only the
-// answer it returns.
+// restrictive is the most restrictive of the shown policies' answers
+// (see plan.Pick): the fewest remaining, the longest ResetAfter among
+// equals, the first of equals; the zero Decision if none is shown. It
+// copies only the answer it returns.
 func restrictive(each []floodgate.Decision, shown []int) floodgate.Decision {
-	if len(shown) == 0 {
-		return floodgate.Decision{}
+	var best plan.Pick
+	for k, i := range shown {
+		best.Offer(k, plan.Answer{Remaining: each[i].Remaining, ResetAfter: each[i].ResetAfter})
 	}
-	b := &each[shown[0]]
-	for _, i := range shown[1:] {
-		if d := &each[i]; d.Remaining < b.Remaining || d.Remaining == b.Remaining && d.ResetAfter > b.ResetAfter {
-			b = d
-		}
+	if k := best.Index(); k >= 0 {
+		return each[shown[k]]
 	}
-	return *b
+	return floodgate.Decision{}
 }
 
 // maxSF is the largest Integer of RFC 9651's Structured Fields: 15 digits.
