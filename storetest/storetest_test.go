@@ -42,7 +42,11 @@ func TestSuiteCatches(t *testing.T) {
 			for _, part := range strings.Split(c.subtest, "/") {
 				pattern += "/^" + part + "$"
 			}
-			cmd := exec.Command(os.Args[0], "-test.run", pattern, "-test.count", "1", "-test.v")
+			args := []string{os.Args[0], "-test.run", pattern, "-test.count", "1", "-test.v"}
+			if emu := os.Getenv("FLOODGATE_EMULATOR"); emu != "" {
+				args = append([]string{emu}, args...) // make test-cross: this binary runs under qemu
+			}
+			cmd := exec.Command(args[0], args[1:]...)
 			cmd.Env = append(os.Environ(), brokenEnv+"="+c.broken)
 			out, err := cmd.CombinedOutput()
 			if err == nil {
