@@ -182,7 +182,7 @@ func (r *runner) slotsSetLimit(t *testing.T) {
 	e := r.newEnv(t)
 	p := e.slotPolicy(e.s, e.name(), 3)
 	held := []floodgate.Slot{e.acquire(p, "k", true), e.acquire(p, "k", true), e.acquire(p, "k", true)}
-	for _, bad := range []int{0, -1, math.MinInt, inflight.MaxLimit + 1} {
+	for _, bad := range badLimits() {
 		if err := p.SetLimit(bad); err == nil {
 			t.Errorf("SetLimit(%d): no error", bad)
 		}
@@ -214,7 +214,7 @@ func (r *runner) slotsSetLimit(t *testing.T) {
 func (r *runner) slotsLimits(t *testing.T) {
 	e := r.newEnv(t)
 	s := e.s.(floodgate.SlotStore)
-	for _, limit := range []int{0, -1, math.MinInt, inflight.MaxLimit + 1} {
+	for _, limit := range badLimits() {
 		if p, err := s.SlotPolicy(e.name(), limit); err == nil {
 			_ = p.Close()
 			t.Errorf("SlotPolicy with a limit of %d: no error", limit)
@@ -247,4 +247,15 @@ func (r *runner) slotsClose(t *testing.T) {
 	again := e.slotPolicy(e.s, name, 1)
 	e.acquire(again, "k", true)
 	e.acquire(again, "k", false)
+}
+
+// badLimits are in-flight limits that no policy takes: none, negative,
+// and one past inflight.MaxLimit where an int can hold it (not on a
+// 32-bit platform, whose largest int is the bound itself).
+func badLimits() []int {
+	bad := []int{0, -1, math.MinInt}
+	if over := int64(inflight.MaxLimit) + 1; over <= math.MaxInt {
+		bad = append(bad, int(over))
+	}
+	return bad
 }
