@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
@@ -49,92 +50,36 @@ const (
 	SlidingLog = "sliding_log"
 )
 
-// Algorithm is a rate-limiting policy for one validated Rule. It makes the
-// per-key states; the Limiter finds the state for a key and asks it.
-type Algorithm interface {
-	// NewState returns the state of a key that has taken nothing and is
-	// full at now. A request whose reading is earlier than now (its clock
-	// read was overtaken by another's) may find it owing the difference;
-	// it must never find it holding more. The Limiter passes the later of
-	// the request's time and the last eviction's, so that a key evicted
-	// and created again cannot pass more than the evicted state allowed.
-	NewState(now int64) State
+// algorithm is a rate-limiting policy for one validated Rule: it makes
+// the per-key states (see keystate.Algorithm), which the Limiter holds as
+// objects (see engine_objects.go) or, for the builtins whose states are
+// words, only the reference limiter asks for (see testhook.Algorithm).
+// Every built-in algorithm and mutex twin is one, and so is an algorithm
+// that a test registers (registered).
+type algorithm interface {
+	newState(now int64) keystate.State
 }
 
-// State is one key's state under an Algorithm. Every method is safe for
-// concurrent use and must not block for long: it runs on the request path.
-//
-// A state can be retired: for eviction (RetireIdle), a reset (Retire), or
-// by the state itself (say, to move its time origin). Retirement must be
-// atomic with respect to grants: once a state reports itself retired it
-// grants nothing, and no grant may land on it after it has retired. This is
-// the rule that keeps a key from passing twice its limit while eviction
-// races its requests. A caller that meets a retired state asks it for its
-// Successor and goes on there.
-type State interface {
-	// AllowN admits a request of cost n at now if the rule allows it, and
-	// consumes nothing on denial. live is false, and nothing changes, when
-	// the state is retired. A cost below 1 or above the capacity is a
-	// denial with RetryAfter == Never.
-	AllowN(now, n int64) (d Decision, live bool)
-
-	// Take is AllowN reduced to its verdict: the same admission and the
-	// same state change, without computing the rest of the Decision.
-	// Allow calls it on every request, so it should be the cheaper of
-	// the two.
-	Take(now, n int64) (allowed, live bool)
-
-	// Peek returns what AllowN(now, 1) would, consuming nothing.
-	Peek(now int64) (d Decision, live bool)
-
-	// Refund gives back n taken by an earlier AllowN(now, n) on this
-	// state, when a later check refused the request; now is that call's
-	// time, so that a window algorithm knows which window to credit. It
-	// reports false only when the state was retired carrying that grant to
-	// its successor; the refund then belongs to Successor. A state retired
-	// by a reset forgot the grant, and reports true.
-	Refund(now, n int64) bool
-
-	// RetireIdle retires the state if, at now, it answers exactly as a
-	// fresh state would, and reports whether it did.
-	RetireIdle(now int64) bool
-
-	// Retire retires the state whatever it holds; its successor is fresh.
-	Retire()
-
-	// Successor returns the state that replaces a retired one. Every call
-	// on one retired state returns the same State.
-	Successor(now int64) State
-}
-
-// Factory builds the Algorithm for a rule. New has checked rule.Validate
+// factory builds the algorithm for a rule. New has checked rule.Validate
 // before the call; the factory returns an error for any rule it cannot
 // represent exactly rather than clamping it.
-type Factory func(rule Rule) (Algorithm, error)
+type factory func(rule Rule) (algorithm, error)
 
+// algorithms are the algorithms New takes by name: the five built-in
+// ones, and those that tests registered (see register).
 var algorithms = struct {
 	sync.RWMutex
-	m map[string]Factory
-}{m: map[string]Factory{}}
+	m map[string]factory
+}{m: map[string]factory{}}
 
-// Register makes an algorithm available to New under name. It returns an
+// register makes an algorithm available to New under name. It returns an
 // error for an empty name, a nil factory, or a name already taken.
-//
-// A registered algorithm's states are held out of line, one State per
-// key, and it has what the State interface offers: Allow, AllowN, Peek,
-// Reset, eviction of idle keys (EvictIdle and IdleTTL), the global cap and
-// Limits. It lacks what the built-in algorithms do with their states'
-// insides: New refuses it with MaxKeys > 0 (an evicted key could not be
-// remembered, so a client could rotate its way back to a full
-// allowance), SetRule refuses to change its rule, and Wait returns
-// ErrCannotWait. Bound its keys with IdleTTL instead; a middleware over
-// it needs its MaxKeys set to no bound.
-func Register(name string, f Factory) error {
+func register(name string, f factory) error {
 	if name == "" {
-		return errors.New("floodgate: Register needs a name")
+		return errors.New("floodgate: register needs a name")
 	}
 	if f == nil {
-		return fmt.Errorf("floodgate: Register(%q) with a nil Factory", name)
+		return fmt.Errorf("floodgate: register(%q) with a nil factory", name)
 	}
 	algorithms.Lock()
 	defer algorithms.Unlock()
@@ -145,8 +90,9 @@ func Register(name string, f Factory) error {
 	return nil
 }
 
-// Algorithms returns the registered algorithm names, sorted.
-func Algorithms() []string {
+// algorithmNames returns the names New takes, sorted: the twins' are not
+// among them.
+func algorithmNames() []string {
 	algorithms.RLock()
 	defer algorithms.RUnlock()
 	names := make([]string, 0, len(algorithms.m))
@@ -157,15 +103,28 @@ func Algorithms() []string {
 	return names
 }
 
+// registered is an algorithm that a test registered through
+// testhook.Register: its states are the test's own keystate.States. It is
+// not a builtin, so it has what the State protocol offers and no more:
+// its states are boxed objects, and New refuses it with MaxKeys > 0 (an
+// evicted key could not be remembered, so a client could rotate its way
+// back to a full allowance), SetRule refuses to change its rule, Wait
+// returns ErrCannotWait, and Charge, unless its states are
+// keystate.Chargers, keystate.ErrCannotCharge.
+type registered struct{ a keystate.Algorithm }
+
+func (r registered) newState(now int64) keystate.State { return r.a.NewState(now) }
+
 // twins are the built-in algorithms' mutex twins, by name (see
 // internal/testhook): the references the tests hold each lock-free
-// algorithm to. They are not offered to users: Algorithms does not list
-// them, and New finds them only in a Config that the test hook marked.
-// Written only at init.
-var twins = map[string]Factory{}
+// algorithm to. They are not offered to users: an unknown name's error
+// does not list them, and New finds them only in a Config that the test
+// hook marked. Written only at init.
+var twins = map[string]factory{}
 
-// init gives the tests and the benchmark harness their way to the twins
-// and to an algorithm outside a Limiter (see internal/testhook).
+// init gives the tests and the benchmark harness their way to the twins,
+// to an algorithm outside a Limiter, and to algorithms of their own (see
+// internal/testhook).
 func init() {
 	testhook.Twins = func(c any) any {
 		cfg := c.(Config)
@@ -179,13 +138,33 @@ func init() {
 		if err != nil {
 			return nil, err
 		}
-		return build(cmp.Or(cfg.Algorithm, TokenBucket), f, cfg.Rule)
+		alg, err := build(cmp.Or(cfg.Algorithm, TokenBucket), f, cfg.Rule)
+		if err != nil {
+			return nil, err
+		}
+		return keystate.Func(alg.newState), nil
+	}
+	testhook.Register = func(name string, f any) error {
+		fn, ok := f.(func(Rule) (keystate.Algorithm, error))
+		if !ok && f != nil {
+			return fmt.Errorf("floodgate: register(%q) with a %T, not a func(floodgate.Rule) (keystate.Algorithm, error)", name, f)
+		}
+		if fn == nil {
+			return fmt.Errorf("floodgate: register(%q) with a nil factory", name)
+		}
+		return register(name, func(r Rule) (algorithm, error) {
+			a, err := fn(r)
+			if err != nil || a == nil {
+				return nil, err // build says that a nil algorithm is none
+			}
+			return registered{a}, nil
+		})
 	}
 }
 
 // lookup finds the factory of the algorithm name; with twin set, the
 // mutex twins' names are found too.
-func lookup(name string, twin bool) (Factory, error) {
+func lookup(name string, twin bool) (factory, error) {
 	if f, ok := twins[name]; ok {
 		if twin {
 			return f, nil
@@ -197,7 +176,7 @@ func lookup(name string, twin bool) (Factory, error) {
 	f, ok := algorithms.m[name]
 	algorithms.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("floodgate: unknown algorithm %q (registered: %s)", name, strings.Join(Algorithms(), ", "))
+		return nil, fmt.Errorf("floodgate: unknown algorithm %q (registered: %s)", name, strings.Join(algorithmNames(), ", "))
 	}
 	return f, nil
 }
@@ -216,9 +195,9 @@ func CheckRule(algorithm string, rule Rule) error {
 	return err
 }
 
-// build makes the Algorithm of rule r with f, the factory of the
+// build makes the algorithm of rule r with f, the factory of the
 // algorithm name: the one place where New and SetRule both build it.
-func build(name string, f Factory, r Rule) (Algorithm, error) {
+func build(name string, f factory, r Rule) (algorithm, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("floodgate: %w", err)
 	}
@@ -227,18 +206,19 @@ func build(name string, f Factory, r Rule) (Algorithm, error) {
 		return nil, fmt.Errorf("floodgate: algorithm %q cannot hold rule %+v: %w", name, r, err)
 	}
 	if alg == nil {
-		return nil, fmt.Errorf("floodgate: algorithm %q returned no Algorithm", name)
+		return nil, fmt.Errorf("floodgate: algorithm %q returned no algorithm", name)
 	}
 	return alg, nil
 }
 
 // builtin is what a built-in algorithm, and each mutex twin, tells the
-// Limiter beyond NewState. Each answers in its own file (algorithm_*.go),
+// Limiter beyond newState. Each answers in its own file (algorithm_*.go),
 // so that adding an algorithm touches one file; the Limiter asks once,
 // when it is built or its rule changes, never on a request. A registered
-// algorithm is not a builtin: its states are boxed objects (see Register).
+// algorithm is not a builtin: its states are boxed objects (see
+// registered).
 type builtin interface {
-	Algorithm
+	algorithm
 	// traits says where the states live and what they can do.
 	traits() traits
 	// convertSpent is what a key that MaxKeys evicted under this rule,
@@ -246,7 +226,7 @@ type builtin interface {
 	// (see sketch), is remembered as under the rule of to, the same
 	// algorithm's, after a change at the instant at (see SetRule). A later
 	// spent never converts to an earlier one.
-	convertSpent(spent, owed, at int64, to Algorithm) (int64, int64)
+	convertSpent(spent, owed, at int64, to algorithm) (int64, int64)
 }
 
 // objectAlgorithm is a builtin whose states are objects, held out of line:
@@ -256,14 +236,14 @@ type objectAlgorithm interface {
 	// newSpent makes the state of a key that MaxKeys evicted: new at now,
 	// but answering as new only from spent on, and owing owed beyond a
 	// spent state until then (see spentState).
-	newSpent(now, spent, owed int64) State
+	newSpent(now, spent, owed int64) keystate.State
 	// convert retires s, in one atomic step with its grants, and returns
 	// the state of this rule that holds what s held at at (see SetRule),
 	// or nil if s had retired already, when its successor holds what it
 	// carries. The retired state names the new one as its Successor, so
 	// that a request that loaded s before the change moves on to the
 	// converted state, never to a fresh one of the old rule.
-	convert(s State, at int64) State
+	convert(s keystate.State, at int64) keystate.State
 }
 
 // wordAlgorithm is a builtin whose states are words in the flat table.
@@ -282,7 +262,7 @@ type traits struct {
 
 // traitsOf is alg's traits: a registered algorithm's states are boxed
 // objects that cannot reserve.
-func traitsOf(alg Algorithm) traits {
+func traitsOf(alg algorithm) traits {
 	if b, ok := alg.(builtin); ok {
 		return b.traits()
 	}
@@ -291,14 +271,14 @@ func traitsOf(alg Algorithm) traits {
 
 // mustRegister registers a built-in algorithm at init: a name taken twice
 // is floodgate's own bug.
-func mustRegister(name string, f Factory) {
-	if err := Register(name, f); err != nil {
+func mustRegister(name string, f factory) {
+	if err := register(name, f); err != nil {
 		panic(err)
 	}
 }
 
 // registerTwin records the mutex twin of a built-in algorithm, at init.
-func registerTwin(name string, f Factory) { twins[name] = f }
+func registerTwin(name string, f factory) { twins[name] = f }
 
 // windowBurst rejects a Burst that a window algorithm (or the log) would
 // have to ignore.

@@ -8,6 +8,7 @@ import (
 	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/decision"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/word"
 )
 
@@ -25,29 +26,12 @@ import (
 // documentation). Nothing is charged then: the key's debt never wraps.
 var ErrDebtBound = decision.ErrDebtBound
 
-// ErrCannotCharge is Charge's error on a registered algorithm whose
-// states are not Chargers.
-var ErrCannotCharge = errors.New("floodgate: the algorithm's states take no charge (see Charger)")
-
 // ErrSettled is the error of a second Settle of one Reservation.
 var ErrSettled = errors.New("floodgate: the reservation is settled already")
 
 // ErrNotReserved is Settle's error on a Reservation that was refused (or
 // is the zero value): it took nothing, and has nothing to settle.
 var ErrNotReserved = errors.New("floodgate: the reservation was refused; it has nothing to settle")
-
-// Charger is a State that takes a charge it cannot refuse (see
-// Limiter.Charge). Every built-in algorithm's states are Chargers; a
-// registered algorithm's may be one, and Charge on a Limiter of one whose
-// states are not returns ErrCannotCharge.
-type Charger interface {
-	// ChargeN takes n at now whatever the state holds, so that it may
-	// owe, and returns the Decision after it (see Limiter.Charge). live
-	// is false, and nothing changes, when the state is retired. For n
-	// below 1, or a charge past what the state can owe (ErrDebtBound),
-	// it returns an error and charges nothing.
-	ChargeN(now, n int64) (d Decision, live bool, err error)
-}
 
 // Charge takes n units from key now, whatever the key holds: a cost
 // already spent, which no refusal could undo. A key that held fewer than
@@ -62,11 +46,9 @@ type Charger interface {
 // (0 if one could now), and ResetAfter the wait until the key is full.
 // With a global cap, Remaining is the smaller of the two.
 //
-// Charge returns an error, and charges nothing, for n below 1, for a
+// Charge returns an error, and charges nothing, for n below 1, and for a
 // charge that would leave the key (or the cap) owing more than its state
-// can hold (ErrDebtBound), and on a registered algorithm whose states are
-// not Chargers (ErrCannotCharge). For an existing key it allocates
-// nothing.
+// can hold (ErrDebtBound). For an existing key it allocates nothing.
 func (l *Limiter) Charge(key string, n int64) (Decision, error) {
 	var d Decision
 	err := l.chargeID(l.hasher.ID(key), l.now(), n, &d)
@@ -202,7 +184,9 @@ func (l *Limiter) settleGrant(gr *grant, est, actual int64, d *Decision) error {
 		answered := false
 		if g, ok := gr.s.(granter); ok && gr.lg.Cost() > 0 {
 			// A lapsed refund leaves the key charged: stricter, never looser.
-			*d, answered = g.settleGrant(gr.lg, est-actual, now)
+			var sd decision.Decision
+			sd, answered = g.SettleGrant(gr.lg, est-actual, now)
+			*d = fromCore(sd)
 		} else {
 			l.refundKeyN(gr, est-actual)
 		}
@@ -256,7 +240,9 @@ func (l *Limiter) settledAt(gr *grant, now int64, d *Decision) {
 	found := false
 	switch {
 	case gr.s != nil:
-		*d, found = gr.s.Peek(now)
+		var pd decision.Decision
+		pd, found = gr.s.Peek(now)
+		*d = fromCore(pd)
 	case gr.t != nil && gr.i >= 0:
 		// A table never gives a key's slot to another key: a word that is
 		// no mark is still gr's key's (a resize leaves Moved behind).
@@ -336,19 +322,19 @@ func (l *Limiter) chargeGrant(id flat.ID, now, n int64, d *Decision, out *grant)
 
 // chargeObject charges key id's state at now, following the line of
 // successors past retired states, and returns the state that took it.
-func (l *Limiter) chargeObject(id flat.ID, now, n int64, d *Decision) (State, error) {
+func (l *Limiter) chargeObject(id flat.ID, now, n int64, d *Decision) (keystate.State, error) {
 	s := l.state(id, now)
 	for {
-		c, ok := s.(Charger)
+		c, ok := s.(keystate.Charger)
 		if !ok {
-			return nil, ErrCannotCharge
+			return nil, keystate.ErrCannotCharge
 		}
 		cd, live, err := c.ChargeN(now, n)
 		if err != nil {
 			return nil, fmt.Errorf("floodgate: %w", err)
 		}
 		if live {
-			*d = cd
+			*d = fromCore(cd)
 			return s, nil
 		}
 		s = l.successor(id, s, now)

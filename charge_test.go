@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
@@ -167,11 +168,11 @@ func TestChargeGlobalCap(t *testing.T) {
 // Chargers refuses Charge with ErrCannotCharge.
 func TestChargeCustomAlgorithm(t *testing.T) {
 	name := "charge_test_quota"
-	if err := floodgate.Register(name, newQuota); err != nil {
+	if err := testhook.Register(name, newQuota); err != nil {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, floodgate.Config{Algorithm: name, Rule: chargeRule})
-	if _, err := l.Charge("k", 1); !errors.Is(err, floodgate.ErrCannotCharge) {
+	if _, err := l.Charge("k", 1); !errors.Is(err, keystate.ErrCannotCharge) {
 		t.Fatalf("Charge on a registered algorithm: %v", err)
 	}
 }

@@ -81,10 +81,10 @@
 //
 // # Algorithms
 //
-// Config.Algorithm names one; Algorithms lists them. Each keeps the token
-// bucket's contract: a denial consumes nothing; Peek, Reset, EvictIdle,
-// MaxKeys, SetRule, the global cap with refund and weighted costs all
-// work; integer arithmetic only.
+// Config.Algorithm names one of the five below; there are no others.
+// Each keeps the token bucket's contract: a denial consumes nothing;
+// Peek, Reset, EvictIdle, MaxKeys, SetRule, the global cap with refund
+// and weighted costs all work; integer arithmetic only.
 //
 //   - TokenBucket and LeakyBucket decide alike (both are GCRA): one atomic
 //     word per key, inline in the table. Only these two can Wait.
@@ -105,9 +105,6 @@
 // 8,388,606 (SlidingCounter), 4,194,302 (SlidingLog) or 2^47 − 2
 // (FixedWindow). A reading from a window older than the key's state is
 // denied: that window's count is no longer held.
-//
-// Register adds an algorithm of your own; see it for what a registered
-// algorithm can and cannot do.
 //
 // # Keys and memory
 //

@@ -5,24 +5,26 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/floodgate-go/floodgate/internal/decision"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 )
 
-// The object engine: the sliding log, the mutex twins and registered
-// algorithms keep a State object per key, out of line, behind a pointer
-// beside the key's slot in the flat table. Every loop over the objects'
-// protocol is in this file.
+// The object engine: the sliding log, the mutex twins and the algorithms
+// the tests register keep a keystate.State object per key, out of line,
+// behind a pointer beside the key's slot in the flat table. Every loop
+// over the objects' protocol is in this file.
 //
 // The protocol. A request loads its key's State (creating it on first
 // use) and calls it. A State that has retired (evicted, reset, or moved
 // on by itself) answers "not live" and changes nothing; the request then
 // asks the key's successor state, which the table installs under the
 // shard's lock (successor), and goes on there. Retirement is atomic with
-// respect to every grant (see State), so a grant lands on exactly one
-// state. Allow's path, for a key already held: hash the key, find the
-// slot (state), load the pointer (see form), and call the State's Take
-// through its interface (takeObject). Each function here takes the key's
-// identity, which its caller has computed once.
+// respect to every grant (see keystate.State), so a grant lands on
+// exactly one state. Allow's path, for a key already held: hash the key,
+// find the slot (state), load the pointer (see form), and call the
+// State's Take through its interface (takeObject). Each function here
+// takes the key's identity, which its caller has computed once.
 
 // form says what a Limiter's slots point at. A State is an interface, two
 // words, and a slot holds one pointer, so a State in general lives in a
@@ -39,34 +41,34 @@ type form uint8
 
 const (
 	boxed        form = iota // a *box
-	logForm                  // a *logState
-	mutexLogForm             // a *mutexLogState
+	logForm                  // a *keystate.Log
+	mutexLogForm             // a *keystate.MutexLog
 )
 
 // box holds a State of the boxed form in the flat table.
-type box struct{ s State }
+type box struct{ s keystate.State }
 
 // stateAt returns the state slot pointer p names, or nil for nil.
-func (l *Limiter) stateAt(p unsafe.Pointer) State {
+func (l *Limiter) stateAt(p unsafe.Pointer) keystate.State {
 	switch {
 	case p == nil:
 		return nil
 	case l.form == logForm:
-		return (*logState)(p)
+		return (*keystate.Log)(p)
 	case l.form == mutexLogForm:
-		return (*mutexLogState)(p)
+		return (*keystate.MutexLog)(p)
 	}
 	return (*box)(p).s
 }
 
 // pointerTo returns the slot pointer that names s. The type assertions
 // hold because a Limiter of a direct form makes states of one type only.
-func (l *Limiter) pointerTo(s State) unsafe.Pointer {
+func (l *Limiter) pointerTo(s keystate.State) unsafe.Pointer {
 	switch l.form {
 	case logForm:
-		return unsafe.Pointer(s.(*logState))
+		return unsafe.Pointer(s.(*keystate.Log))
 	case mutexLogForm:
-		return unsafe.Pointer(s.(*mutexLogState))
+		return unsafe.Pointer(s.(*keystate.MutexLog))
 	}
 	return unsafe.Pointer(&box{s})
 }
@@ -76,7 +78,7 @@ func (l *Limiter) pointerTo(s State) unsafe.Pointer {
 // because it is the engine's hottest path: in the general loop, the
 // spills of its other requests' arguments cost the mutex twins 6% of
 // their Allow.
-func (l *Limiter) takeObject(id flat.ID, now int64) (allowed bool, s State) {
+func (l *Limiter) takeObject(id flat.ID, now int64) (allowed bool, s keystate.State) {
 	s = l.state(id, now)
 	allowed, live := s.Take(now, 1)
 	for !live {
@@ -91,20 +93,24 @@ func (l *Limiter) takeObject(id flat.ID, now int64) (allowed bool, s State) {
 // retired states. It returns the verdict, with the rest of the answer in
 // a, as onWord does, and the state that answered, for a refund or a
 // cancellation.
-func (l *Limiter) onObject(id flat.ID, now int64, op op, n int64, a *answer) (ok bool, s State) {
+func (l *Limiter) onObject(id flat.ID, now int64, op op, n int64, a *answer) (ok bool, s keystate.State) {
 	s = l.state(id, now)
 	for {
 		var live bool
 		switch op {
 		case opGrant:
 			if g, grants := s.(granter); grants {
-				a.d, a.lg, live = g.allowGrant(now, n)
+				var d decision.Decision
+				d, a.lg, live = g.AllowGrant(now, n)
+				a.d = fromCore(d)
 				ok = a.d.Allowed
 				break
 			}
 			fallthrough
 		case opAllow:
-			a.d, live = s.AllowN(now, n)
+			var d decision.Decision
+			d, live = s.AllowN(now, n)
+			a.d = fromCore(d)
 			ok = a.d.Allowed
 		default:
 			a.wait, a.stat, ok, live = s.(reserver).ReserveN(now, n, a.maxWait)
@@ -119,14 +125,14 @@ func (l *Limiter) onObject(id flat.ID, now int64, op op, n int64, a *answer) (ok
 // returnObject gives a key's state back a grant of n at now that a later
 // check refused, along the line of successors if the state retired
 // carrying it.
-func (l *Limiter) returnObject(s State, now, n int64) {
+func (l *Limiter) returnObject(s keystate.State, now, n int64) {
 	for !s.Refund(now, n) {
 		s = s.Successor(now)
 	}
 }
 
 // state returns key id's state, creating it on first use.
-func (l *Limiter) state(id flat.ID, now int64) State {
+func (l *Limiter) state(id flat.ID, now int64) keystate.State {
 	for {
 		t, i := l.flat.Find(id)
 		if i < 0 {
@@ -144,19 +150,19 @@ func (l *Limiter) state(id flat.ID, now int64) State {
 // newObject makes the state of key id, not held now, under the rule rs
 // (its table's): as newState, or, if the sketch remembers the key as
 // spent until later, as restrictive as that, owing what it owed.
-func (l *Limiter) newObject(rs *ruleSet, id flat.ID, now int64) State {
+func (l *Limiter) newObject(rs *ruleSet, id flat.ID, now int64) keystate.State {
 	at := max(now, l.evictedAt.Load())
 	if spent, owed := l.sketch.memory(id, rs); spent > at {
 		return rs.alg.(objectAlgorithm).newSpent(at, spent, owed) // New let MaxKeys through
 	}
-	return rs.alg.NewState(at)
+	return rs.alg.newState(at)
 }
 
 // successor moves key id on from a retired state to the one that
 // replaces it. A key that is no longer held is created anew (the sketch
 // and the latest eviction's instant make it no looser than what was
 // evicted); one still held by the retired state gets its successor.
-func (l *Limiter) successor(id flat.ID, s State, now int64) State {
+func (l *Limiter) successor(id flat.ID, s keystate.State, now int64) keystate.State {
 	p := l.flat.Replace(id, func(cur unsafe.Pointer) unsafe.Pointer {
 		if l.stateAt(cur) == s {
 			return l.pointerTo(s.Successor(now))
@@ -172,7 +178,7 @@ func (l *Limiter) successor(id flat.ID, s State, now int64) State {
 // peekObject is Peek for key id: its state if it is held, or the state it
 // would be made with now. It creates nothing.
 func (l *Limiter) peekObject(id flat.ID, now int64) Decision {
-	var s State
+	var s keystate.State
 	t, i := l.flat.Find(id)
 	if i >= 0 {
 		s = l.stateAt(t.Ptr(i))
@@ -185,7 +191,7 @@ func (l *Limiter) peekObject(id flat.ID, now int64) Decision {
 		s = s.Successor(now)
 		d, live = s.Peek(now)
 	}
-	return d
+	return fromCore(d)
 }
 
 // resetObject removes key id, retiring its state, so that a request

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
@@ -19,8 +20,8 @@ type grant struct {
 }
 
 // builtins are the algorithms FuzzConfig draws from, sorted by name: the
-// built-in ones, and not Algorithms(), which also lists whatever other
-// tests of the package registered before it ran.
+// built-in ones, and not every name New takes, which include whatever
+// other tests of the package registered before it ran.
 var builtins = []string{
 	floodgate.FixedWindow, testhook.FixedWindowMutex, floodgate.LeakyBucket, testhook.LeakyBucketMutex,
 	floodgate.SlidingCounter, testhook.SlidingCounterMutex, floodgate.SlidingLog, testhook.SlidingLogMutex,
@@ -181,16 +182,23 @@ func checkBucket(t *testing.T, name string, r floodgate.Rule, capacity int64, gs
 
 // TestBuiltinsAreRegistered keeps FuzzConfig's list in step with the
 // algorithms the package registers itself: each is registered, and
-// offered by Algorithms, unless it is a mutex twin, which Algorithms never
-// lists and New builds only through internal/testhook.
+// listed by the error of an unknown name, unless it is a mutex twin,
+// which that error never lists and New builds only through
+// internal/testhook.
 func TestBuiltinsAreRegistered(t *testing.T) {
 	if !slices.IsSorted(builtins) {
 		t.Fatal("builtins is not sorted")
 	}
+	_, err := floodgate.New(floodgate.Config{Algorithm: "no_such_algorithm", Rule: floodgate.Rule{Limit: 1, Period: time.Second}})
+	if err == nil {
+		t.Fatal("New took an unknown algorithm")
+	}
+	_, list, _ := strings.Cut(err.Error(), "(registered: ")
+	listed := strings.Split(strings.TrimSuffix(list, ")"), ", ")
 	for _, name := range builtins {
 		twin := strings.HasSuffix(name, "_mutex")
-		if slices.Contains(floodgate.Algorithms(), name) == twin {
-			t.Errorf("%q: listed by Algorithms is %v, a mutex twin is %v", name, !twin, twin)
+		if slices.Contains(listed, name) == twin {
+			t.Errorf("%q: listed by an unknown name's error is %v, a mutex twin is %v", name, !twin, twin)
 		}
 		cfg := floodgate.Config{Algorithm: name, Rule: floodgate.Rule{Limit: 1, Period: time.Second}}
 		if _, err := floodgate.New(testhook.Twins(cfg).(floodgate.Config)); err != nil {
@@ -199,7 +207,7 @@ func TestBuiltinsAreRegistered(t *testing.T) {
 		if _, err := floodgate.New(cfg); (err != nil) != twin {
 			t.Errorf("%q by name: New returned %v", name, err)
 		}
-		if err := floodgate.Register(name, func(floodgate.Rule) (floodgate.Algorithm, error) { return nil, nil }); err == nil {
+		if err := testhook.Register(name, func(floodgate.Rule) (keystate.Algorithm, error) { return nil, nil }); err == nil {
 			t.Errorf("%q could be registered again", name)
 		}
 	}

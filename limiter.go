@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/tally"
 	"github.com/puzpuzpuz/xsync/v4"
 	"golang.org/x/sys/cpu"
@@ -18,7 +19,7 @@ import (
 
 // Config configures a Limiter. Only Rule is required.
 type Config struct {
-	Algorithm string        // registered name; "" means "token_bucket"
+	Algorithm string        // one of the five algorithms' names; "" means TokenBucket
 	Rule      Rule          // the limit per key
 	Global    *Rule         // optional cap over all keys together (a token bucket)
 	Clock     Clock         // nil means SystemClock()
@@ -33,8 +34,7 @@ type Config struct {
 	// with, owing what it owed. 0, the default, means unbounded: a client
 	// that rotates its id then grows the limiter's memory by one slot per
 	// id until IdleTTL passes (see "Memory" in the package documentation).
-	// Negative is an error. Every built-in algorithm supports it; a
-	// registered one does not (see Register).
+	// Negative is an error.
 	MaxKeys int
 
 	// Stats counts Allowed, Denied and DeniedByGlobal (see Stats). The
@@ -51,7 +51,7 @@ type Config struct {
 type kind uint8
 
 const (
-	objects     kind = iota // out of line: a State per key
+	objects     kind = iota // out of line: a keystate.State per key
 	bucketWords             // inline: a bucket word per slot (internal/bucket)
 	windowWords             // inline: a window word per slot (internal/window)
 )
@@ -85,8 +85,8 @@ type Limiter struct {
 	coarse  *CoarseClock // set when clock is a ticking CoarseClock: read without an interface call
 	flat    flat.Flat    // held by value: one load fewer per request
 	hasher  *flat.Hasher
-	name    string                        // the algorithm's registered name
-	factory Factory                       // its factory, for SetRule
+	name    string                        // the algorithm's name
+	factory factory                       // its factory, for SetRule
 	sketch  lazySketch                    // with MaxKeys
 	count   *tally.Counts                 // with Config.Stats: Allowed, Denied, DeniedByGlobal
 	global  atomic.Pointer[bucket.Bucket] // nil without Config.Global
@@ -207,7 +207,7 @@ func (l *Limiter) Allow(key string) bool {
 	now := l.now()
 	var allowed bool
 	if l.kind == objects {
-		var s State
+		var s keystate.State
 		allowed, s = l.takeObject(id, now)
 		if allowed && l.refusedByGlobal(now) { // counted there
 			l.returnObject(s, now, 1)
@@ -258,7 +258,7 @@ func (l *Limiter) AllowAt(key string, now int64, n int64) Decision {
 // use.
 func (l *Limiter) allowAt(key string, now int64, n int64, out *grant, d *Decision) {
 	var a answer // read field by field below: see answer
-	var s State
+	var s keystate.State
 	var t *flat.Table
 	i := -1
 	id := l.hasher.ID(key)

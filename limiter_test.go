@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/decision"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	refimpl "github.com/floodgate-go/floodgate/internal/reference"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
@@ -64,17 +66,26 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
+// TestRegister: the tests' hook registers an algorithm of their own, and
+// refuses a taken or empty name and a factory it cannot call; the
+// algorithm then limits as its states say.
 func TestRegister(t *testing.T) {
-	if err := floodgate.Register(floodgate.TokenBucket, func(floodgate.Rule) (floodgate.Algorithm, error) { return nil, nil }); err == nil {
+	if err := testhook.Register(floodgate.TokenBucket, func(floodgate.Rule) (keystate.Algorithm, error) { return nil, nil }); err == nil {
 		t.Error("registering a taken name must fail")
 	}
-	if err := floodgate.Register("", func(floodgate.Rule) (floodgate.Algorithm, error) { return nil, nil }); err == nil {
+	if err := testhook.Register("", func(floodgate.Rule) (keystate.Algorithm, error) { return nil, nil }); err == nil {
 		t.Error("registering an empty name must fail")
 	}
-	if err := floodgate.Register("nil_factory", nil); err == nil {
+	if err := testhook.Register("nil_factory", nil); err == nil {
 		t.Error("registering a nil factory must fail")
 	}
-	if err := floodgate.Register("test_quota", newQuota); err != nil {
+	if err := testhook.Register("nil_typed_factory", (func(floodgate.Rule) (keystate.Algorithm, error))(nil)); err == nil {
+		t.Error("registering a nil factory of the right type must fail")
+	}
+	if err := testhook.Register("mistyped_factory", func(floodgate.Rule) (any, error) { return nil, nil }); err == nil {
+		t.Error("registering a factory of another type must fail")
+	}
+	if err := testhook.Register("test_quota", newQuota); err != nil {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, floodgate.Config{Algorithm: "test_quota", Rule: floodgate.Rule{Limit: 3, Period: time.Hour}, Clock: floodgate.NewManualClock(0)})
@@ -96,9 +107,9 @@ func TestRegister(t *testing.T) {
 // never refilled, behind a mutex.
 type quota struct{ limit int64 }
 
-func newQuota(r floodgate.Rule) (floodgate.Algorithm, error) { return quota{r.Limit}, nil }
+func newQuota(r floodgate.Rule) (keystate.Algorithm, error) { return quota{r.Limit}, nil }
 
-func (q quota) NewState(int64) floodgate.State { return &quotaState{limit: q.limit} }
+func (q quota) NewState(int64) keystate.State { return &quotaState{limit: q.limit} }
 
 type quotaState struct {
 	mu          sync.Mutex
@@ -106,13 +117,13 @@ type quotaState struct {
 	retired     bool
 }
 
-func (s *quotaState) AllowN(_, n int64) (floodgate.Decision, bool) {
+func (s *quotaState) AllowN(_, n int64) (decision.Decision, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.retired {
-		return floodgate.Decision{}, false
+		return decision.Decision{}, false
 	}
-	d := floodgate.Decision{Limit: s.limit, RetryAfter: floodgate.Never}
+	d := decision.Decision{Limit: s.limit, RetryAfter: floodgate.Never}
 	if n >= 1 && s.used+n <= s.limit {
 		s.used += n
 		d.Allowed, d.RetryAfter = true, 0
@@ -126,10 +137,10 @@ func (s *quotaState) Take(now, n int64) (bool, bool) {
 	return d.Allowed, live
 }
 
-func (s *quotaState) Peek(now int64) (floodgate.Decision, bool) {
+func (s *quotaState) Peek(now int64) (decision.Decision, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return floodgate.Decision{Allowed: s.used < s.limit, Limit: s.limit, Remaining: s.limit - s.used}, !s.retired
+	return decision.Decision{Allowed: s.used < s.limit, Limit: s.limit, Remaining: s.limit - s.used}, !s.retired
 }
 
 func (s *quotaState) Refund(_, n int64) bool {
@@ -157,7 +168,7 @@ func (s *quotaState) Retire() {
 	s.mu.Unlock()
 }
 
-func (s *quotaState) Successor(int64) floodgate.State { return &quotaState{limit: s.limit} }
+func (s *quotaState) Successor(int64) keystate.State { return &quotaState{limit: s.limit} }
 
 func TestAllowSequence(t *testing.T) {
 	both(t, func(t *testing.T, alg string) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/plan"
 )
 
@@ -98,7 +99,7 @@ func (m *Limits) Decide(key string, n int64, each []Decision) (Decision, int) {
 // (a Reservation, a Hold) keeps its key's serial in place of the slot
 // (see hold).
 type grant struct {
-	s      State // for states held as objects
+	s      keystate.State // for states held as objects
 	id     flat.ID
 	t      *flat.Table // for inline words: the slot the grant landed in, until hold
 	i      int
@@ -142,7 +143,7 @@ func (l *Limiter) refundKey(gr *grant) { l.refundKeyN(gr, gr.n) }
 // refundKeyN gives the key's own state back n of what gr took from it.
 func (l *Limiter) refundKeyN(gr *grant, n int64) {
 	if g, ok := gr.s.(granter); ok && gr.lg.Cost() > 0 {
-		g.refundGrant(gr.lg, n) // a lapsed refund leaves the key charged: stricter, never looser
+		g.RefundGrant(gr.lg, n) // a lapsed refund leaves the key charged: stricter, never looser
 		return
 	}
 	switch {

@@ -22,7 +22,7 @@ type LocalStoreConfig struct {
 	// bound that keeps each policy within 64 MiB (1,048,576 keys of a
 	// bucket or a window; fewer of a sliding log, which keeps an entry
 	// per request in its window, and never fewer than 1,024), negative
-	// is none. A registered algorithm cannot be bounded: give it -1.
+	// is none.
 	MaxKeys int
 	// IdleTTL is how long a key's state must have been what a new key's
 	// would be before the Store forgets it: 0 is a minute, negative
@@ -195,8 +195,7 @@ func (s *LocalStore) config(algorithm string, rule Rule) (Config, error) {
 }
 
 // CheckRule reports whether Policy would take algorithm and rule: what
-// New takes (see the function CheckRule), and for a registered
-// algorithm, a Store with no bound on keys.
+// New takes (see the function CheckRule).
 func (s *LocalStore) CheckRule(algorithm string, rule Rule) error {
 	if _, err := s.config(algorithm, rule); err != nil {
 		return err

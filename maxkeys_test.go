@@ -25,7 +25,7 @@ func TestMaxKeysRejects(t *testing.T) {
 	if _, err := floodgate.New(floodgate.Config{Rule: rule, MaxKeys: -1}); err == nil {
 		t.Error("a negative MaxKeys must be an error")
 	}
-	if err := floodgate.Register("test_unbounded", newQuota); err != nil {
+	if err := testhook.Register("test_unbounded", newQuota); err != nil {
 		t.Fatal(err)
 	}
 	_, err := floodgate.New(floodgate.Config{Algorithm: "test_unbounded", Rule: rule, MaxKeys: 10})

@@ -128,7 +128,7 @@ func TestSketchChangeOfRule(t *testing.T) {
 	}
 }
 
-func mustFactory(t *testing.T, name string) Factory {
+func mustFactory(t *testing.T, name string) factory {
 	t.Helper()
 	f, err := lookup(name, false)
 	if err != nil {

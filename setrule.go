@@ -21,7 +21,7 @@ type ruleSet struct {
 	window   window.Params // for windowWords
 	capacity int64
 	rule     Rule
-	alg      Algorithm
+	alg      algorithm
 	// With changed, at is the instant of the SetRule that made this rule,
 	// at which what the sketch remembers under the rule before is
 	// converted (see lazySketch); gen counts the changes.
@@ -30,7 +30,7 @@ type ruleSet struct {
 	gen     uint64
 }
 
-func newRuleSet(r Rule, alg Algorithm) *ruleSet {
+func newRuleSet(r Rule, alg algorithm) *ruleSet {
 	rs := &ruleSet{capacity: r.Capacity(), rule: r, alg: alg}
 	if w, ok := alg.(wordAlgorithm); ok {
 		w.params(rs)
@@ -89,9 +89,6 @@ func rulesOf(t *flat.Table) *ruleSet { return (*ruleSet)(t.Aux) }
 // key that held nothing at T and owed what it owed then, converted as a
 // held key's debt is (the sliding counter's a window later, as for a
 // count above its limit). A key evicted as idle comes back full.
-//
-// A registered algorithm cannot change its rule: SetRule returns an error
-// for it (see Register).
 func (l *Limiter) SetRule(r Rule) error {
 	alg, err := build(l.name, l.factory, r)
 	if err != nil {

@@ -537,7 +537,7 @@ func TestSetRuleRefusesWhatNewRefuses(t *testing.T) {
 // TestSetRuleCustomAlgorithm: a registered algorithm cannot change its
 // rule, and says so.
 func TestSetRuleCustomAlgorithm(t *testing.T) {
-	if err := floodgate.Register("test_setrule_quota", newQuota); err != nil {
+	if err := testhook.Register("test_setrule_quota", newQuota); err != nil {
 		t.Fatal(err)
 	}
 	l := newLimiter(t, floodgate.Config{Algorithm: "test_setrule_quota", Rule: *rule(3, time.Hour, 0), Clock: floodgate.NewManualClock(0)})

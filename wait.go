@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 )
 
 // Errors that Wait and WaitN return at once, consuming nothing. Test for
@@ -165,7 +166,7 @@ func (l *Limiter) reserveKey(key string, now int64, limit time.Duration, r *rese
 	var ok bool
 	r.id = l.hasher.ID(key)
 	if l.kind == objects {
-		var s State
+		var s keystate.State
 		ok, s = l.onObject(r.id, now, opReserve, r.n, &a)
 		r.s, r.tat = s.(reserver), a.stat
 	} else {

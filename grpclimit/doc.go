@@ -62,8 +62,7 @@
 // forgets a client whose state has been a new client's for a minute
 // (Config.IdleTTL; forgetting it changes no decision), and holds at most
 // 1,048,576 clients, fewer for the sliding log, about 64 MiB
-// (Config.MaxKeys). A negative value turns either bound off. A policy of a
-// registered algorithm cannot be bounded: it needs MaxKeys -1.
+// (Config.MaxKeys). A negative value turns either bound off.
 //
 // # Shadow mode
 //

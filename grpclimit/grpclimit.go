@@ -33,8 +33,8 @@ type Policy struct {
 	Name string
 	// Rule is the limit per client.
 	Rule floodgate.Rule
-	// Algorithm is the floodgate algorithm that enforces Rule: "" is the
-	// token bucket. A registered algorithm needs Config.MaxKeys -1.
+	// Algorithm is the floodgate algorithm that enforces Rule (one of
+	// floodgate's algorithm names): "" is the token bucket.
 	Algorithm string
 	// Shadow makes the policy a dry run: calls are decided and charged as
 	// usual, and one that it alone would refuse proceeds and is counted
@@ -135,10 +135,7 @@ type Config struct {
 	// means a bound that keeps each policy within 64 MiB (1,048,576
 	// clients for the buckets and the windows; for the sliding log, 64 MiB
 	// over 512 bytes and 16 per request of its Limit, at least 1,024), and
-	// negative means no bound, on purpose. A policy whose Algorithm is
-	// registered rather than built in cannot be bounded: New refuses it
-	// unless MaxKeys is negative, and IdleTTL alone then bounds its
-	// clients.
+	// negative means no bound, on purpose.
 	MaxKeys int
 	// IdleTTL is how long a client's state must have been a new client's
 	// before it is forgotten in the background, which changes no decision;

@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -426,17 +427,15 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
-// registered is a built-in algorithm behind a type of its own: to
-// floodgate, a registered algorithm, which MaxKeys cannot bound.
-type registered struct{ floodgate.Algorithm }
-
+// init registers the token bucket again under a name of the tests' own:
+// to floodgate, a registered algorithm, which MaxKeys cannot bound.
 func init() {
-	err := floodgate.Register("grpclimit_test_registered", func(r floodgate.Rule) (floodgate.Algorithm, error) {
+	err := testhook.Register("grpclimit_test_registered", func(r floodgate.Rule) (keystate.Algorithm, error) {
 		a, err := testhook.Algorithm(floodgate.Config{Rule: r})
 		if err != nil {
 			return nil, err
 		}
-		return registered{a.(floodgate.Algorithm)}, nil
+		return a.(keystate.Algorithm), nil
 	})
 	if err != nil {
 		panic(err)

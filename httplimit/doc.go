@@ -75,8 +75,7 @@
 // (Config.MaxKeys), with an evicted client coming back with no more than
 // it left with. A client that rotates its address through a /32 of IPv6
 // /64s, or its API key, then costs a bounded amount. A negative value
-// turns either bound off. A policy of a registered algorithm cannot be
-// bounded: it needs MaxKeys -1.
+// turns either bound off.
 //
 // # Headers
 //

@@ -23,8 +23,8 @@ type Policy struct {
 	Name string
 	// Rule is the limit per client.
 	Rule floodgate.Rule
-	// Algorithm is the floodgate algorithm that enforces Rule: "" is the
-	// token bucket. A registered algorithm needs Config.MaxKeys -1.
+	// Algorithm is the floodgate algorithm that enforces Rule (one of
+	// floodgate's algorithm names): "" is the token bucket.
 	Algorithm string
 	// Shadow makes the policy a dry run: requests are decided and charged
 	// as usual, and one that it alone would refuse is served and counted
@@ -156,10 +156,7 @@ type Config struct {
 	// the windows, and for the sliding log 64 MiB over 512 bytes and 16
 	// per request of its Limit (at least 1,024). A client that rotates its
 	// address through a /32 of IPv6 /64s, or its API key, then costs a
-	// bounded amount. Negative means no bound, on purpose. A policy whose
-	// Algorithm is registered rather than built in cannot be bounded (it
-	// cannot remember what an evicted client held): New refuses it unless
-	// MaxKeys is negative, and IdleTTL alone then bounds its clients.
+	// bounded amount. Negative means no bound, on purpose.
 	MaxKeys int
 	// IdleTTL is how long a client's state must have been a new client's
 	// (a full bucket, an empty window) before it is forgotten in the

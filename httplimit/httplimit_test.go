@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
@@ -410,17 +411,15 @@ func TestPolicyQuota(t *testing.T) {
 	}
 }
 
-// registered is a built-in algorithm behind a type of its own: to
-// floodgate, a registered algorithm, which MaxKeys cannot bound.
-type registered struct{ floodgate.Algorithm }
-
+// init registers the token bucket again under a name of the tests' own:
+// to floodgate, a registered algorithm, which MaxKeys cannot bound.
 func init() {
-	err := floodgate.Register("httplimit_test_registered", func(r floodgate.Rule) (floodgate.Algorithm, error) {
+	err := testhook.Register("httplimit_test_registered", func(r floodgate.Rule) (keystate.Algorithm, error) {
 		a, err := testhook.Algorithm(floodgate.Config{Rule: r})
 		if err != nil {
 			return nil, err
 		}
-		return registered{a.(floodgate.Algorithm)}, nil
+		return a.(keystate.Algorithm), nil
 	})
 	if err != nil {
 		panic(err)

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,9 +21,10 @@ func TestNewRejects(t *testing.T) {
 	defer c.Close()
 	ok := floodgate.Rule{Limit: 10, Period: time.Second}
 	local := floodgate.Rule{Limit: 0, Period: time.Second}
-	// An algorithm of the application's own has no Redis form. (Register
-	// fails harmlessly when -count runs the test again.)
-	_ = floodgate.Register("redislimit_custom", func(floodgate.Rule) (floodgate.Algorithm, error) { return custom{}, nil })
+	// An algorithm that floodgate.New takes, registered by the tests'
+	// hook, has no Redis form. (Register fails harmlessly when -count runs
+	// the test again.)
+	_ = testhook.Register("redislimit_custom", func(floodgate.Rule) (keystate.Algorithm, error) { return custom{}, nil })
 	cases := []struct {
 		name   string
 		client redis.UniversalClient
@@ -80,10 +83,10 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
-// custom is an algorithm of the application's own, for TestNewRejects.
+// custom is an algorithm of the tests' own, for TestNewRejects.
 type custom struct{}
 
-func (custom) NewState(int64) floodgate.State { return nil }
+func (custom) NewState(int64) keystate.State { return nil }
 
 // TestInvalidCostReachesNoServer: a cost below 1 or above the capacity is
 // a denial that never waits, with no server behind the client at all.

@@ -1,9 +1,9 @@
 // Package reference is the reference limiter that floodgate's tests hold
 // the Limiter to, and that the benchmark harness times beside it: every
-// key's State is an object of its own, kept in flat.Registry (sharded
+// key's state is an object of its own, kept in flat.Registry (sharded
 // xsync maps) under the key itself, and found, created and replaced
-// through the State protocol alone, with the global cap and idle eviction
-// as the Limiter has them. The Limiter's flat table, its words inline and
+// through the keystate.State protocol alone, with the global cap and idle
+// eviction as the Limiter has them. The Limiter's flat table, its words inline and
 // its keyed identities are nowhere here, so that the two can be compared.
 // It has no MaxKeys, SetRule, Wait or Stats.
 //
@@ -20,14 +20,15 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/bucket"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/keystate"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // Limiter applies one rule to every key, as floodgate.Limiter does.
 type Limiter struct {
-	alg    floodgate.Algorithm
+	alg    keystate.Algorithm
 	clock  floodgate.Clock
-	keys   *flat.Registry[floodgate.State]
+	keys   *flat.Registry[keystate.State]
 	global atomic.Pointer[bucket.Bucket]
 
 	// evictedAt is the latest instant at which an eviction found keys
@@ -53,7 +54,7 @@ func New(cfg floodgate.Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{alg: alg.(floodgate.Algorithm), clock: cfg.Clock, keys: flat.New[floodgate.State](0)}
+	l := &Limiter{alg: alg.(keystate.Algorithm), clock: cfg.Clock, keys: flat.New[keystate.State](0)}
 	if l.clock == nil {
 		l.clock = floodgate.SystemClock()
 	}
@@ -77,20 +78,20 @@ func New(cfg floodgate.Config) (*Limiter, error) {
 
 // state returns key's state, creating it on first use: full at now, or at
 // the latest eviction if later.
-func (l *Limiter) state(key string, now int64) floodgate.State {
+func (l *Limiter) state(key string, now int64) keystate.State {
 	if s, ok := l.keys.Load(key); ok {
 		return s
 	}
-	return l.keys.LoadOrCreate(key, func() floodgate.State { return l.newState(now) })
+	return l.keys.LoadOrCreate(key, func() keystate.State { return l.newState(now) })
 }
 
-func (l *Limiter) newState(now int64) floodgate.State {
+func (l *Limiter) newState(now int64) keystate.State {
 	return l.alg.NewState(max(now, l.evictedAt.Load()))
 }
 
 // next replaces key's retired state s with its successor, or finds the
 // state that replaced it already.
-func (l *Limiter) next(key string, s floodgate.State, now int64) floodgate.State {
+func (l *Limiter) next(key string, s keystate.State, now int64) keystate.State {
 	return l.keys.Replace(key, s, s.Successor(now))
 }
 
@@ -134,7 +135,7 @@ func (l *Limiter) AllowAt(key string, now, n int64) floodgate.Decision {
 		}
 		d.Remaining = min(d.Remaining, gd.Remaining)
 	}
-	return d
+	return floodgate.Decision(d)
 }
 
 // askGlobal takes n from the global cap, following its successors.
@@ -150,7 +151,7 @@ func (l *Limiter) askGlobal(now, n int64) bucket.Decision {
 }
 
 // refund gives s back n taken at now, along its successors.
-func refund(s floodgate.State, now, n int64) {
+func refund(s keystate.State, now, n int64) {
 	for !s.Refund(now, n) {
 		s = s.Successor(now)
 	}
@@ -169,11 +170,11 @@ func (l *Limiter) Peek(key string) floodgate.Decision {
 		s = s.Successor(now)
 		d, live = s.Peek(now)
 	}
-	return d
+	return floodgate.Decision(d)
 }
 
 // Reset forgets key, retiring its state.
-func (l *Limiter) Reset(key string) { l.keys.Remove(key, floodgate.State.Retire) }
+func (l *Limiter) Reset(key string) { l.keys.Remove(key, keystate.State.Retire) }
 
 // EvictIdle removes every key whose state answers as a new one would now.
 func (l *Limiter) EvictIdle() int { return l.evictIdleAt(l.clock.Now()) }
@@ -185,7 +186,7 @@ func (l *Limiter) evictIdleAt(now int64) int {
 			break
 		}
 	}
-	return l.keys.DeleteIf(func(_ string, s floodgate.State) bool { return s.RetireIdle(now) })
+	return l.keys.DeleteIf(func(_ string, s keystate.State) bool { return s.RetireIdle(now) })
 }
 
 // sweep evicts the keys idle for ttl, every ttl/2, until Close.

@@ -1,9 +1,9 @@
 // Package testhook holds every seam through which floodgate's own tests
 // and its benchmark harness build what users must not: a Limiter of an
 // algorithm's mutex twin, an algorithm outside any Limiter (for the
-// reference limiter the differential tests hold the Limiter to), a
-// middleware that counts nothing, and the sliding log on its LDAXP/STLXP
-// loop. Each package that owns a hook sets it in its init, and reads it
+// reference limiter the differential tests hold the Limiter to), an
+// algorithm of the tests' own, a middleware that counts nothing, and the
+// sliding log on its LDAXP/STLXP loop. Each package that owns a hook sets it in its init, and reads it
 // only where a value is built (New), never on a request. A Config goes in
 // and comes out as an any, since this package cannot name the types.
 //
@@ -58,10 +58,29 @@ var InFlightSpreadCounts func(l any) (spreading, unspread int)
 // that no random hash key sets apart. Set by floodgate.
 var SameKeys func(a, b any)
 
-// Algorithm returns the floodgate.Algorithm that floodgate.New would build
-// for a floodgate.Config (its Algorithm, a twin's name included, and its
-// Rule), or New's error for it. Set by floodgate.
+// Algorithm returns the algorithm that floodgate.New would build for a
+// floodgate.Config (its Algorithm, a twin's name included, and its Rule),
+// as a keystate.Algorithm whose states are objects, or New's error for
+// it. Set by floodgate.
 var Algorithm func(cfg any) (any, error)
+
+// Register makes an algorithm of the tests' own available to
+// floodgate.New under name: f is a func(floodgate.Rule)
+// (keystate.Algorithm, error), which builds it for a rule that New has
+// validated, and returns an error for a rule it cannot represent exactly.
+// Register returns an error for an empty name, a nil or mistyped f, or a
+// name already taken. Set by floodgate.
+//
+// Such an algorithm has what keystate.State offers, and no more: its
+// states are held out of line, one per key, and it has Allow, AllowN,
+// Peek, Reset, eviction of idle keys (EvictIdle and IdleTTL), the global
+// cap and Limits. New refuses it with MaxKeys > 0 (an evicted key could
+// not be remembered, so a client could rotate its way back to a full
+// allowance), and so do the Stores and faces under their default bound;
+// SetRule refuses to change its rule; Wait returns floodgate.ErrCannotWait;
+// Charge returns keystate.ErrCannotCharge unless its states are
+// keystate.Chargers.
+var Register func(name string, f any) error
 
 // Uncounted returns a copy of an httplimit.Config whose middleware keeps
 // no per-route or per-policy counts, so that the benchmark harness can
