@@ -12,15 +12,15 @@ import (
 // scale.
 type Clock interface{ Now() int64 }
 
-// Waker is a Clock that also wakes a waiting request at an instant of its
+// waker is a Clock that also wakes a waiting request at an instant of its
 // own scale. Wait uses it when the limiter's Clock is one; with any other
-// Clock it waits on a time.Timer. ManualClock is a Waker whose wakes fire
-// on Advance and Set, so that tests of Wait never sleep.
-type Waker interface {
+// Clock it waits on a time.Timer. ManualClock is the waker, whose wakes
+// fire on Advance and Set, so that tests of Wait never sleep.
+type waker interface {
 	Clock
-	// WakeAt returns a channel that is closed once Now reads at or after
+	// wakeAt returns a channel that is closed once Now reads at or after
 	// at, and a function that abandons the wake.
-	WakeAt(at int64) (wake <-chan struct{}, stop func())
+	wakeAt(at int64) (wake <-chan struct{}, stop func())
 }
 
 // base is the origin of SystemClock: a reading taken once, carrying Go's
@@ -38,9 +38,9 @@ func (systemClock) Now() int64 { return int64(time.Since(base)) }
 func SystemClock() Clock { return systemClock{} }
 
 // ManualClock is a Clock that moves only when told to. Tests use it to make
-// every decision reproducible without sleeping. It is a Waker: a Wait on a
-// limiter with a ManualClock ends when Advance or Set brings the clock to
-// its instant. It is safe for concurrent use.
+// every decision reproducible without sleeping. A Wait on a limiter with
+// a ManualClock ends when Advance or Set brings the clock to its instant,
+// never on a timer. It is safe for concurrent use.
 type ManualClock struct {
 	ns      atomic.Int64
 	pending atomic.Int64 // wakes registered or being registered: moves take mu only when there are some
@@ -78,7 +78,7 @@ func (c *ManualClock) Set(ns int64) {
 }
 
 // fire closes the wakes due now. A move that finds none pending takes no
-// lock, so that goroutines moving the clock never contend; WakeAt counts
+// lock, so that goroutines moving the clock never contend; wakeAt counts
 // a wake as pending before it reads the clock, so a move it misses is one
 // that it saw.
 func (c *ManualClock) fire() {
@@ -97,9 +97,9 @@ func (c *ManualClock) fire() {
 	}
 }
 
-// WakeAt returns a channel that is closed once the clock reads at or after
+// wakeAt returns a channel that is closed once the clock reads at or after
 // at, and a function that abandons the wake.
-func (c *ManualClock) WakeAt(at int64) (<-chan struct{}, func()) {
+func (c *ManualClock) wakeAt(at int64) (<-chan struct{}, func()) {
 	w := &manualWake{at: at, ch: make(chan struct{})}
 	c.mu.Lock()
 	defer c.mu.Unlock()

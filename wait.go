@@ -73,10 +73,10 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // stay spent: stricter, never looser). With a global cap, the cap is
 // reserved too, and the wait is the longer of the two.
 //
-// With a Clock that is a Waker (a ManualClock), the wait ends when that
-// clock reaches the instant; with any other it is a time.Timer. A
-// CoarseClock's reading may then lag the wake by up to its resolution;
-// the units were spent at reservation either way.
+// With a ManualClock, the wait ends when that clock reaches the instant;
+// with any other Clock it is a time.Timer. A CoarseClock's reading may
+// then lag the wake by up to its resolution; the units were spent at
+// reservation either way.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	if !l.reserves {
 		return fmt.Errorf("%w, not %q", ErrCannotWait, l.name)
@@ -135,12 +135,12 @@ func tooLong(wait, limit time.Duration) error {
 
 // sleep waits for wait from now on the limiter's clock, or for ctx.
 func (l *Limiter) sleep(ctx context.Context, now int64, wait time.Duration) error {
-	if w, ok := l.clock.(Waker); ok {
+	if w, ok := l.clock.(waker); ok {
 		at := now + int64(wait)
 		if at < now {
 			at = math.MaxInt64
 		}
-		wake, stop := w.WakeAt(at)
+		wake, stop := w.wakeAt(at)
 		select {
 		case <-wake:
 			return nil
