@@ -28,10 +28,11 @@ import (
 // treats an earlier reading as finding fewer tokens, never more.
 //
 // NewTSCClock spends a millisecond measuring the counter's first rate.
-// Where the processor has no invariant counter (see Invariant), Now reads
-// SystemClock: the clock is then exact and no faster. Readings are on
-// SystemClock's scale, so the two can be mixed. Stop ends the goroutine;
-// the counter then runs on from the last anchor.
+// Where the processor has no invariant counter (amd64 without one, and
+// every other architecture), Now reads SystemClock: the clock is then
+// exact and no faster. Readings are on SystemClock's scale, so the two
+// can be mixed. Stop ends the goroutine; the counter then runs on from
+// the last anchor.
 type TSCClock struct {
 	_      cpu.CacheLinePad // the anchor every request reads, on its own line
 	anchor atomic.Pointer[tscAnchor]
@@ -80,10 +81,6 @@ func NewTSCClock() *TSCClock {
 	}()
 	return c
 }
-
-// Invariant reports whether NewTSCClock reads the processor's counter on
-// this machine (true) or falls back to SystemClock.
-func (c *TSCClock) Invariant() bool { return c.stop != nil }
 
 // newTSCClock starts the anchoring goroutine on ticks of tick, with the
 // counter and the monotonic clock given (a nil counter is the processor's).

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/tsc"
 )
 
 // tscImpl is floodgate-tb on floodgate's opt-in TSCClock
@@ -20,12 +21,11 @@ func tscImpl() Impl {
 	})
 	build := impl.New
 	impl.New = func(o Options) (Limiter, func(), error) {
-		clock = floodgate.NewTSCClock()
-		stop := clock.Stop
-		if !clock.Invariant() {
-			stop()
+		if !tsc.Invariant() { // NewTSCClock reads the counter if and only if it is invariant
 			return nil, nil, fmt.Errorf("%w: no invariant time stamp counter here, and the TSC clock would read the SystemClock", errUnsupported)
 		}
+		clock = floodgate.NewTSCClock()
+		stop := clock.Stop
 		l, release, err := build(o)
 		if err != nil {
 			stop()
