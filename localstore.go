@@ -31,8 +31,8 @@ type LocalStoreConfig struct {
 	IdleTTL time.Duration
 }
 
-// DefaultIdleTTL is LocalStoreConfig.IdleTTL's default.
-const DefaultIdleTTL = time.Minute
+// defaultIdleTTL is LocalStoreConfig.IdleTTL's default.
+const defaultIdleTTL = time.Minute
 
 // The default bound on a policy's keys (LocalStoreConfig.MaxKeys 0):
 // what its states may hold, and what a key of the bound costs at most
@@ -105,7 +105,7 @@ type LocalStore struct {
 func NewLocalStore(cfg LocalStoreConfig) *LocalStore {
 	s := &LocalStore{clock: cfg.Clock, maxKeys: cfg.MaxKeys, ttl: cfg.IdleTTL, live: map[string]*localPolicy{}}
 	if s.ttl == 0 {
-		s.ttl = DefaultIdleTTL
+		s.ttl = defaultIdleTTL
 	}
 	if s.ttl > 0 {
 		s.stop, s.swept = make(chan struct{}), make(chan struct{})
