@@ -1,6 +1,9 @@
 package floodgate
 
-import "github.com/floodgate-go/floodgate/counts"
+import (
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
+)
 
 // AppendCounts appends the Limiter's counts to dst (see package counts):
 // the requests by result (allowed, denied and denied_global; only with
@@ -22,16 +25,16 @@ func (l *Limiter) AppendCounts(dst []counts.Sample) []counts.Sample {
 		// Each result is one counter read once, not a difference of two
 		// read apart, so that none falls between two scrapes.
 		dst = append(dst,
-			counts.Sample{Metric: counts.Requests, Label: counts.Allowed, Value: c.Value(countAllowed)},
-			counts.Sample{Metric: counts.Requests, Label: counts.Denied, Value: c.Value(countDenied)},
-			counts.Sample{Metric: counts.Requests, Label: counts.DeniedGlobal, Value: c.Value(countDeniedByGlobal)})
+			counts.Sample{Metric: counts.Requests, Label: countinfo.Allowed, Value: c.Value(countAllowed)},
+			counts.Sample{Metric: counts.Requests, Label: countinfo.Denied, Value: c.Value(countDenied)},
+			counts.Sample{Metric: counts.Requests, Label: countinfo.DeniedGlobal, Value: c.Value(countDeniedByGlobal)})
 	}
 	dst = append(dst, counts.Sample{Metric: counts.Keys, Value: int64(s.Keys)})
 	if s.MaxKeys > 0 {
 		dst = append(dst, counts.Sample{Metric: counts.KeysMax, Value: int64(s.MaxKeys)})
 	}
 	return append(dst,
-		counts.Sample{Metric: counts.Evictions, Label: counts.EvictIdle, Value: s.Evicted},
-		counts.Sample{Metric: counts.Evictions, Label: counts.EvictBound, Value: s.EvictedAtBound - s.EvictedFresh},
-		counts.Sample{Metric: counts.Evictions, Label: counts.EvictFresh, Value: s.EvictedFresh})
+		counts.Sample{Metric: counts.Evictions, Label: countinfo.EvictIdle, Value: s.Evicted},
+		counts.Sample{Metric: counts.Evictions, Label: countinfo.EvictBound, Value: s.EvictedAtBound - s.EvictedFresh},
+		counts.Sample{Metric: counts.Evictions, Label: countinfo.EvictFresh, Value: s.EvictedFresh})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 )
@@ -236,7 +237,7 @@ func TestAppendCounts(t *testing.T) {
 		if s.Route != "" || s.Policy != "" {
 			t.Fatalf("sample %+v has a route or policy", s)
 		}
-		got[s.Metric.Info().Prometheus+"/"+s.Label] = s.Value
+		got[countinfo.Of(s.Metric).Prometheus+"/"+s.Label] = s.Value
 	}
 	want := map[string]int64{
 		"floodgate_requests_total/allowed":       3,
@@ -262,7 +263,7 @@ func TestAppendCounts(t *testing.T) {
 	l.EvictIdle()
 	got = map[string]int64{}
 	for _, s := range l.AppendCounts(nil) {
-		got[s.Metric.Info().Prometheus+"/"+s.Label] = s.Value
+		got[countinfo.Of(s.Metric).Prometheus+"/"+s.Label] = s.Value
 	}
 	st := l.Stats()
 	for _, c := range []struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
@@ -98,7 +99,7 @@ func TestInFlightStreams(t *testing.T) {
 	if err := l.Check(local, duplex); err == nil {
 		t.Fatal("Check found a slot free with two of two held")
 	}
-	if got := sample(l, counts.Requests, duplex, "conc", counts.Denied); got != 2 {
+	if got := sample(l, counts.Requests, duplex, "conc", countinfo.Denied); got != 2 {
 		t.Errorf("denied = %d, want 2", got)
 	}
 	closeDuplex(t, a)

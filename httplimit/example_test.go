@@ -70,7 +70,7 @@ func Example_shadow() {
 		}
 	}
 	for _, s := range lim.AppendCounts(nil) {
-		if s.Metric == counts.Requests && s.Label == counts.ShadowDenied && s.Policy == "proposed" {
+		if s.Metric == counts.Requests && s.Label == "shadow_denied" && s.Policy == "proposed" {
 			fmt.Printf("served %d of 10; %q would have refused %d\n", served, s.Policy, s.Value)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 )
 
 // holding serves the middleware over a handler that holds every request
@@ -105,7 +106,7 @@ func TestInFlightLimit(t *testing.T) {
 	if third.header.Get("RateLimit") != "" || third.header.Get("RateLimit-Policy") != "" {
 		t.Errorf("an in-flight refusal carries RateLimit headers: %v", third.header)
 	}
-	if got := requestCount(h.l, "/", "conc", counts.Denied); got != 1 {
+	if got := requestCount(h.l, "/", "conc", countinfo.Denied); got != 1 {
 		t.Errorf("denied under the policy = %d, want 1", got)
 	}
 	close(h.release)
@@ -159,10 +160,10 @@ func TestInFlightAllOrNothing(t *testing.T) {
 	if got := inFlight(h.l, "/", "conc"); got != 0 {
 		t.Fatalf("a request the rate refused kept its slot: gauge %d", got)
 	}
-	if got := requestCount(h.l, "/", "hour", counts.Denied); got != 1 {
+	if got := requestCount(h.l, "/", "hour", countinfo.Denied); got != 1 {
 		t.Errorf("denied by the rate = %d, want 1", got)
 	}
-	if got := requestCount(h.l, "/", "conc", counts.Denied); got != 5 {
+	if got := requestCount(h.l, "/", "conc", countinfo.Denied); got != 5 {
 		t.Errorf("denied by the in-flight limit = %d, want 5", got)
 	}
 }
@@ -180,7 +181,7 @@ func TestInFlightShadowAndTiers(t *testing.T) {
 	if got := do(t, "GET", h.url+"/"); got.status != 200 {
 		t.Fatalf("a shadow in-flight policy refused: %d", got.status)
 	}
-	if got := requestCount(h.l, "/", "conc", counts.ShadowDenied); got != 1 {
+	if got := requestCount(h.l, "/", "conc", countinfo.ShadowDenied); got != 1 {
 		t.Errorf("shadow_denied = %d, want 1", got)
 	}
 	var gold []<-chan answer

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -60,16 +61,16 @@ func New(mp metric.MeterProvider, opts ...metric.MeterOption) (*Exporter, error)
 	meter := mp.Meter(ScopeName, opts...)
 	e := &Exporter{}
 	e.sources.Store(&[]source{})
-	all := counts.All()
+	all := countinfo.All()
 	e.instruments = make([]instrument, len(all))
 	obs := make([]metric.Observable, len(all))
 	for i, m := range all {
-		info := m.Info()
+		info := countinfo.Of(m)
 		var (
 			o   metric.Int64Observable
 			err error
 		)
-		if info.Kind == counts.Counter {
+		if info.Kind == countinfo.Counter {
 			o, err = meter.Int64ObservableCounter(info.OpenTelemetry,
 				metric.WithUnit(info.Unit), metric.WithDescription(info.Help))
 		} else {
@@ -178,14 +179,14 @@ func (e *Exporter) observeSource(o metric.Observer, s source, ob *observation) (
 	if err != nil {
 		return err
 	}
-	// A Metric's attributes are those its Info gives: clear the others, so
-	// that they do not split a data point.
-	var unknown []counts.Metric
+	// A Metric's attributes are those its countinfo.Info gives: clear the
+	// others, so that they do not split a data point.
+	var unknown []int // the unknown Metrics, as numbers: they have no names
 	for i := range buf {
 		sm := &buf[i]
 		if int(sm.Metric) >= len(e.instruments) {
-			if !slices.Contains(unknown, sm.Metric) {
-				unknown = append(unknown, sm.Metric)
+			if !slices.Contains(unknown, int(sm.Metric)) {
+				unknown = append(unknown, int(sm.Metric))
 			}
 			continue
 		}
@@ -209,12 +210,12 @@ func (e *Exporter) observeSource(o metric.Observer, s source, ob *observation) (
 			continue
 		}
 		in := e.instruments[sm.Metric]
-		attrs := append(ob.attrs[:0], attribute.String(counts.AttributeLimiter, s.name))
+		attrs := append(ob.attrs[:0], attribute.String(countinfo.AttributeLimiter, s.name))
 		if sm.Route != "" {
-			attrs = append(attrs, attribute.String(counts.AttributeRoute, sm.Route))
+			attrs = append(attrs, attribute.String(countinfo.AttributeRoute, sm.Route))
 		}
 		if sm.Policy != "" {
-			attrs = append(attrs, attribute.String(counts.AttributePolicy, sm.Policy))
+			attrs = append(attrs, attribute.String(countinfo.AttributePolicy, sm.Policy))
 		}
 		if sm.Label != "" {
 			attrs = append(attrs, in.label.String(sm.Label))

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/floodgate-go/floodgate/otelmetrics"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -220,16 +223,16 @@ func TestCollect(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(t, got, merge(coreWant, httpWant))
-	infos := map[string]counts.Info{}
-	for _, m := range counts.All() {
-		infos[m.Info().OpenTelemetry] = m.Info()
+	infos := map[string]countinfo.Info{}
+	for _, m := range countinfo.All() {
+		infos[countinfo.Of(m).OpenTelemetry] = countinfo.Of(m)
 	}
 	for k, p := range got {
 		info := infos[p.metric.Name]
 		if p.metric.Unit != info.Unit || p.metric.Description != info.Help {
 			t.Errorf("%s: unit %q description %q, want %q %q", k, p.metric.Unit, p.metric.Description, info.Unit, info.Help)
 		}
-		if info.Kind == counts.Counter {
+		if info.Kind == countinfo.Counter {
 			if p.sum == nil || !p.sum.IsMonotonic || p.sum.Temporality != metricdata.CumulativeTemporality {
 				t.Errorf("%s: a counter as %+v", k, p.sum)
 			}
@@ -278,9 +281,9 @@ func TestNoClientKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := map[attribute.Key]bool{counts.AttributeLimiter: true, counts.AttributeRoute: true, counts.AttributePolicy: true}
-	for _, m := range counts.All() {
-		if a := m.Info().Attribute; a != "" {
+	keys := map[attribute.Key]bool{countinfo.AttributeLimiter: true, countinfo.AttributeRoute: true, countinfo.AttributePolicy: true}
+	for _, m := range countinfo.All() {
+		if a := countinfo.Of(m).Attribute; a != "" {
 			keys[attribute.Key(a)] = true
 		}
 	}
@@ -311,13 +314,13 @@ func TestDuplicatesSummed(t *testing.T) {
 	e, reader := newExporter(t)
 	e.Add("twice", sourceFunc(func(dst []counts.Sample) []counts.Sample {
 		return append(dst,
-			counts.Sample{Metric: counts.Requests, Route: "r", Label: counts.Allowed, Value: 2},
+			counts.Sample{Metric: counts.Requests, Route: "r", Label: countinfo.Allowed, Value: 2},
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Value: 5},
-			counts.Sample{Metric: counts.Requests, Route: "r", Label: counts.Allowed, Value: 3},
+			counts.Sample{Metric: counts.Requests, Route: "r", Label: countinfo.Allowed, Value: 3},
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Label: "ignored", Value: 1},
 			counts.Sample{Metric: counts.StoreCalls, Route: "ignored", Policy: "ignored", Value: 7},
 			counts.Sample{Metric: counts.StoreCalls, Value: 1},
-			counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: 4})
+			counts.Sample{Metric: counts.StoreErrors, Label: countinfo.ErrorTimeout, Value: 4})
 	}))
 	got, err := collect(t, reader)
 	if err != nil {
@@ -481,7 +484,7 @@ func TestConcurrentCollections(t *testing.T) {
 							}
 						}
 						for _, s := range sets {
-							if v, _ := s.Value(counts.AttributeLimiter); v.AsString() == "core" {
+							if v, _ := s.Value(countinfo.AttributeLimiter); v.AsString() == "core" {
 								n++
 							}
 						}
@@ -500,6 +503,29 @@ func TestConcurrentCollections(t *testing.T) {
 	for _, err := range errs {
 		if err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestDocNamesEveryMetric: the package documentation lists each Metric's
+// instrument beside it, with its unit and its own attribute, so that it
+// says what a collection holds.
+func TestDocNamesEveryMetric(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range countinfo.All() {
+		info := countinfo.Of(m)
+		head := info.OpenTelemetry + " (" + info.Unit + ")"
+		line := regexp.MustCompile(`(?m)^//\t` + regexp.QuoteMeta(head) + `.* counts\.` + m.String() + `$`)
+		found := line.Find(doc)
+		if found == nil {
+			t.Errorf("the package documentation has no line for %s: %s", m, head)
+			continue
+		}
+		if info.Attribute != "" && !strings.Contains(string(found), " "+info.Attribute+" ") {
+			t.Errorf("the documentation's line for %s does not name its attribute %s: %s", m, info.Attribute, found)
 		}
 	}
 }

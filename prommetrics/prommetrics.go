@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,8 +29,8 @@ type source struct {
 }
 
 // metric is one counts.Metric's Desc, made once: the Desc's labels are
-// limiter, then route and policy for a Scoped Metric, then Info.Label if
-// the Metric has one.
+// limiter, then route and policy for a Scoped Metric, then its own label
+// if the Metric has one (see countinfo.Info).
 type metric struct {
 	desc   *prometheus.Desc
 	kind   prometheus.ValueType
@@ -38,19 +39,19 @@ type metric struct {
 }
 
 var metrics = func() []metric {
-	all := counts.All()
+	all := countinfo.All()
 	ms := make([]metric, len(all))
 	for i, m := range all {
-		info := m.Info()
-		labels := []string{counts.LabelLimiter}
+		info := countinfo.Of(m)
+		labels := []string{countinfo.LabelLimiter}
 		if info.Scoped {
-			labels = append(labels, counts.LabelRoute, counts.LabelPolicy)
+			labels = append(labels, countinfo.LabelRoute, countinfo.LabelPolicy)
 		}
 		if info.Label != "" {
 			labels = append(labels, info.Label)
 		}
 		kind := prometheus.GaugeValue
-		if info.Kind == counts.Counter {
+		if info.Kind == countinfo.Counter {
 			kind = prometheus.CounterValue
 		}
 		ms[i] = metric{prometheus.NewDesc(info.Prometheus, info.Help, labels, nil), kind, info.Scoped, info.Label != ""}
@@ -140,8 +141,8 @@ func collect(ch chan<- prometheus.Metric, s source, buf []counts.Sample) []count
 		ch <- prometheus.NewInvalidMetric(prometheus.NewInvalidDesc(err), err)
 		return buf
 	}
-	// A Metric's labels are those its Info gives: clear the others, so
-	// that they neither split a series nor fail the Desc.
+	// A Metric's labels are those its countinfo.Info gives: clear the
+	// others, so that they neither split a series nor fail the Desc.
 	for i := range buf {
 		sm := &buf[i]
 		if int(sm.Metric) >= len(metrics) {

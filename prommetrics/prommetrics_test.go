@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/floodgate-go/floodgate/prommetrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -211,8 +214,8 @@ func TestScrape(t *testing.T) {
 		}
 	}
 	check(t, got, want)
-	for _, m := range counts.All() {
-		info := m.Info()
+	for _, m := range countinfo.All() {
+		info := countinfo.Of(m)
 		f := fams[info.Prometheus]
 		if f == nil {
 			if m == counts.Requests || m == counts.Keys || m == counts.KeysMax || m == counts.Evictions {
@@ -221,7 +224,7 @@ func TestScrape(t *testing.T) {
 			continue
 		}
 		typ := dto.MetricType_GAUGE
-		if info.Kind == counts.Counter {
+		if info.Kind == countinfo.Counter {
 			typ = dto.MetricType_COUNTER
 		}
 		if f.GetType() != typ || f.GetHelp() != info.Help {
@@ -253,9 +256,9 @@ func TestNoClientKey(t *testing.T) {
 			t.Errorf("the scrape holds the client key %q:\n%s", key, body)
 		}
 	}
-	names := []string{counts.LabelLimiter, counts.LabelRoute, counts.LabelPolicy}
-	for _, m := range counts.All() {
-		if l := m.Info().Label; l != "" {
+	names := []string{countinfo.LabelLimiter, countinfo.LabelRoute, countinfo.LabelPolicy}
+	for _, m := range countinfo.All() {
+		if l := countinfo.Of(m).Label; l != "" {
 			names = append(names, l)
 		}
 	}
@@ -290,8 +293,8 @@ func TestLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fams) != len(counts.All()) {
-		t.Errorf("gathered %d families, want one per Metric (%d)", len(fams), len(counts.All()))
+	if len(fams) != len(countinfo.All()) {
+		t.Errorf("gathered %d families, want one per Metric (%d)", len(fams), len(countinfo.All()))
 	}
 }
 
@@ -300,12 +303,12 @@ func TestLint(t *testing.T) {
 type everyMetric struct{}
 
 func (everyMetric) AppendCounts(dst []counts.Sample) []counts.Sample {
-	for _, m := range counts.All() {
+	for _, m := range countinfo.All() {
 		s := counts.Sample{Metric: m, Value: 1}
-		if m.Info().Scoped {
+		if countinfo.Of(m).Scoped {
 			s.Route, s.Policy = "r", "p"
 		}
-		if m.Info().Label != "" {
+		if countinfo.Of(m).Label != "" {
 			s.Label = "x"
 		}
 		dst = append(dst, s)
@@ -326,9 +329,9 @@ func TestDuplicatesSummed(t *testing.T) {
 	c := prommetrics.New()
 	c.Add("twice", sourceFunc(func(dst []counts.Sample) []counts.Sample {
 		return append(dst,
-			counts.Sample{Metric: counts.Requests, Route: "r", Label: counts.Allowed, Value: 2},
+			counts.Sample{Metric: counts.Requests, Route: "r", Label: countinfo.Allowed, Value: 2},
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Value: 5},
-			counts.Sample{Metric: counts.Requests, Route: "r", Label: counts.Allowed, Value: 3},
+			counts.Sample{Metric: counts.Requests, Route: "r", Label: countinfo.Allowed, Value: 3},
 			counts.Sample{Metric: counts.Keys, Route: "r", Policy: "p", Label: "ignored", Value: 1},
 			counts.Sample{Metric: counts.StoreCalls, Route: "ignored", Policy: "ignored", Value: 7},
 			counts.Sample{Metric: counts.StoreCalls, Value: 1})
@@ -459,7 +462,7 @@ func TestConcurrentScrapes(t *testing.T) {
 				for _, f := range fams {
 					for _, m := range f.GetMetric() {
 						for _, lp := range m.GetLabel() {
-							if lp.GetName() == counts.LabelLimiter && lp.GetValue() == "core" {
+							if lp.GetName() == countinfo.LabelLimiter && lp.GetValue() == "core" {
 								n++
 							}
 						}
@@ -478,6 +481,30 @@ func TestConcurrentScrapes(t *testing.T) {
 	for _, err := range errs {
 		if err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestDocNamesEveryMetric: the package documentation lists each Metric's
+// Prometheus name beside it, with its labels, so that it says what a
+// scrape holds.
+func TestDocNamesEveryMetric(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range countinfo.All() {
+		info := countinfo.Of(m)
+		labels := []string{countinfo.LabelLimiter}
+		if info.Scoped {
+			labels = append(labels, countinfo.LabelRoute, countinfo.LabelPolicy)
+		}
+		if info.Label != "" {
+			labels = append(labels, info.Label)
+		}
+		line := regexp.MustCompile(`(?m)^//\t` + regexp.QuoteMeta(info.Prometheus+"{"+strings.Join(labels, ", ")+"}") + ` +counts\.` + m.String() + `$`)
+		if !line.Match(doc) {
+			t.Errorf("the package documentation has no line for %s: %s{%s}", m, info.Prometheus, strings.Join(labels, ", "))
 		}
 	}
 }

@@ -1,6 +1,6 @@
 package redislimit
 
-import "github.com/floodgate-go/floodgate/counts"
+import "github.com/floodgate-go/floodgate/internal/countinfo"
 
 // result is what decided a request, as AppendCounts counts it: the index
 // of its counter in Store.results.
@@ -19,13 +19,13 @@ const (
 
 // resultLabels are the results' labels, in counts' names.
 var resultLabels = [numResults]string{
-	resAllowed:    counts.Allowed,
-	resDenied:     counts.Denied,
-	resFailOpen:   counts.FailOpen,
-	resFailClosed: counts.FailClosed,
-	resFailLocal:  counts.FailLocal,
-	resFailError:  counts.FailError,
-	resAbandoned:  counts.Abandoned,
+	resAllowed:    countinfo.Allowed,
+	resDenied:     countinfo.Denied,
+	resFailOpen:   countinfo.FailOpen,
+	resFailClosed: countinfo.FailClosed,
+	resFailLocal:  countinfo.FailLocal,
+	resFailError:  countinfo.FailError,
+	resAbandoned:  countinfo.Abandoned,
 }
 
 // decided is the result of a decision that Redis or a lease made.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
@@ -20,17 +21,17 @@ type figures struct {
 
 func (f figures) samples() []counts.Sample {
 	return []counts.Sample{
-		{Metric: counts.Requests, Label: counts.Allowed, Value: f.allowed},
-		{Metric: counts.Requests, Label: counts.Denied, Value: f.denied},
-		{Metric: counts.Requests, Label: counts.FailOpen, Value: f.failOpen},
-		{Metric: counts.Requests, Label: counts.FailClosed, Value: f.failClosed},
-		{Metric: counts.Requests, Label: counts.FailLocal, Value: f.failLocal},
-		{Metric: counts.Requests, Label: counts.FailError, Value: f.failError},
-		{Metric: counts.Requests, Label: counts.Abandoned, Value: f.abandoned},
+		{Metric: counts.Requests, Label: countinfo.Allowed, Value: f.allowed},
+		{Metric: counts.Requests, Label: countinfo.Denied, Value: f.denied},
+		{Metric: counts.Requests, Label: countinfo.FailOpen, Value: f.failOpen},
+		{Metric: counts.Requests, Label: countinfo.FailClosed, Value: f.failClosed},
+		{Metric: counts.Requests, Label: countinfo.FailLocal, Value: f.failLocal},
+		{Metric: counts.Requests, Label: countinfo.FailError, Value: f.failError},
+		{Metric: counts.Requests, Label: countinfo.Abandoned, Value: f.abandoned},
 		{Metric: counts.StoreCalls, Value: f.calls},
-		{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: f.timeouts},
-		{Metric: counts.StoreErrors, Label: counts.ErrorKey, Value: f.keyErrs},
-		{Metric: counts.StoreErrors, Label: counts.ErrorOther, Value: f.others},
+		{Metric: counts.StoreErrors, Label: countinfo.ErrorTimeout, Value: f.timeouts},
+		{Metric: counts.StoreErrors, Label: countinfo.ErrorKey, Value: f.keyErrs},
+		{Metric: counts.StoreErrors, Label: countinfo.ErrorOther, Value: f.others},
 		{Metric: counts.StoreBreakerOpen, Value: f.open},
 		{Metric: counts.StoreBreakerOpens, Value: f.opens},
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
@@ -254,7 +255,7 @@ func TestFaceRoutesTiersExemptKeyProxy(t *testing.T) {
 	}
 	var exempt int64
 	for _, s := range a.lim.AppendCounts(nil) {
-		if s.Metric == counts.Requests && s.Label == counts.Exempt && s.Route == "/a/" {
+		if s.Metric == counts.Requests && s.Label == countinfo.Exempt && s.Route == "/a/" {
 			exempt = s.Value
 		}
 	}
@@ -363,7 +364,7 @@ func TestFaceFailureModes(t *testing.T) {
 			if got := fmt.Sprint(codes); got != want {
 				t.Fatalf("%v with Redis away: %s, want %s", mode, got, want)
 			}
-			label := map[FailureMode]string{FailOpen: counts.FailOpen, FailClosed: counts.FailClosed, FailLocal: counts.FailLocal}[mode]
+			label := map[FailureMode]string{FailOpen: countinfo.FailOpen, FailClosed: countinfo.FailClosed, FailLocal: countinfo.FailLocal}[mode]
 			var n int64
 			for _, s := range a.store.AppendCounts(nil) {
 				if s.Metric == counts.Requests && s.Label == label {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/tally"
 	"github.com/redis/go-redis/v9"
@@ -301,9 +302,9 @@ func (s *Store) AppendCounts(dst []counts.Sample) []counts.Sample {
 	}
 	dst = append(dst,
 		counts.Sample{Metric: counts.StoreCalls, Value: s.calls.Load()},
-		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorTimeout, Value: s.timeouts.Load()},
-		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorKey, Value: s.keyErrs.Load()},
-		counts.Sample{Metric: counts.StoreErrors, Label: counts.ErrorOther, Value: s.otherErrs.Load()},
+		counts.Sample{Metric: counts.StoreErrors, Label: countinfo.ErrorTimeout, Value: s.timeouts.Load()},
+		counts.Sample{Metric: counts.StoreErrors, Label: countinfo.ErrorKey, Value: s.keyErrs.Load()},
+		counts.Sample{Metric: counts.StoreErrors, Label: countinfo.ErrorOther, Value: s.otherErrs.Load()},
 		counts.Sample{Metric: counts.StoreBreakerOpen, Value: open},
 		counts.Sample{Metric: counts.StoreBreakerOpens, Value: s.opens.Load()})
 	if ls := s.lease; ls != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/internal/countinfo"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 )
 
@@ -55,7 +56,7 @@ func build(t *testing.T, clock floodgate.Clock, old []*Route, base []Spec, tiers
 func samples(r *Route) map[string]int64 {
 	m := map[string]int64{}
 	for _, s := range r.AppendCounts(nil) {
-		m[s.Metric.Info().Prometheus+"|"+s.Route+"|"+s.Policy+"|"+s.Label] = s.Value
+		m[countinfo.Of(s.Metric).Prometheus+"|"+s.Route+"|"+s.Policy+"|"+s.Label] = s.Value
 	}
 	return m
 }

@@ -1,0 +1,10 @@
+package countinfo
+
+import (
+	"testing"
+
+	"github.com/floodgate-go/floodgate/internal/testmain"
+)
+
+// TestMain fails the package's tests if they leave a goroutine behind.
+func TestMain(m *testing.M) { testmain.Run(m) }
