@@ -12,12 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// MaxCost is the most one call is charged for an After policy: a larger
-// cost, reported or carried, counts as MaxCost (some 4.5e15). A cost more
-// than its key can owe is charged as far as it can owe, which leaves it
-// refused for as long as its state can say.
-const MaxCost = policy.MaxCost
-
 // meter is what a call with After policies reserved (see Policy.After),
 // and their costs as the call goes: from the handler's Report, and from
 // their CostKey metadata, which it takes out of the header and trailer
@@ -104,9 +98,12 @@ func (m *meter) settle(ctx context.Context) {
 // Report adds cost to the call's cost for its After policies that take
 // no CostKey, from the handler's context (a unary handler's, or a
 // stream's Context). A handler may report as it goes (each message of a
-// stream) or once; the sum, at most MaxCost, is charged when the call
-// ends. Report returns false, and counts nothing, when ctx is no such
-// call's, or for a negative cost.
+// stream) or once; the sum is charged when the call ends. A call is
+// charged at most 2^52 (some 4.5e15) for an After policy: a larger cost,
+// reported or carried, counts as 2^52, and a cost more than its key can
+// owe is charged as far as it can owe, which leaves it refused for as
+// long as its state can say. Report returns false, and counts nothing,
+// when ctx is no such call's, or for a negative cost.
 func Report(ctx context.Context, cost int64) bool {
 	m, ok := ctx.Value(meterKey{}).(*meter)
 	if !ok || cost < 0 {

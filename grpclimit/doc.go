@@ -161,8 +161,8 @@
 // shape of package counts, which the prommetrics and otelmetrics modules
 // export: the calls, and with Config.PerMessage the stream messages, each
 // once, allowed or exempt under its entry (the Methods entry's name, or
-// DefaultRoute), denied or shadow_denied under the policy that refused
-// it; and each policy's clients held, their bound and its evictions. No
-// label is ever a client's key. Counting is always on, at a per-P add of
-// a few nanoseconds a call.
+// "default" for the Default), denied or shadow_denied under the policy
+// that refused it; and each policy's clients held, their bound and its
+// evictions. No label is ever a client's key. Counting is always on, at a
+// per-P add of a few nanoseconds a call.
 package grpclimit

@@ -189,8 +189,8 @@ type table struct {
 	all     []*policy.Route // in name order, then deflt: what AppendCounts reports
 }
 
-// DefaultRoute is the route label of Config.Default's counts.
-const DefaultRoute = "default"
+// defaultRoute is the route label of Config.Default's counts.
+const defaultRoute = "default"
 
 // New validates cfg and returns a Limiter: a method name that is not
 // "/service/method" or "/service/", an entry with no policies or more than
@@ -322,7 +322,7 @@ func (l *Limiter) build(b *policy.Builder, methods map[string][]Policy, tiers ma
 		if err != nil {
 			return nil, fmt.Errorf("grpclimit: default: %w", err)
 		}
-		if t.deflt, err = b.Route(DefaultRoute, specs, byName[""]); err != nil {
+		if t.deflt, err = b.Route(defaultRoute, specs, byName[""]); err != nil {
 			return nil, fmt.Errorf("grpclimit: default: %w", err)
 		}
 		t.all = append(t.all, t.deflt)
@@ -377,7 +377,7 @@ func (l *Limiter) Close() error {
 }
 
 // AppendCounts appends the interceptors' counts (see package counts), by
-// route (the Methods entry's name, or DefaultRoute) and policy (its name,
+// route (the Methods entry's name, or "default") and policy (its name,
 // or "tier/name" for a tier's): the calls, and with Config.PerMessage the
 // stream messages, by result (allowed and exempt for the route, denied and
 // shadow_denied under the policy that refused them), and each policy's

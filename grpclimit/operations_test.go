@@ -72,7 +72,7 @@ func TestShadowAndCounts(t *testing.T) {
 	equal(t, requests(enf), map[string]int64{unary + "||allowed": 3, unary + "|u|denied": 7})
 	equal(t, requests(sh), map[string]int64{unary + "||allowed": 3, unary + "|u|shadow_denied": 7, "default||exempt": 4})
 	for _, s := range sh.AppendCounts(nil) {
-		if s.Route != unary && s.Route != DefaultRoute {
+		if s.Route != unary && s.Route != defaultRoute {
 			t.Fatalf("unexpected route label in %+v", s)
 		}
 	}
@@ -155,7 +155,7 @@ func TestDefaultTiers(t *testing.T) {
 	if got := calls(t, c, context.Background(), 3); got != 1 {
 		t.Errorf("untiered on the Default: %d of 3, want 1", got)
 	}
-	equal(t, requests(l), map[string]int64{DefaultRoute + "||allowed": 4, DefaultRoute + "|gold/d|denied": 2, DefaultRoute + "|d|denied": 2})
+	equal(t, requests(l), map[string]int64{defaultRoute + "||allowed": 4, defaultRoute + "|gold/d|denied": 2, defaultRoute + "|d|denied": 2})
 	if err := l.SetMethods(nil, map[string]map[string][]Policy{"gold": {"": perHour("d", 3)}}, nil); err == nil {
 		t.Error("SetMethods took a Default tier with no Default")
 	}

@@ -10,12 +10,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/policy"
 )
 
-// MaxCost is the most one request is charged for an After policy: a
-// larger cost, reported or carried, counts as MaxCost (some 4.5e15). A
-// cost more than its key can owe is charged as far as it can owe, which
-// leaves it refused for as long as its state can say.
-const MaxCost = policy.MaxCost
-
 // decide decides r by s for client: by Reserve into the request's meter
 // (*m, made on the first such Set) when s has After policies, else by
 // Decide.
@@ -180,9 +174,12 @@ func (m *meter) settle(r *http.Request, refused bool) {
 // take no CostHeader, from the handler that w serves it to (w, or a
 // ResponseWriter that wraps it and has an Unwrap method, as
 // http.ResponseController finds). A handler may report as it goes (each
-// chunk of a stream) or once; the sum, at most MaxCost, is charged when
-// it returns. Report returns false, and counts nothing, when w serves no
-// such request, or for a negative cost.
+// chunk of a stream) or once; the sum is charged when it returns. A
+// request is charged at most 2^52 (some 4.5e15) for an After policy: a
+// larger cost, reported or carried, counts as 2^52, and a cost more than
+// its key can owe is charged as far as it can owe, which leaves it
+// refused for as long as its state can say. Report returns false, and
+// counts nothing, when w serves no such request, or for a negative cost.
 func Report(w http.ResponseWriter, cost int64) bool {
 	if cost < 0 {
 		return false

@@ -171,7 +171,7 @@ func TestAfterEstimate(t *testing.T) {
 // policy. A client that leaves mid-stream still pays what was streamed; a
 // handler that panics pays what it reported; a cost header that is not
 // one non-negative decimal integer leaves the estimate charged (a
-// negative value gives nothing back); a huge cost counts as MaxCost.
+// negative value gives nothing back); a huge cost counts as 2^52.
 func TestAfterAttacks(t *testing.T) {
 	t.Run("client leaves", func(t *testing.T) {
 		streamed := make(chan struct{})

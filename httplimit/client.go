@@ -2,8 +2,6 @@ package httplimit
 
 import (
 	"net/http"
-
-	"github.com/floodgate-go/floodgate/internal/clientip"
 )
 
 // ProxyHeader names the header that trusted proxies write the client's
@@ -20,20 +18,10 @@ const (
 	Forwarded
 )
 
-// InvalidRemote is the key of every request whose connection's address
-// cannot be read (an empty or garbage RemoteAddr): they share one
-// allowance, and no client can choose another.
-const InvalidRemote = clientip.InvalidRemote
-
-// MaxProxyHeader bounds how much of the proxy header is read: its last
-// MaxProxyHeader bytes (all its lines together), from the right, where
-// the trusted proxies append, and never an element the bound cuts
-// through. What lies further left is not read at all, so a client that
-// pads the header it sends changes nothing.
-const MaxProxyHeader = clientip.MaxHeader
-
 // Client returns the key under which the middleware counts r: its client
-// address as Config's proxy rules find it, or Config.Key's answer.
+// address as Config's proxy rules find it, or Config.Key's answer. A
+// request whose RemoteAddr cannot be read is keyed "invalid-remote-addr":
+// all such requests share one allowance (see the package documentation).
 func (l *Limiter) Client(r *http.Request) string {
 	var values []string
 	if len(l.clients.Trusted) > 0 { // else no header is believed: skip its lookup

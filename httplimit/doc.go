@@ -59,11 +59,13 @@
 // client is its right-most address that is not itself a trusted proxy.
 // Only one header is read, since a client behind a proxy that sets one
 // could send the other with an address of its choosing; and only its last
-// MaxProxyHeader bytes, from the right, where the proxies append, so a
-// client that pads the header it sends cannot push their entries out of
-// reach. A header from a trusted proxy that is malformed where it is read
-// keys the proxy itself, and an unreadable RemoteAddr keys InvalidRemote:
-// no header lets a client choose its key. Config.Key keys by an API key or
+// 8 KiB (all its lines together, never an element the bound cuts
+// through), from the right, where the proxies append, so a client that
+// pads the header it sends cannot push their entries out of reach. A
+// header from a trusted proxy that is malformed where it is read keys the
+// proxy itself, and every request whose RemoteAddr cannot be read (empty
+// or garbage) is keyed "invalid-remote-addr", one allowance for all of
+// them: no header lets a client choose its key. Config.Key keys by an API key or
 // a user instead, given the address found.
 //
 // # Memory
@@ -197,7 +199,8 @@
 // allowed or exempt under the Route, denied or shadow_denied under the
 // policy that refused it; and each policy reports the clients it holds,
 // their bound and its evictions. The labels are the Route's pattern (or
-// DefaultRoute), the policy's name ("tier/name" for a tier's) and the
-// result, never a client's key, so no client can add a series. Counting
-// is always on, at a per-P add of a few nanoseconds a request.
+// "default" for the Default), the policy's name ("tier/name" for a
+// tier's) and the result, never a client's key, so no client can add a
+// series. Counting is always on, at a per-P add of a few nanoseconds a
+// request.
 package httplimit

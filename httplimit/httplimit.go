@@ -351,7 +351,7 @@ func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *t
 	}
 	t.all = append(t.all, t.routes...)
 	if deflt != nil {
-		if t.deflt, err = l.newRoute(b, DefaultRoute, deflt, nil); err != nil {
+		if t.deflt, err = l.newRoute(b, defaultRoute, deflt, nil); err != nil {
 			return nil, fmt.Errorf("httplimit: default: %w", err)
 		}
 		t.all = append(t.all, t.deflt)
@@ -359,8 +359,8 @@ func (l *Limiter) build(b *policy.Builder, routes []Route, deflt []Policy) (_ *t
 	return t, nil
 }
 
-// DefaultRoute is the route label of Config.Default's counts.
-const DefaultRoute = "default"
+// defaultRoute is the route label of Config.Default's counts.
+const defaultRoute = "default"
 
 func (l *Limiter) newRoute(b *policy.Builder, name string, ps []Policy, tiers map[string][]Policy) (*route, error) {
 	var ts map[string][]policy.Spec
@@ -449,7 +449,7 @@ func (l *Limiter) Close() error {
 }
 
 // AppendCounts appends the middleware's counts (see package counts), by
-// route (its pattern, or DefaultRoute) and policy (its name, or
+// route (its pattern, or "default") and policy (its name, or
 // "tier/name" for a tier's): the requests by result (allowed and exempt
 // for the route, denied and shadow_denied under the policy that refused
 // them), and each policy's keys, their bound and its evictions. A request

@@ -344,7 +344,7 @@ func TestInFlightHotPathAllocs(t *testing.T) {
 	}); n != 1 {
 		t.Errorf("%v allocations per request, want 1 (the RateLimit value, as without the in-flight policy)", n)
 	}
-	if got := inFlight(l, DefaultRoute, "conc"); got != 0 {
+	if got := inFlight(l, defaultRoute, "conc"); got != 0 {
 		t.Errorf("gauge at the end = %d", got)
 	}
 }
