@@ -80,9 +80,10 @@ func (s Slot) IsZero() bool { return s == Slot{} }
 
 // localSlots is a LocalStore's in-flight policy.
 type localSlots struct {
-	s    *LocalStore
-	name string
-	l    *inflight.Limiter
+	s       *LocalStore
+	name    string
+	l       *inflight.Limiter
+	maxKeys int // l's Config.MaxKeys: 0 for none
 }
 
 // ErrSlotName is wrapped by SlotPolicy's error for a name that a live
@@ -105,7 +106,7 @@ func (s *LocalStore) SlotPolicy(name string, limit int) (SlotPolicy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("floodgate: %w", err)
 	}
-	p := &localSlots{s: s, name: name, l: l}
+	p := &localSlots{s: s, name: name, l: l, maxKeys: maxKeys}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.live[name] != nil || s.slots[name] != nil {
@@ -142,8 +143,8 @@ func (p *localSlots) SetLimit(limit int) error { return p.l.SetLimit(limit) }
 // AppendCounts appends the policy's keys held now and their bound.
 func (p *localSlots) AppendCounts(dst []counts.Sample) []counts.Sample {
 	dst = append(dst, counts.Sample{Metric: counts.Keys, Value: int64(p.l.Len())})
-	if m := p.l.MaxKeys(); m > 0 {
-		dst = append(dst, counts.Sample{Metric: counts.KeysMax, Value: int64(m)})
+	if p.maxKeys > 0 {
+		dst = append(dst, counts.Sample{Metric: counts.KeysMax, Value: int64(p.maxKeys)})
 	}
 	return dst
 }

@@ -41,7 +41,7 @@
 //     no slot and leaves no gap; one whose context is done before it
 //     starts gets the context's error at once.
 //   - Keys that hold something stay: a key with a slot held or a waiter
-//     queued is never removed, by EvictIdle, the sweeper or MaxKeys. A key
+//     queued is never removed, by Sweep, the sweeper or MaxKeys. A key
 //     removed while it held nothing comes back with every slot free, which
 //     is the state it left: an in-flight count has no history. So, unlike
 //     a rate limiter at MaxKeys, nothing is remembered of an evicted key,

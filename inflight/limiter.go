@@ -73,7 +73,7 @@ var (
 // release are one CAS on it, with no lock, and allocate nothing for a key
 // already held. Only a key that has waiters takes a lock (its queue's).
 //
-// A key that holds a slot or a waiter is never removed: not by EvictIdle,
+// A key that holds a slot or a waiter is never removed: not by Sweep,
 // nor the sweeper, nor MaxKeys. A key removed while it holds nothing comes
 // back with every slot free, which is exactly the state it left: unlike a
 // rate, an in-flight count has no history to remember.
@@ -207,6 +207,8 @@ func init() {
 		return cfg
 	}
 	testhook.InFlightSpreadKeys = func(l any) int { return l.(*Limiter).spreadKeys() }
+	testhook.InFlightInUse = func(l any) int { return l.(*Limiter).inUse() }
+	testhook.InFlightEvictIdle = func(l any) int { return l.(*Limiter).evictIdle() }
 	testhook.InFlightSpreadCounts = func(a any) (int, int) {
 		l := a.(*Limiter)
 		return int(l.spreading.Load()), int(l.unspreads.Load())
@@ -335,9 +337,9 @@ func (l *Limiter) count(id flat.ID) (int, int) {
 	return int(h), int(waiting(v))
 }
 
-// InUse returns the slots held over all keys together, when Config.Global
+// inUse returns the slots held over all keys together, when Config.Global
 // is set; otherwise 0.
-func (l *Limiter) InUse() int {
+func (l *Limiter) inUse() int {
 	if l.twin != nil {
 		return l.twin.inUseNow()
 	}
@@ -351,10 +353,6 @@ func (l *Limiter) InUse() int {
 // SetLimit's.
 func (l *Limiter) Limit() int { return int(l.limit.Load()) }
 
-// MaxKeys returns Config.MaxKeys: the bound Len never exceeds, 0 for
-// none.
-func (l *Limiter) MaxKeys() int { return l.max }
-
 // Len returns the number of keys held now. With MaxKeys it never exceeds
 // MaxKeys.
 func (l *Limiter) Len() int {
@@ -364,10 +362,10 @@ func (l *Limiter) Len() int {
 	return l.flat.Len()
 }
 
-// EvictIdle removes every key that holds no slot and no waiter, and
+// evictIdle removes every key that holds no slot and no waiter, and
 // returns how many it removed. It changes no decision: such a key comes
 // back, on its next acquisition, exactly as it was.
-func (l *Limiter) EvictIdle() int {
+func (l *Limiter) evictIdle() int {
 	if l.twin != nil {
 		return l.twin.evictIdle(false)
 	}

@@ -48,7 +48,7 @@ import (
 // a key fought over by two cores unspread for whole runs (when the cores'
 // CASes rarely overlapped twice), and a lost CAS on a key nobody shares
 // is rare enough that the lanes it costs are few. A spread key's lanes (a line per P) live in the
-// table's pointer beside its word; Held, Sweep, EvictIdle, MaxKeys and
+// table's pointer beside its word; Held, Sweep, evictIdle, MaxKeys and
 // SetLimit first give every parked slot back to the word (settle).
 //
 // Memory. At most maxSpread keys of a Limiter are spread at once: a

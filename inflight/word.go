@@ -29,7 +29,7 @@ import (
 // the fast paths take no lock, and no acquisition overtakes a waiter.
 //
 // A word that holds nothing (held and waiters 0) is the state a new key
-// would get: it may be removed (EvictIdle, the sweeper, MaxKeys), by a CAS
+// would get: it may be removed (evictIdle, Sweep, MaxKeys), by a CAS
 // to word.Dead that no acquisition can slip under. A word that holds
 // anything is never removed.
 const (

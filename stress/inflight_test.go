@@ -200,15 +200,15 @@ func runInFlight(t *testing.T, cfg inflight.Config, keys []string, swept bool) i
 		if m := all.most.Load(); m > int64(cfg.Global) {
 			t.Errorf("%d held at once over all keys, global cap %d", m, cfg.Global)
 		}
-		if l.InUse() != 0 {
-			t.Errorf("InUse at the end: %d", l.InUse())
+		if n := testhook.InFlightInUse(l); n != 0 {
+			t.Errorf("InUse at the end: %d", n)
 		}
 	}
 	want := len(keys)
 	if swept {
 		want = l.Len() // a key idle when the sweeper passed is gone already
 	}
-	if n := l.EvictIdle(); n != want || l.Len() != 0 {
+	if n := testhook.InFlightEvictIdle(l); n != want || l.Len() != 0 {
 		t.Errorf("EvictIdle at the end removed %d of %d keys, left %d", n, want, l.Len())
 	}
 	if spreading, _ := testhook.InFlightSpreadCounts(l); spreading != 0 {

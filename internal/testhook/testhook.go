@@ -41,6 +41,16 @@ var InFlightTwin func(cfg any) any
 // a released slot whatever the key holds. Set by inflight.
 var InFlightSpread func(cfg any) any
 
+// InFlightInUse returns the slots an *inflight.Limiter holds over all
+// keys together, when its Config.Global is set; otherwise 0. Set by
+// inflight.
+var InFlightInUse func(l any) int
+
+// InFlightEvictIdle removes every key of an *inflight.Limiter that holds
+// no slot and no waiter, and returns how many it removed. Set by
+// inflight.
+var InFlightEvictIdle func(l any) int
+
 // InFlightSpreadKeys returns how many keys an *inflight.Limiter has
 // spread now. Set by inflight.
 var InFlightSpreadKeys func(l any) int
