@@ -140,7 +140,7 @@ func TestCountsFailures(t *testing.T) {
 			want.allowed, want.calls = 1, 1
 			checkCounts(t, "healthy", l, want)
 
-			if err := c.RPush(ctx, l.Key("list"), "x").Err(); err != nil {
+			if err := c.RPush(ctx, l.redisKey("list"), "x").Err(); err != nil {
 				t.Fatal(err)
 			}
 			allow("key error", "list", true)
@@ -212,7 +212,7 @@ func TestCountsLease(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v", i, d, err)
 		}
 	}
-	if err := c.RPush(ctx, l.Key("list"), "x").Err(); err != nil {
+	if err := c.RPush(ctx, l.redisKey("list"), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if d, err := l.Allow(ctx, "list"); err != nil || d.Allowed {

@@ -289,6 +289,6 @@ func (s *Store) decideOne(ctx context.Context, p *policy, key string, n int64) (
 	if s.lease != nil {
 		return p.leaseAllow(ctx, key, n, rs)
 	}
-	r, err := p.decide(ctx, p.Key(key), key, call{n: n, rs: rs})
+	r, err := p.decide(ctx, p.redisKey(key), key, call{n: n, rs: rs})
 	return r.d, r.res, err
 }

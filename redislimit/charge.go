@@ -107,7 +107,7 @@ func (s *Store) Charge(ctx context.Context, asks []floodgate.Ask, each []floodga
 	if r == 1 {
 		p := rm[0]
 		var rp reply
-		rp, err = p.decide(ctx, p.Key(rkeys[0]), rkeys[0], call{n: rns[0], force: true})
+		rp, err = p.decide(ctx, p.redisKey(rkeys[0]), rkeys[0], call{n: rns[0], force: true})
 		s.results.Inc(int(rp.res))
 		if rp.bound {
 			bound = 0

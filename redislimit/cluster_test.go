@@ -56,7 +56,7 @@ func spread(t *testing.T, cl *redistest.Cluster, l *Limiter) []string {
 	byMaster := map[string]string{}
 	for i := 0; len(byMaster) < len(masters) && i < 200; i++ {
 		id := fmt.Sprintf("client-%d", i)
-		if m := cl.MasterFor(l.Key(id)); byMaster[m] == "" {
+		if m := cl.MasterFor(l.redisKey(id)); byMaster[m] == "" {
 			byMaster[m] = id
 		}
 	}
@@ -68,7 +68,7 @@ func spread(t *testing.T, cl *redistest.Cluster, l *Limiter) []string {
 		t.Fatalf("keys %q on masters %q: want one key on each of 3 masters", keys, on)
 	}
 	for i, k := range keys {
-		if m := cl.MasterFor(l.Key(k)); m != on[i] {
+		if m := cl.MasterFor(l.redisKey(k)); m != on[i] {
 			t.Fatalf("%q is on %s, not %s", k, m, on[i])
 		}
 	}
@@ -139,7 +139,7 @@ func TestCluster(t *testing.T) {
 				if !leased {
 					for k, key := range keys {
 						if n := admitted[k].Load(); n != rule.Limit {
-							t.Errorf("%q on %s: admitted %d, want exactly %d", key, cl.MasterFor(l.Key(key)), n, rule.Limit)
+							t.Errorf("%q on %s: admitted %d, want exactly %d", key, cl.MasterFor(l.redisKey(key)), n, rule.Limit)
 						}
 					}
 					peekAndReset(t, cl, l, keys, rule.Limit)
@@ -167,7 +167,7 @@ func TestCluster(t *testing.T) {
 					}
 					if n > rule.Limit || n+left != rule.Limit {
 						t.Errorf("%q on %s: admitted %d, Redis has %d left after one more: want at most %d, and %[5]d in all",
-							key, cl.MasterFor(l.Key(key)), n, p.Remaining, rule.Limit)
+							key, cl.MasterFor(l.redisKey(key)), n, p.Remaining, rule.Limit)
 					}
 				}
 				if s := fresh.Stats(); s.Errors != 0 || s.Fallbacks != 0 {
@@ -187,7 +187,7 @@ func peekAndReset(t *testing.T, cl *redistest.Cluster, l *Limiter, keys []string
 	for _, key := range keys {
 		for i := 0; i < 2; i++ {
 			if p, err := l.Peek(ctx, key); err != nil || p.Allowed || p.Remaining != 0 {
-				t.Fatalf("Peek(%q) on %s = %+v, %v; want a denial", key, cl.MasterFor(l.Key(key)), p, err)
+				t.Fatalf("Peek(%q) on %s = %+v, %v; want a denial", key, cl.MasterFor(l.redisKey(key)), p, err)
 			}
 		}
 	}
@@ -196,7 +196,7 @@ func peekAndReset(t *testing.T, cl *redistest.Cluster, l *Limiter, keys []string
 			t.Fatal(err)
 		}
 		if p, err := l.Peek(ctx, reset); err != nil || !p.Allowed || p.Remaining != limit-1 {
-			t.Fatalf("Peek(%q) on %s after Reset = %+v, %v; want %d remaining", reset, cl.MasterFor(l.Key(reset)), p, err, limit-1)
+			t.Fatalf("Peek(%q) on %s after Reset = %+v, %v; want %d remaining", reset, cl.MasterFor(l.redisKey(reset)), p, err, limit-1)
 		}
 		if d, err := l.Allow(ctx, reset); err != nil || !d.Allowed || d.Remaining != limit-1 {
 			t.Fatalf("Allow(%q) after Reset = %+v, %v; want admitted, %d remaining", reset, d, err, limit-1)
@@ -276,7 +276,7 @@ func failover(t *testing.T, cl *redistest.Cluster, leased bool) {
 			t.Fatal("no key on a master with a live replica")
 		}
 		id := fmt.Sprintf("client-%d", i)
-		if m := cl.MasterFor(l.Key(id)); len(cl.Replicas(m)) > 0 {
+		if m := cl.MasterFor(l.redisKey(id)); len(cl.Replicas(m)) > 0 {
 			key, master = id, m
 		}
 	}

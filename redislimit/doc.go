@@ -53,16 +53,16 @@
 //
 // # Keys, TTLs and memory
 //
-// A client's state is one key, "<Prefix>:<algorithm>:" and a hash of the
-// client's id (see Limiter.Key), with a TTL that ends a second after the
-// key would be fresh again, so Redis's memory follows the active clients:
-// MEMORY USAGE reports 152 bytes for a bucket's key and for a window's; a
-// log's key takes 168 bytes with one entry and 1,384 with 100, about 12
-// bytes an entry. Every call touches that one key, so a Limiter runs alike
-// on one Redis, on a Redis Cluster, whose slots its keys spread over, and
-// on a Ring. Each key's state also records the rule it was written under,
-// and when, so that SetRule can change the rule with no key gaining from
-// it.
+// A client's state is one key, "<Prefix>:<algorithm>:" and 32 hex digits
+// of the SHA-256 of the client's id, with a TTL that ends a second after
+// the key would be fresh again, so Redis's memory follows the active
+// clients: MEMORY USAGE reports 152 bytes for a bucket's key and for a
+// window's; a log's key takes 168 bytes with one entry and 1,384 with 100,
+// about 12 bytes an entry. Every call touches that one key, so a Limiter
+// runs alike on one Redis, on a Redis Cluster, whose slots its keys spread
+// over, and on a Ring. Each key's state also records the rule it was
+// written under, and when, so that SetRule can change the rule with no key
+// gaining from it.
 //
 // # When Redis fails
 //

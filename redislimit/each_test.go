@@ -140,11 +140,11 @@ func TestDecideEachCluster(t *testing.T) {
 	var keys []string // keys whose own hashes fall on different slots
 	for i := 0; len(keys) < 2; i++ {
 		k := fmt.Sprintf("domain/%d", i)
-		if len(keys) == 0 || cl.Slot(a.(*policy).Key(k)) == cl.Slot(b.(*policy).Key(keys[0])) {
+		if len(keys) == 0 || cl.Slot(a.(*policy).redisKey(k)) == cl.Slot(b.(*policy).redisKey(keys[0])) {
 			keys = append(keys, k)
 		}
 	}
-	if cl.Slot(a.(*policy).Key(keys[0])) != cl.Slot(b.(*policy).Key(keys[1])) {
+	if cl.Slot(a.(*policy).redisKey(keys[0])) != cl.Slot(b.(*policy).redisKey(keys[1])) {
 		t.Fatal("keys of one tag on different slots")
 	}
 	admitted := 0
@@ -177,7 +177,7 @@ func TestDecideEachCluster(t *testing.T) {
 		switch {
 		case k1 == "":
 			k1 = k
-		case cl.Slot(ua.(*policy).Key(k1)) != cl.Slot(ub.(*policy).Key(k)):
+		case cl.Slot(ua.(*policy).redisKey(k1)) != cl.Slot(ub.(*policy).redisKey(k)):
 			k2 = k
 		}
 	}

@@ -515,7 +515,7 @@ func TestDecideLeasesInItsRoundTrip(t *testing.T) {
 	for end := time.Now().Add(time.Minute); ; {
 		f1 := a.flights.Load()
 		h1 := heldUnits(&Limiter{p: a}, "w")
-		c := windowCount(t, rdb, a.Key("w"))
+		c := windowCount(t, rdb, a.redisKey("w"))
 		f2 := a.flights.Load()
 		h2 := heldUnits(&Limiter{p: a}, "w")
 		if f1 != 0 || f2 != 0 || h1 != h2 {

@@ -252,10 +252,10 @@ func TestKeyErrorsOpenNoBreaker(t *testing.T) {
 	c := client(t, srv)
 	ctx := context.Background()
 	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 10, Period: time.Hour}, FailureMode: FailClosed})
-	if err := c.RPush(ctx, l.Key("list"), "x").Err(); err != nil {
+	if err := c.RPush(ctx, l.redisKey("list"), "x").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Set(ctx, l.Key("garbage"), "not a state", 0).Err(); err != nil {
+	if err := c.Set(ctx, l.redisKey("garbage"), "not a state", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	var reported []error

@@ -5,15 +5,15 @@ import (
 	"encoding/hex"
 )
 
-// Key returns the Redis key that holds key's state: the policy's head
+// redisKey returns the Redis key that holds key's state: the policy's head
 // ("<Prefix>:<algorithm>:" for a Limiter, "<Prefix>:<policy>:<algorithm>:"
 // for a Store's policy) and 32 hex digits of key's SHA-256, in braces for
 // a Store's policy, after its tag's with Config.HashTag.
-func (p *policy) Key(key string) string {
+func (p *policy) redisKey(key string) string {
 	return hashedKey(p.keyHead, key, p.tagged, p.tag)
 }
 
-// hashedKey is the Redis key under head of client key (see policy.Key):
+// hashedKey is the Redis key under head of client key (see policy.redisKey):
 // with tag, the tag's hash in braces, then key's; else key's hash, in
 // braces if tagged.
 func hashedKey(head, key string, tagged bool, tag func(string) string) string {

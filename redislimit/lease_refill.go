@@ -29,7 +29,7 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 		if st.dead.Load() {
 			switch {
 			case deadline.IsZero() && peek:
-				r, err := p.decide(ctx, p.Key(key), key, call{n: 1, dry: true})
+				r, err := p.decide(ctx, p.redisKey(key), key, call{n: 1, dry: true})
 				return r.d, r.res, err
 			case deadline.IsZero():
 				return p.leaseAllow(ctx, key, n, p.rs())
@@ -40,7 +40,7 @@ func (p *policy) refill(ctx context.Context, key string, st *leaseState, n int64
 			if budget <= 0 {
 				return p.unreached(key, n, peek, errLeaseWait)
 			}
-			r, err := p.decide(ctx, p.Key(key), key, call{n: n, dry: peek, budget: budget})
+			r, err := p.decide(ctx, p.redisKey(key), key, call{n: n, dry: peek, budget: budget})
 			return r.d, r.res, err
 		}
 		f := st.flight.Load()

@@ -35,7 +35,7 @@ func (p *policy) newState(key string, id flat.ID) *leaseState {
 		ls.size.Add(-1)
 		return nil
 	}
-	st := &leaseState{p: p, id: id, rkey: p.Key(key)}
+	st := &leaseState{p: p, id: id, rkey: p.redisKey(key)}
 	cur, loaded := ls.states.LoadOrStore(p.mapKey(id), st)
 	if loaded {
 		ls.size.Add(-1)
@@ -172,7 +172,7 @@ func (p *policy) leaseAllow(ctx context.Context, key string, n int64, rs *rules)
 			return d, resDenied, nil
 		}
 	} else if st = p.newState(key, id); st == nil {
-		r, err := p.decide(ctx, p.Key(key), key, call{n: n, rs: rs})
+		r, err := p.decide(ctx, p.redisKey(key), key, call{n: n, rs: rs})
 		return r.d, r.res, err
 	}
 	st.lastUsed.Store(now)

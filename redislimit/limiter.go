@@ -124,16 +124,16 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.s.set.timeout)
 	defer cancel()
-	err := l.s.client.Process(ctx, noRetry{redis.NewIntCmd(ctx, "del", p.Key(key))})
+	err := l.s.client.Process(ctx, noRetry{redis.NewIntCmd(ctx, "del", p.redisKey(key))})
 	if err != nil {
 		return fmt.Errorf("redislimit: reset %q: %w", key, err)
 	}
 	return nil
 }
 
-// Key returns the Redis key that holds key's state:
+// redisKey returns the Redis key that holds key's state:
 // "<Prefix>:<algorithm>:" and 32 hex digits of key's SHA-256.
-func (l *Limiter) Key(key string) string { return l.p.Key(key) }
+func (l *Limiter) redisKey(key string) string { return l.p.redisKey(key) }
 
 // SetRule makes r the rule of every key from now on, in Redis and, unless
 // Config.Local gave FailLocal a rule of its own, in the FailLocal limiter.

@@ -81,7 +81,7 @@ func TestLogMatchesInProcessFull(t *testing.T) {
 		}
 		// The key holds only what counts, at most Limit entries, and a
 		// ring at most twice their number (or 3 more).
-		if count, ring := logShape(t, c, l.Key("k")); count > rule.Limit || ring > max(2*count, count+3) {
+		if count, ring := logShape(t, c, l.redisKey("k")); count > rule.Limit || ring > max(2*count, count+3) {
 			t.Fatalf("%+v: the key holds %d entries in a ring of %d", rule, count, ring)
 		}
 	}
@@ -101,7 +101,7 @@ func TestLogLease(t *testing.T) {
 	l.p.rs().hold = 2_000_000 // 2 s
 	l.p.box(l.p.rs())
 	const t0 = int64(1_700_000_000_000_000)
-	key := l.Key("k")
+	key := l.redisKey("k")
 	do := func(cl call, now int64) reply {
 		t.Helper()
 		r, err := decideAt(ctx, l, "k", cl, now)
@@ -214,11 +214,11 @@ func TestLogMemory(t *testing.T) {
 				t.Fatalf("%+v, %v", r, err)
 			}
 		}
-		got, err := c.MemoryUsage(ctx, l.Key(key)).Result()
+		got, err := c.MemoryUsage(ctx, l.redisKey(key)).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		count, ring := logShape(t, c, l.Key(key))
+		count, ring := logShape(t, c, l.redisKey(key))
 		t.Logf("%d entries (a ring of %d): MEMORY USAGE %d bytes", count, ring, got)
 		if got > want+want/8 {
 			t.Errorf("%d entries: MEMORY USAGE %d bytes; the documentation says %d", i, got, want)
@@ -331,7 +331,7 @@ func TestLogScriptMatchesModel(t *testing.T) {
 		l.p.rs().hold = 1 + rng.Int64N(l.p.rs().interval)
 		l.p.box(l.p.rs())
 		m := &logModel{T: l.p.rs().interval, N: rule.Limit, hold: l.p.rs().hold}
-		key := l.Key("k")
+		key := l.redisKey("k")
 		now := int64(1_700_000_000_000_000) + rng.Int64N(1_000_000_000)
 		var stamps []int64 // the lease stamps replies gave
 		for i := 0; i < ops; i++ {
@@ -456,12 +456,12 @@ func TestLogLeaseAloneNearTheLimit(t *testing.T) {
 			t.Fatalf("request %d: %+v, %v", i, r, err)
 		}
 	}
-	before, _ := c.Get(ctx, l.Key("k")).Result()
+	before, _ := c.Get(ctx, l.redisKey("k")).Result()
 	r, err := decideAt(ctx, l, "k", call{want: 40}, t0+10)
 	if err != nil || !r.redis || r.extra != 0 || r.d.Remaining != 5 {
 		t.Fatalf("a lease alone with 5 left: %+v, %v", r, err)
 	}
-	if after, _ := c.Get(ctx, l.Key("k")).Result(); after != before {
+	if after, _ := c.Get(ctx, l.redisKey("k")).Result(); after != before {
 		t.Fatal("a lease of nothing changed the key")
 	}
 	if s := l.Stats(); s.Errors != 0 {

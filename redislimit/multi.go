@@ -52,7 +52,7 @@ func (s *Store) runMany(ctx context.Context, ps []*policy, keys []string, ns []i
 		rf.ps[i], rf.rss[i], rf.shadow[i] = p, p.rs(), shadow[i]
 		rf.check[i] = checks != nil && checks[i]
 		if p.tag != nil {
-			args = append(args, p.Key(keys[i]))
+			args = append(args, p.redisKey(keys[i]))
 			continue
 		}
 		if i == 0 || keys[i] != keys[i-1] || hash == "" {

@@ -47,7 +47,7 @@ func TestOwedAcrossSetRule(t *testing.T) {
 			if err != nil || !sameDecision(dd, dr) {
 				t.Fatalf("%s: charged 30 of 10: Redis %+v, %v; in process %+v", name, dd, err, dr)
 			}
-			ttlCovers(t, c, l.Key("d"), dr, name+", charged")
+			ttlCovers(t, c, l.redisKey("d"), dr, name+", charged")
 			clock.Advance(100 * time.Millisecond)
 			for _, set := range []func(floodgate.Rule) error{ref.SetRule, l.SetRule} {
 				if err := set(next); err != nil {
@@ -60,7 +60,7 @@ func TestOwedAcrossSetRule(t *testing.T) {
 			if dd, err := l.AllowN(ctx, "d", 1); err != nil || dr.Allowed || dr.Owed == 0 || !sameDecision(dd, dr) {
 				t.Fatalf("%s: the first request after the change: Redis %+v, %v; in process %+v", name, dd, err, dr)
 			}
-			ttlCovers(t, c, l.Key("d"), dr, name+", converted")
+			ttlCovers(t, c, l.redisKey("d"), dr, name+", converted")
 			for step := range 240 { // twelve seconds: the slowest debt's end, and after
 				dr := ref.Peek("d")
 				dd, err := l.Peek(ctx, "d")

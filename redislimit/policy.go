@@ -72,7 +72,7 @@ func (p *policy) Peek(ctx context.Context, key string) (floodgate.Decision, erro
 			}
 		}
 	}
-	r, err := p.decide(ctx, p.Key(key), key, call{n: 1, dry: true})
+	r, err := p.decide(ctx, p.redisKey(key), key, call{n: 1, dry: true})
 	ls := p.s.lease
 	if ls == nil || err != nil {
 		return r.d, err

@@ -48,7 +48,7 @@ func decideAt(ctx context.Context, l *Limiter, key string, c call, now int64) (r
 		l.s.redisClock = rc
 	}
 	rc.Set(now * 1000)
-	return l.p.decide(ctx, l.p.Key(key), key, c)
+	return l.p.decide(ctx, l.p.redisKey(key), key, c)
 }
 
 // effective is the in-process rule that decides as the script does, with
@@ -333,7 +333,7 @@ func TestTTL(t *testing.T) {
 		if _, err := l.Allow(ctx, "ttl"); err != nil {
 			t.Fatal(err)
 		}
-		ttl, err := c.PTTL(ctx, l.Key("ttl")).Result()
+		ttl, err := c.PTTL(ctx, l.redisKey("ttl")).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -347,14 +347,14 @@ func TestKey(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer c.Close()
 	l := mustNew(t, c, Config{Rule: floodgate.Rule{Limit: 1, Period: time.Second}, Prefix: "api"})
-	k := l.Key("{slot}")
+	k := l.redisKey("{slot}")
 	if !strings.HasPrefix(k, "api:token_bucket:") || len(k) != len("api:token_bucket:")+32 || strings.ContainsAny(k[len("api:"):], "{}") {
 		t.Fatalf("Key = %q", k)
 	}
-	if long := l.Key(strings.Repeat("x", 1<<20)); len(long) != len(k) {
+	if long := l.redisKey(strings.Repeat("x", 1<<20)); len(long) != len(k) {
 		t.Fatalf("a 1 MiB id made a key of %d bytes", len(long))
 	}
-	if l.Key("a") == l.Key("b") {
+	if l.redisKey("a") == l.redisKey("b") {
 		t.Fatal("two ids share a key")
 	}
 }

@@ -48,7 +48,7 @@ func TestScriptNow(t *testing.T) {
 			t.Fatalf("%s: a Limiter from New sends now %d, not TIME", alg, l.s.scriptNow())
 		}
 		before := redisTime()
-		r, err := l.p.decide(ctx, l.p.Key("time"), "time", call{n: 1})
+		r, err := l.p.decide(ctx, l.p.redisKey("time"), "time", call{n: 1})
 		after := redisTime()
 		if err != nil || !r.redis || !r.d.Allowed {
 			t.Fatalf("%s: %+v, %v, %+v", alg, r, err, l.Stats())
@@ -68,14 +68,14 @@ func TestScriptNow(t *testing.T) {
 		// NOSCRIPT): an error reply that lists it, and no key.
 		l.s.redisClock = nil
 		for _, bad := range []any{"nan", "inf", "-2", "1.5", "", "x", "TIME", "1e300", strconv.FormatInt(1<<52+1, 10)} {
-			args := l.p.args(l.p.Key("bad-now"), call{n: 1, rs: l.p.rs()})
+			args := l.p.args(l.p.redisKey("bad-now"), call{n: 1, rs: l.p.rs()})
 			args[3+argNow] = bad
 			_, err := l.s.eval(ctx, func(ctx context.Context, cmd redis.Cmder) error { return c.Process(ctx, cmd) }, args, l.p.script.src)
 			if err == nil || !strings.Contains(err.Error(), "floodgate: bad arguments") || !strings.Contains(err.Error(), fmt.Sprintf(", %v, ", bad)) {
 				t.Errorf("%s: now %q: got %v, want a floodgate error that lists it", alg, bad, err)
 			}
 		}
-		if n, err := c.Exists(ctx, l.Key("bad-now")).Result(); err != nil || n != 0 {
+		if n, err := c.Exists(ctx, l.redisKey("bad-now")).Result(); err != nil || n != 0 {
 			t.Fatalf("%s: a refused now wrote the key: %d, %v", alg, n, err)
 		}
 	}
@@ -126,10 +126,12 @@ func TestArgsAllocations(t *testing.T) {
 	defer c.Close()
 	for _, alg := range redisAlgorithms {
 		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}})
-		if a := testing.AllocsPerRun(100, func() { _ = l.p.args(l.p.Key("client-42"), call{n: 1, rs: l.p.rs()}) }); a > 4 {
+		if a := testing.AllocsPerRun(100, func() { _ = l.p.args(l.p.redisKey("client-42"), call{n: 1, rs: l.p.rs()}) }); a > 4 {
 			t.Errorf("%s: a request's arguments take %v allocations; want at most 4", alg, a)
 		}
-		if a := testing.AllocsPerRun(100, func() { _ = l.p.args(l.p.Key("client-42"), call{give: 3, gk: 1_700_000_000_000_000, rs: l.p.rs()}) }); a > 5 {
+		if a := testing.AllocsPerRun(100, func() {
+			_ = l.p.args(l.p.redisKey("client-42"), call{give: 3, gk: 1_700_000_000_000_000, rs: l.p.rs()})
+		}); a > 5 {
 			t.Errorf("%s: a return's arguments take %v allocations; want at most 5", alg, a)
 		}
 	}
@@ -156,13 +158,13 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 		// run is the call, and the key's value and TTL read in the same
 		// pipeline, right after the script: at most rtt after it.
 		run := func(l *Limiter, key string, cl call, general bool) (v []int64, value string, ttl, rtt time.Duration) {
-			args := l.p.args(l.p.Key(key), cl)
+			args := l.p.args(l.p.redisKey(key), cl)
 			if general {
 				args = append(args, int64(0), int64(0), int64(0))
 			}
 			args[0], args[1] = "eval", l.p.script.src
 			p := c.Pipeline()
-			script, get, pttl := p.Do(ctx, args...), p.Get(ctx, l.Key(key)), p.PTTL(ctx, l.Key(key))
+			script, get, pttl := p.Do(ctx, args...), p.Get(ctx, l.redisKey(key)), p.PTTL(ctx, l.redisKey(key))
 			start := time.Now()
 			if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
 				t.Fatalf("%s: %v", alg, err)
@@ -236,19 +238,19 @@ func TestShortForm(t *testing.T) {
 	for _, alg := range redisAlgorithms {
 		l := mustNew(t, c, Config{Algorithm: alg, Rule: floodgate.Rule{Limit: 10, Period: time.Second}})
 		rs := l.p.rs()
-		plain := l.p.shortArgs(l.p.Key("k"), call{n: 1, rs: rs})
+		plain := l.p.shortArgs(l.p.redisKey("k"), call{n: 1, rs: rs})
 		if (plain != nil) != (alg != floodgate.SlidingLog) || plain != nil && len(plain) != 8 {
 			t.Errorf("%s: a plain request's arguments %v", alg, plain)
 		}
 		for _, cl := range []call{{n: 1, dry: true, rs: rs}, {n: 1, want: 5, rs: rs}, {give: 2, rs: rs}} {
-			if a := l.p.shortArgs(l.p.Key("k"), cl); a != nil {
+			if a := l.p.shortArgs(l.p.redisKey("k"), cl); a != nil {
 				t.Errorf("%s: %+v in the short form", alg, cl)
 			}
 		}
 		if err := l.SetRule(floodgate.Rule{Limit: 20, Period: time.Second}); err != nil {
 			t.Fatal(err)
 		}
-		if a := l.p.shortArgs(l.p.Key("k"), call{n: 1, rs: l.p.rs()}); a != nil {
+		if a := l.p.shortArgs(l.p.redisKey("k"), call{n: 1, rs: l.p.rs()}); a != nil {
 			t.Errorf("%s: a request under a rule with a history in the short form", alg)
 		}
 		// The short form decides as the whole: a real round trip each.

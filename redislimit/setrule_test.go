@@ -414,7 +414,7 @@ func TestSetRuleLease(t *testing.T) {
 			// A return sent under the old rule finds the key converted and
 			// gives it nothing; one of a grant of the old gen lapses here.
 			lapsed = l.Stats().Lapsed
-			if _, err := l.s.lease.giveBack(ctx, []giveBack{{p: l.p, rkey: l.Key("k"), units: 3, k: 0, gen: 0}}); err != nil {
+			if _, err := l.s.lease.giveBack(ctx, []giveBack{{p: l.p, rkey: l.redisKey("k"), units: 3, k: 0, gen: 0}}); err != nil {
 				t.Fatal(err)
 			}
 			if s := l.Stats(); s.Lapsed-lapsed != 3 {

@@ -85,7 +85,7 @@ func (s *Store) reserveLive(ctx context.Context, ps []*policy, keys []string, ns
 // reserveOne is Reserve's round trip for one ask: its policy's script,
 // with no lease, or its dry run for a check; part is what it took.
 func (s *Store) reserveOne(ctx context.Context, p *policy, key string, n int64, check bool) (floodgate.Decision, result, floodgate.HoldPart, error) {
-	r, err := p.decide(ctx, p.Key(key), key, call{n: n, dry: check})
+	r, err := p.decide(ctx, p.redisKey(key), key, call{n: n, dry: check})
 	var part floodgate.HoldPart
 	switch {
 	case err != nil || !r.d.Allowed:
@@ -207,7 +207,7 @@ func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, each []floodga
 			continue
 		}
 		p := ps[i]
-		rkey := p.Key(asks[i].Key)
+		rkey := p.redisKey(asks[i].Key)
 		if back := took[i] - cost[i]; back > 0 && !p.backToLease(asks[i].Key, part[i], back) {
 			if rs := p.rs(); part[i].Gen == rs.gen {
 				rest[n], restAt[n] = pipeCall{p: p, rkey: rkey, c: call{give: back, gk: part[i].At, rs: rs}}, -1
