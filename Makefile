@@ -75,7 +75,7 @@ test-full:
 test-heap:
 	$(GO) test -count=1 -run 'Memory|HeapBound' . ./httplimit ./inflight
 	cd redislimit && $(GO) test -count=1 -run 'Memory|HeapBound' .
-	cd rls && $(GO) test -count=1 -run 'HeapBound|LoadCost' . ./config ./cmd/floodgate-rls
+	cd rls && $(GO) test -count=1 -run 'HeapBound|LoadCost' . ./internal/config ./cmd/floodgate-rls
 
 # The lock-free packages and the stress suite with -tags chaos, which
 # widens the window between each load and its CAS and makes the stress

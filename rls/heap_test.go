@@ -12,7 +12,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/heaptest"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/redislimit"
-	"github.com/floodgate-go/floodgate/rls/config"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -32,10 +31,10 @@ func TestHeapBoundMillionRules(t *testing.T) {
 	for i := range rules {
 		fmt.Fprintf(&y, "  - key: client\n    value: c%d\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", i, i%100+1)
 	}
-	files := []config.File{{Name: "big.yaml", Data: y.Bytes()}}
+	files := []File{{Name: "big.yaml", Data: y.Bytes()}}
 	y = bytes.Buffer{}
 	before := int(heaptest.Live())
-	cfg, err := config.Load(files)
+	cfg, err := LoadOptions{}.Load(files)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +74,7 @@ func TestHeapBoundIdleRulesOnRedis(t *testing.T) {
 	for i := range rules {
 		fmt.Fprintf(&y, "  - key: rule\n    value: r%d\n    rate_limit: {unit: second, requests_per_unit: 1000}\n", i)
 	}
-	cfg, err := config.Load([]config.File{{Name: "idle.yaml", Data: y.Bytes()}})
+	cfg, err := LoadOptions{}.Load([]File{{Name: "idle.yaml", Data: y.Bytes()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/redislimit"
-	"github.com/floodgate-go/floodgate/rls/config"
 	"github.com/floodgate-go/floodgate/rls/internal/peertest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
@@ -97,11 +96,11 @@ func sideBySide(t *testing.T, p *peer, files map[string]string, seqs map[string]
 // (its Headers and StopIncrementOverLimit set as the reference runs).
 func sideBySideOpts(t *testing.T, p *peer, files map[string]string, seqs map[string][]*pb.RateLimitRequest, onRedis bool, base Options) {
 	t.Helper()
-	var cfgFiles []config.File
+	var cfgFiles []File
 	for name, data := range files {
-		cfgFiles = append(cfgFiles, config.File{Name: name, Data: []byte(data)})
+		cfgFiles = append(cfgFiles, File{Name: name, Data: []byte(data)})
 	}
-	cfg, err := config.Load(cfgFiles)
+	cfg, err := LoadOptions{}.Load(cfgFiles)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +315,7 @@ func TestSideBySideDifferences(t *testing.T) {
 	bin := peertest.Build(t, peerModule)
 	redis := redistest.Start(t)
 	files := map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 10}\n  - key: j\n    rate_limit: {unit: hour, requests_per_unit: 100}\n"}
-	cfg, err := config.Load([]config.File{{Name: "d.yaml", Data: []byte(files["d.yaml"])}})
+	cfg, err := LoadOptions{}.Load([]File{{Name: "d.yaml", Data: []byte(files["d.yaml"])}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +414,7 @@ func TestSideBySideDifferences(t *testing.T) {
 	})
 	t.Run("ours", func(t *testing.T) {
 		files := map[string]string{"ours.yaml": oursYAML}
-		cfg, err := config.Load([]config.File{{Name: "ours.yaml", Data: []byte(oursYAML)}})
+		cfg, err := LoadOptions{}.Load([]File{{Name: "ours.yaml", Data: []byte(oursYAML)}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -503,7 +502,7 @@ func TestSideBySideTokenBudget(t *testing.T) {
 	bin := peertest.Build(t, peerModule)
 	srv := redistest.Start(t)
 	files := map[string]string{"ai.yaml": "domain: ai\ndescriptors:\n  - key: tokens\n    rate_limit: {unit: hour, requests_per_unit: 1000}\n"}
-	cfg, err := config.Load([]config.File{{Name: "ai.yaml", Data: []byte(files["ai.yaml"])}})
+	cfg, err := LoadOptions{}.Load([]File{{Name: "ai.yaml", Data: []byte(files["ai.yaml"])}})
 	if err != nil {
 		t.Fatal(err)
 	}

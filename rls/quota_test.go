@@ -8,7 +8,6 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/rls/config"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -43,7 +42,7 @@ func meta(t *testing.T, r *pb.RateLimitResponse) string {
 // metadata, and refuses nothing; the headers keep its reset. Shadow
 // mode, on the same rule, comes first.
 func TestQuotaMode(t *testing.T) {
-	cfg, err := config.Load([]config.File{{Name: "q.yaml", Data: []byte(quotaYAML)}})
+	cfg, err := LoadOptions{}.Load([]File{{Name: "q.yaml", Data: []byte(quotaYAML)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +104,7 @@ func TestQuotaMode(t *testing.T) {
 // limit as quota mode does, and the metadata's quotaModeEnabled stays
 // what the rules say.
 func TestQuotaModeGlobal(t *testing.T) {
-	cfg, err := config.Load([]config.File{{Name: "q.yaml", Data: []byte(quotaYAML)}})
+	cfg, err := LoadOptions{}.Load([]File{{Name: "q.yaml", Data: []byte(quotaYAML)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/internal/testmain"
 	"github.com/floodgate-go/floodgate/redislimit"
-	"github.com/floodgate-go/floodgate/rls/config"
 	"github.com/floodgate-go/floodgate/rls/internal/peertest"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
@@ -283,7 +282,7 @@ func TestRedisFailClosedCheck(t *testing.T) {
 // kept as it was keeps its count.
 func TestRedisReload(t *testing.T) {
 	srv := redistest.Start(t)
-	cfg := func(n int) *config.Config {
+	cfg := func(n int) *Config {
 		return mustConfig(t, fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: %d, algorithm: token_bucket}\n  - key: same\n    rate_limit: {unit: year, requests_per_unit: 10}\n", n))
 	}
 	s, c := serve(t, cfg(100), Options{Store: store(t, redisClient(t, srv.Addr), redislimit.Config{Prefix: fmt.Sprint("reload-", time.Now().UnixNano()), FailureMode: redislimit.FailClosed})})

@@ -16,7 +16,7 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls/internal/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -28,13 +28,13 @@ import (
 // and an hour, so that windows end where the tests expect.
 const unixStart = 1_800_000_020 * int64(time.Second)
 
-func mustConfig(t testing.TB, yaml ...string) *config.Config {
+func mustConfig(t testing.TB, yaml ...string) *Config {
 	t.Helper()
-	var files []config.File
+	var files []File
 	for i, y := range yaml {
-		files = append(files, config.File{Name: fmt.Sprintf("f%d.yaml", i), Data: []byte(y)})
+		files = append(files, File{Name: fmt.Sprintf("f%d.yaml", i), Data: []byte(y)})
 	}
-	c, err := config.Load(files)
+	c, err := LoadOptions{}.Load(files)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func mustConfig(t testing.TB, yaml ...string) *config.Config {
 
 // serve starts a Server on a real gRPC server on loopback and returns a
 // client of it.
-func serve(t testing.TB, cfg *config.Config, opts Options) (*Server, pb.RateLimitServiceClient) {
+func serve(t testing.TB, cfg *Config, opts Options) (*Server, pb.RateLimitServiceClient) {
 	t.Helper()
 	s, err := New(cfg, opts)
 	if err != nil {
@@ -510,7 +510,7 @@ func TestExactConcurrent(t *testing.T) {
 // whose limit rises gives no key more than it held.
 func TestReload(t *testing.T) {
 	clock := floodgate.NewManualClock(unixStart)
-	cfg := func(n int, alg string) *config.Config {
+	cfg := func(n int, alg string) *Config {
 		return mustConfig(t, fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d, algorithm: %s}\n", n, alg))
 	}
 	for _, alg := range []string{floodgate.FixedWindow, floodgate.TokenBucket, floodgate.SlidingCounter, floodgate.SlidingLog} {
@@ -567,7 +567,7 @@ func TestReload(t *testing.T) {
 // and SetConfig after Close is an error.
 func TestReloadFirstUseMeanwhile(t *testing.T) {
 	clock := floodgate.NewManualClock(unixStart)
-	yaml := func(extra string) *config.Config {
+	yaml := func(extra string) *Config {
 		var b strings.Builder
 		b.WriteString("domain: d\ndescriptors:\n")
 		for i := range 200 {
@@ -624,7 +624,7 @@ func TestReloadFirstUseMeanwhile(t *testing.T) {
 // policy as they were (none closed, none given the new limit).
 func TestReloadStopped(t *testing.T) {
 	clock := floodgate.NewManualClock(unixStart)
-	yaml := func(n, rules int) *config.Config {
+	yaml := func(n, rules int) *Config {
 		var b strings.Builder
 		b.WriteString("domain: d\ndescriptors:\n")
 		for i := range rules {

@@ -8,7 +8,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls/internal/config"
 )
 
 // rule is one rule's policy and counts. It outlives a reload that keeps

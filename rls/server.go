@@ -11,7 +11,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls/internal/config"
 	"github.com/puzpuzpuz/xsync/v4"
 )
 
@@ -121,7 +121,7 @@ type Options struct {
 	// Pace, if set, is called every 64 rules while SetConfig checks the
 	// new configuration's rules and carries the rules in use over to
 	// it: a caller that reloads
-	// while serving can pause there (see config.Options.Pace), so that a
+	// while serving can pause there (see LoadOptions.Pace), so that a
 	// reload of many rules never takes the CPU that requests need.
 	// Requests are served meanwhile, by the configuration before.
 	Pace func()
@@ -176,8 +176,8 @@ type snapshot struct {
 }
 
 // New returns a Server deciding by cfg. Close it when done.
-func New(cfg *config.Config, opts Options) (*Server, error) {
-	if cfg == nil {
+func New(cfg *Config, opts Options) (*Server, error) {
+	if cfg == nil || cfg.c == nil {
 		return nil, errors.New("rls: New needs a configuration")
 	}
 	if r := opts.NearLimitRatio; r < 0 || r > 1 || math.IsNaN(r) {
@@ -227,11 +227,11 @@ func New(cfg *config.Config, opts Options) (*Server, error) {
 		}
 		s.charger = c
 	}
-	if err := s.CheckConfig(cfg); err != nil {
+	if err := s.check(context.Background(), cfg.c, nil); err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.snap.Store(&snapshot{cfg: cfg, rules: make([]atomic.Pointer[rule], cfg.Len())})
+	s.snap.Store(&snapshot{cfg: cfg.c, rules: make([]atomic.Pointer[rule], cfg.c.Len())})
 	s.loads.Add(1)
 	return s, nil
 }
@@ -266,7 +266,7 @@ func UnixClock() floodgate.Clock {
 // over the rules first used meanwhile and to swap the configuration; the
 // policies it drops are closed after. It is SetConfigContext with a
 // context that never ends.
-func (s *Server) SetConfig(cfg *config.Config) error {
+func (s *Server) SetConfig(cfg *Config) error {
 	return s.SetConfigContext(context.Background(), cfg)
 }
 
@@ -276,10 +276,11 @@ func (s *Server) SetConfig(cfg *config.Config) error {
 // last step, which gives the rules in use their new limits and swaps
 // the configuration, does not stop: it takes a few atomic operations a
 // rule whose limit changed.
-func (s *Server) SetConfigContext(ctx context.Context, cfg *config.Config) error {
-	if cfg == nil {
+func (s *Server) SetConfigContext(ctx context.Context, c *Config) error {
+	if c == nil || c.c == nil {
 		return errors.New("rls: SetConfig needs a configuration")
 	}
+	cfg := c.c
 	if err := s.check(ctx, cfg, s.opts.Pace); err != nil {
 		return err
 	}
@@ -374,8 +375,11 @@ func (s *Server) SetConfigContext(ctx context.Context, cfg *config.Config) error
 // to save round trips under each bucket's rule). The error names the
 // first rule refused, by its file's key. New and SetConfig check; a tool
 // that validates config files may too.
-func (s *Server) CheckConfig(cfg *config.Config) error {
-	return s.check(context.Background(), cfg, nil)
+func (s *Server) CheckConfig(cfg *Config) error {
+	if cfg == nil || cfg.c == nil {
+		return errors.New("rls: CheckConfig needs a configuration")
+	}
+	return s.check(context.Background(), cfg.c, nil)
 }
 
 // checkMemo is the most shapes of rules (algorithm and rule) that a

@@ -10,7 +10,6 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 	"github.com/floodgate-go/floodgate/redislimit"
-	"github.com/floodgate-go/floodgate/rls/config"
 )
 
 // BenchmarkSetConfig is the time to put a configuration of 10,000 rules
@@ -18,14 +17,14 @@ import (
 // Envoy Gateway's does: in process, and on Redis.
 func BenchmarkSetConfig(b *testing.B) {
 	const rules = 10_000
-	cfgs := make([]*config.Config, 2)
+	cfgs := make([]*Config, 2)
 	for v := range cfgs {
 		var y strings.Builder
 		y.WriteString("domain: eg\ndescriptors:\n")
 		for i := range rules {
 			fmt.Fprintf(&y, "  - {key: route, value: r%d, descriptors: [{key: rule, rate_limit: {unit: minute, requests_per_unit: %d}}]}\n", i, 1000+i+v)
 		}
-		c, err := config.Load([]config.File{{Name: "eg.yaml", Data: []byte(y.String())}})
+		c, err := LoadOptions{}.Load([]File{{Name: "eg.yaml", Data: []byte(y.String())}})
 		if err != nil {
 			b.Fatal(err)
 		}

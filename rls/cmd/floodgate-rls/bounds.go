@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls"
 )
 
 // The bounds on a configuration that floodgate-rls sets where the
@@ -30,7 +30,7 @@ const (
 // readBounds reads the bounds on a configuration, from files or a push,
 // beyond FLOODGATE_CONFIG_MAX_BYTES: FLOODGATE_CONFIG_MAX_RULES and
 // FLOODGATE_CONFIG_MAX_MEMORY.
-func readBounds(getenv func(string) string, errs *[]error, o *config.Options) {
+func readBounds(getenv func(string) string, errs *[]error, o *rls.LoadOptions) {
 	o.MaxRules, o.MaxMemory = defaultMaxRules, defaultMaxMemory
 	for _, b := range []struct {
 		name, what string
@@ -53,8 +53,8 @@ func nameBound(err error) error {
 	for _, b := range []struct {
 		err  error
 		name string
-	}{{config.ErrTooLarge, "FLOODGATE_CONFIG_MAX_BYTES"}, {config.ErrTooManyRules, "FLOODGATE_CONFIG_MAX_RULES"},
-		{config.ErrTooMuchMemory, "FLOODGATE_CONFIG_MAX_MEMORY"}} {
+	}{{rls.ErrTooLarge, "FLOODGATE_CONFIG_MAX_BYTES"}, {rls.ErrTooManyRules, "FLOODGATE_CONFIG_MAX_RULES"},
+		{rls.ErrTooMuchMemory, "FLOODGATE_CONFIG_MAX_MEMORY"}} {
 		if errors.Is(err, b.err) {
 			return fmt.Errorf("%w (%s)", err, b.name)
 		}

@@ -135,7 +135,6 @@ import (
 	"github.com/floodgate-go/floodgate/prommetrics"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls"
-	"github.com/floodgate-go/floodgate/rls/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
@@ -180,17 +179,17 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 
 	dir := set.configDir()
-	var initial *config.Config
+	var initial *rls.Config
 	var sum [sha256.Size]byte
 	var firstErr error
 	if set.xds != nil {
-		initial, _ = config.Load(nil) // until the first push
+		initial, _ = rls.LoadOptions{}.Load(nil) // until the first push
 		dir = "xds://" + set.xds.url
 	} else if initial, sum, firstErr = loadDir(set.load, dir, set.ignoreDot); firstErr != nil {
 		if !set.forceStart {
 			return fmt.Errorf("configuration in %s: %w (FORCE_START_WITHOUT_INITIAL_CONFIG=true starts without one)", dir, firstErr)
 		}
-		initial, _ = config.Load(nil)
+		initial, _ = rls.LoadOptions{}.Load(nil)
 	}
 	var store *redislimit.Store
 	if set.redis != nil {
@@ -253,7 +252,7 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		log.Error("starting without a configuration", "dir", dir, "err", firstErr)
 	default:
 		healthy.configLoaded(initial.Domains() > 0)
-		log.Info("configuration loaded", "domains", initial.Domains(), "rules", initial.Len())
+		log.Info("configuration loaded", "domains", initial.Domains(), "rules", initial.Rules())
 	}
 	if set.xds == nil {
 		stopWatch := w.start()
@@ -400,18 +399,19 @@ var tlsCheckEvery = time.Second
 type watcher struct {
 	dir       string
 	ignoreDot bool
-	load      config.Options // MERGE_DOMAIN_CONFIG, for files and pushes
+	load      rls.LoadOptions // MERGE_DOMAIN_CONFIG, for files and pushes
 	srv       *rls.Server
 	healthy   *healthState
 	log       *slog.Logger
 
 	// What run loaded: the digest of its files, or why it did not load.
-	// config.Watch loads what it finds at once; its first load, if it
-	// finds what run did, is not applied again (SetConfig would keep
-	// every rule's state, but count a second load and log it).
+	// The watch (rls.LoadOptions.Watch) loads what it finds at once; its
+	// first load, if it finds what run did, is not applied again
+	// (SetConfig would keep every rule's state, but count a second load
+	// and log it).
 	firstSum [sha256.Size]byte
 	firstErr error
-	seenOne  bool // config.Watch's goroutine alone reads and writes it
+	seenOne  bool // the watch's goroutine alone reads and writes it
 }
 
 // start starts watching on a ticker's every 250 ms, which picks a change
@@ -439,8 +439,8 @@ func (w *watcher) start() (stop func()) {
 	}
 }
 
-// apply is config.Watch's: a configuration loaded, or why not.
-func (w *watcher) apply(c *config.Config, err error) {
+// apply is rls.LoadOptions.Watch's: a configuration loaded, or why not.
+func (w *watcher) apply(c *rls.Config, err error) {
 	err = nameBound(err)
 	if !w.seenOne {
 		w.seenOne = true
@@ -454,13 +454,13 @@ func (w *watcher) apply(c *config.Config, err error) {
 // set puts c in force, or counts and logs err, or SetConfig's error,
 // and returns it; the configuration before then stays. It is the one
 // path of a file reload and of an xDS push.
-func (w *watcher) set(c *config.Config, err error) error {
+func (w *watcher) set(c *rls.Config, err error) error {
 	return w.setContext(context.Background(), c, err)
 }
 
 // setContext is set, stopped when ctx ends before c is in force (see
 // rls.Server.SetConfigContext).
-func (w *watcher) setContext(ctx context.Context, c *config.Config, err error) error {
+func (w *watcher) setContext(ctx context.Context, c *rls.Config, err error) error {
 	if err == nil {
 		err = w.srv.SetConfigContext(ctx, c)
 	}
@@ -471,7 +471,7 @@ func (w *watcher) setContext(ctx context.Context, c *config.Config, err error) e
 		return err
 	}
 	w.healthy.configLoaded(c.Domains() > 0)
-	w.log.Info("configuration loaded", "domains", c.Domains(), "rules", c.Len())
+	w.log.Info("configuration loaded", "domains", c.Domains(), "rules", c.Rules())
 	return nil
 }
 
@@ -505,9 +505,9 @@ func (w *watcher) sameAsFirst(err error) bool {
 	return err == nil && digest(files) == w.firstSum
 }
 
-// loadDir loads the configuration in dir, as config.Watch loads it, and
-// returns it with the digest of its files.
-func loadDir(o config.Options, dir string, ignoreDot bool) (*config.Config, [sha256.Size]byte, error) {
+// loadDir loads the configuration in dir, as rls.LoadOptions.Watch loads
+// it, and returns it with the digest of its files.
+func loadDir(o rls.LoadOptions, dir string, ignoreDot bool) (*rls.Config, [sha256.Size]byte, error) {
 	files, err := readDir(o, dir, ignoreDot)
 	if err != nil {
 		return nil, [sha256.Size]byte{}, err
@@ -516,10 +516,11 @@ func loadDir(o config.Options, dir string, ignoreDot bool) (*config.Config, [sha
 	return c, digest(files), nameBound(err)
 }
 
-// readDir reads the files of the configuration in dir as config.Watch
-// reads them: the root's link resolved once, so that a root swapped
-// meanwhile is read whole, then every file below it (config.ReadDir).
-func readDir(o config.Options, dir string, ignoreDot bool) ([]config.File, error) {
+// readDir reads the files of the configuration in dir as
+// rls.LoadOptions.Watch reads them: the root's link resolved once, so
+// that a root swapped meanwhile is read whole, then every file below it
+// (rls.LoadOptions.ReadDir).
+func readDir(o rls.LoadOptions, dir string, ignoreDot bool) ([]rls.File, error) {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return nil, err
@@ -529,7 +530,7 @@ func readDir(o config.Options, dir string, ignoreDot bool) ([]config.File, error
 
 // digest is a SHA-256 of files: each one's name, quoted, its length and
 // its bytes.
-func digest(files []config.File) [sha256.Size]byte {
+func digest(files []rls.File) [sha256.Size]byte {
 	h := sha256.New()
 	for _, f := range files {
 		fmt.Fprintf(h, "%q %d\n", f.Name, len(f.Data))

@@ -354,8 +354,8 @@ func TestFirstConfigOnce(t *testing.T) {
 				env[k] = v
 			}
 			a, logs := start(t, env)
-			// config.Watch looks, then waits for a tick: once it takes
-			// one, its first look is over.
+			// The watch looks, then waits for a tick: once it takes one,
+			// its first look is over.
 			ticks <- time.Time{}
 			l := logs.String()
 			if n := strings.Count(l, `msg="configuration`) + strings.Count(l, `msg="starting`); n != 1 || !strings.Contains(l, tc.wantLog) {

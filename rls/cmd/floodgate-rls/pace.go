@@ -7,7 +7,7 @@ import (
 )
 
 // loadRun, loadRest and loadYield pace a configuration's load while the
-// service serves (config.Options.Pace, rls.Options.Pace): the load runs
+// service serves (rls.LoadOptions.Pace, rls.Options.Pace): the load runs
 // for loadRun, then rests for loadRest, so that it takes at most a
 // third of a core and the requests keep the rest; and while it runs it
 // yields its processor to the requests waiting for one every loadYield,
@@ -18,7 +18,7 @@ import (
 // 100–300 ms from the push to its use.
 const loadRun, loadRest, loadYield = time.Millisecond, 2 * time.Millisecond, 50 * time.Microsecond
 
-// pacer is a config.Options.Pace: it yields (runtime.Gosched) each time
+// pacer is an rls.LoadOptions.Pace: it yields (runtime.Gosched) each time
 // yield has passed since it last did, and sleeps for rest each time run
 // has passed since it last woke. A call after a pause longer than rest
 // (the next load) starts a new run. Loads are made one at a time; were

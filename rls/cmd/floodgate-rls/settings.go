@@ -13,7 +13,6 @@ import (
 
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls"
-	"github.com/floodgate-go/floodgate/rls/config"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,7 +34,7 @@ type settings struct {
 	options                                              rls.Options
 	grpcTLS                                              *tlsFiles    // nil: gRPC without TLS
 	xds                                                  *xdsSettings // nil: the configuration is read from files
-	load                                                 config.Options
+	load                                                 rls.LoadOptions
 	warnings                                             []string
 	redis                                                *redisSettings   // nil: the limits are in process
 	tracing                                              *tracingSettings // nil: TRACING_ENABLED is not true

@@ -17,7 +17,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls"
+	"github.com/floodgate-go/floodgate/rls/internal/config"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -73,7 +74,7 @@ func (b backoff) wait(n int) time.Duration {
 
 // readXDS reads the xDS settings.
 func readXDS(getenv func(string) string, errs *[]error, warn func(string), boolean func(string, bool) bool, duration func(string, time.Duration) time.Duration,
-	load config.Options) *xdsSettings {
+	load rls.LoadOptions) *xdsSettings {
 	fail := func(format string, args ...any) { *errs = append(*errs, fmt.Errorf(format, args...)) }
 	str := func(name, def string) string {
 		if v := getenv(name); v != "" {
@@ -239,9 +240,9 @@ func verifyServer(cs tls.ConnectionState, roots *x509.CertPool) error {
 // gRPC does not read, is NACKed on the next stream.
 type xdsClient struct {
 	set   *xdsSettings
-	load  config.Options
+	load  rls.LoadOptions
 	log   *slog.Logger
-	apply func(context.Context, *config.Config, error) error
+	apply func(context.Context, *rls.Config, error) error
 	node  *corev3.Node
 
 	version string // the version in force, "" before the first
@@ -377,7 +378,7 @@ func (c *xdsClient) stream(ctx context.Context, conn *grpc.ClientConn, pushed fu
 // and read by startXDS and each push. testLoadContext makes each push's
 // context in place of its timeout: the test ends it, with the timeout's
 // cause, when it chooses. testPace is called where a push's load paces
-// itself (config.Options.Pace), after the pacer.
+// itself (rls.LoadOptions.Pace), after the pacer.
 var (
 	testLoadContext func(parent context.Context, version string, timeout error) (context.Context, context.CancelFunc)
 	testPace        func()
@@ -425,9 +426,9 @@ func (c *xdsClient) push(ctx context.Context, p *xdsPush, digest pushSum, send f
 
 // loadXDS is the configuration of a push: every resource a
 // RateLimitConfig, each loaded as one file would be
-// (config.Options.LoadXDSContext). An error past a bound names the
+// (rls.LoadOptions.LoadXDS). An error past a bound names the
 // setting that sets it.
-func loadXDS(ctx context.Context, o config.Options, resources []xdsResource) (*config.Config, error) {
+func loadXDS(ctx context.Context, o rls.LoadOptions, resources []xdsResource) (*rls.Config, error) {
 	msgs := make([][]byte, len(resources))
 	for i, r := range resources {
 		if r.typeURL != resourcev3.RateLimitConfigType {
@@ -435,7 +436,7 @@ func loadXDS(ctx context.Context, o config.Options, resources []xdsResource) (*c
 		}
 		msgs[i] = r.value
 	}
-	c, err := o.LoadXDSContext(ctx, msgs)
+	c, err := o.LoadXDS(ctx, msgs)
 	return c, nameBound(err)
 }
 

@@ -10,7 +10,7 @@ import (
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rlsconf "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
-	"github.com/floodgate-go/floodgate/rls/config"
+	"github.com/floodgate-go/floodgate/rls"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -62,18 +62,18 @@ func TestXDSLoadCost(t *testing.T) {
 	oneByte = append(oneByte, bytes.Repeat([]byte{0x1a, 0x03, 0x0a, 0x01, 'k'}, 12<<20)...)
 	for _, tc := range []struct {
 		name     string
-		o        config.Options
+		o        rls.LoadOptions
 		r        *anypb.Any
 		err      string
 		alloc    float64 // all that the load allocates, as a multiple of the push's bytes
 		live     float64 // what stays live
 		minRules int
 	}{
-		{"10,000 rules", config.Options{}, xdsAny(t, rules), "", 8, 8, 10_000},
-		{"1,500 levels of 1 KB keys", config.Options{}, xdsAny(t, deep), "nested deeper than", 0.1, 0.1, 0},
-		{"a million rules over a bound of 16 MiB", config.Options{MaxBytes: 16 << 20}, xdsAny(t, million), "FLOODGATE_CONFIG_MAX_BYTES", 0.1, 0.1, 0},
-		{"30 million empty descriptors", config.Options{}, &anypb.Any{TypeUrl: resourcev3.RateLimitConfigType, Value: empty}, "a descriptor has an empty key", 0.1, 0.01, 0},
-		{"30 million descriptors of one byte", config.Options{MaxBytes: 16 << 20}, &anypb.Any{TypeUrl: resourcev3.RateLimitConfigType, Value: oneByte}, "FLOODGATE_CONFIG_MAX_BYTES", 0.1, 0.01, 0},
+		{"10,000 rules", rls.LoadOptions{}, xdsAny(t, rules), "", 8, 8, 10_000},
+		{"1,500 levels of 1 KB keys", rls.LoadOptions{}, xdsAny(t, deep), "nested deeper than", 0.1, 0.1, 0},
+		{"a million rules over a bound of 16 MiB", rls.LoadOptions{MaxBytes: 16 << 20}, xdsAny(t, million), "FLOODGATE_CONFIG_MAX_BYTES", 0.1, 0.1, 0},
+		{"30 million empty descriptors", rls.LoadOptions{}, &anypb.Any{TypeUrl: resourcev3.RateLimitConfigType, Value: empty}, "a descriptor has an empty key", 0.1, 0.01, 0},
+		{"30 million descriptors of one byte", rls.LoadOptions{MaxBytes: 16 << 20}, &anypb.Any{TypeUrl: resourcev3.RateLimitConfigType, Value: oneByte}, "FLOODGATE_CONFIG_MAX_BYTES", 0.1, 0.01, 0},
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -89,8 +89,8 @@ func TestXDSLoadCost(t *testing.T) {
 		switch {
 		case tc.err == "" && err != nil:
 			t.Errorf("%s: %v", tc.name, err)
-		case tc.err == "" && c.Len() < tc.minRules:
-			t.Errorf("%s: %d rules, want %d", tc.name, c.Len(), tc.minRules)
+		case tc.err == "" && c.Rules() < tc.minRules:
+			t.Errorf("%s: %d rules, want %d", tc.name, c.Rules(), tc.minRules)
 		case tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)):
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.err)
 		}
@@ -121,7 +121,7 @@ func BenchmarkLoadXDS(b *testing.B) {
 	r := []xdsResource{{resourcev3.RateLimitConfigType, msg}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := loadXDS(context.Background(), config.Options{}, r); err != nil {
+		if _, err := loadXDS(context.Background(), rls.LoadOptions{}, r); err != nil {
 			b.Fatal(err)
 		}
 	}
