@@ -9,17 +9,17 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// MaxJSONBody is the largest request body JSONHandler reads: gRPC's own
+// maxJSONBody is the largest request body JSONHandler reads: gRPC's own
 // default bound on a message.
-const MaxJSONBody = 4 << 20
+const maxJSONBody = 4 << 20
 
 // JSONHandler serves ShouldRateLimit over HTTP/1, as envoyproxy/ratelimit
 // serves it at /json for clients that cannot speak gRPC: a POST of a
 // RateLimitRequest in protobuf's JSON mapping, answered with the
 // RateLimitResponse in JSON, status 200 when it is OK and 429 when it is
 // over the limit. A body that is not a request, or a request the service
-// refuses, is answered 400; a body over MaxJSONBody 413; any method but
-// POST 405.
+// refuses, is answered 400; a body over 4 MiB (gRPC's own bound on a
+// message) 413; any method but POST 405.
 func (s *Server) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -27,7 +27,7 @@ func (s *Server) JSONHandler() http.Handler {
 			http.Error(w, "POST a RateLimitRequest in JSON", http.StatusMethodNotAllowed)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxJSONBody))
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {

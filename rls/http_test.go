@@ -48,7 +48,7 @@ func TestJSONHandler(t *testing.T) {
 		"unknown field":  {`{"domain": "d", "nope": 1}`, 400},
 		"empty domain":   {`{"descriptors": [{"entries": [{"key": "k"}]}]}`, 400},
 		"no descriptors": {`{"domain": "d"}`, 400},
-		"over 4 MiB":     {`{"domain": "` + strings.Repeat("x", MaxJSONBody) + `"}`, 413},
+		"over 4 MiB":     {`{"domain": "` + strings.Repeat("x", maxJSONBody) + `"}`, 413},
 	} {
 		if code, body := post(tc.body); code != tc.code {
 			t.Errorf("%s: %d %s, want %d", name, code, body, tc.code)

@@ -50,8 +50,10 @@ type Options struct {
 	LimitHeader, RemainingHeader, ResetHeader string
 	// Clock is the limiters' clock in process, in nanoseconds since the
 	// Unix epoch, so that windows are aligned as envoyproxy/ratelimit
-	// aligns them; nil is UnixClock(). Tests give a
-	// floodgate.ManualClock set to a Unix time. With a Store it only
+	// aligns them. nil is a clock read once from the wall clock, then
+	// moved by the monotonic clock: never stepped by NTP or an operator,
+	// so that no window is shortened or lengthened while it runs. Tests
+	// give a floodgate.ManualClock set to a Unix time. With a Store it only
 	// times the recycling of limit overrides (see MaxOverrides).
 	Clock floodgate.Clock
 	// MaxDescriptors is the most descriptors one request may carry; 0
@@ -192,7 +194,7 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	s := &Server{opts: opts, clock: opts.Clock, near: opts.NearLimitRatio, store: opts.Store,
 		overrides: xsync.NewMap[override, *rule]()}
 	if s.clock == nil {
-		s.clock = UnixClock()
+		s.clock = newUnixClock()
 	}
 	if s.near == 0 {
 		s.near = 0.8
@@ -245,11 +247,11 @@ type unixClock struct {
 
 func (c *unixClock) Now() int64 { return c.unix + int64(time.Since(c.start)) }
 
-// UnixClock returns a clock of nanoseconds since the Unix epoch that
+// newUnixClock returns a clock of nanoseconds since the Unix epoch that
 // moves with the monotonic clock: read once from the wall clock, then
 // never stepped by NTP or an operator, so that no window is shortened
 // or lengthened while it runs.
-func UnixClock() floodgate.Clock {
+func newUnixClock() floodgate.Clock {
 	now := time.Now()
 	return &unixClock{start: now, unix: now.UnixNano()}
 }
