@@ -20,7 +20,7 @@ type Config struct {
 	// Limit is the most slots one key may hold at once: 1 to MaxLimit.
 	Limit int
 
-	// Queue is the most waiters Acquire may queue per key, 0 to MaxQueue.
+	// Queue is the most waiters Acquire may queue per key, 0 to 2^30-1.
 	// 0, the default, means Acquire never waits: a key whose slots are
 	// all held is refused at once, as TryAcquire refuses it.
 	Queue int
@@ -143,15 +143,15 @@ func (c *counter) take() bool {
 }
 
 // New validates cfg and returns a Limiter. A Limit outside 1 to MaxLimit,
-// a Queue outside 0 to MaxQueue, a Global outside 0 to MaxLimit, and a
+// a Queue outside 0 to 2^30-1, a Global outside 0 to MaxLimit, and a
 // negative MaxKeys or IdleTTL are errors.
 func New(cfg Config) (*Limiter, error) {
 	if err := checkLimit(cfg.Limit); err != nil {
 		return nil, err
 	}
 	switch {
-	case cfg.Queue < 0 || cfg.Queue > MaxQueue:
-		return nil, fmt.Errorf("inflight: Queue must be 0 (no waiting) to %d waiters per key, got %d", MaxQueue, cfg.Queue)
+	case cfg.Queue < 0 || cfg.Queue > maxQueue:
+		return nil, fmt.Errorf("inflight: Queue must be 0 (no waiting) to %d waiters per key, got %d", maxQueue, cfg.Queue)
 	case cfg.Global < 0 || cfg.Global > MaxLimit:
 		return nil, fmt.Errorf("inflight: Global must be 0 (no cap) to %d slots, got %d", MaxLimit, cfg.Global)
 	case cfg.MaxKeys < 0:

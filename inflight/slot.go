@@ -69,6 +69,3 @@ func (s Slot) Release() bool {
 	l.release(id, p)
 	return true
 }
-
-// Held reports whether the slot is held: issued and not yet released.
-func (s Slot) Held() bool { return s.t != nil && s.t.gen.Load() == s.gen }

@@ -35,15 +35,15 @@ import (
 const (
 	heldMask = 1<<31 - 1
 	waitOne  = 1 << 31
-	waitMask = MaxQueue << 31
+	waitMask = maxQueue << 31
 	touched  = 1 << 62
 
 	// MaxLimit is the largest Limit and Global (the width of the count
 	// of slots held in the key's word).
 	MaxLimit = heldMask
-	// MaxQueue is the largest Queue (the width of the count of waiters
+	// maxQueue is the largest Queue (the width of the count of waiters
 	// in the key's word).
-	MaxQueue = 1<<30 - 1
+	maxQueue = 1<<30 - 1
 )
 
 // held returns the slots held in state v.
