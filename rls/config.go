@@ -17,12 +17,23 @@ import (
 // Servers may share one.
 type Config struct{ c *config.Config }
 
-// Domains returns how many domains c holds.
-func (c *Config) Domains() int { return c.c.Domains() }
+// Domains returns how many domains c holds: 0 for a Config that no
+// LoadOptions loaded.
+func (c *Config) Domains() int {
+	if c == nil || c.c == nil {
+		return 0
+	}
+	return c.c.Domains()
+}
 
 // Rules returns how many rules (rate_limit) c holds, unlimited ones
-// included.
-func (c *Config) Rules() int { return c.c.Len() }
+// included: 0 for a Config that no LoadOptions loaded.
+func (c *Config) Rules() int {
+	if c == nil || c.c == nil {
+		return 0
+	}
+	return c.c.Len()
+}
 
 // File is one configuration file: its name, for errors, and its bytes.
 type File struct {
