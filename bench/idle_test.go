@@ -43,8 +43,7 @@ func BenchmarkIdle(b *testing.B) {
 		return
 	}
 	srv := redistest.Start(b)
-	bin := filepath.Join(b.TempDir(), "floodgate-rls")
-	buildBinary(b, "../rls", bin, "./cmd/floodgate-rls")
+	_, bin := serviceBinaries(b)
 	for _, n := range []int{1000, 10000} {
 		b.Run("scenario=rules-"+strconv.Itoa(n)+"/impl=floodgate-rls-lease", func(b *testing.B) {
 			benchIdle(b, bin, srv.Addr, n)

@@ -272,7 +272,7 @@ func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
 }
 
 // rlsSetup writes BenchmarkRLS's configuration into a runtime folder of
-// its own and builds both services: it returns the environment that
+// its own and finds both services' binaries (see serviceBinaries): it returns the environment that
 // every service of the benchmark starts with (that folder, loopback
 // hosts, quiet logs, Redis over TCP), and the binaries of
 // envoyproxy/ratelimit and of floodgate-rls.
@@ -286,10 +286,7 @@ func rlsSetup(b *testing.B) (common []string, peer, ours string) {
 	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(rlsConfig), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	peer = filepath.Join(dir, "ratelimit")
-	buildBinary(b, "../rls/testdata/ratelimit-peer", peer, "github.com/envoyproxy/ratelimit/src/service_cmd")
-	ours = filepath.Join(dir, "floodgate-rls")
-	buildBinary(b, "../rls", ours, "./cmd/floodgate-rls")
+	peer, ours = serviceBinaries(b)
 	common = []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_APPDIRECTORY=config", "RUNTIME_WATCH_ROOT=false",
 		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1", "LOG_LEVEL=warn", "USE_STATSD=false",
 		"REDIS_SOCKET_TYPE=tcp"}
@@ -329,14 +326,73 @@ func startService(b *testing.B, name, bin string, env []string, creds credential
 	return rlsServer{name: name, client: c, pid: pid, debug: "127.0.0.1:" + debug}
 }
 
+// binsEnv names the environment variable that gives the harness a
+// folder for the services' binaries: bench/run.sh sets it to a new
+// folder for each run, so that its passes build each binary once
+// between them. The first benchmark of a run that needs a binary builds
+// it there, and the others (in that pass and in the next ones) use it as
+// it is: a folder must not outlive a change to the code. Without it,
+// each process builds them once, into a folder of its own that goes
+// when the process ends.
+const binsEnv = "FLOODGATE_BENCH_BINS"
+
+// services is what serviceBinaries found or built, once a process.
+var services struct {
+	once       sync.Once
+	peer, ours string
+	temp       string // the process's own folder, if binsEnv is unset
+	err        error
+}
+
+// serviceBinaries returns the binaries of envoyproxy/ratelimit, built
+// from its Go module at the version rls/testdata/ratelimit-peer pins, and
+// of floodgate-rls, built from rls/ (see binsEnv).
+func serviceBinaries(b *testing.B) (peer, ours string) {
+	s := &services
+	s.once.Do(func() {
+		dir := os.Getenv(binsEnv)
+		if dir == "" {
+			if dir, s.err = os.MkdirTemp("", "floodgate-bench-bins-"); s.err != nil {
+				return
+			}
+			s.temp = dir
+		}
+		s.peer, s.ours = filepath.Join(dir, "ratelimit"), filepath.Join(dir, "floodgate-rls")
+		for _, x := range []struct{ dir, bin, pkg string }{
+			{"../rls/testdata/ratelimit-peer", s.peer, "github.com/envoyproxy/ratelimit/src/service_cmd"},
+			{"../rls", s.ours, "./cmd/floodgate-rls"},
+		} {
+			if _, err := os.Stat(x.bin); err == nil {
+				continue // an earlier pass built it
+			}
+			if s.err = buildBinary(x.dir, x.bin, x.pkg); s.err != nil {
+				return
+			}
+		}
+	})
+	if s.err != nil {
+		b.Fatal(s.err)
+	}
+	return s.peer, s.ours
+}
+
+// removeServiceBinaries removes the folder that serviceBinaries made for
+// this process, if it made one.
+func removeServiceBinaries() {
+	if services.temp != "" {
+		os.RemoveAll(services.temp)
+	}
+}
+
 // buildBinary builds pkg in the module at dir into bin.
-func buildBinary(b *testing.B, dir, bin, pkg string) {
+func buildBinary(dir, bin, pkg string) error {
 	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("building %s: %v\n%s", pkg, err, out)
+		return fmt.Errorf("building %s: %v\n%s", pkg, err, out)
 	}
+	return nil
 }
 
 var logLine = regexp.MustCompile(`level=(error|fatal|panic)`)

@@ -31,6 +31,11 @@ raw=$results/bench-raw.txt
 args=(-test.run '^$' -test.bench "$BENCHES" -test.benchmem -test.count 1 -test.benchtime "$BENCHTIME" -goroutines "$GOROUTINES")
 
 (cd bench && "$GO" test -c -o bench.test .)
+# The services' binaries (envoyproxy/ratelimit's, floodgate-rls's), built
+# by the first pass that needs them and used by every pass after it.
+bins=$(mktemp -d)
+trap 'rm -rf "$bins"' EXIT
+export FLOODGATE_BENCH_BINS=$bins
 
 dirty=""
 if git status --porcelain -- . ":!$RESULTS" 2>/dev/null | grep -q .; then

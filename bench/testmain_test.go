@@ -15,6 +15,9 @@ import (
 // way to stop it, so whether it is still running at the end depends on
 // when the collector last ran.
 //
+// The folder of the services' binaries that the process built for
+// itself, if it did (see binsEnv), goes when the tests end.
+//
 // Run with FLOODGATE_BENCH_ADS set, the binary is BenchmarkXDS's ADS
 // server instead (see startADS).
 func TestMain(m *testing.M) {
@@ -25,5 +28,5 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	testmain.Run(m, goleak.IgnoreTopFunction("github.com/ulule/limiter/v3/drivers/store/memory.(*cleaner).Run"))
+	testmain.RunThen(m, removeServiceBinaries, goleak.IgnoreTopFunction("github.com/ulule/limiter/v3/drivers/store/memory.(*cleaner).Run"))
 }

@@ -251,10 +251,7 @@ type xdsService struct {
 // at redisAddr, configured by ads with version 0 of egPush.
 func startEG(b *testing.B, redisAddr string, e *egTLS, ads *adsServer) []xdsService {
 	dir := b.TempDir()
-	peer := filepath.Join(dir, "ratelimit")
-	buildBinary(b, "../rls/testdata/ratelimit-peer", peer, "github.com/envoyproxy/ratelimit/src/service_cmd")
-	ours := filepath.Join(dir, "floodgate-rls")
-	buildBinary(b, "../rls", ours, "./cmd/floodgate-rls")
+	peer, ours := serviceBinaries(b)
 	env := append([]string{"RUNTIME_ROOT=" + filepath.Join(dir, "data"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true",
 		"RUNTIME_WATCH_ROOT=false", "LOG_LEVEL=warn", "USE_STATSD=false", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
 		"CONFIG_TYPE=GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL=" + ads.addr,
