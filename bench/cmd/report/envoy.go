@@ -25,6 +25,7 @@ func rlsTable(d *dataset) table {
 	}
 	us := func(v float64) string { return fmt.Sprintf("%.0f", v/1000) }
 	per := func(v float64) string { return fmt.Sprintf("%.4g", v) }
+	profiled := false
 	for _, sc := range d.scenarios(fam) {
 		for _, g := range d.goroutines(fam, sc) {
 			key := func(impl string) benchKey { return benchKey{family: fam, scenario: sc, impl: impl, g: g} }
@@ -49,6 +50,7 @@ func rlsTable(d *dataset) table {
 				srv, srvOK := d.value(k, unitSrvCPU)
 				rpc, rpcOK := d.value(k, unitRPCCPU)
 				own, ownOK := d.value(k, unitOwnCPU)
+				profiled = profiled || ownOK
 				row = append(row, cell(srv, srvOK, func(v float64) string { return fmt.Sprintf("%.1f", v/1000) }),
 					cell(rpc/srv, rpcOK && srvOK && srv > 0, func(v float64) string { return fmt.Sprintf("%.0f%%", 100*v) }),
 					cell(own, ownOK, func(v float64) string { return fmt.Sprintf("%.1f", v/1000) }))
@@ -62,6 +64,9 @@ func rlsTable(d *dataset) table {
 				t.rows = append(t.rows, append(row, ratio, p99ratio, ownRatio))
 			}
 		}
+	}
+	if len(t.rows) > 0 && !profiled {
+		t.note += " This run profiled neither service (a run cut to the headline tables takes no profile, a second a scenario and service): gRPC and own are left empty."
 	}
 	return t
 }

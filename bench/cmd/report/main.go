@@ -1,14 +1,18 @@
-// Command report turns the raw output of `make bench` (Go benchmark text,
-// possibly many interleaved -count samples of each benchmark) into a
-// markdown summary and a few SVG charts comparing floodgate with its peers.
+// Command report turns the raw output of `make bench` or `make bench-full`
+// (Go benchmark text, possibly many interleaved -count samples of each
+// benchmark) into a markdown summary and a few SVG charts comparing
+// floodgate with its peers.
 //
 // Run from the bench module:
 //
 //	go run ./cmd/report -in ../results/bench-raw.txt -out ../results
 //
 // It prints the summary to stdout and writes, under -out, summary.md,
-// throughput-hotkey.svg, throughput-1M.svg and bytes-per-key.svg. A chart
-// whose data is absent is skipped with a note on stderr.
+// throughput-hotkey.svg, throughput-1M.svg and bytes-per-key.svg. A table
+// whose figures are absent (`make bench` runs only the families of the
+// headline tables) is left out, and listed at the summary's end with the
+// reason; a chart whose data is absent is skipped with a note on stderr,
+// and an earlier run's file of it under -out is removed.
 //
 // Only benchmarks named Family/key=value/... with an impl= component and
 // no components other than scenario=, impl= and g= are read; every other

@@ -253,8 +253,48 @@ func TestSummary(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, md)
 		}
 	}
-	if strings.Contains(md, "lockfree") || strings.Contains(md, "xsync") {
+	tables, _, _ := strings.Cut(md, "## Not in this run")
+	if strings.Contains(tables, "lockfree") || strings.Contains(tables, "xsync") {
 		t.Errorf("summary shows an ignored benchmark:\n%s", md)
+	}
+}
+
+// TestSummaryLeftOut: a run cut to a few families (make bench's headline
+// run) writes the tables it has figures for, numbered from 1, and lists
+// every other one at the end, saying whether its families did not run
+// or ran without its figures; the table of figures with denials, empty
+// in a good run, is not listed.
+func TestSummaryLeftOut(t *testing.T) {
+	const cut = `BenchmarkAllow/scenario=hotkey/impl=floodgate-tb-2 	100 	60.00 ns/op
+BenchmarkAllow/scenario=hotkey/impl=golimiter-2 	100 	150.0 ns/op
+BenchmarkMiddleware/scenario=clients-1/impl=bare-2 	100 	50.00 ns/op
+BenchmarkMiddleware/scenario=clients-1/impl=floodgate-2 	100 	400.0 ns/op
+`
+	md := summary(parseString(t, cut), "bench-raw.txt", nil)
+	tables, left, ok := strings.Cut(md, "\n## Not in this run\n")
+	if !ok {
+		t.Fatalf("summary lists no table left out:\n%s", md)
+	}
+	for _, want := range []string{"## 1. At a glance", "## 3. HTTP middleware overhead"} {
+		if !strings.Contains(tables, want) {
+			t.Errorf("summary lacks %q:\n%s", want, md)
+		}
+	}
+	for _, want := range []string{
+		"- floodgate twins: lock-free vs mutex: BenchmarkAllow ran, but not the scenarios or implementations it compares.\n",
+		"- What the middleware's counting costs: BenchmarkMiddleware ran, but not the scenarios or implementations it compares.\n",
+		"- Bytes per key: no figures of BenchmarkBytesPerKey in this run.\n",
+		"- Envoy Gateway's deployment: pushes and TLS: no figures of BenchmarkXDS or BenchmarkTLS in this run.\n",
+		"- The sliding log: lock-free vs its mutex twin and the token bucket: BenchmarkAllow ran, but not the scenarios or implementations it compares.\n",
+	} {
+		if !strings.Contains(left, want) {
+			t.Errorf("the tables left out lack %q:\n%s", want, left)
+		}
+	}
+	for _, not := range []string{"At a glance", "HTTP middleware overhead:", "Figures with denials"} {
+		if strings.Contains(left, not) {
+			t.Errorf("%q is listed as left out:\n%s", not, left)
+		}
 	}
 }
 
@@ -338,6 +378,14 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "out")
+	// An earlier run's chart that this run has no data for goes: it
+	// would sit beside a summary that does not show it.
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "throughput-1M.svg"), []byte("<svg/>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var stdout, stderr bytes.Buffer
 	if err := run([]string{"-in", in, "-out", out}, &stdout, &stderr); err != nil {
 		t.Fatal(err)
@@ -352,7 +400,7 @@ func TestRun(t *testing.T) {
 		}
 	}
 	if _, err := os.Stat(filepath.Join(out, "throughput-1M.svg")); err == nil {
-		t.Error("wrote throughput-1M.svg without data")
+		t.Error("left throughput-1M.svg, or wrote it, without data")
 	}
 	if !strings.Contains(stderr.String(), "throughput-1M.svg") {
 		t.Errorf("stderr lacks a note on the missing chart: %q", stderr.String())
@@ -681,5 +729,37 @@ BenchmarkInFlightRedis/scenario=renewal-1000-slots-10-clients/impl=floodgate-2  
 	}
 	if tb := inflightRedisTable(parseString(t, raw)); len(tb.rows) != 0 {
 		t.Errorf("a table without BenchmarkInFlightRedis: %q", tb.rows)
+	}
+}
+
+// TestRLSTable: each service's requests a second and p99 against
+// envoyproxy/ratelimit's, and the own-CPU ratio where the services were
+// profiled; a run that profiled neither (make bench's headline run)
+// leaves those columns empty and says why.
+func TestRLSTable(t *testing.T) {
+	const plain = `BenchmarkRLS/scenario=clients-1000-desc-1/impl=envoy-ratelimit/g=64-2  1  200000 ns/op  1000000 p99-ns  100000 server-cpu-ns/req
+BenchmarkRLS/scenario=clients-1000-desc-1/impl=floodgate-rls-redis/g=64-2  1  100000 ns/op  400000 p99-ns  20000 server-cpu-ns/req
+`
+	const profiled = `BenchmarkRLS/scenario=clients-1000-desc-1/impl=envoy-ratelimit/g=64-2  1  200000 ns/op  1000000 p99-ns  100000 server-cpu-ns/req  40000 grpc-cpu-ns/req  30000 own-cpu-ns/req
+BenchmarkRLS/scenario=clients-1000-desc-1/impl=floodgate-rls-redis/g=64-2  1  100000 ns/op  400000 p99-ns  20000 server-cpu-ns/req  10000 grpc-cpu-ns/req  3000 own-cpu-ns/req
+`
+	const note = "This run profiled neither service"
+	for _, c := range []struct {
+		raw  string
+		want string
+		note bool
+	}{
+		{plain, "|                20.0 |    – |            – |             2.00× |                 0.40× |                     – |", true},
+		{profiled, "|          3.0 |             2.00× |                 0.40× |                 0.10× |", false},
+	} {
+		tb := rlsTable(parseString(t, c.raw))
+		var md strings.Builder
+		tb.write(&md, 1)
+		if !strings.Contains(md.String(), c.want) {
+			t.Errorf("the table lacks %q:\n%s", c.want, md.String())
+		}
+		if got := strings.Contains(tb.note, note); got != c.note {
+			t.Errorf("note says %q: %v, want %v:\n%s", note, got, c.note, tb.note)
+		}
 	}
 }

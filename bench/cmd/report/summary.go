@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -18,23 +19,86 @@ type table struct {
 	rows   [][]string
 }
 
+// section is a part of the summary: the tables that one function makes
+// from the families it reads (after regroup), and, for a function that
+// makes one table a scenario, the name the summary gives them when they
+// have no row.
+type section struct {
+	families []string
+	tables   func(*dataset) []table
+	name     string
+}
+
+// one is a section's function that makes a single table.
+func one(f func(*dataset) table) func(*dataset) []table {
+	return func(d *dataset) []table { return []table{f(d)} }
+}
+
+// sections are the summary's parts, in order. A section without families
+// (the figures with denials) is empty in a good run, and is not listed
+// among those the run left out.
+var sections = []section{
+	{families: peerFamilies, tables: one(glanceTable)},
+	{families: peerFamilies, tables: one(peerTable)},
+	{families: []string{"Latency"}, tables: one(latencyTable)},
+	{families: []string{"BytesPerKey"}, tables: bytesTables, name: "Bytes per key"},
+	{families: []string{"Goroutines"}, tables: throughputTables, name: "Throughput (M ops/s) vs goroutines"},
+	{families: []string{"Allow"}, tables: one(twinTable)},
+	{families: []string{"Allow", "Goroutines", "Keys"}, tables: one(logTable)},
+	{families: []string{"Paired"}, tables: one(pairedTable)},
+	{families: peerFamilies, tables: one(registryTable)},
+	{families: peerFamilies, tables: one(costTable)},
+	{families: []string{"Allow"}, tables: one(churnTable)},
+	{families: []string{"Middleware"}, tables: one(middlewareTable)},
+	{families: []string{"Middleware"}, tables: one(countingTable)},
+	{families: []string{"Redis"}, tables: one(redisTable)},
+	{families: []string{"Middleware"}, tables: one(redisMiddlewareTable)},
+	{families: []string{"RLS"}, tables: one(rlsTable)},
+	{families: []string{"XDS", "TLS"}, tables: one(gatewayTable)},
+	{families: []string{"Idle"}, tables: one(idleTable)},
+	{families: []string{"Charge"}, tables: one(chargeTable)},
+	{families: []string{"InFlight"}, tables: one(inflightTable)},
+	{families: []string{"InFlightRedis"}, tables: one(inflightRedisTable)},
+	{tables: one(deniedTable)},
+}
+
 // summary renders the markdown summary; in names the source file, charts
-// the SVG files written beside summary.md.
+// the SVG files written beside summary.md. A section with no row in this
+// run (a run cut to the headline tables, a family that needs a
+// redis-server where there is none) is left out, and listed at the end
+// with the reason: its families did not run, or ran without the figures
+// it compares.
 func summary(d *dataset, in string, charts []string) string {
 	var b strings.Builder
 	b.WriteString(sourceLine(d, in) + "\n")
-	tables := []table{glanceTable(d), peerTable(d), latencyTable(d)}
-	tables = append(tables, bytesTables(d)...)
-	tables = append(tables, throughputTables(d)...)
-	tables = append(tables, twinTable(d), logTable(d), pairedTable(d), registryTable(d), costTable(d), churnTable(d), middlewareTable(d), countingTable(d), redisTable(d), redisMiddlewareTable(d), rlsTable(d), gatewayTable(d), idleTable(d), chargeTable(d), inflightTable(d), inflightRedisTable(d), deniedTable(d))
 	n := 0
-	for _, t := range tables {
-		if len(t.rows) == 0 {
+	var left []string
+	for _, s := range sections {
+		tables := s.tables(d)
+		rows := 0
+		for _, t := range tables {
+			if len(t.rows) == 0 {
+				continue
+			}
+			rows += len(t.rows)
+			n++
+			b.WriteString("\n")
+			t.write(&b, n)
+		}
+		if rows > 0 || len(s.families) == 0 {
 			continue
 		}
-		n++
-		b.WriteString("\n")
-		t.write(&b, n)
+		name := s.name
+		if name == "" && len(tables) > 0 {
+			name = tables[0].title
+		}
+		left = append(left, name+": "+d.why(s.families))
+	}
+	if len(left) > 0 {
+		b.WriteString("\n## Not in this run\n\n")
+		for _, l := range left {
+			b.WriteString("- " + l + "\n")
+		}
 	}
 	if len(charts) > 0 {
 		b.WriteString("\n## Charts\n\n")
@@ -43,6 +107,31 @@ func summary(d *dataset, in string, charts []string) string {
 		}
 	}
 	return b.String()
+}
+
+// why says why a section that reads families has no row: none of them
+// ran, or they ran without the figures it shows.
+func (d *dataset) why(families []string) string {
+	var ran, not []string
+	for _, f := range families {
+		if slices.ContainsFunc(d.order, func(k benchKey) bool { return k.family == f }) {
+			ran = append(ran, "Benchmark"+f)
+		} else {
+			not = append(not, "Benchmark"+f)
+		}
+	}
+	if len(ran) == 0 {
+		return "no figures of " + list(not, "or") + " in this run."
+	}
+	return list(ran, "and") + " ran, but not the scenarios or implementations it compares."
+}
+
+// list joins names as "a", "a or b", "a, b or c" (with conj "or").
+func list(names []string, conj string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " " + conj + " " + names[len(names)-1]
 }
 
 // sourceLine says where the figures come from.

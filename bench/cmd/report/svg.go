@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -82,7 +84,8 @@ func cmpFloat(a, b float64) int {
 }
 
 // writeCharts writes each chart that has data into dir and returns the
-// names of the files written; a chart without data gets a note on stderr.
+// names of the files written; a chart without data gets a note on
+// stderr, and its file in dir, an earlier run's, is removed.
 func writeCharts(d *dataset, dir string, stderr io.Writer) ([]string, error) {
 	charts := []struct {
 		file string
@@ -101,6 +104,9 @@ func writeCharts(d *dataset, dir string, stderr io.Writer) ([]string, error) {
 		svg, ok := c.svg(d)
 		if !ok {
 			fmt.Fprintf(stderr, "report: no data for %s, not written\n", c.file)
+			if err := os.Remove(filepath.Join(dir, c.file)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return written, err
+			}
 			continue
 		}
 		if err := os.WriteFile(filepath.Join(dir, c.file), []byte(svg), 0o644); err != nil {
