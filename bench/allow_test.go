@@ -86,33 +86,33 @@ func build(b *testing.B, impl Impl, o Options) Limiter {
 // BenchmarkAllow runs the scenarios on one key or a few: a hot key from one
 // goroutine and from every core, a denial flood on one exhausted key, new
 // keys on every call with eviction running, and 1,000 keys under a global
-// cap.
+// cap. Under -headline, only headlineAllow's scenarios, for headlineImpls.
 func BenchmarkAllow(b *testing.B) {
-	for _, impl := range append(slices.Clone(hotImpls), hotFloors...) {
-		b.Run("scenario=hotkey/impl="+impl.Name, func(b *testing.B) { benchHot(b, build(b, impl, Options{Rate: Plenty})) })
+	run := func(sc string, impls []Impl, f func(b *testing.B, impl Impl)) {
+		if headlineCuts(sc, headlineAllow...) {
+			return
+		}
+		for _, impl := range inHeadline(impls) {
+			b.Run("scenario="+sc+"/impl="+impl.Name, func(b *testing.B) { f(b, impl) })
+		}
 	}
-	for _, impl := range append(slices.Clone(parallelImpls), hotFloors...) {
-		b.Run("scenario=hotkey-parallel/impl="+impl.Name, func(b *testing.B) {
-			benchHotParallel(b, build(b, impl, Options{Rate: Plenty}))
-		})
-	}
+	run("hotkey", append(slices.Clone(hotImpls), hotFloors...), func(b *testing.B, impl Impl) {
+		benchHot(b, build(b, impl, Options{Rate: Plenty}))
+	})
+	run("hotkey-parallel", append(slices.Clone(parallelImpls), hotFloors...), func(b *testing.B, impl Impl) {
+		benchHotParallel(b, build(b, impl, Options{Rate: Plenty}))
+	})
 	// Every call is a denial on one exhausted key, from one goroutine and
 	// from every core. A denial that writes no shared memory scales with
 	// cores: compare the two.
+	var deniers []Impl
 	for _, impl := range parallelImpls {
-		if !impl.Denies {
-			continue
+		if impl.Denies {
+			deniers = append(deniers, impl)
 		}
-		b.Run("scenario=denial/impl="+impl.Name, func(b *testing.B) { benchDenial(b, build(b, impl, Options{Rate: Scarce}), false) })
 	}
-	for _, impl := range parallelImpls {
-		if !impl.Denies {
-			continue
-		}
-		b.Run("scenario=denial-parallel/impl="+impl.Name, func(b *testing.B) {
-			benchDenial(b, build(b, impl, Options{Rate: Scarce}), true)
-		})
-	}
+	run("denial", deniers, func(b *testing.B, impl Impl) { benchDenial(b, build(b, impl, Options{Rate: Scarce}), false) })
+	run("denial-parallel", deniers, func(b *testing.B, impl Impl) { benchDenial(b, build(b, impl, Options{Rate: Scarce}), true) })
 	// Every call is a key never seen before, and idle keys are evicted
 	// meanwhile ("churn"), or keys are bounded at 65,536 and each new one
 	// takes an old one's place ("churn-bounded": floodgate's MaxKeys,
@@ -126,20 +126,16 @@ func BenchmarkAllow(b *testing.B) {
 		{"churn-parallel", Options{Rate: Plenty, IdleTTL: 100 * time.Millisecond}},
 		{"churn-bounded-parallel", Options{Rate: Plenty, MaxKeys: 1 << 16}},
 	} {
-		for _, impl := range floorImpls {
-			b.Run("scenario="+sc.name+"/impl="+impl.Name, func(b *testing.B) { benchChurn(b, build(b, impl, sc.o)) })
-		}
+		run(sc.name, floorImpls, func(b *testing.B, impl Impl) { benchChurn(b, build(b, impl, sc.o)) })
 	}
 	// 1,000 keys and a global cap that is asked on every grant: every
 	// request also writes one shared word.
-	for _, impl := range keyImpls {
-		b.Run("scenario=globalcap-parallel/impl="+impl.Name, func(b *testing.B) {
-			global := Plenty
-			l := build(b, impl, Options{Rate: Plenty, Global: &global})
-			ks := keySet(1000)
-			benchPicks(b, l, ks, picks(len(ks), "uniform"), true)
-		})
-	}
+	run("globalcap-parallel", keyImpls, func(b *testing.B, impl Impl) {
+		global := Plenty
+		l := build(b, impl, Options{Rate: Plenty, Global: &global})
+		ks := keySet(1000)
+		benchPicks(b, l, ks, picks(len(ks), "uniform"), true)
+	})
 }
 
 // hot calls Allow on one key, from one goroutine or from every core, and
@@ -241,9 +237,11 @@ var keyCounts = []struct {
 //	scenario=1M-uniform/g=N     throughput with N goroutines
 //
 // The sliding log and its twin run the 1K-key set alone, after the rest.
+// Under -headline, each key set runs only N-uniform-parallel, and 1M
+// 1M-bytes too, for headlineImpls, and the sliding log not at all.
 func BenchmarkKeys(b *testing.B) {
 	counts := parseCounts(b, *goroutinesFlag)
-	for _, impl := range floorImpls {
+	for _, impl := range inHeadline(floorImpls) {
 		b.Run("impl="+impl.Name, func(b *testing.B) {
 			for _, kc := range keyCounts {
 				ks := keySet(kc.n)
@@ -256,7 +254,7 @@ func BenchmarkKeys(b *testing.B) {
 					})
 				}
 				benchDists(b, l, kc.name, ks)
-				if kc.n == 1_000_000 {
+				if kc.n == 1_000_000 && !headline() {
 					seq := picks(kc.n, "uniform")
 					b.Run("scenario=1M-uniform-latency", func(b *testing.B) { benchLatency(b, l, ks, seq) })
 					if slices.Contains(sweepKeys, impl.Name) {
@@ -270,6 +268,9 @@ func BenchmarkKeys(b *testing.B) {
 		})
 	}
 	for _, impl := range logKeyImpls {
+		if headline() {
+			break
+		}
 		b.Run("impl="+impl.Name, func(b *testing.B) {
 			kc := keyCounts[0]
 			ks := keySet(kc.n)
@@ -281,11 +282,17 @@ func BenchmarkKeys(b *testing.B) {
 }
 
 // benchDists runs the key-set scenarios on l, which holds ks: keys picked
-// uniformly and by Zipf, from one goroutine and from every core.
+// uniformly and by Zipf, from one goroutine and from every core (under
+// -headline, uniformly from every core only).
 func benchDists(b *testing.B, l Limiter, name string, ks []string) {
 	for _, dist := range []string{"uniform", "zipf"} {
+		if headlineCuts(dist, "uniform") {
+			continue
+		}
 		seq := picks(len(ks), dist)
-		b.Run("scenario="+name+"-"+dist+"-1", func(b *testing.B) { benchPicks(b, l, ks, seq, false) })
+		if !headline() {
+			b.Run("scenario="+name+"-"+dist+"-1", func(b *testing.B) { benchPicks(b, l, ks, seq, false) })
+		}
 		b.Run("scenario="+name+"-"+dist+"-parallel", func(b *testing.B) { benchPicks(b, l, ks, seq, true) })
 	}
 }

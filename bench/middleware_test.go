@@ -119,11 +119,16 @@ func clientRequests(n int) []*http.Request {
 // goroutine: the middleware's overhead is its figure minus bare's. Then
 // benchMiddlewareRedis compares the middlewares that keep their limits on
 // Redis, with 64 requests at once (scenario=redis-clients-N, g=64).
+// Under -headline, neither the uncounted middleware nor, on Redis, the
+// routes of two policies and two tiers run.
 func BenchmarkMiddleware(b *testing.B) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	for _, clients := range []int{1, 1000} {
 		reqs := clientRequests(clients)
 		for _, m := range middlewares {
+			if headlineCuts(m.name, "bare", "floodgate", "httprate", "golimiter") {
+				continue
+			}
 			b.Run("scenario=clients-"+strconv.Itoa(clients)+"/impl="+m.name, func(b *testing.B) {
 				h := m.make(b)(ok)
 				w := &discard{h: http.Header{}}
@@ -325,6 +330,9 @@ func benchMiddlewareRedis(b *testing.B, ok http.Handler) {
 	for _, clients := range []int{1, 1000} {
 		reqs := clientRequests(clients)
 		for _, m := range redisMiddlewares {
+			if headlineCuts(m.name, "bare", "floodgate", "floodgate-redis", "floodgate-redis-lease", "ulule-redis", "throttled-redis") {
+				continue
+			}
 			b.Run("scenario=redis-clients-"+strconv.Itoa(clients)+"/impl="+m.name+"/g="+strconv.Itoa(mwRedisG), func(b *testing.B) {
 				var (
 					c  *redis.Client

@@ -114,8 +114,9 @@ func redislimitPeer(b *testing.B, c *redis.Client, lease redislimit.Lease) redis
 // usec_per_call). Then, at one goroutine, where a check is a round trip's
 // latency and two runs seconds apart differ by more than the two
 // limiters do, it runs floodgate and redis_rate in turn (scenarios
-// 1K-keys-paired and hotkey-paired; see benchRedisPaired). Without
-// redis-server it skips, with a message.
+// 1K-keys-paired and hotkey-paired; see benchRedisPaired). Under
+// -headline, 1 and 64 goroutines only. Without redis-server it skips,
+// with a message.
 func BenchmarkRedis(b *testing.B) {
 	if _, err := redistest.Find(); err != nil {
 		b.Skip(err)
@@ -145,6 +146,9 @@ func BenchmarkRedis(b *testing.B) {
 		}
 		for _, sc := range scenarios {
 			for _, g := range []int{1, 8, 64} {
+				if headlineCuts(strconv.Itoa(g), "1", "64") {
+					continue
+				}
 				b.Run("impl="+peer.name+"/scenario="+sc.name+"/g="+strconv.Itoa(g), func(b *testing.B) {
 					runFor(g, 200*time.Millisecond, checkLoop(p.check, nil, sc.keys, nil, nil))
 					if peer.redis {

@@ -85,9 +85,10 @@ type rlsServer struct {
 // the runtime's alone (runtime-cpu-ns: the garbage collector, the
 // scheduler) and the service's own (own-cpu-ns); see cpuShares. With
 // FLOODGATE_RLS_PROFILES set to a directory, the profiles are kept there,
-// one a scenario and service, the last pass's. Without
-// redis-server or the module proxy it runs none of them, and says so,
-// unless FLOODGATE_REQUIRE_REDIS=1.
+// one a scenario and service, the last pass's. Under -headline it takes
+// no profile, and reports none of the four. Without redis-server or the
+// module proxy it runs none of them, and says so, unless
+// FLOODGATE_REQUIRE_REDIS=1.
 func BenchmarkRLS(b *testing.B) {
 	if _, err := redistest.Find(); err != nil && os.Getenv(redistest.Require) != "1" {
 		b.Logf("no rate-limit service scenarios: %v", err)
@@ -225,7 +226,11 @@ func BenchmarkRLS(b *testing.B) {
 				b.ReportMetric(cmds/float64(served), "cmds/req")
 				b.ReportMetric(scripts/float64(served), "scripts/req")
 
-				// The profile, taken under the same load.
+				// The profile, taken under the same load, for a second
+				// whatever -benchtime says: not under -headline.
+				if headline() {
+					return
+				}
 				var save string
 				if dir := os.Getenv("FLOODGATE_RLS_PROFILES"); dir != "" {
 					save = filepath.Join(dir, sc.name+"-"+s.name+".pprof")
