@@ -111,9 +111,9 @@ test-cross:
 	 set -e; for m in $(MODULES); do echo "$$m: 386"; (cd $$m && GOARCH=386 $(GO) vet ./... && GOARCH=386 $(GO) test -count=1 $$run386 ./...); done
 	$(call each,MODULES,GOOS=windows $(GO) vet ./... && GOOS=windows $(GO) test -count=1 -exec true ./...)
 
-# The whole of `make bench` in its quick form (one pass, one iteration of
-# every benchmark, into a temporary folder): a harness that fails its own
-# run fails here, before it lands.
+# The whole of `make bench` and of `make bench-full` in their quick form
+# (one pass, one iteration of every benchmark, each into a temporary
+# folder): a harness that fails its own run fails here, before it lands.
 bench-smoke:
 	cd bench && FLOODGATE_BENCH_PIPELINE=1 $(GO) test -count=1 -run '^TestBenchPipeline$$' -timeout 30m .
 
@@ -131,24 +131,35 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./inflight
 
-# `make bench` runs bench/run.sh: the harness built once and run COUNT
-# times, one pass after another, so that every implementation's samples
-# interleave in time; the raw output with the machine's description,
-# benchstat's comparison and cmd/report's summary and charts go to
-# $(RESULTS)/. A failing benchmark (only a limiter that admits past its
-# rule fails one) stops no pass, and the run then exits 1.
-# `make bench-full` is the long run for a quiet many-core machine.
-# BENCHES names the families a pass runs; BenchmarkIdle (Idle) leaves
+# `make bench` and `make bench-full` run bench/run.sh: the harness built
+# once and run COUNT times, one pass after another, so that every
+# implementation's samples interleave in time; the raw output with the
+# machine's description, benchstat's comparison and cmd/report's summary
+# and charts go to a folder. A failing benchmark (only a limiter that
+# admits past its rule fails one) stops no pass, and the run then exits 1.
+#
+# `make bench` runs the benchmarks of the headline tables (SET=headline:
+# BenchmarkAllow, Keys, Middleware, Redis and RLS, cut by the harness's
+# -headline to one hot key and 1K to 1M keys beside the per-key peers,
+# the middleware in process and on Redis, Redis beside redis_rate,
+# floodgate-rls beside envoyproxy/ratelimit) into $(RESULTS)/, in some
+# 5 minutes on 2 cores; its summary lists the tables it leaves out.
+# `make bench-full` runs every benchmark of every family (SET=full) into
+# $(RESULTS_FULL)/, in some 27 minutes on 2 cores: BenchmarkIdle leaves
 # floodgate-rls idle for 10 s in each of its two scenarios whatever
-# BENCHTIME says, some 27 s of each pass on 2 cores; BenchmarkXDS's load
-# runs 20 s a service whatever it says, some 50 s a pass with its pushes;
-# BenchmarkInFlightRedis's renewals hold their slots 2 s each, 4 s a pass.
-GOROUTINES ?= 1,4,64
-BENCHES    ?= ^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight|InFlightRedis)$$
+# BENCHTIME says, BenchmarkXDS's load runs 20 s a service, and
+# BenchmarkRLS profiles each service for a second a scenario. On a quiet
+# many-core machine, `make bench-full COUNT=10 BENCHTIME=1s
+# GOROUTINES=1,2,4,8,16,64` is the long run. BENCHES (a -test.bench
+# pattern) narrows either to some families: `make bench-full
+# BENCHES='^BenchmarkCharge$$'`.
+GOROUTINES   ?= 1,4,64
+BENCHES      ?=
+RESULTS_FULL ?= $(RESULTS)/full
+bench-env = GO='$(GO)' BENCHSTAT='$(BENCHSTAT)' COUNT='$(COUNT)' BENCHTIME='$(BENCHTIME)' GOROUTINES='$(GOROUTINES)' BENCHES='$(BENCHES)'
 
 bench:
-	GO='$(GO)' BENCHSTAT='$(BENCHSTAT)' COUNT='$(COUNT)' BENCHTIME='$(BENCHTIME)' GOROUTINES='$(GOROUTINES)' \
-	  BENCHES='$(BENCHES)' RESULTS='$(RESULTS)' MAKECMD='make bench' bench/run.sh
+	$(bench-env) SET=headline RESULTS='$(RESULTS)' MAKECMD='make bench' bench/run.sh
 
 bench-full:
-	$(MAKE) bench COUNT=10 BENCHTIME=1s GOROUTINES=1,2,4,8,16,64 RESULTS=results/full
+	$(bench-env) SET=full RESULTS='$(RESULTS_FULL)' MAKECMD='make bench-full' bench/run.sh

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# The pipeline of `make bench`, from the repository root: build the harness
-# in bench/ once, run it COUNT times, one pass after another, so that every
-# implementation's samples interleave in time (on a shared, noisy machine
-# that is what keeps their ratios fair), keep the raw output with the
-# machine's description under RESULTS, write benchstat's comparison with
-# the implementations as columns, and print the summary (ratios, latency,
-# bytes per key, throughput) that bench/cmd/report makes, with its SVG
-# charts, from the raw output.
+# The pipeline of `make bench` and `make bench-full`, from the repository
+# root: build the harness in bench/ once, run it COUNT times, one pass
+# after another, so that every implementation's samples interleave in time
+# (on a shared, noisy machine that is what keeps their ratios fair), keep
+# the raw output with the machine's description under RESULTS, write
+# benchstat's comparison with the implementations as columns, and print
+# the summary (ratios, latency, bytes per key, throughput) that
+# bench/cmd/report makes, with its SVG charts, from the raw output.
+#
+# SET says which benchmarks a pass runs. headline (make bench) runs those
+# of the headline tables, the harness's -headline cut of HEADLINE_BENCHES:
+# one hot key and a million keys beside the per-key peers, the HTTP
+# middleware, Redis beside redis_rate, floodgate-rls beside
+# envoyproxy/ratelimit; some 40 s a pass on 2 cores. full (make
+# bench-full) runs every benchmark of FULL_BENCHES, every family whole;
+# some 4½ minutes a pass, of which BenchmarkIdle takes 27 s and
+# BenchmarkXDS 50 s whatever BENCHTIME says (each leaves a service idle,
+# or loads it, for a fixed time), and BenchmarkRLS's CPU profiles 16 s.
 #
 # A pass with a failing benchmark (only a limiter that admits past its
 # rule fails one; denials are reported, not failed) does not stop the run:
@@ -14,21 +24,38 @@
 # says so. Any other step that fails stops it with that step's status.
 #
 # Settings, from the environment (the Makefile passes its own):
-#   GO, BENCHSTAT (a go run argument), COUNT, BENCHTIME, GOROUTINES,
-#   BENCHES (a -test.bench pattern), RESULTS (a folder), and MAKECMD, the
-#   command line recorded at the head of the raw output.
+#   GO, BENCHSTAT (a go run argument), SET (headline or full), COUNT,
+#   BENCHTIME, GOROUTINES, BENCHES (a -test.bench pattern; empty: SET's
+#   families), RESULTS (a folder), and MAKECMD, the command line recorded
+#   at the head of the raw output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-: "${GO:=go}" "${COUNT:=6}" "${BENCHTIME:=100ms}" "${GOROUTINES:=1,4,64}" "${RESULTS:=results}"
+HEADLINE_BENCHES='^Benchmark(Allow|Keys|Middleware|Redis|RLS)$'
+FULL_BENCHES='^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight|InFlightRedis)$'
+
+: "${GO:=go}" "${SET:=headline}" "${COUNT:=6}" "${BENCHTIME:=100ms}" "${GOROUTINES:=1,4,64}" "${RESULTS:=results}"
 : "${BENCHSTAT:=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}"
-: "${BENCHES:=^Benchmark(Allow|Keys|Latency|Goroutines|Paired|BytesPerKey|DependentLoad|ClockRead|Middleware|Redis|RLS|XDS|TLS|Idle|Charge|InFlight|InFlightRedis)\$}"
 : "${MAKECMD:=bench/run.sh}"
+case "$SET" in
+headline)
+	: "${BENCHES:=$HEADLINE_BENCHES}"
+	cut=(-headline)
+	;;
+full)
+	: "${BENCHES:=$FULL_BENCHES}"
+	cut=()
+	;;
+*)
+	echo "bench/run.sh: SET=$SET: want headline (make bench) or full (make bench-full)" >&2
+	exit 2
+	;;
+esac
 
 mkdir -p "$RESULTS"
 results=$(cd "$RESULTS" && pwd)
 raw=$results/bench-raw.txt
-args=(-test.run '^$' -test.bench "$BENCHES" -test.benchmem -test.count 1 -test.benchtime "$BENCHTIME" -goroutines "$GOROUTINES")
+args=(-test.run '^$' -test.bench "$BENCHES" -test.benchmem -test.count 1 -test.benchtime "$BENCHTIME" -goroutines "$GOROUTINES" ${cut[@]+"${cut[@]}"})
 
 (cd bench && "$GO" test -c -o bench.test .)
 # The services' binaries (envoyproxy/ratelimit's, floodgate-rls's), built
@@ -37,8 +64,11 @@ bins=$(mktemp -d)
 trap 'rm -rf "$bins"' EXIT
 export FLOODGATE_BENCH_BINS=$bins
 
+# What a run writes is no change to the code it measures.
+exclude=(":!results")
+case "$RESULTS" in /*) ;; *) exclude+=(":!$RESULTS") ;; esac
 dirty=""
-if git status --porcelain -- . ":!$RESULTS" 2>/dev/null | grep -q .; then
+if git status --porcelain -- . "${exclude[@]}" 2>/dev/null | grep -q .; then
 	dirty=" (with uncommitted changes)"
 fi
 {
@@ -57,6 +87,6 @@ done
 "$GO" run "$BENCHSTAT" -col /impl "$raw" > "$results/bench-benchstat.txt"
 (cd bench && "$GO" run ./cmd/report -in "$raw" -out "$results")
 if [ "$failed" -gt 0 ]; then
-	echo "make bench: $failed of $COUNT passes had a failing benchmark (--- FAIL in $raw); $RESULTS was written all the same" >&2
+	echo "$MAKECMD: $failed of $COUNT passes had a failing benchmark (--- FAIL in $raw); $RESULTS was written all the same" >&2
 	exit 1
 fi
