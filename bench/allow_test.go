@@ -362,7 +362,7 @@ func checkDenied(b *testing.B, denied int64, calls int) {
 // without the calibration runs: the testing package collects garbage
 // before each run, and with a 1M-key limiter alive each collection costs
 // more than the run, so one timed run instead of four or five is what
-// keeps make bench under ten minutes. Each worker returns its call count;
+// keeps the key sets' runs short. Each worker returns its call count;
 // timed returns their sum.
 func timed(b *testing.B, g int, work func(stop *atomic.Bool) int) (calls int) {
 	var before, after runtime.MemStats
@@ -461,8 +461,8 @@ func benchLatency(b *testing.B, l Limiter, ks []string, seq []uint32) {
 // BenchmarkGoroutines runs a fixed number of goroutines, each taking an
 // equal share of the calls, on one hot key (BenchmarkKeys does the same at
 // 1M keys): its ns/op is wall time per call, the inverse of throughput.
-// The counts come from -goroutines (make bench-full runs 1, 2, 4, 8, 16
-// and 64).
+// The counts come from -goroutines (make bench-full runs 1, 4 and 64,
+// and the long run on a many-core machine passes 1,2,4,8,16,64).
 func BenchmarkGoroutines(b *testing.B) {
 	counts := parseCounts(b, *goroutinesFlag)
 	for _, impl := range sweepHot {

@@ -132,10 +132,10 @@ func goModLine(t *testing.T) string {
 // TestBenchSets checks bench/run.sh's two sets against the harness:
 // FULL_BENCHES (make bench-full) runs every benchmark the package
 // declares but BenchmarkMapLoad, so that a family added to the harness
-// cannot be left out of the full run; HEADLINE_BENCHES (make bench) runs the families that
-// -headline cuts to the headline tables, each of them in the full set
-// too; and the Makefile passes no BENCHES of its own by default, so that
-// each target runs its set.
+// cannot be left out of the full run; HEADLINE_BENCHES (make bench)
+// runs the families that -headline cuts to the headline tables, each of
+// them in the full set too; and the Makefile passes no BENCHES of its
+// own by default, so that each target runs its set.
 func TestBenchSets(t *testing.T) {
 	sh, err := os.ReadFile("run.sh")
 	if err != nil {

@@ -47,8 +47,9 @@
 // against another. cmd/modes shows, round by round, how the machine runs
 // busy goroutines side by side (whether its cores run apart or share),
 // and the sliding log on a hot key against its parallel floor and its
-// twin. cmd/report turns the raw output
-// into the summary tables and SVG charts under results/. `make bench` at
-// the repository root runs all of it; the harness measures and reports,
-// and never asserts speed.
+// twin. cmd/report turns the raw output into the summary tables and SVG
+// charts under results/. `make bench-full` at the repository root runs
+// all of it, and `make bench` what the headline tables need (see
+// -headline); the harness measures and reports, and never asserts
+// speed.
 package bench

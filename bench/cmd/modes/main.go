@@ -23,7 +23,7 @@
 //	go run ./cmd/modes -rounds 200
 //
 // The figures are for finding the mechanism behind a result; the claims
-// come from make bench (BenchmarkPaired).
+// come from make bench-full (BenchmarkPaired).
 package main
 
 import (

@@ -12,9 +12,10 @@
 // Keys are "client-0" on, picked uniformly or by Zipf(s=1.1) as in make
 // bench, under Plenty, from -g goroutines. Each limiter holds every key
 // before the first round, and one round not counted warms them (see
-// bench.Interleave, which make bench's BenchmarkPaired runs too). The
-// figures are for choosing between designs: performance claims come from
-// make bench, or from runs committed under results/.
+// bench.Interleave, which make bench-full's BenchmarkPaired runs too).
+// The figures are for choosing between designs: performance claims come
+// from make bench and make bench-full, or from runs committed under
+// results/.
 package main
 
 import (
