@@ -82,7 +82,9 @@ fi
 failed=0
 for i in $(seq "$COUNT"); do
 	echo "pass $i of $COUNT" >&2
+	start=$SECONDS
 	(cd bench && ./bench.test "${args[@]}") >> "$raw" || failed=$((failed + 1))
+	echo "pass $i of $COUNT took $((SECONDS - start)) s" >&2
 done
 "$GO" run "$BENCHSTAT" -col /impl "$raw" > "$results/bench-benchstat.txt"
 (cd bench && "$GO" run ./cmd/report -in "$raw" -out "$results")
