@@ -361,6 +361,8 @@ func serviceBinaries(b *testing.B) (peer, ours string) {
 				return
 			}
 			s.temp = dir
+		} else if s.err = os.MkdirAll(dir, 0o755); s.err != nil {
+			return
 		}
 		s.peer, s.ours = filepath.Join(dir, "ratelimit"), filepath.Join(dir, "floodgate-rls")
 		for _, x := range []struct{ dir, bin, pkg string }{
