@@ -95,7 +95,7 @@ func summary(d *dataset, in string, charts []string) string {
 		left = append(left, name+": "+d.why(s.families))
 	}
 	if len(left) > 0 {
-		b.WriteString("\n## Not in this run\n\n")
+		b.WriteString("\n## Not in this run\n\nTables with no figures in this run (`make bench` runs the headline tables' benchmarks, `make bench-full` every one):\n\n")
 		for _, l := range left {
 			b.WriteString("- " + l + "\n")
 		}
