@@ -142,8 +142,8 @@ fuzz:
 # BenchmarkAllow, Keys, Middleware, Redis and RLS, cut by the harness's
 # -headline to one hot key and 1K to 1M keys beside the per-key peers,
 # the middleware in process and on Redis, Redis beside redis_rate,
-# floodgate-rls beside envoyproxy/ratelimit) into $(RESULTS)/, in some
-# 5 minutes on 2 cores; its summary lists the tables it leaves out.
+# floodgate-rls beside envoyproxy/ratelimit) into $(RESULTS)/, in under
+# 6 minutes on 2 cores; its summary lists the tables it leaves out.
 # `make bench-full` runs every benchmark of every family (SET=full) into
 # $(RESULTS_FULL)/, in some 27 minutes on 2 cores: BenchmarkIdle leaves
 # floodgate-rls idle for 10 s in each of its two scenarios whatever

@@ -12,7 +12,7 @@
 # of the headline tables, the harness's -headline cut of HEADLINE_BENCHES:
 # one hot key and a million keys beside the per-key peers, the HTTP
 # middleware, Redis beside redis_rate, floodgate-rls beside
-# envoyproxy/ratelimit; some 40 s a pass on 2 cores. full (make
+# envoyproxy/ratelimit; under a minute a pass on 2 cores. full (make
 # bench-full) runs every benchmark of FULL_BENCHES, every family whole;
 # some 4½ minutes a pass, of which BenchmarkIdle takes 27 s and
 # BenchmarkXDS 50 s whatever BENCHTIME says (each leaves a service idle,
