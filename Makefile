@@ -147,8 +147,9 @@ fuzz:
 # `make bench-full` runs every benchmark of every family (SET=full) into
 # $(RESULTS_FULL)/, in some 27 minutes on 2 cores: BenchmarkIdle leaves
 # floodgate-rls idle for 10 s in each of its two scenarios whatever
-# BENCHTIME says, BenchmarkXDS's load runs 20 s a service, and
-# BenchmarkRLS profiles each service for a second a scenario. On a quiet
+# BENCHTIME says, BenchmarkXDS's load runs 20 s a service,
+# BenchmarkRLS profiles each service for a second a scenario, and
+# BenchmarkInFlightRedis's renewals hold their slots 4 s. On a quiet
 # many-core machine, `make bench-full COUNT=10 BENCHTIME=1s
 # GOROUTINES=1,2,4,8,16,64` is the long run. BENCHES (a -test.bench
 # pattern) narrows either to some families: `make bench-full
