@@ -29,7 +29,7 @@ API = $(GO) run ./internal/cmd/apifile -go '$(GO)' -dir api
 # Runs a command in every module: $(call each,MODULES,command).
 each = @set -e; for m in $($(1)); do echo "== $$m"; (cd $$m && $(2)); done
 
-.PHONY: test check check-host lint api api-count test-quick test-full test-heap test-chaos oldest-go test-cross bench-smoke stress fuzz bench bench-full
+.PHONY: test check check-host lint filesize api api-count test-quick test-full test-heap test-chaos oldest-go test-cross bench-smoke stress fuzz bench bench-full
 
 # Lint, then every test of every module under the race detector in its
 # quick form, then the heap tests without it. 5 minutes on 2 cores with
@@ -45,9 +45,9 @@ check: check-host test-cross bench-smoke
 # amd64 and on a real arm64 runner.
 check-host: lint test-full test-heap test-chaos oldest-go
 
-# gofmt, the API files, then go vet and staticcheck in every module (and
-# vet of the chaos build's files).
-lint:
+# The file sizes, gofmt, the API files, then go vet and staticcheck in
+# every module (and vet of the chaos build's files).
+lint: filesize
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(API) $(LIBRARIES)
 	$(GO) vet -tags chaos ./...
@@ -58,6 +58,11 @@ api:
 
 api-count:
 	@$(API) -count $(LIBRARIES)
+
+# No non-test, non-generated .go file of any module over 700 lines, each
+# named (.ci/filesize): a file that grows past that is split by concern.
+filesize:
+	@.ci/filesize
 
 # Every test of every module under -race, in the quick form that
 # FLOODGATE_QUICK=1 gives the longest ones (fuzz seeds, stress at a
