@@ -2,12 +2,12 @@ package atomicbucket
 
 import (
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/bucket"
+	"github.com/floodgate-go/floodgate/internal/reading"
 )
 
 // Bucket is a lock-free token bucket. Make one with New; its methods are
@@ -19,8 +19,7 @@ type Bucket struct {
 	// whole number of nanoseconds): the old state then retires, carrying
 	// what it held to its successor exactly, and every call moves on to it.
 	state    atomic.Pointer[bucket.Bucket]
-	base     time.Time // the time New was given
-	unix     int64     // base in Unix nanoseconds: readings are on this scale
+	base     reading.Base // the time the constructor was given: readings are Unix nanoseconds from it
 	capacity int64
 }
 
@@ -38,34 +37,19 @@ func New(limit int64, period time.Duration, burst int64, now time.Time) (*Bucket
 	if err != nil {
 		return nil, fmt.Errorf("atomicbucket: %w", err)
 	}
-	b := &Bucket{base: now, unix: now.UnixNano(), capacity: burst}
+	b := &Bucket{base: reading.New(now), capacity: burst}
 	if burst == 0 {
 		b.capacity = limit
 	}
-	b.state.Store(bucket.New(p, b.unix))
+	b.state.Store(bucket.New(p, b.base.Unix()))
 	return b, nil
-}
-
-// reading returns now on the bucket's scale: the Unix time New was given
-// plus the time since then, on the monotonic clock when both readings
-// carry it, saturating.
-func (b *Bucket) reading(now time.Time) int64 {
-	d := int64(now.Sub(b.base))
-	r := b.unix + d
-	switch {
-	case d > 0 && r < b.unix:
-		return math.MaxInt64
-	case d < 0 && r > b.unix:
-		return math.MinInt64
-	}
-	return r
 }
 
 // Allow reports whether a request of cost 1 passes at now, and takes its
 // token if it does. It is AllowN's verdict alone, without the Decision's
 // arithmetic: the call for a hot path.
 func (b *Bucket) Allow(now time.Time) bool {
-	t := b.reading(now)
+	t := b.base.At(now)
 	for {
 		s := b.state.Load()
 		if allowed, live := s.Take(t, 1); live {
@@ -82,7 +66,7 @@ func (b *Bucket) Allow(now time.Time) bool {
 // floodgate.Never, as is that of a reading more than the bucket's range
 // before New's now.
 func (b *Bucket) AllowN(now time.Time, n int64) floodgate.Decision {
-	t := b.reading(now)
+	t := b.base.At(now)
 	for {
 		s := b.state.Load()
 		if d, live := s.AllowN(t, n); live {
@@ -94,7 +78,7 @@ func (b *Bucket) AllowN(now time.Time, n int64) floodgate.Decision {
 
 // Peek returns what AllowN(now, 1) would answer, and takes nothing.
 func (b *Bucket) Peek(now time.Time) floodgate.Decision {
-	t := b.reading(now)
+	t := b.base.At(now)
 	for {
 		s := b.state.Load()
 		if d, live := s.Peek(t); live {
@@ -118,7 +102,7 @@ func (b *Bucket) Peek(now time.Time) floodgate.Decision {
 // nanoseconds, 39 hours at the finest scale): that error wraps
 // floodgate.ErrDebtBound and says how much more may be charged.
 func (b *Bucket) ChargeN(now time.Time, n int64) (floodgate.Decision, error) {
-	t := b.reading(now)
+	t := b.base.At(now)
 	for {
 		s := b.state.Load()
 		if d, live, err := s.ChargeN(t, n); live {
@@ -148,7 +132,7 @@ func (b *Bucket) Refund(n int64) error {
 		// The state moved its origin: its successor carries the grant.
 		// (The reading matters only to a successor after a reset, which
 		// no Bucket makes.)
-		b.state.CompareAndSwap(s, s.Successor(b.unix))
+		b.state.CompareAndSwap(s, s.Successor(b.base.Unix()))
 	}
 }
 

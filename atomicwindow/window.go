@@ -2,11 +2,11 @@ package atomicwindow
 
 import (
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reading"
 	"github.com/floodgate-go/floodgate/internal/window"
 )
 
@@ -19,8 +19,7 @@ type Window struct {
 	// still counts to its successor exactly, and every call moves on to
 	// it.
 	state atomic.Pointer[window.Window]
-	base  time.Time // the time the constructor was given
-	unix  int64     // base in Unix nanoseconds: readings are on this scale
+	base  reading.Base // the time the constructor was given: readings are Unix nanoseconds from it
 }
 
 // NewFixed returns a fixed window of limit per period, that has admitted
@@ -42,31 +41,16 @@ func newWindow(kind window.Kind, limit int64, period time.Duration, now time.Tim
 	if err != nil {
 		return nil, fmt.Errorf("atomicwindow: %w", err)
 	}
-	w := &Window{base: now, unix: now.UnixNano()}
-	w.state.Store(window.New(p, w.unix))
+	w := &Window{base: reading.New(now)}
+	w.state.Store(window.New(p, w.base.Unix()))
 	return w, nil
-}
-
-// reading returns now on the window's scale: the Unix time the
-// constructor was given plus the time since then, on the monotonic clock
-// when both readings carry it, saturating.
-func (w *Window) reading(now time.Time) int64 {
-	d := int64(now.Sub(w.base))
-	r := w.unix + d
-	switch {
-	case d > 0 && r < w.unix:
-		return math.MaxInt64
-	case d < 0 && r > w.unix:
-		return math.MinInt64
-	}
-	return r
 }
 
 // Allow reports whether a request of cost 1 passes at now, and counts it
 // if it does. It is AllowN's verdict alone, without the Decision's
 // arithmetic: the call for a hot path.
 func (w *Window) Allow(now time.Time) bool {
-	t := w.reading(now)
+	t := w.base.At(now)
 	for {
 		s := w.state.Load()
 		if allowed, live := s.Take(t, 1); live {
@@ -82,7 +66,7 @@ func (w *Window) Allow(now time.Time) bool {
 // limit can never pass. A reading from a window before the latest one
 // counted is denied: that window's count is no longer held.
 func (w *Window) AllowN(now time.Time, n int64) floodgate.Decision {
-	t := w.reading(now)
+	t := w.base.At(now)
 	for {
 		s := w.state.Load()
 		if d, live := s.AllowN(t, n); live {
@@ -94,7 +78,7 @@ func (w *Window) AllowN(now time.Time, n int64) floodgate.Decision {
 
 // Peek returns what AllowN(now, 1) would answer, and counts nothing.
 func (w *Window) Peek(now time.Time) floodgate.Decision {
-	t := w.reading(now)
+	t := w.base.At(now)
 	for {
 		s := w.state.Load()
 		if d, live := s.Peek(t); live {
@@ -117,7 +101,7 @@ func (w *Window) Peek(now time.Time) floodgate.Decision {
 // 256 times the limit for ordinary limits): that error wraps
 // floodgate.ErrDebtBound, with the key as it stands in the Decision.
 func (w *Window) ChargeN(now time.Time, n int64) (floodgate.Decision, error) {
-	t := w.reading(now)
+	t := w.base.At(now)
 	for {
 		s := w.state.Load()
 		if d, live, err := s.ChargeN(t, n); live {
@@ -137,7 +121,7 @@ func (w *Window) Refund(at time.Time, n int64) error {
 	if n < 1 {
 		return fmt.Errorf("atomicwindow: a refund must be at least 1, got %d", n)
 	}
-	t := w.reading(at)
+	t := w.base.At(at)
 	for {
 		s := w.state.Load()
 		if s.Refund(t, n) {

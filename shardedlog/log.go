@@ -2,10 +2,10 @@ package shardedlog
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/reading"
 	"github.com/floodgate-go/floodgate/internal/shardlog"
 )
 
@@ -13,8 +13,7 @@ import (
 // safe for concurrent use.
 type Log struct {
 	state state
-	base  time.Time // the time New was given
-	unix  int64     // base in Unix nanoseconds: readings are on this scale
+	base  reading.Base // the time the constructor was given: readings are Unix nanoseconds from it
 }
 
 // state is the log: the lock-free one, or its twin behind a mutex where
@@ -35,35 +34,20 @@ func New(limit int64, period time.Duration, now time.Time) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shardedlog: %w", err)
 	}
-	l := &Log{base: now, unix: now.UnixNano()}
+	l := &Log{base: reading.New(now)}
 	if shardlog.LockFree() {
-		l.state = shardlog.New(p, l.unix)
+		l.state = shardlog.New(p, l.base.Unix())
 	} else {
-		l.state = shardlog.NewMutex(p, l.unix)
+		l.state = shardlog.NewMutex(p, l.base.Unix())
 	}
 	return l, nil
-}
-
-// reading returns now on the log's scale: the Unix time New was given
-// plus the time since then, on the monotonic clock when both readings
-// carry it, saturating.
-func (l *Log) reading(now time.Time) int64 {
-	d := int64(now.Sub(l.base))
-	r := l.unix + d
-	switch {
-	case d > 0 && r < l.unix:
-		return math.MaxInt64
-	case d < 0 && r > l.unix:
-		return math.MinInt64
-	}
-	return r
 }
 
 // Allow reports whether a request of cost 1 passes at now, and admits it
 // if it does. It is AllowN's verdict alone, without the Decision's
 // arithmetic: the call for a hot path.
 func (l *Log) Allow(now time.Time) bool {
-	allowed, _ := l.state.Take(l.reading(now), 1)
+	allowed, _ := l.state.Take(l.base.At(now), 1)
 	return allowed
 }
 
@@ -73,13 +57,13 @@ func (l *Log) Allow(now time.Time) bool {
 // for it to fit. A cost below 1 or above the limit can never pass: its
 // RetryAfter is floodgate.Never.
 func (l *Log) AllowN(now time.Time, n int64) floodgate.Decision {
-	d, _ := l.state.AllowN(l.reading(now), n)
+	d, _ := l.state.AllowN(l.base.At(now), n)
 	return answer(d)
 }
 
 // Peek returns what AllowN(now, 1) would answer, and admits nothing.
 func (l *Log) Peek(now time.Time) floodgate.Decision {
-	d, _ := l.state.Peek(l.reading(now))
+	d, _ := l.state.Peek(l.base.At(now))
 	return answer(d)
 }
 
@@ -95,7 +79,7 @@ func (l *Log) Peek(now time.Time) floodgate.Decision {
 // 4,194,302): that error wraps floodgate.ErrDebtBound, with the key as it
 // stands in the Decision.
 func (l *Log) ChargeN(now time.Time, n int64) (floodgate.Decision, error) {
-	d, _, err := l.state.ChargeN(l.reading(now), n) // its errors name this package
+	d, _, err := l.state.ChargeN(l.base.At(now), n) // its errors name this package
 	return answer(d), err
 }
 
