@@ -1,7 +1,6 @@
 package redislimit
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"math"
@@ -27,18 +26,48 @@ type deadline struct {
 	st *leaseState
 }
 
-// deadlines is the bookkeeper's heap, the soonest first.
+// deadlines is the bookkeeper's heap, the soonest first: a binary
+// min-heap by at, written for its one element type so that a push boxes
+// nothing.
 type deadlines []deadline
 
-func (h deadlines) Len() int           { return len(h) }
-func (h deadlines) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h deadlines) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *deadlines) Push(x any)        { *h = append(*h, x.(deadline)) }
-func (h *deadlines) Pop() any {
-	old := *h
-	d := old[len(old)-1]
-	old[len(old)-1] = deadline{}
-	*h = old[:len(old)-1]
+// push adds d.
+func (h *deadlines) push(d deadline) {
+	*h = append(*h, d)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if q[p].at <= q[i].at {
+			break
+		}
+		q[p], q[i] = q[i], q[p]
+		i = p
+	}
+}
+
+// pop removes and returns the soonest deadline; h must not be empty.
+func (h *deadlines) pop() deadline {
+	q := *h
+	d := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q[n] = deadline{}
+	q = q[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && q[l].at < q[m].at {
+			m = l
+		}
+		if r := l + 1; r < n && q[r].at < q[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
 	return d
 }
 
@@ -179,7 +208,7 @@ func (ls *leases) bookkeeper() {
 		due := ls.due
 		ls.qmu.Unlock()
 		for _, st := range fresh {
-			heap.Push(&h, deadline{at: now + ls.ttl/2, st: st})
+			h.push(deadline{at: now + ls.ttl/2, st: st})
 		}
 		if len(back) > 0 {
 			ls.returnNow(back)
@@ -191,11 +220,11 @@ func (ls *leases) bookkeeper() {
 		}
 		var out []giveBack
 		for len(h) > 0 && h[0].at <= now {
-			d := heap.Pop(&h).(deadline)
+			d := h.pop()
 			var next int64
 			out, next = ls.sweepKey(d.st, now, out)
 			if next > 0 {
-				heap.Push(&h, deadline{at: next, st: d.st})
+				h.push(deadline{at: next, st: d.st})
 			}
 		}
 		if len(out) > 0 {
