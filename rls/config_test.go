@@ -19,7 +19,7 @@ func TestConfigNotLoaded(t *testing.T) {
 		if _, err := New(c, Options{}); err == nil || !strings.Contains(err.Error(), "needs a configuration") {
 			t.Errorf("%s: New = %v, want an error", name, err)
 		}
-		if err := s.SetConfig(c); err == nil {
+		if err := s.SetConfig(context.Background(), c); err == nil {
 			t.Errorf("%s: SetConfig = nil, want an error", name)
 		}
 		if err := s.CheckConfig(c); err == nil {

@@ -307,7 +307,7 @@ func TestRedisReload(t *testing.T) {
 	run(80)
 	wg.Wait()
 	run(160)
-	if err := s.SetConfig(cfg(30)); err != nil { // mid-run: the key holds 20 or less, under the new 30
+	if err := s.SetConfig(context.Background(), cfg(30)); err != nil { // mid-run: the key holds 20 or less, under the new 30
 		t.Fatal(err)
 	}
 	wg.Wait()

@@ -534,7 +534,7 @@ func TestReload(t *testing.T) {
 			run(160) // 80 per key: all pass
 			wg.Wait()
 			run(320)
-			if err := s.SetConfig(cfg(50, alg)); err != nil { // mid-run: each key holds more than 50 already
+			if err := s.SetConfig(context.Background(), cfg(50, alg)); err != nil { // mid-run: each key holds more than 50 already
 				t.Fatal(err)
 			}
 			wg.Wait()
@@ -548,7 +548,7 @@ func TestReload(t *testing.T) {
 			if got := admitted.Load(); got < low || got > 200 {
 				t.Fatalf("admitted %d across the change, want from %d to 200 (each key's 100, the most it could take before it)", got, low)
 			}
-			if err := s.SetConfig(cfg(130, alg)); err != nil {
+			if err := s.SetConfig(context.Background(), cfg(130, alg)); err != nil {
 				t.Fatal(err)
 			}
 			run(320)
@@ -597,7 +597,7 @@ func TestReloadFirstUseMeanwhile(t *testing.T) {
 	for range 2 {
 		admits(t, c, "d", desc("k20", "x")) // k20 spends all 3
 	}
-	if err := s.SetConfig(yaml("  - {key: more, rate_limit: {unit: hour, requests_per_unit: 1}}\n")); err != nil {
+	if err := s.SetConfig(context.Background(), yaml("  - {key: more, rate_limit: {unit: hour, requests_per_unit: 1}}\n")); err != nil {
 		t.Fatal(err)
 	}
 	if paused == 0 {
@@ -612,12 +612,12 @@ func TestReloadFirstUseMeanwhile(t *testing.T) {
 		t.Error("k30, 1 of 3 spent, refused after the reload")
 	}
 	s.Close()
-	if err := s.SetConfig(yaml("")); err == nil || !strings.Contains(err.Error(), "after Close") {
+	if err := s.SetConfig(context.Background(), yaml("")); err == nil || !strings.Contains(err.Error(), "after Close") {
 		t.Errorf("SetConfig after Close: %v", err)
 	}
 }
 
-// TestReloadStopped: SetConfigContext stopped by its context while it
+// TestReloadStopped: SetConfig stopped by its context while it
 // checks the new configuration, or while it carries the rules in use
 // over, returns the context's cause and changes nothing: the
 // configuration before decides, with every key's count and every
@@ -647,14 +647,14 @@ func TestReloadStopped(t *testing.T) {
 	}
 	// k50 to k199 are gone from the new configuration, and k0 to k49
 	// get 5: neither may happen.
-	if err := s.SetConfigContext(ctx, yaml(5, 50)); !errors.Is(err, stop) {
-		t.Fatalf("SetConfigContext stopped while carrying over: %v, want the context's cause", err)
+	if err := s.SetConfig(ctx, yaml(5, 50)); !errors.Is(err, stop) {
+		t.Fatalf("SetConfig stopped while carrying over: %v, want the context's cause", err)
 	}
 	if paused < 2 {
 		t.Fatalf("paused %d times: the test did not stop the carrying over", paused)
 	}
-	if err := s.SetConfigContext(ctx, yaml(5, 50)); !errors.Is(err, stop) {
-		t.Fatalf("SetConfigContext with an ended context: %v, want the context's cause", err)
+	if err := s.SetConfig(ctx, yaml(5, 50)); !errors.Is(err, stop) {
+		t.Fatalf("SetConfig with an ended context: %v, want the context's cause", err)
 	}
 	for _, k := range []string{"k10", "k60"} { // in use: 1 of 3 spent
 		for i := range 3 {

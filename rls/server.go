@@ -256,29 +256,24 @@ func newUnixClock() floodgate.Clock {
 	return &unixClock{start: now, unix: now.UnixNano()}
 }
 
-// SetConfig makes cfg the Server's configuration for every request that
+// SetConfig makes c the Server's configuration for every request that
 // starts after it returns. A rule that keeps its place in the descriptor
 // tree and its algorithm keeps every key's state: its policy takes the
 // new limit by SetRule, so no client gains allowance from the reload. A
-// rule whose algorithm changes starts afresh. If a rule of cfg cannot be
+// rule whose algorithm changes starts afresh. If a rule of c cannot be
 // held (see CheckConfig), SetConfig returns the error and changes nothing.
 // Requests go on meanwhile, by the configuration before: SetConfig
 // carries the rules in use over without a lock (pausing at Options.Pace),
 // and holds the lock that a rule's first request takes only to carry
 // over the rules first used meanwhile and to swap the configuration; the
-// policies it drops are closed after. It is SetConfigContext with a
-// context that never ends.
-func (s *Server) SetConfig(cfg *Config) error {
-	return s.SetConfigContext(context.Background(), cfg)
-}
-
-// SetConfigContext is SetConfig, stopped when ctx ends before cfg is in
-// force: it then returns ctx's cause (context.Cause), and the
-// configuration before stays, every rule's state as it was. Only the
-// last step, which gives the rules in use their new limits and swaps
-// the configuration, does not stop: it takes a few atomic operations a
-// rule whose limit changed.
-func (s *Server) SetConfigContext(ctx context.Context, c *Config) error {
+// policies it drops are closed after.
+//
+// SetConfig stops when ctx ends before c is in force: it then returns
+// ctx's cause (context.Cause), and the configuration before stays, every
+// rule's state as it was. Only the last step, which gives the rules in
+// use their new limits and swaps the configuration, does not stop: it
+// takes a few atomic operations a rule whose limit changed.
+func (s *Server) SetConfig(ctx context.Context, c *Config) error {
 	if c == nil || c.c == nil {
 		return errors.New("rls: SetConfig needs a configuration")
 	}

@@ -60,7 +60,7 @@ func BenchmarkSetConfig(b *testing.B) {
 			v := 0
 			for b.Loop() {
 				v++
-				if err := s.SetConfig(cfgs[v%2]); err != nil {
+				if err := s.SetConfig(context.Background(), cfgs[v%2]); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -459,10 +459,10 @@ func (w *watcher) set(c *rls.Config, err error) error {
 }
 
 // setContext is set, stopped when ctx ends before c is in force (see
-// rls.Server.SetConfigContext).
+// rls.Server.SetConfig).
 func (w *watcher) setContext(ctx context.Context, c *rls.Config, err error) error {
 	if err == nil {
-		err = w.srv.SetConfigContext(ctx, c)
+		err = w.srv.SetConfig(ctx, c)
 	}
 	if err != nil {
 		w.srv.ConfigFailed(err)
