@@ -209,6 +209,11 @@ func init() {
 	testhook.InFlightSpreadKeys = func(l any) int { return l.(*Limiter).spreadKeys() }
 	testhook.InFlightInUse = func(l any) int { return l.(*Limiter).inUse() }
 	testhook.InFlightEvictIdle = func(l any) int { return l.(*Limiter).evictIdle() }
+	testhook.InFlightSpreadKey = func(a any, key string) {
+		if l := a.(*Limiter); l.twin == nil && (l.spreadAll || l.spreadsAt(l.limit.Load())) {
+			l.spread(l.hasher.ID(key))
+		}
+	}
 	testhook.InFlightSpreadCounts = func(a any) (int, int) {
 		l := a.(*Limiter)
 		return int(l.spreading.Load()), int(l.unspreads.Load())

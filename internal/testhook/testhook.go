@@ -55,6 +55,12 @@ var InFlightEvictIdle func(l any) int
 // spread now. Set by inflight.
 var InFlightSpreadKeys func(l any) int
 
+// InFlightSpreadKey spreads key on an *inflight.Limiter now, as a lost
+// CAS would (if its Limiter spreads keys at all, the key is held, and
+// the bound on spread keys has room), so that a test that needs a spread
+// key has one whatever its goroutines' CASes did.
+var InFlightSpreadKey func(l any, key string)
+
 // InFlightSpreadCounts returns an *inflight.Limiter's count of the keys
 // spread now (which its bound on them reads, and InFlightSpreadKeys
 // must agree with when nothing runs), and how many spread keys its
