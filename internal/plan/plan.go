@@ -203,3 +203,24 @@ func Verdict(n, refused int, shadow func(i int) bool, remaining func(i int) int6
 	}
 	return refused
 }
+
+// Owing is the index of the answer that stands for a charge of n asks
+// (a Settler's Charge or Settle), whose answer(i) says what ask i owes
+// and holds: the most restrictive with what a key owes first (see
+// Answer.Restricts), the first of equals, among the asks that are not
+// shadows (every ask, if all are); 0 for none.
+func Owing(n int, shadow func(i int) bool, answer func(i int) Answer) int {
+	var best Pick
+	for pass := range 2 {
+		for i := range n {
+			if pass == 0 && shadow(i) {
+				continue
+			}
+			best.Offer(i, answer(i))
+		}
+		if i := best.Index(); i >= 0 {
+			return i
+		}
+	}
+	return 0
+}
