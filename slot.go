@@ -51,20 +51,16 @@ type SlotPolicy interface {
 // of it are the same slot, released once: the first Release gives it
 // back, and any later one, of it or of a copy, is a no-op. The zero Slot
 // holds nothing. In process it is an inflight.Slot, and costs no
-// allocation; a SlotStore elsewhere gives one through HeldSlot.
+// allocation; a SlotStore elsewhere makes one with storekit.HeldSlot.
 type Slot struct {
 	local inflight.Slot
-	held  SlotHolder
+	held  slotHolder
 }
 
-// SlotHolder is a slot that a SlotStore other than LocalStore holds: its
-// Release gives the slot back once, and reports whether this call did.
-type SlotHolder interface {
-	Release() bool
-}
-
-// HeldSlot returns the Slot of h, for a SlotStore's implementation.
-func HeldSlot(h SlotHolder) Slot { return Slot{held: h} }
+// slotHolder is a slot that a SlotStore other than LocalStore holds (see
+// storekit.SlotHolder): its Release gives the slot back once, and
+// reports whether this call did.
+type slotHolder = interface{ Release() bool }
 
 // Release gives the slot back, and reports whether this call did: false
 // for the zero Slot and for a slot released already.

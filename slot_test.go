@@ -91,15 +91,3 @@ func TestLocalStoreSlots(t *testing.T) {
 		t.Error("the zero Slot released something")
 	}
 }
-
-type holder struct{ n int }
-
-func (h *holder) Release() bool { h.n++; return h.n == 1 }
-
-func TestHeldSlot(t *testing.T) {
-	h := new(holder)
-	s := floodgate.HeldSlot(h)
-	if s.IsZero() || !s.Release() || s.Release() || h.n != 2 {
-		t.Fatalf("a held slot: %d releases reached its holder", h.n)
-	}
-}

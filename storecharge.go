@@ -89,10 +89,11 @@ type HoldPart struct {
 // errHoldAsks is Settle's error for asks that are not the Hold's.
 var errHoldAsks = errors.New("floodgate: Settle: the asks are not the ones Reserve decided with the Hold")
 
-// CheckSettle checks a Settle's arguments against h before anything is
-// charged, for a Settler's implementation: ErrNotReserved, ErrSettled, a
-// count of asks that is not Reserve's, or a negative cost.
-func CheckSettle(asks []Ask, h *Hold) error {
+// checkSettle checks a Settle's arguments against h before anything is
+// charged: ErrNotReserved, ErrSettled, a count of asks that is not
+// Reserve's, or a negative cost. Package storekit gives it to the
+// Settlers outside this module (see storelink).
+func checkSettle(asks []Ask, h *Hold) error {
 	switch {
 	case h == nil || !h.Admitted:
 		return ErrNotReserved
@@ -109,26 +110,16 @@ func CheckSettle(asks []Ask, h *Hold) error {
 	return nil
 }
 
-// Owing returns the index of the Decision among all that a Charge or a
-// Settle answers with: the ask that owes most, else the one with the
-// fewest remaining, else the longest ResetAfter (the first of equals),
-// among the asks that are not shadows (every ask, if all are), for a
-// Settler's implementation. It is the order of Decide's most
-// restrictive answer, with what a key owes before it.
-func Owing(asks []Ask, all []Decision) int {
-	var best plan.Pick
-	for pass := range 2 {
-		for i := range all {
-			if pass == 0 && asks[i].Shadow {
-				continue
-			}
-			best.Offer(i, plan.Answer{Owed: all[i].Owed, Remaining: all[i].Remaining, ResetAfter: all[i].ResetAfter})
-		}
-		if i := best.Index(); i >= 0 {
-			return i
-		}
-	}
-	return 0
+// owing returns the index of the Decision among all that a Charge or a
+// Settle answers with (see plan.Owing): the ask that owes most, else the
+// one with the fewest remaining, else the longest ResetAfter (the first
+// of equals), among the asks that are not shadows (every ask, if all
+// are). It is the order of Decide's most restrictive answer, with what a
+// key owes before it.
+func owing(asks []Ask, all []Decision) int {
+	return plan.Owing(len(all), func(i int) bool { return asks[i].Shadow }, func(i int) plan.Answer {
+		return plan.Answer{Owed: all[i].Owed, Remaining: all[i].Remaining, ResetAfter: all[i].ResetAfter}
+	})
 }
 
 // policies returns the Limiters of asks, which must be this Store's.
@@ -168,7 +159,7 @@ func (s *LocalStore) Charge(_ context.Context, asks []Ask, each []Decision) (Dec
 		}
 	}
 	copy(each, all)
-	return all[Owing(asks, all)], nil
+	return all[owing(asks, all)], nil
 }
 
 // Reserve decides asks as Decide does, with checks for the asks whose N
@@ -230,14 +221,14 @@ func (s *LocalStore) Reserve(ctx context.Context, asks []Ask, each []Decision, h
 	if !h.Admitted {
 		return all[refused], refused, nil
 	}
-	return all[Owing(asks, all)], refused, nil
+	return all[owing(asks, all)], refused, nil
 }
 
 // Settle settles what Reserve charged the asks (h) to their actual
 // costs, as Settler's Settle says, in process.
 func (s *LocalStore) Settle(_ context.Context, asks []Ask, each []Decision, h *Hold) (Decision, error) {
 	var ls [MaxPolicies]*Limiter
-	if err := CheckSettle(asks, h); err != nil {
+	if err := checkSettle(asks, h); err != nil {
 		return Decision{}, err
 	}
 	if err := s.limiters(asks, &ls); err != nil {
@@ -304,5 +295,5 @@ func (s *LocalStore) Settle(_ context.Context, asks []Ask, each []Decision, h *H
 	}
 	h.Settled = true
 	copy(each, all)
-	return all[Owing(asks, all)], nil
+	return all[owing(asks, all)], nil
 }

@@ -326,33 +326,3 @@ func TestStoreSettleConcurrent(t *testing.T) {
 		})
 	}
 }
-
-// TestOwing: the answer that owes most, then the fewest remaining, then
-// the longest ResetAfter, the first of equals; the shadows' only when
-// every ask is a shadow.
-func TestOwing(t *testing.T) {
-	s := time.Second
-	enforced, shadow := Ask{}, Ask{Shadow: true}
-	for _, c := range []struct {
-		name string
-		asks []Ask
-		all  []Decision
-		want int
-	}{
-		{"owes most", []Ask{enforced, enforced, enforced},
-			[]Decision{{Remaining: 0, ResetAfter: 9 * s}, {Owed: 2, Remaining: 5}, {Owed: 1}}, 1},
-		{"fewest remaining", []Ask{enforced, enforced},
-			[]Decision{{Remaining: 3, ResetAfter: 9 * s}, {Remaining: 2, ResetAfter: s}}, 1},
-		{"longest reset", []Ask{enforced, enforced, enforced},
-			[]Decision{{Remaining: 2, ResetAfter: s}, {Remaining: 2, ResetAfter: 3 * s}, {Remaining: 2, ResetAfter: 3 * s}}, 1},
-		{"shadows aside", []Ask{shadow, enforced, enforced},
-			[]Decision{{Owed: 9}, {Remaining: 4}, {Remaining: 5}}, 1},
-		{"all shadows", []Ask{shadow, shadow},
-			[]Decision{{Remaining: 4}, {Owed: 1, Remaining: 5}}, 1},
-		{"none", nil, nil, 0},
-	} {
-		if got := Owing(c.asks, c.all); got != c.want {
-			t.Errorf("%s: %d, want %d", c.name, got, c.want)
-		}
-	}
-}

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/storekit"
 )
 
 // maxCharge is the largest cost one forced call takes (see args.lua).
@@ -180,7 +181,7 @@ func (s *Store) charged(asks []floodgate.Ask, each []floodgate.Decision, of, at 
 		all[i] = all[of[i]]
 	}
 	copy(each, all)
-	return all[floodgate.Owing(asks, all)], nil
+	return all[storekit.Owing(asks, all)], nil
 }
 
 // chargeMany is Charge's round trip for several keys: the multi-policy

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/plan"
+	"github.com/floodgate-go/floodgate/storekit"
 )
 
 // maxPolicies is the most asks one Decide takes.
@@ -60,7 +60,7 @@ func (s *Store) decideAsks(ctx context.Context, asks []floodgate.Ask, each []flo
 		ps[i] = p
 	}
 	check := func(i int) bool { return rv != nil && asks[i].N == 0 }
-	var pl plan.Plan
+	var pl storekit.Plan
 	err := pl.Prepare(len(asks),
 		func(i, j int) bool { return ps[i] == ps[j] && asks[i].Key == asks[j].Key && !check(i) && !check(j) },
 		func(i int) bool { return asks[i].Shadow },
@@ -97,16 +97,14 @@ func (s *Store) decideAsks(ctx context.Context, asks []floodgate.Ask, each []flo
 		}
 	}
 	copy(each, all)
-	v := plan.Verdict(len(all), refused, func(i int) bool { return asks[i].Shadow },
-		func(i int) int64 { return all[i].Remaining }, func(i int) time.Duration { return all[i].ResetAfter })
-	return all[v], refused, nil
+	return all[storekit.Verdict(asks, all, refused)], refused, nil
 }
 
 // decidePlan decides pl's asks, writing each live ask's answer to all,
 // and returns the ask that refused (-1 for none), the decision's result
 // and the caller's context's error, if it gave up first. With rv, it
 // decides as Reserve does (see reserving).
-func (s *Store) decidePlan(ctx context.Context, pl *plan.Plan, ps []*policy, asks []floodgate.Ask, all []floodgate.Decision, rv *reserving) (int, result, error) {
+func (s *Store) decidePlan(ctx context.Context, pl *storekit.Plan, ps []*policy, asks []floodgate.Ask, all []floodgate.Decision, rv *reserving) (int, result, error) {
 	var ms [maxPolicies]*policy
 	var keys [maxPolicies]string
 	var ns [maxPolicies]int64

@@ -6,6 +6,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/outage"
+	"github.com/floodgate-go/floodgate/storekit"
 )
 
 // reserving is what Reserve adds to a decision (see decideAsks): check
@@ -160,7 +161,7 @@ func partOf(p *policy, n int64, r *reply) floodgate.HoldPart {
 // FailClosed's); with FailError, a failed charge of the overruns is an
 // error, and the Hold stays unsettled.
 func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, each []floodgate.Decision, h *floodgate.Hold) (floodgate.Decision, error) {
-	if err := floodgate.CheckSettle(asks, h); err != nil {
+	if err := storekit.CheckSettle(asks, h); err != nil {
 		return floodgate.Decision{}, err
 	}
 	var ps [maxPolicies]*policy
@@ -255,7 +256,7 @@ func (s *Store) Settle(ctx context.Context, asks []floodgate.Ask, each []floodga
 		all[i] = all[of[i]]
 	}
 	copy(each, all)
-	return all[floodgate.Owing(asks, all)], nil
+	return all[storekit.Owing(asks, all)], nil
 }
 
 // backToLease gives back units that Reserve took from a lease (part's

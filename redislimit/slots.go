@@ -17,6 +17,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/inflight"
+	"github.com/floodgate-go/floodgate/storekit"
 )
 
 // In-flight policies on Redis. A client's slots are one sorted set, its
@@ -157,7 +158,7 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 				return floodgate.Slot{}, false, err
 			}
 			s.results.Inc(int(resAllowed))
-			return floodgate.HeldSlot(&leasedSlot{h: h, pool: pool}), true, nil
+			return storekit.HeldSlot(&leasedSlot{h: h, pool: pool}), true, nil
 		}
 	}
 	member := s.slotMember()
@@ -189,10 +190,10 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		h.confirm(sent, skew)
 		s.holding.add(h)
 		if pool == nil {
-			return floodgate.HeldSlot(h), true, nil
+			return storekit.HeldSlot(h), true, nil
 		}
 		p.park(pool, rkey, args[9:8+v[0]], sent, skew) // the slots ahead that Redis granted
-		return floodgate.HeldSlot(&leasedSlot{h: h, pool: pool}), true, nil
+		return storekit.HeldSlot(&leasedSlot{h: h, pool: pool}), true, nil
 	case tripAbandoned:
 		s.abandoned.Add(1)
 		s.results.Inc(int(resAbandoned))
@@ -224,7 +225,7 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 	if !ok {
 		return floodgate.Slot{}, false, nil
 	}
-	return floodgate.HeldSlot(localSlot{ls}), true, nil
+	return storekit.HeldSlot(localSlot{ls}), true, nil
 }
 
 // remove releases members of rkey on Redis, within Timeout, whatever the
