@@ -34,7 +34,9 @@ const MaxPolicies = 8
 // An implementation keeps the contract of each method below, and every
 // guarantee of a Limiter but speed: no key passes more than its rule,
 // across every replica and at any concurrency; a refused request is
-// charged by no policy; SetRule gives no key allowance.
+// charged by no policy; SetRule gives no key allowance. A backend
+// written elsewhere builds on package storekit, which holds what every
+// Store shares, and proves itself with package storetest's suite.
 type Store interface {
 	// Policy returns a new policy: algorithm ("" is TokenBucket) applied
 	// to rule, per key. name identifies the policy's keys within the
