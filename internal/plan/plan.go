@@ -5,8 +5,9 @@
 // back onto every ask, and picks the one answer that stands for the
 // request: the most restrictive (see Pick), the one order of
 // every decision of several limits. floodgate's in-process Store and
-// Limits, and redislimit's Store, use it; it knows none of them, only
-// the asks' indices.
+// Limits use it, and package storekit gives it to every other Store
+// (redislimit's, and those outside this module); it knows none of them,
+// only the asks' indices.
 package plan
 
 import (
