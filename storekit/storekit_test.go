@@ -102,3 +102,31 @@ func TestHeldSlot(t *testing.T) {
 		t.Error("the Slot of a nil holder: not the zero Slot")
 	}
 }
+
+// TestNoAllocs: what a Store calls on every request allocates nothing:
+// a held slot's Slot (beyond what its holder is), Settle's checks, and
+// the picks of the request's answer.
+func TestNoAllocs(t *testing.T) {
+	h := new(holder)
+	asks := []floodgate.Ask{{N: 2}, {N: 1, Shadow: true}}
+	all := []floodgate.Decision{{Remaining: 3}, {Remaining: 1}}
+	hold := &floodgate.Hold{Admitted: true, N: 2}
+	var sink int
+	for name, f := range map[string]func(){
+		"HeldSlot":    func() { _ = storekit.HeldSlot(h) },
+		"CheckSettle": func() { _ = storekit.CheckSettle(asks, hold) },
+		"Verdict":     func() { sink += storekit.Verdict(asks, all, -1) },
+		"Owing":       func() { sink += storekit.Owing(asks, all) },
+		"Plan": func() {
+			var p storekit.Plan
+			_ = p.Prepare(len(asks), func(i, j int) bool { return false }, func(i int) bool { return asks[i].Shadow },
+				func(i int) int64 { return asks[i].N }, func(int) int64 { return 5 })
+			sink += p.Refusal(-1)
+		},
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocations a call, want 0", name, n)
+		}
+	}
+	_ = sink
+}
