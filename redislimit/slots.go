@@ -225,7 +225,7 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 	if !ok {
 		return floodgate.Slot{}, false, nil
 	}
-	return storekit.HeldSlot(localSlot{ls}), true, nil
+	return storekit.HeldSlot(ls), true, nil // FailLocal's limiter gave ls
 }
 
 // remove releases members of rkey on Redis, within Timeout, whatever the
@@ -321,11 +321,6 @@ func (h *redisSlot) Release() bool {
 	}
 	return true
 }
-
-// localSlot is a slot that FailLocal's limiter gave.
-type localSlot struct{ s inflight.Slot }
-
-func (l localSlot) Release() bool { return l.s.Release() }
 
 // slotMember returns a member name no other holder uses: the Store's
 // random id and a count.
