@@ -12,8 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/plan"
 	"github.com/floodgate-go/floodgate/internal/policy"
-	"github.com/floodgate-go/floodgate/storekit"
 )
 
 // The header names, in the canonical form http.Header keys take, so that
@@ -64,13 +64,13 @@ func setRetryAfter(h http.Header, wait time.Duration) {
 }
 
 // restrictive is the most restrictive of the shown policies' answers
-// (see storekit.Pick): the fewest remaining, the longest ResetAfter among
+// (see plan.Pick): the fewest remaining, the longest ResetAfter among
 // equals, the first of equals; the zero Decision if none is shown. It
 // copies only the answer it returns.
 func restrictive(each []floodgate.Decision, shown []int) floodgate.Decision {
-	var best storekit.Pick
+	var best plan.Pick
 	for k, i := range shown {
-		best.Offer(k, storekit.Answer{Remaining: each[i].Remaining, ResetAfter: each[i].ResetAfter})
+		best.Offer(k, plan.Answer{Remaining: each[i].Remaining, ResetAfter: each[i].ResetAfter})
 	}
 	if k := best.Index(); k >= 0 {
 		return each[shown[k]]

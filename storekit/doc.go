@@ -28,9 +28,7 @@
 // A Settler's Settle checks its arguments with CheckSettle before it
 // charges anything, and a Charge or a Settle answers with the Decision
 // that Owing picks. A SlotStore's Acquire returns the slots it holds as
-// floodgate.Slots through HeldSlot. Pick and Answer are the order of
-// restriction itself, for a backend that picks among answers of its
-// own.
+// floodgate.Slots through HeldSlot.
 //
 // A backend runs storetest.Run from a test of its own: the suite turns
 // every obligation of the Store family's documentation into a subtest.

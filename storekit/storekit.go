@@ -40,20 +40,6 @@ import (
 // backend keeps it on its stack.
 type Plan = plan.Plan
 
-// Answer is what the order of restriction reads of one limit's answer to
-// a request: what its key owes, how many requests of 1 it allows now,
-// and how long until it is full again. Its Restricts(b) reports whether
-// it is more restrictive than b: it owes more, or as much and allows
-// fewer requests now, or as many and is full again later.
-type Answer = plan.Answer
-
-// Pick picks the most restrictive of the Answers offered to it, the
-// first of equals: Offer(i, a) offers the i-th answer (the indices
-// offered grow), and Index returns the index of the most restrictive, or
-// -1 if none was offered. The zero Pick has been offered none. Verdict
-// and Owing are Picks over a Store's answers.
-type Pick = plan.Pick
-
 // Verdict is the index of the Decision that stands for a request that
 // Decide decided (see floodgate.Store's Decide): all holds each ask's
 // answer and refused is the index that Decide returns. It is the
@@ -73,8 +59,8 @@ func Verdict(asks []floodgate.Ask, all []floodgate.Decision, refused int) int {
 // equals), among the asks that are not shadows (every ask, if all are);
 // 0 for none.
 func Owing(asks []floodgate.Ask, all []floodgate.Decision) int {
-	return plan.Owing(len(all), func(i int) bool { return asks[i].Shadow }, func(i int) Answer {
-		return Answer{Owed: all[i].Owed, Remaining: all[i].Remaining, ResetAfter: all[i].ResetAfter}
+	return plan.Owing(len(all), func(i int) bool { return asks[i].Shadow }, func(i int) plan.Answer {
+		return plan.Answer{Owed: all[i].Owed, Remaining: all[i].Remaining, ResetAfter: all[i].ResetAfter}
 	})
 }
 
