@@ -65,7 +65,7 @@ func decideAsLocalStore(t *testing.T, round uint64, steps int) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(56, round))
 	clock := NewManualClock(0)
-	s := NewLocalStore(LocalStoreConfig{Clock: clock, IdleTTL: -1})
+	s := NewLocalStore(LocalStoreConfig{Clock: clock, IdleTTL: Never})
 	s.twins = true
 	t.Cleanup(func() { s.Close() })
 	k := 1 + rng.IntN(MaxPolicies)

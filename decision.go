@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"math"
 	"time"
 
 	"github.com/floodgate-go/floodgate/internal/decision"
@@ -8,8 +9,16 @@ import (
 
 // Never is the RetryAfter of a request that can never pass as asked: a cost
 // below 1 or above the capacity, or a clock reading more than the supported
-// span before the key's state was made (see Rule).
+// span before the key's state was made (see Rule). As an IdleTTL
+// (Config, LocalStoreConfig, inflight.Config), it is a sweep that never
+// comes: idle keys are kept.
 const Never = decision.Never
+
+// Unbounded, as a MaxKeys (Config, LocalStoreConfig, inflight.Config),
+// holds every key: no bound on the keys' memory, which a client that
+// rotates its id then grows by a key per id. It is math.MaxInt, a bound
+// no table reaches.
+const Unbounded = math.MaxInt
 
 // Decision is the answer to one request, with what an HTTP 429 response
 // needs: RateLimit-Limit, RateLimit-Remaining, Retry-After and

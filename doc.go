@@ -32,8 +32,8 @@
 //     one key does not bounce its cache line between cores.
 //   - With Config.Global, all keys together never pass more than the
 //     global rule, and a key the cap refuses gets its own grant back.
-//   - With Config.MaxKeys, Len never exceeds the bound, and a key evicted
-//     to make room comes back with no more than it left with.
+//   - Len never exceeds Config.MaxKeys (by default a 64 MiB bound), and a
+//     key evicted to make room comes back with no more than it left with.
 //   - For a key already held, Allow and AllowN allocate nothing, take no
 //     lock, and write nothing but the key's own state word (which shares
 //     its cache line with two other keys' words).
@@ -121,12 +121,14 @@
 // the chance of any collision is about 10^-17.
 //
 // Keys are held until EvictIdle, Config.IdleTTL or Config.MaxKeys removes
-// them. Without MaxKeys (0, the default), a client that rotates its id
+// them, and both are on by default, because a client that rotates its id
 // (random API keys, spoofed addresses, a fresh IPv6 /128 per request)
-// adds a key per id until IdleTTL removes it; the default stays 0
-// because a bound is a memory budget only its user can size. Set it to a
-// few times the clients you expect at once: 1M keys cost about 36 MB of
-// table and 8 MB of sketch. With MaxKeys:
+// adds a key per id: MaxKeys 0 is a bound that keeps a Limiter within 64
+// MiB (1,048,576 keys of a bucket or a window), and IdleTTL 0 forgets a
+// key that has answered as a new one for a minute, which changes no
+// decision. Unbounded and Never turn them off; a negative value is an
+// error. Set MaxKeys to a few times the clients you expect at once: 1M
+// keys cost about 36 MB of table and 8 MB of sketch. At the bound:
 //
 //   - Len never exceeds it, at any instant.
 //   - A new key at the bound takes the place of one held: the shard

@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -29,7 +30,7 @@ var heldForms = []struct {
 	make func(t *testing.T, alg string, maxKeys int) (l *Limiter, reserve func(key string, est int64) (settle func(actual int64)))
 }{
 	{"Reservation", func(t *testing.T, alg string, maxKeys int) (*Limiter, func(string, int64) func(int64)) {
-		l, err := New(Config{Algorithm: alg, Rule: heldRule, Clock: NewManualClock(int64(time.Hour)), MaxKeys: maxKeys, twins: true})
+		l, err := New(Config{Algorithm: alg, Rule: heldRule, Clock: NewManualClock(int64(time.Hour)), MaxKeys: cmp.Or(maxKeys, Unbounded), twins: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,9 +49,9 @@ var heldForms = []struct {
 	}},
 	{"Hold", func(t *testing.T, alg string, maxKeys int) (*Limiter, func(string, int64) func(int64)) {
 		if maxKeys == 0 {
-			maxKeys = -1 // a Store's none
+			maxKeys = Unbounded
 		}
-		s := NewLocalStore(LocalStoreConfig{Clock: NewManualClock(int64(time.Hour)), MaxKeys: maxKeys, IdleTTL: -1})
+		s := NewLocalStore(LocalStoreConfig{Clock: NewManualClock(int64(time.Hour)), MaxKeys: maxKeys, IdleTTL: Never})
 		s.twins = true
 		t.Cleanup(func() { s.Close() })
 		p := mustPolicy(t, s, "held", alg, heldRule)

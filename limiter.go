@@ -19,22 +19,39 @@ import (
 
 // Config configures a Limiter. Only Rule is required.
 type Config struct {
-	Algorithm string        // one of the five algorithms' names; "" means TokenBucket
-	Rule      Rule          // the limit per key
-	Global    *Rule         // optional cap over all keys together (a token bucket)
-	Clock     Clock         // nil means SystemClock()
-	IdleTTL   time.Duration // > 0: a background sweeper evicts keys idle this long; Close stops it
+	Algorithm string // one of the five algorithms' names; "" means TokenBucket
+	Rule      Rule   // the limit per key
+	Global    *Rule  // optional cap over all keys together (a token bucket)
+	Clock     Clock  // nil means SystemClock()
 
-	// MaxKeys > 0 bounds the keys held: Len never exceeds it, at any
-	// instant. A new key at the bound takes the place of a key held, chosen
-	// by sampling (the one that would be fresh soonest, an idle one first),
-	// and what the evicted key held is remembered in a fixed-size sketch
-	// (8 bytes per key of MaxKeys, and 8 more once a key that owes has
-	// been evicted), so that it comes back with no more than it left
-	// with, owing what it owed. 0, the default, means unbounded: a client
-	// that rotates its id then grows the limiter's memory by one slot per
-	// id until IdleTTL passes (see "Memory" in the package documentation).
-	// Negative is an error.
+	// IdleTTL is how long a key's state must have answered as a new
+	// key's would before a background sweep forgets it (twice an
+	// IdleTTL; Close stops it). 0, the default, is one minute; Never
+	// is no sweep; negative is an error. Any value keeps every
+	// decision exact: a state forgotten was a new one. The default is
+	// on because ids a client rotates leave states behind that nothing
+	// else removes. The sweep holds the Limiter weakly: one that is
+	// dropped without Close is collected, and its sweep ends.
+	IdleTTL time.Duration
+
+	// MaxKeys bounds the keys held: Len never exceeds it, at any
+	// instant. A new key at the bound takes the place of a key held,
+	// chosen by sampling (the one that would be fresh soonest, an idle
+	// one first), and what the evicted key held is remembered in a
+	// fixed-size sketch (8 bytes per key of MaxKeys, made at the first
+	// eviction, and 8 more once a key that owes has been evicted), so
+	// that it comes back with no more than it left with, owing what it
+	// owed.
+	//
+	// 0, the default, is a bound that keeps the Limiter within 64 MiB:
+	// 1,048,576 keys of a bucket or a window; fewer of a sliding log,
+	// which keeps an entry per request in its window, and never fewer
+	// than 1,024. The default bounds memory because a flood of new ids
+	// (a client that rotates its id) would otherwise grow it by a key
+	// per id until IdleTTL passes. Unbounded holds every key; negative
+	// is an error. An algorithm registered with RegisterAlgorithm
+	// cannot be bounded (it cannot remember what an evicted key held):
+	// for it, 0 is Unbounded, and a bound is an error.
 	MaxKeys int
 
 	// Stats counts Allowed, Denied and DeniedByGlobal (see Stats). The
@@ -123,7 +140,8 @@ type Limiter struct {
 // Limiter that silently does something else, for: a Rule with Limit ≤ 0,
 // Period ≤ 0 or Burst < 0; a rule outside the algorithm's supported range
 // (see Rule); an unknown algorithm; an invalid Global rule; a negative
-// IdleTTL or MaxKeys; MaxKeys with an algorithm that cannot be bounded.
+// IdleTTL or MaxKeys; a MaxKeys (other than Unbounded) with an algorithm
+// that cannot be bounded.
 func New(cfg Config) (*Limiter, error) {
 	name := cmp.Or(cfg.Algorithm, TokenBucket)
 	factory, err := lookup(name, cfg.twins)
@@ -135,13 +153,20 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, err
 	}
 	if cfg.IdleTTL < 0 {
-		return nil, fmt.Errorf("floodgate: IdleTTL must be 0 (no sweeper) or positive, got %v", cfg.IdleTTL)
+		return nil, fmt.Errorf("floodgate: IdleTTL must be 0 (a minute), positive or Never, got %v", cfg.IdleTTL)
 	}
 	if cfg.MaxKeys < 0 {
-		return nil, fmt.Errorf("floodgate: MaxKeys must be 0 (unbounded) or positive, got %d", cfg.MaxKeys)
+		return nil, fmt.Errorf("floodgate: MaxKeys must be 0 (the default bound), positive or Unbounded, got %d", cfg.MaxKeys)
 	}
-	if _, ok := alg.(builtin); cfg.MaxKeys > 0 && !ok {
-		return nil, fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; set MaxKeys to 0 and bound the keys with IdleTTL", name)
+	maxKeys := cfg.MaxKeys
+	_, bounded := alg.(builtin)
+	switch {
+	case maxKeys == Unbounded || maxKeys == 0 && !bounded:
+		maxKeys = 0 // the table's none
+	case !bounded:
+		return nil, fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; set MaxKeys to 0 or Unbounded and bound the keys with IdleTTL", name)
+	case maxKeys == 0:
+		maxKeys = defaultMaxKeys(name, traitsOf(alg).kind, cfg.Rule)
 	}
 	l := &Limiter{traits: traitsOf(alg), name: name, factory: factory, hasher: flat.NewHasher(),
 		evicted: xsync.NewCounter(), evictedAtBound: xsync.NewCounter(), evictedFresh: xsync.NewCounter()}
@@ -166,15 +191,9 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.global.Store(bucket.New(p, l.now()))
 	}
-	l.newTable(cfg.MaxKeys)
-	if cfg.IdleTTL > 0 {
-		l.stop = make(chan struct{})
-		l.swept = make(chan struct{})
-		ticker := time.NewTicker(max(cfg.IdleTTL/2, time.Millisecond))
-		go func() {
-			defer ticker.Stop()
-			l.sweep(cfg.IdleTTL, ticker.C, nil)
-		}()
+	l.newTable(maxKeys)
+	if ttl := cmp.Or(cfg.IdleTTL, defaultIdleTTL); ttl != Never {
+		l.startSweep(ttl, nil, nil)
 	}
 	return l, nil
 }

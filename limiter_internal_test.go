@@ -16,14 +16,13 @@ import (
 // and Close stops the goroutine.
 func TestSweeper(t *testing.T) {
 	clock := NewManualClock(0)
-	l, err := New(Config{Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock})
+	l, err := New(Config{Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock, IdleTTL: Never})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tick := make(chan time.Time)
 	done := make(chan int)
-	l.stop, l.swept = make(chan struct{}), make(chan struct{})
-	go l.sweep(time.Minute, tick, done)
+	l.startSweep(time.Minute, tick, done)
 
 	l.AllowN("quiet", 1)
 	l.AllowN("busy", 1)

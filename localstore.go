@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/plan"
+	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
 // LocalStoreConfig configures a LocalStore. The zero value is the
@@ -18,23 +21,29 @@ import (
 type LocalStoreConfig struct {
 	// Clock is every policy's clock; nil means SystemClock().
 	Clock Clock
-	// MaxKeys bounds each policy's keys (see Config.MaxKeys): 0 is a
-	// bound that keeps each policy within 64 MiB (1,048,576 keys of a
-	// bucket or a window; fewer of a sliding log, which keeps an entry
-	// per request in its window, and never fewer than 1,024), negative
-	// is none.
+	// MaxKeys bounds each policy's keys, as Config.MaxKeys does: 0,
+	// the default, is a bound that keeps each policy within 64 MiB
+	// (1,048,576 keys of a bucket or a window, or of an in-flight
+	// policy; fewer of a sliding log, which keeps an entry per request
+	// in its window, and never fewer than 1,024), so that a flood of
+	// new ids cannot grow memory without bound. Unbounded holds every
+	// key. Negative is an error from every Policy and SlotPolicy.
 	MaxKeys int
 	// IdleTTL is how long a key's state must have been what a new key's
-	// would be before the Store forgets it: 0 is a minute, negative
-	// never. Any value keeps every limit exact (a forgotten state was a
-	// new one); one goroutine sweeps every policy, twice an IdleTTL.
+	// would be before the Store forgets it, as Config.IdleTTL: 0, the
+	// default, is one minute, so that the states of ids a client
+	// rotates go; Never keeps them. Any value keeps every limit exact
+	// (a forgotten state was a new one). One goroutine sweeps every
+	// policy, twice an IdleTTL, until Close or until the Store is
+	// collected. Negative is an error from every Policy and
+	// SlotPolicy.
 	IdleTTL time.Duration
 }
 
-// defaultIdleTTL is LocalStoreConfig.IdleTTL's default.
+// defaultIdleTTL is Config.IdleTTL's default, and LocalStoreConfig's.
 const defaultIdleTTL = time.Minute
 
-// The default bound on a policy's keys (LocalStoreConfig.MaxKeys 0):
+// The default bound on a Limiter's keys (Config.MaxKeys 0):
 // what its states may hold, and what a key of the bound costs at most
 // (measured by the middlewares' heap tests): a state inline in the
 // table, or held as an object (the sliding log's, beside 16 bytes per
@@ -47,28 +56,24 @@ const (
 	logEntryBytes  = 16
 )
 
-// defaultMaxKeys is the bound on the keys of a policy of algorithm and
-// rule that keeps them within defaultMemory.
-func defaultMaxKeys(algorithm string, rule Rule) int {
+// defaultMaxKeys is the bound on the keys of a Limiter of the algorithm
+// name, whose states live as k says, and of rule, that keeps them within
+// defaultMemory.
+func defaultMaxKeys(name string, k kind, rule Rule) int {
 	per := inlineKeyBytes
 	switch {
-	case algorithm == SlidingLog:
+	case name == SlidingLog || name == testhook.SlidingLogMutex:
 		per = objectKeyBytes + logEntryBytes*int(min(rule.Limit, defaultMemory))
-	case !isBuiltin(algorithm):
+	case k == objects:
 		per = objectKeyBytes
 	}
 	return max(1024, defaultMemory/per)
 }
 
-// isBuiltin reports whether name is one of floodgate's own algorithms:
-// the ones MaxKeys can bound.
-func isBuiltin(name string) bool {
-	switch name {
-	case TokenBucket, LeakyBucket, FixedWindow, SlidingCounter, SlidingLog:
-		return true
-	}
-	return false
-}
+// defaultSlotKeys is the bound on an in-flight policy's keys
+// (inflight.Config.MaxKeys 0): a word per key in the table, 64 bytes
+// at most with its share of the table, as a bucket's.
+const defaultSlotKeys = defaultMemory / inlineKeyBytes
 
 // LocalStore is the Store that keeps its policies' state in this
 // process, each policy on a Limiter of its own: the middlewares' and
@@ -101,29 +106,37 @@ type LocalStore struct {
 
 // NewLocalStore returns a LocalStore configured by cfg (see
 // LocalStoreConfig), which holds nothing until its first policy: with
-// an IdleTTL, one goroutine that Close stops.
+// an IdleTTL other than Never, one goroutine that Close stops. The
+// goroutine holds the Store weakly: a Store dropped without Close is
+// collected, and the goroutine ends.
 func NewLocalStore(cfg LocalStoreConfig) *LocalStore {
-	s := &LocalStore{clock: cfg.Clock, maxKeys: cfg.MaxKeys, ttl: cfg.IdleTTL, live: map[string]*localPolicy{}}
-	if s.ttl == 0 {
-		s.ttl = defaultIdleTTL
-	}
-	if s.ttl > 0 {
+	s := &LocalStore{clock: cfg.Clock, maxKeys: cfg.MaxKeys, ttl: cmp.Or(cfg.IdleTTL, defaultIdleTTL), live: map[string]*localPolicy{}}
+	if s.ttl > 0 && s.ttl != Never {
 		s.stop, s.swept = make(chan struct{}), make(chan struct{})
-		go s.sweep(time.NewTicker(max(s.ttl/2, time.Millisecond)))
+		gone := make(chan struct{})
+		runtime.AddCleanup(s, func(gone chan struct{}) { close(gone) }, gone)
+		go sweepStore(weak.Make(s), time.NewTicker(max(s.ttl/2, time.Millisecond)), s.stop, s.swept, gone)
 	}
 	return s
 }
 
-// sweep forgets, every tick, the keys of every live policy that have
-// been idle for the Store's IdleTTL, until Close.
-func (s *LocalStore) sweep(t *time.Ticker) {
-	defer close(s.swept)
+// sweepStore forgets, every tick, the keys of every live policy of the
+// Store that have been idle for its IdleTTL, until Close (stop) or until
+// the Store is collected (gone), then closes swept.
+func sweepStore(w weak.Pointer[LocalStore], t *time.Ticker, stop, swept, gone chan struct{}) {
+	defer close(swept)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.stop:
+		case <-stop:
+			return
+		case <-gone:
 			return
 		case <-t.C:
+		}
+		s := w.Value()
+		if s == nil {
+			return
 		}
 		s.sweepNow()
 	}
@@ -174,24 +187,37 @@ func (s *LocalStore) Close() error {
 
 // config is the Limiter of a policy of algorithm and rule.
 func (s *LocalStore) config(algorithm string, rule Rule) (Config, error) {
-	algorithm = cmp.Or(algorithm, TokenBucket)
-	maxKeys := s.maxKeys
-	switch {
-	case maxKeys == 0:
-		maxKeys = defaultMaxKeys(algorithm, rule)
-	case maxKeys < 0:
-		maxKeys = 0 // no bound, on purpose
+	if err := s.check(); err != nil {
+		return Config{}, err
 	}
-	if maxKeys > 0 && !isBuiltin(algorithm) {
-		if _, err := lookup(algorithm, s.twins); err == nil && !isTwin(algorithm) {
-			// floodgate refuses to bound what it cannot evict exactly, and
-			// its error names its own knob, MaxKeys 0, which here means the
-			// default bound: name the Store's instead.
-			return Config{}, fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; "+
-				"set the Store's (or the middleware's) MaxKeys to -1 (no bound: its 0 means the default bound) and bound the keys with IdleTTL", algorithm)
-		}
+	// The Store sweeps its policies itself: their Limiters have none.
+	return Config{Algorithm: cmp.Or(algorithm, TokenBucket), Rule: rule, Clock: s.clock, MaxKeys: s.maxKeys, IdleTTL: Never, twins: s.twins}, nil
+}
+
+// check refuses a LocalStoreConfig with a negative MaxKeys or IdleTTL.
+func (s *LocalStore) check() error {
+	if s.maxKeys < 0 {
+		return fmt.Errorf("floodgate: LocalStoreConfig.MaxKeys must be 0 (the default bound), positive or Unbounded, got %d", s.maxKeys)
 	}
-	return Config{Algorithm: algorithm, Rule: rule, Clock: s.clock, MaxKeys: maxKeys, twins: s.twins}, nil
+	if s.ttl < 0 {
+		return fmt.Errorf("floodgate: LocalStoreConfig.IdleTTL must be 0 (a minute), positive or Never, got %v", s.ttl)
+	}
+	return nil
+}
+
+// slotKeys is the bound on the keys of the Store's in-flight policies:
+// 0 for none.
+func (s *LocalStore) slotKeys() (int, error) {
+	if err := s.check(); err != nil {
+		return 0, err
+	}
+	switch s.maxKeys {
+	case 0:
+		return defaultSlotKeys, nil
+	case Unbounded:
+		return 0, nil
+	}
+	return s.maxKeys, nil
 }
 
 // CheckRule reports whether Policy would take algorithm and rule: what

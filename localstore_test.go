@@ -316,8 +316,9 @@ func TestLocalStoreSweeps(t *testing.T) {
 	}
 }
 
-// TestLocalStoreRegistered: a registered algorithm is refused under the
-// default bound with an error that names MaxKeys -1, and taken with it.
+// TestLocalStoreRegistered: a registered algorithm is refused under a
+// bound with an error that names MaxKeys 0 and Unbounded, and taken with
+// either, unbounded (MaxKeys cannot bound it).
 func TestLocalStoreRegistered(t *testing.T) {
 	err := testhook.Register("localstore_test_registered", func(r Rule) (keystate.Algorithm, error) {
 		a, err := testhook.Algorithm(Config{Rule: r})
@@ -329,18 +330,24 @@ func TestLocalStoreRegistered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = localStore(t, nil).Policy("p", "localstore_test_registered", Rule{Limit: 1, Period: time.Hour})
-	if err == nil || !strings.Contains(err.Error(), "MaxKeys to -1") {
-		t.Fatalf("under the default bound: %v", err)
+	bounded := NewLocalStore(LocalStoreConfig{MaxKeys: 100, Clock: NewManualClock(0)})
+	defer bounded.Close()
+	_, err = bounded.Policy("p", "localstore_test_registered", Rule{Limit: 1, Period: time.Hour})
+	if err == nil || !strings.Contains(err.Error(), "MaxKeys to 0 or Unbounded") {
+		t.Fatalf("under a bound: %v", err)
 	}
-	s := NewLocalStore(LocalStoreConfig{MaxKeys: -1, Clock: NewManualClock(0)})
-	defer s.Close()
-	p := mustPolicy(t, s, "p", "localstore_test_registered", Rule{Limit: 1, Period: time.Hour})
-	if _, j := decide(t, s, []Ask{{Policy: p, Key: "k", N: 1}}, nil); j != -1 {
-		t.Fatal("the registered algorithm refused its first request")
-	}
-	if _, j := decide(t, s, []Ask{{Policy: p, Key: "k", N: 1}}, nil); j != 0 {
-		t.Fatal("the registered algorithm admitted past 1 an hour")
+	for _, s := range []*LocalStore{localStore(t, nil), NewLocalStore(LocalStoreConfig{MaxKeys: Unbounded, Clock: NewManualClock(0)})} {
+		defer s.Close()
+		p := mustPolicy(t, s, "p", "localstore_test_registered", Rule{Limit: 1, Period: time.Hour})
+		if s.Limiter(p).Stats().MaxKeys != 0 {
+			t.Fatalf("a registered algorithm's policy is bounded at %d keys", s.Limiter(p).Stats().MaxKeys)
+		}
+		if _, j := decide(t, s, []Ask{{Policy: p, Key: "k", N: 1}}, nil); j != -1 {
+			t.Fatal("the registered algorithm refused its first request")
+		}
+		if _, j := decide(t, s, []Ask{{Policy: p, Key: "k", N: 1}}, nil); j != 0 {
+			t.Fatal("the registered algorithm admitted past 1 an hour")
+		}
 	}
 }
 

@@ -94,7 +94,7 @@ func TestStats(t *testing.T) {
 	l := newLimiter(t, floodgate.Config{
 		Rule:   floodgate.Rule{Limit: 2, Period: time.Second},
 		Global: &floodgate.Rule{Limit: 3, Period: time.Hour},
-		Clock:  clock, Stats: true,
+		Clock:  clock, Stats: true, MaxKeys: floodgate.Unbounded,
 	})
 	l.Allow("a")
 	l.Allow("a")
@@ -287,7 +287,7 @@ func TestAppendCounts(t *testing.T) {
 	if st.EvictedFresh == 0 || st.Evicted == 0 {
 		t.Errorf("the sequence was meant to evict a fresh key and an idle one: %+v", st)
 	}
-	off := newLimiter(t, floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Second}, Clock: clock})
+	off := newLimiter(t, floodgate.Config{Rule: floodgate.Rule{Limit: 2, Period: time.Second}, Clock: clock, MaxKeys: floodgate.Unbounded})
 	for _, s := range off.AppendCounts(nil) {
 		if s.Metric == counts.Requests || s.Metric == counts.KeysMax {
 			t.Errorf("without Stats and MaxKeys: unexpected %+v", s)

@@ -75,7 +75,7 @@ func TestHeldReservationsMemory(t *testing.T) {
 			var errs chan error
 			switch form {
 			case "store":
-				s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: clock, MaxKeys: maxKeys, IdleTTL: -1})
+				s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: clock, MaxKeys: maxKeys, IdleTTL: floodgate.Never})
 				t.Cleanup(func() { s.Close() })
 				tokens := newPolicy(t, s, "tokens", floodgate.TokenBucket, budget)
 				window := newPolicy(t, s, "window", floodgate.FixedWindow, budget)

@@ -15,14 +15,13 @@ import (
 func TestSweeperKeepsDebt(t *testing.T) {
 	for _, alg := range []string{TokenBucket, FixedWindow, SlidingCounter, SlidingLog} {
 		clock := NewManualClock(int64(time.Hour))
-		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock})
+		l, err := New(Config{Algorithm: alg, Rule: Rule{Limit: 10, Period: time.Second}, Clock: clock, IdleTTL: Never})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tick := make(chan time.Time)
 		done := make(chan int)
-		l.stop, l.swept = make(chan struct{}), make(chan struct{})
-		go l.sweep(100*time.Millisecond, tick, done)
+		l.startSweep(100*time.Millisecond, tick, done)
 		if _, err := l.Charge("d", 30); err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package floodgate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,18 +88,15 @@ type localSlots struct {
 var ErrSlotName = errors.New("a live policy of the Store has this name")
 
 // SlotPolicy returns an in-flight policy in this process: an
-// inflight.Limiter of limit, with the Store's MaxKeys (0: 1,048,576 keys;
-// negative: none), swept by the Store's goroutine of its idle keys (a
-// key that holds nothing, for two sweeps in a row).
+// inflight.Limiter of limit, with the Store's MaxKeys (0: 1,048,576 keys),
+// swept by the Store's goroutine of its idle keys (a key that holds
+// nothing, for two sweeps in a row).
 func (s *LocalStore) SlotPolicy(name string, limit int) (SlotPolicy, error) {
-	maxKeys := s.maxKeys
-	switch {
-	case maxKeys == 0:
-		maxKeys = defaultMemory / inlineKeyBytes
-	case maxKeys < 0:
-		maxKeys = 0
+	maxKeys, err := s.slotKeys()
+	if err != nil {
+		return nil, err
 	}
-	l, err := inflight.New(inflight.Config{Limit: limit, MaxKeys: maxKeys})
+	l, err := inflight.New(inflight.Config{Limit: limit, MaxKeys: cmp.Or(maxKeys, Unbounded), IdleTTL: Never})
 	if err != nil {
 		return nil, fmt.Errorf("floodgate: %w", err)
 	}

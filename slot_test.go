@@ -14,7 +14,7 @@ import (
 )
 
 func TestLocalStoreSlots(t *testing.T) {
-	s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{IdleTTL: -1})
+	s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{IdleTTL: floodgate.Never})
 	defer s.Close()
 	var _ floodgate.SlotStore = s
 	bads := []int{0, -1}

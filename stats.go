@@ -26,8 +26,9 @@ type Stats struct {
 	// otherwise: counting costs a few nanoseconds on every request (see
 	// Config.Stats).
 	Allowed, Denied, DeniedByGlobal int64
-	// Keys is Len(): the keys held now. MaxKeys is Config.MaxKeys, the
-	// bound Keys never exceeds, or 0 for none.
+	// Keys is Len(): the keys held now. MaxKeys is the bound Keys never
+	// exceeds (Config.MaxKeys, or its default for 0), or 0 for none
+	// (Unbounded).
 	Keys, MaxKeys int
 	// Evicted counts keys removed for being idle (EvictIdle and the
 	// IdleTTL sweeper); EvictedAtBound, keys removed to make room for a

@@ -325,7 +325,7 @@ func TestDefaultBounds(t *testing.T) {
 		least, most int
 	}{
 		{Config{Default: log}, 512, 1024},
-		{Config{Default: log, MaxKeys: -1, IdleTTL: -1}, 1100, 1100},
+		{Config{Default: log, MaxKeys: floodgate.Unbounded, IdleTTL: floodgate.Never}, 1100, 1100},
 	} {
 		l, err := New(tc.cfg)
 		if err != nil {
@@ -442,21 +442,23 @@ func init() {
 	}
 }
 
-// TestRegisteredAlgorithm: a zero-value Config bounds every policy's
-// clients, which a registered algorithm cannot take: New fails, saying to
-// set MaxKeys to -1 (the interceptors' "no bound"), not to 0 (their
-// default bound); with -1 the policy limits.
+// TestRegisteredAlgorithm: a registered algorithm, which MaxKeys cannot
+// bound, is unbounded on the default Store and limits there; on a Store
+// with a bound, New fails, saying to set MaxKeys to 0 or Unbounded.
 func TestRegisteredAlgorithm(t *testing.T) {
 	cfg := Config{Methods: map[string][]Policy{unary: {{Name: "p", Algorithm: "grpclimit_test_registered",
 		Rule: floodgate.Rule{Limit: 1, Period: time.Hour}}}}}
+	bounded := floodgate.NewLocalStore(floodgate.LocalStoreConfig{MaxKeys: 100})
+	defer bounded.Close()
+	cfg.Store = bounded
 	_, err := New(cfg)
 	if err == nil {
 		t.Fatal("New bounded a registered algorithm")
 	}
-	if msg := err.Error(); !strings.HasPrefix(msg, "grpclimit: method ") || !strings.Contains(msg, "MaxKeys to -1") || strings.Contains(msg, "MaxKeys to 0") {
-		t.Fatalf("error %q does not say to set the interceptors' MaxKeys to -1", msg)
+	if msg := err.Error(); !strings.HasPrefix(msg, "grpclimit: method ") || !strings.Contains(msg, "MaxKeys to 0 or Unbounded") {
+		t.Fatalf("error %q does not say to set MaxKeys to 0 or Unbounded", msg)
 	}
-	cfg.MaxKeys = -1
+	cfg.Store = nil
 	l, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -426,21 +426,23 @@ func init() {
 	}
 }
 
-// TestRegisteredAlgorithm: a zero-value Config bounds every policy's
-// clients, which a registered algorithm cannot take: New fails, saying to
-// set MaxKeys to -1 (the middleware's "no bound"), not to 0 (its default
-// bound); with -1 the policy limits.
+// TestRegisteredAlgorithm: a registered algorithm, which MaxKeys cannot
+// bound, is unbounded on the default Store and limits there; on a Store
+// with a bound, New fails, saying to set MaxKeys to 0 or Unbounded.
 func TestRegisteredAlgorithm(t *testing.T) {
 	cfg := Config{Default: []Policy{{Name: "d", Algorithm: "httplimit_test_registered",
 		Rule: floodgate.Rule{Limit: 1, Period: time.Hour}}}}
+	bounded := floodgate.NewLocalStore(floodgate.LocalStoreConfig{MaxKeys: 100})
+	defer bounded.Close()
+	cfg.Store = bounded
 	_, err := New(cfg)
 	if err == nil {
 		t.Fatal("New bounded a registered algorithm")
 	}
-	if msg := err.Error(); !strings.HasPrefix(msg, "httplimit: default: ") || !strings.Contains(msg, "MaxKeys to -1") || strings.Contains(msg, "MaxKeys to 0") {
-		t.Fatalf("error %q does not say to set the middleware's MaxKeys to -1", msg)
+	if msg := err.Error(); !strings.HasPrefix(msg, "httplimit: default: ") || !strings.Contains(msg, "MaxKeys to 0 or Unbounded") {
+		t.Fatalf("error %q does not say to set MaxKeys to 0 or Unbounded", msg)
 	}
-	cfg.MaxKeys = -1
+	cfg.Store = nil
 	_, url := serve(t, cfg)
 	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
 		if a := do(t, "GET", url+"/x"); a.status != want {

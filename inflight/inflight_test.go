@@ -509,3 +509,55 @@ func TestSetLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestDefaults: MaxKeys 0 is 1,048,576 keys and floodgate.Unbounded
+// (math.MaxInt) none; IdleTTL 0 starts a sweep that floodgate.Never
+// (math.MaxInt64) does not, and the sweep of a Limiter dropped without
+// Close ends once it is collected.
+func TestDefaults(t *testing.T) {
+	l, err := inflight.New(inflight.Config{Limit: 1, MaxKeys: 2, IdleTTL: math.MaxInt64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Swept() != nil {
+		t.Error("IdleTTL math.MaxInt64 started a sweep")
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := l.Acquire(context.Background(), id); id == "c" && err != inflight.ErrKeys || id != "c" && err != nil {
+			t.Fatalf("Acquire(%s) at a bound of 2: %v", id, err)
+		}
+	}
+	l.Close()
+	for _, c := range []struct{ maxKeys, bound int }{{0, 1 << 20}, {math.MaxInt, 0}, {7, 7}} {
+		l, err := inflight.New(inflight.Config{Limit: 1, MaxKeys: c.maxKeys, IdleTTL: math.MaxInt64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Bound() != c.bound {
+			t.Errorf("MaxKeys %d: bound %d, want %d", c.maxKeys, l.Bound(), c.bound)
+		}
+		l.Close()
+	}
+	l, err = inflight.New(inflight.Config{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	swept := l.Swept()
+	if swept == nil {
+		t.Fatal("IdleTTL 0 started no sweep")
+	}
+	l = nil
+	_ = l
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-swept:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweep outlived its dropped Limiter")
+		}
+	}
+}

@@ -1,14 +1,19 @@
 package inflight
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
+	"github.com/floodgate-go/floodgate/internal/decision"
 	"github.com/floodgate-go/floodgate/internal/flat"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/word"
@@ -31,16 +36,24 @@ type Config struct {
 	// a request that finds the global cap full is refused at once.
 	Global int
 
-	// MaxKeys > 0 bounds the keys held: Len never exceeds it. A new key
-	// at the bound takes the place of a key that holds nothing; when
-	// every key of its shard holds a slot or a waiter, the new key is
-	// refused (ErrKeys). 0, the default, means unbounded. Negative is an
-	// error.
+	// MaxKeys bounds the keys held: Len never exceeds it. A new key at
+	// the bound takes the place of a key that holds nothing; when every
+	// key of its shard holds a slot or a waiter, the new key is refused
+	// (ErrKeys), since a held slot cannot be forgotten. 0, the default,
+	// is 1,048,576 keys: 64 MiB at 64 bytes a key (a word in the table
+	// with its share of the table), the bound floodgate.Config gives a
+	// bucket, so that a flood of new ids cannot grow memory without
+	// bound. floodgate.Unbounded (math.MaxInt) holds every key; negative
+	// is an error.
 	MaxKeys int
 
-	// IdleTTL > 0 starts a sweeper that removes, every IdleTTL, the keys
-	// that hold nothing and have not been acquired since its previous
-	// sweep. Close stops it. 0 means no sweeper; negative is an error.
+	// IdleTTL is how often a sweep removes the keys that hold nothing
+	// and have not been acquired since the sweep before. 0, the default,
+	// is one minute, so that the keys of ids a client rotates go;
+	// floodgate.Never (math.MaxInt64) is no sweep; negative is an error.
+	// A key removed holds nothing, and comes back as it left. Close
+	// stops the sweep, which holds the Limiter weakly: one dropped
+	// without Close is collected, and its sweep ends.
 	IdleTTL time.Duration
 
 	twin   bool // the mutex twin: set only through testhook.InFlightTwin
@@ -155,9 +168,15 @@ func New(cfg Config) (*Limiter, error) {
 	case cfg.Global < 0 || cfg.Global > MaxLimit:
 		return nil, fmt.Errorf("inflight: Global must be 0 (no cap) to %d slots, got %d", MaxLimit, cfg.Global)
 	case cfg.MaxKeys < 0:
-		return nil, fmt.Errorf("inflight: MaxKeys must be 0 (unbounded) or positive, got %d", cfg.MaxKeys)
+		return nil, fmt.Errorf("inflight: MaxKeys must be 0 (the default bound), positive or floodgate.Unbounded, got %d", cfg.MaxKeys)
 	case cfg.IdleTTL < 0:
-		return nil, fmt.Errorf("inflight: IdleTTL must be 0 (no sweeper) or positive, got %v", cfg.IdleTTL)
+		return nil, fmt.Errorf("inflight: IdleTTL must be 0 (a minute), positive or floodgate.Never, got %v", cfg.IdleTTL)
+	}
+	switch cfg.MaxKeys {
+	case 0:
+		cfg.MaxKeys = defaultMaxKeys
+	case unbounded:
+		cfg.MaxKeys = 0 // the table's none
 	}
 	l := &Limiter{queue: uint64(cfg.Queue), hasher: flat.NewHasher(), max: cfg.MaxKeys}
 	l.limit.Store(uint64(cfg.Limit))
@@ -176,23 +195,43 @@ func New(cfg Config) (*Limiter, error) {
 		l.flat = flat.NewFlat(flat.FlatConfig{MaxKeys: cfg.MaxKeys, Pointers: l.spreads, Hooks: flat.Hooks{Retire: l.retireIdle}})
 		l.queues = new(queues)
 	}
-	if cfg.IdleTTL > 0 {
+	if ttl := cmp.Or(cfg.IdleTTL, defaultIdleTTL); ttl != decision.Never {
 		l.stop, l.swept = make(chan struct{}), make(chan struct{})
-		ticker := time.NewTicker(cfg.IdleTTL)
-		go func() {
-			defer ticker.Stop()
-			defer close(l.swept)
-			for {
-				select {
-				case <-l.stop:
-					return
-				case <-ticker.C:
-					l.Sweep()
-				}
-			}
-		}()
+		gone := make(chan struct{})
+		runtime.AddCleanup(l, func(gone chan struct{}) { close(gone) }, gone)
+		go sweep(weak.Make(l), time.NewTicker(ttl), l.stop, l.swept, gone)
 	}
 	return l, nil
+}
+
+// The defaults of Config.MaxKeys and Config.IdleTTL, and floodgate's
+// Unbounded.
+const (
+	defaultMaxKeys = 1 << 20
+	defaultIdleTTL = time.Minute
+	unbounded      = math.MaxInt
+)
+
+// sweep calls Sweep on every tick until Close (stop) or until the
+// Limiter is collected (gone), then closes swept. It holds the Limiter
+// weakly.
+func sweep(w weak.Pointer[Limiter], t *time.Ticker, stop, swept, gone chan struct{}) {
+	defer close(swept)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-gone:
+			return
+		case <-t.C:
+		}
+		l := w.Value()
+		if l == nil {
+			return
+		}
+		l.Sweep()
+	}
 }
 
 func init() {

@@ -72,7 +72,7 @@ func httpLimiter(t *testing.T) *httplimit.Limiter {
 		Default: []httplimit.Policy{{Name: "fallback", Rule: floodgate.Rule{Limit: 5, Period: time.Hour}}},
 		Clock:   floodgate.NewManualClock(0),
 		MaxKeys: 100,
-		IdleTTL: -1,
+		IdleTTL: floodgate.Never,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -218,7 +218,7 @@ func (p *slotPolicy) Acquire(ctx context.Context, key string) (floodgate.Slot, b
 		return floodgate.Slot{}, false, s.unreachedErr(err)
 	}
 	p.localOnce.Do(func() {
-		l, _ := inflight.New(inflight.Config{Limit: p.Limit(), MaxKeys: s.set.localMaxKeys}) // the limit was checked
+		l, _ := inflight.New(inflight.Config{Limit: p.Limit(), MaxKeys: s.set.localMaxKeys, IdleTTL: floodgate.Never}) // the limit was checked
 		p.local.Store(l)
 	})
 	ls, ok := p.local.Load().TryAcquire(key)

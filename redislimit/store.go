@@ -327,7 +327,7 @@ func (s *Store) localStore() *floodgate.LocalStore {
 	if l := s.local.Load(); l != nil {
 		return l
 	}
-	l := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: s.set.clock, MaxKeys: s.set.localMaxKeys, IdleTTL: -1})
+	l := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: s.set.clock, MaxKeys: s.set.localMaxKeys, IdleTTL: floodgate.Never})
 	s.local.Store(l)
 	return l
 }

@@ -9,6 +9,7 @@ package testmain
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -52,10 +53,14 @@ func RunThen(m *testing.M, then func(), opts ...goleak.Option) {
 	}
 	code := m.Run()
 	if code == 0 {
+		// A sweep of a Limiter or Store that a test dropped without
+		// Close ends once the collector has found it unreachable.
+		runtime.GC()
 		deadline := time.Now().Add(settle)
 		err := goleak.Find(opts...)
 		for err != nil && time.Now().Before(deadline) {
 			time.Sleep(50 * time.Millisecond)
+			runtime.GC()
 			err = goleak.Find(opts...)
 		}
 		if err != nil {
