@@ -164,7 +164,7 @@ func New(cfg Config) (*Limiter, error) {
 	case maxKeys == Unbounded || maxKeys == 0 && !bounded:
 		maxKeys = 0 // the table's none
 	case !bounded:
-		return nil, fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; set MaxKeys to 0 or Unbounded and bound the keys with IdleTTL", name)
+		return nil, errUnboundable(name)
 	case maxKeys == 0:
 		maxKeys = defaultMaxKeys(name, traitsOf(alg).kind, cfg.Rule)
 	}
@@ -196,6 +196,12 @@ func New(cfg Config) (*Limiter, error) {
 		l.startSweep(ttl, nil, nil)
 	}
 	return l, nil
+}
+
+// errUnboundable is the error of a bound on the keys of the registered
+// algorithm name.
+func errUnboundable(name string) error {
+	return fmt.Errorf("floodgate: algorithm %q is registered, and MaxKeys cannot bound it: it cannot remember what an evicted key held; set MaxKeys to 0 or Unbounded and bound the keys with IdleTTL", name)
 }
 
 // newTable makes the flat table, with the state inline for the word

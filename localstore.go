@@ -190,8 +190,18 @@ func (s *LocalStore) config(algorithm string, rule Rule) (Config, error) {
 	if err := s.check(); err != nil {
 		return Config{}, err
 	}
+	algorithm = cmp.Or(algorithm, TokenBucket)
+	if s.maxKeys != 0 && s.maxKeys != Unbounded {
+		if f, err := lookup(algorithm, s.twins); err == nil {
+			if alg, err := build(algorithm, f, rule); err == nil {
+				if _, ok := alg.(builtin); !ok {
+					return Config{}, errUnboundable(algorithm) // for CheckRule too
+				}
+			}
+		}
+	}
 	// The Store sweeps its policies itself: their Limiters have none.
-	return Config{Algorithm: cmp.Or(algorithm, TokenBucket), Rule: rule, Clock: s.clock, MaxKeys: s.maxKeys, IdleTTL: Never, twins: s.twins}, nil
+	return Config{Algorithm: algorithm, Rule: rule, Clock: s.clock, MaxKeys: s.maxKeys, IdleTTL: Never, twins: s.twins}, nil
 }
 
 // check refuses a LocalStoreConfig with a negative MaxKeys or IdleTTL.
@@ -372,11 +382,4 @@ func (s *LocalStore) decide(asks []Ask, each []Decision, took *[MaxPolicies]gran
 	v := plan.Verdict(len(all), refused, func(i int) bool { return asks[i].Shadow },
 		func(i int) int64 { return all[i].Remaining }, func(i int) time.Duration { return all[i].ResetAfter })
 	return all[v], refused, nil
-}
-
-// isTwin reports whether name is a built-in algorithm's mutex twin, which
-// MaxKeys bounds as it bounds the algorithm.
-func isTwin(name string) bool {
-	_, ok := twins[name]
-	return ok
 }

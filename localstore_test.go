@@ -336,6 +336,9 @@ func TestLocalStoreRegistered(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MaxKeys to 0 or Unbounded") {
 		t.Fatalf("under a bound: %v", err)
 	}
+	if err := bounded.CheckRule("localstore_test_registered", Rule{Limit: 1, Period: time.Hour}); err == nil || !strings.Contains(err.Error(), "MaxKeys to 0 or Unbounded") {
+		t.Fatalf("CheckRule under a bound: %v", err)
+	}
 	for _, s := range []*LocalStore{localStore(t, nil), NewLocalStore(LocalStoreConfig{MaxKeys: Unbounded, Clock: NewManualClock(0)})} {
 		defer s.Close()
 		p := mustPolicy(t, s, "p", "localstore_test_registered", Rule{Limit: 1, Period: time.Hour})

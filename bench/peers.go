@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"hash/maphash"
@@ -147,8 +148,8 @@ func builtOn(name, alg string, coarse bool, variant func(floodgate.Config) flood
 			cfg := floodgate.Config{
 				Algorithm: alg,
 				Rule:      floodgate.Rule{Limit: o.Rate.Limit, Period: o.Rate.Period},
-				IdleTTL:   o.IdleTTL,
-				MaxKeys:   o.MaxKeys,
+				IdleTTL:   cmp.Or(o.IdleTTL, floodgate.Never), // what was asked, and no more
+				MaxKeys:   cmp.Or(o.MaxKeys, floodgate.Unbounded),
 			}
 			cfg = testhook.Twins(cfg).(floodgate.Config) // alg may name a mutex twin
 			if variant != nil {

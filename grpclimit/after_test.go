@@ -69,7 +69,7 @@ func spendServer(t *testing.T, way string) testpb.TestServiceClient {
 	}
 	l, err := New(Config{
 		Default: []Policy{{Name: "budget", Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, After: true, CostKey: key}},
-		Clock:   floodgate.NewManualClock(int64(time.Hour)),
+		Store:   local(t, floodgate.NewManualClock(int64(time.Hour))),
 	})
 	if err != nil {
 		t.Fatal(err)

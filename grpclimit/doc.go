@@ -60,9 +60,11 @@
 //
 // The zero-value Config bounds memory, as httplimit's does: each policy
 // forgets a client whose state has been a new client's for a minute
-// (Config.IdleTTL; forgetting it changes no decision), and holds at most
-// 1,048,576 clients, fewer for the sliding log, about 64 MiB
-// (Config.MaxKeys). A negative value turns either bound off.
+// (forgetting it changes no decision), and holds at most 1,048,576
+// clients, fewer for the sliding log, about 64 MiB: LocalStoreConfig's
+// defaults, on the LocalStore that the Limiter makes when Config.Store is
+// nil. For other bounds, pass a Store of floodgate.NewLocalStore
+// (floodgate.Unbounded and floodgate.Never turn either off).
 //
 // # Shadow mode
 //

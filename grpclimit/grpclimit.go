@@ -74,8 +74,9 @@ type Policy struct {
 	// that a rate policy refuses gives its slots back. Config.PerMessage
 	// charges a stream's messages to its rate policies only. A refusal is
 	// ResourceExhausted with RetryInfo (see RetryAfter). In process, an
-	// in-flight policy is an inflight.Limiter with the interceptor's
-	// MaxKeys; on a Store, the Store must be a floodgate.SlotStore.
+	// in-flight policy is an inflight.Limiter of the LocalStore's (see
+	// Config.Store); on another Store, the Store must be a
+	// floodgate.SlotStore.
 	InFlight int
 	// RetryAfter is the RetryInfo delay of an in-flight policy's
 	// refusal; 0 is one second. A slot frees when one of the client's
@@ -116,31 +117,21 @@ type Config struct {
 	// process, so that every replica of the service that shares it shares
 	// one limit per client: redislimit.NewStore makes one on Redis. nil
 	// keeps them in process, on a floodgate.LocalStore that the Limiter
-	// makes with Clock, MaxKeys and IdleTTL, and closes at Close. On a
-	// Store each call
+	// makes with LocalStoreConfig's defaults (the system clock, a 64 MiB
+	// bound per policy, idle clients forgotten after a minute) and closes
+	// at Close: pass floodgate.NewLocalStore's for another clock or bound
+	// (and close it after the Limiter). On a Store each call
 	// (and message, with PerMessage) is decided by all of its entry's
 	// policies together in one round trip at most (none, in a Store's
 	// lease mode, while the client's leases last), with every guarantee
-	// of the in-process interceptors; Clock, MaxKeys and IdleTTL are then
-	// the Store's business, and must be zero. A call whose context ends
+	// of the in-process interceptors; the clock and the bounds are then
+	// the Store's. A call whose context ends
 	// before the Store answers is refused, and counted by the Store, not
 	// here. A call waits on a Store that does not answer once: its first
 	// Store call that finds the Store unreachable marks the call, and the
 	// Store's failure mode answers the others (its in-flight slots, its
 	// rates) at once. The Store's own counts are its own counts.Source.
 	Store floodgate.Store
-	// Clock is every policy's clock; nil is the SystemClock.
-	Clock floodgate.Clock
-	// MaxKeys bounds the clients each policy holds, as in httplimit: 0
-	// means a bound that keeps each policy within 64 MiB (1,048,576
-	// clients for the buckets and the windows; for the sliding log, 64 MiB
-	// over 512 bytes and 16 per request of its Limit, at least 1,024), and
-	// negative means no bound, on purpose.
-	MaxKeys int
-	// IdleTTL is how long a client's state must have been a new client's
-	// before it is forgotten in the background, which changes no decision;
-	// 0 means a minute, negative never.
-	IdleTTL time.Duration
 	// Shadow makes every policy a shadow (see Policy.Shadow): nothing is
 	// refused, and what enforcement would have refused is counted as
 	// shadow_denied, call for call.
@@ -199,16 +190,13 @@ const defaultRoute = "default"
 // errors.
 func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, tier: cfg.Tier, exempt: cfg.Exempt, perMessage: cfg.PerMessage, shadow: cfg.Shadow, store: cfg.Store}
-	if cfg.Store != nil && (cfg.Clock != nil || cfg.MaxKeys != 0 || cfg.IdleTTL != 0) {
-		return nil, errors.New("grpclimit: Clock, MaxKeys and IdleTTL are for policies in process; with a Store, set them on the Store (its clock is Redis's, its keys expire there)")
-	}
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("grpclimit: %w", err)
 	}
-	if l.store, l.own = policy.LocalFor(l.store, cfg.Clock, cfg.MaxKeys, cfg.IdleTTL); l.own != nil {
+	if l.store, l.own = policy.LocalFor(l.store); l.own != nil {
 		defer func() {
 			if err != nil {
 				l.own.Close()

@@ -94,6 +94,15 @@ func perHour(name string, limit int64) []Policy {
 	return []Policy{{Name: name, Rule: floodgate.Rule{Limit: limit, Period: time.Hour}}}
 }
 
+// local returns a LocalStore on clock, closed when the test ends (after
+// what the test made with it): the Store that New makes when Config.Store
+// is nil, on the test's clock.
+func local(t testing.TB, clock floodgate.Clock) *floodgate.LocalStore {
+	s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: clock})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // serve runs a real gRPC server with the interceptors on a loopback port
 // and returns a client connected to it.
 func serve(t *testing.T, cfg Config) (*Limiter, testpb.TestServiceClient) {
@@ -156,7 +165,7 @@ func withXFF(xff string) context.Context {
 // untouched, and a service-wide entry for the rest.
 func TestUnary(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	_, c := serve(t, Config{Clock: clock, Methods: map[string][]Policy{unary: perHour("unary", 3)}})
+	_, c := serve(t, Config{Store: local(t, clock), Methods: map[string][]Policy{unary: perHour("unary", 3)}})
 	ctx := context.Background()
 	for i := range 3 {
 		if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
@@ -177,7 +186,7 @@ func TestUnary(t *testing.T) {
 		t.Fatalf("after the wait: %v", err)
 	}
 
-	_, c = serve(t, Config{Clock: clock, Methods: map[string][]Policy{
+	_, c = serve(t, Config{Store: local(t, clock), Methods: map[string][]Policy{
 		"/grpc.testing.TestService/": perHour("service", 1), unary: perHour("unary", 5)}})
 	if _, err := c.EmptyCall(ctx, &testpb.Empty{}); err != nil {
 		t.Fatal(err)
@@ -195,7 +204,7 @@ func TestUnary(t *testing.T) {
 func TestStream(t *testing.T) {
 	for _, perMessage := range []bool{false, true} {
 		clock := floodgate.NewManualClock(0)
-		_, c := serve(t, Config{Clock: clock, PerMessage: perMessage, Methods: map[string][]Policy{duplex: perHour("duplex", 3)}})
+		_, c := serve(t, Config{Store: local(t, clock), PerMessage: perMessage, Methods: map[string][]Policy{duplex: perHour("duplex", 3)}})
 		s, err := c.FullDuplexCall(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -247,7 +256,7 @@ func TestStream(t *testing.T) {
 func TestPerMessageAtTheLimit(t *testing.T) {
 	ctx := context.Background()
 	clientStream := func(limit int64, messages int) (*testpb.StreamingInputCallResponse, error) {
-		_, c := serve(t, Config{PerMessage: true, Clock: floodgate.NewManualClock(0), Methods: map[string][]Policy{input: perHour("in", limit)}})
+		_, c := serve(t, Config{PerMessage: true, Store: local(t, floodgate.NewManualClock(0)), Methods: map[string][]Policy{input: perHour("in", limit)}})
 		s, err := c.StreamingInputCall(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -276,7 +285,7 @@ func TestPerMessageAtTheLimit(t *testing.T) {
 		t.Fatalf("the handler saw %d messages, want the 3 admitted", n)
 	}
 
-	_, c := serve(t, Config{PerMessage: true, Clock: floodgate.NewManualClock(0), Methods: map[string][]Policy{output: perHour("out", 2)}})
+	_, c := serve(t, Config{PerMessage: true, Store: local(t, floodgate.NewManualClock(0)), Methods: map[string][]Policy{output: perHour("out", 2)}})
 	out, err := c.StreamingOutputCall(ctx, &testpb.StreamingOutputCallRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -292,7 +301,7 @@ func TestPerMessageAtTheLimit(t *testing.T) {
 		}
 	}
 
-	_, c = serve(t, Config{PerMessage: true, Clock: floodgate.NewManualClock(0), Methods: map[string][]Policy{duplex: perHour("duplex", 4)}})
+	_, c = serve(t, Config{PerMessage: true, Store: local(t, floodgate.NewManualClock(0)), Methods: map[string][]Policy{duplex: perHour("duplex", 4)}})
 	bidi, err := c.FullDuplexCall(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -315,17 +324,20 @@ func TestPerMessageAtTheLimit(t *testing.T) {
 // (here a sliding log whose Limit makes the default bound its floor,
 // 1,024: each of the table's shards holds at most its share, so fewer may
 // be held, never more: once, under arm64 emulation in make check, 853);
-// a negative MaxKeys asks for no bound. The test holds the bound to at
+// a Store with MaxKeys floodgate.Unbounded has none. The test holds the bound to at
 // most 1,024, and to at least half of it, so that a bound far below what
 // was asked fails too.
 func TestDefaultBounds(t *testing.T) {
 	log := []Policy{{Name: "log", Algorithm: floodgate.SlidingLog, Rule: floodgate.Rule{Limit: 1_000_000, Period: time.Hour}}}
+	unbounded := floodgate.NewLocalStore(floodgate.LocalStoreConfig{MaxKeys: floodgate.Unbounded, IdleTTL: floodgate.Never})
+	defer unbounded.Close()
 	for _, tc := range []struct {
+		name        string
 		cfg         Config
 		least, most int
 	}{
-		{Config{Default: log}, 512, 1024},
-		{Config{Default: log, MaxKeys: floodgate.Unbounded, IdleTTL: floodgate.Never}, 1100, 1100},
+		{"the default Store", Config{Default: log}, 512, 1024},
+		{"a Store of MaxKeys Unbounded", Config{Default: log, Store: unbounded}, 1100, 1100},
 	} {
 		l, err := New(tc.cfg)
 		if err != nil {
@@ -341,7 +353,7 @@ func TestDefaultBounds(t *testing.T) {
 			}
 		}
 		if got < int64(tc.least) || got > int64(tc.most) {
-			t.Errorf("MaxKeys %d: %d keys held after 1,100 clients, want %d to %d", tc.cfg.MaxKeys, got, tc.least, tc.most)
+			t.Errorf("%s: %d keys held after 1,100 clients, want %d to %d", tc.name, got, tc.least, tc.most)
 		}
 		l.Close()
 	}
@@ -351,7 +363,7 @@ func TestDefaultBounds(t *testing.T) {
 // trusted one's names the client; Key can key by anything else.
 func TestProxiesAndKeys(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	_, c := serve(t, Config{Clock: clock, Default: perHour("d", 2)})
+	_, c := serve(t, Config{Store: local(t, clock), Default: perHour("d", 2)})
 	passed := 0
 	for _, ip := range []string{"203.0.113.1", "203.0.113.2", "203.0.113.3", "203.0.113.4"} {
 		if _, err := c.EmptyCall(withXFF(ip), &testpb.Empty{}); err == nil {
@@ -361,7 +373,7 @@ func TestProxiesAndKeys(t *testing.T) {
 	if passed != 2 {
 		t.Fatalf("untrusted: %d passed, want 2", passed)
 	}
-	_, c = serve(t, Config{Clock: clock, Default: perHour("d", 2), TrustedProxies: []string{"127.0.0.0/8"}})
+	_, c = serve(t, Config{Store: local(t, clock), Default: perHour("d", 2), TrustedProxies: []string{"127.0.0.0/8"}})
 	for _, ip := range []string{"203.0.113.1", "203.0.113.2"} {
 		for i := range 3 {
 			_, err := c.EmptyCall(withXFF("198.51.100.9, "+ip), &testpb.Empty{})
@@ -370,7 +382,7 @@ func TestProxiesAndKeys(t *testing.T) {
 			}
 		}
 	}
-	_, c = serve(t, Config{Clock: clock, Default: perHour("d", 1), Key: func(ctx context.Context, method, client string) string {
+	_, c = serve(t, Config{Store: local(t, clock), Default: perHour("d", 1), Key: func(ctx context.Context, method, client string) string {
 		md, _ := metadata.FromIncomingContext(ctx)
 		return method + "|" + client + "|" + md.Get("user")[0]
 	}})
@@ -388,7 +400,7 @@ func TestProxiesAndKeys(t *testing.T) {
 // TestBufconn: over an in-memory connection the peer has no IP address;
 // every such peer shares the fixed key, and the limit still holds.
 func TestBufconn(t *testing.T) {
-	l, err := New(Config{Clock: floodgate.NewManualClock(0), Default: perHour("d", 2)})
+	l, err := New(Config{Store: local(t, floodgate.NewManualClock(0)), Default: perHour("d", 2)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,8 @@ func calls(t *testing.T, c testpb.TestServiceClient, ctx context.Context, n int)
 func TestShadowAndCounts(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
 	methods := map[string][]Policy{unary: perHour("u", 3)}
-	enf, ce := serve(t, Config{Clock: clock, Methods: methods, Default: perHour("d", 1)})
-	sh, cs := serve(t, Config{Clock: clock, Methods: methods, Default: perHour("d", 1), Shadow: true,
+	enf, ce := serve(t, Config{Store: local(t, clock), Methods: methods, Default: perHour("d", 1)})
+	sh, cs := serve(t, Config{Store: local(t, clock), Methods: methods, Default: perHour("d", 1), Shadow: true,
 		Exempt: func(_ context.Context, m string) bool { return m == empty }})
 	ctx := context.Background()
 	if got := calls(t, ce, ctx, 10); got != 3 {
@@ -92,7 +92,7 @@ func TestTiersAndSetMethods(t *testing.T) {
 		return ""
 	}
 	tiers := map[string]map[string][]Policy{"gold": {unary: perHour("u", 4)}}
-	l, c := serve(t, Config{Clock: clock, Methods: map[string][]Policy{unary: perHour("u", 1)}, Tiers: tiers, Tier: tierOf})
+	l, c := serve(t, Config{Store: local(t, clock), Methods: map[string][]Policy{unary: perHour("u", 1)}, Tiers: tiers, Tier: tierOf})
 	gold := metadata.AppendToOutgoingContext(context.Background(), "token", "tok-gold")
 	forged := metadata.AppendToOutgoingContext(context.Background(), "token", "gold")
 	if got := calls(t, c, gold, 6); got != 4 {
@@ -145,7 +145,7 @@ func TestDefaultTiers(t *testing.T) {
 		}
 		return ""
 	}
-	cfg := Config{Clock: clock, Default: perHour("d", 1), Tier: tierOf,
+	cfg := Config{Store: local(t, clock), Default: perHour("d", 1), Tier: tierOf,
 		Tiers: map[string]map[string][]Policy{"gold": {"": perHour("d", 3)}}}
 	l, c := serve(t, cfg)
 	gold := metadata.AppendToOutgoingContext(context.Background(), "gold", "1")

@@ -55,7 +55,7 @@ func budgetServer(t *testing.T, est int64, header string, handler http.HandlerFu
 	l, err := New(Config{
 		Routes: []Route{{Pattern: "/spend", Policies: []Policy{
 			{Name: "budget", Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, After: true, Estimate: est, CostHeader: header}}}},
-		Clock: floodgate.NewManualClock(int64(time.Hour)),
+		Store: local(t, floodgate.NewManualClock(int64(time.Hour))),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -72,12 +72,14 @@
 //
 // The zero-value Config bounds memory, since the middleware faces clients:
 // each policy forgets a client whose state has been a new client's for a
-// minute (Config.IdleTTL; forgetting it changes no decision), and holds at
-// most 1,048,576 clients, fewer for the sliding log, about 64 MiB
-// (Config.MaxKeys), with an evicted client coming back with no more than
-// it left with. A client that rotates its address through a /32 of IPv6
-// /64s, or its API key, then costs a bounded amount. A negative value
-// turns either bound off.
+// minute (forgetting it changes no decision), and holds at most 1,048,576
+// clients, fewer for the sliding log, about 64 MiB, with an evicted client
+// coming back with no more than it left with: LocalStoreConfig's defaults,
+// on the LocalStore that the middleware makes when Config.Store is nil. A
+// client that rotates its address through a /32 of IPv6 /64s, or its API
+// key, then costs a bounded amount. For other bounds, pass a Store of
+// floodgate.NewLocalStore (floodgate.Unbounded and floodgate.Never turn
+// either off).
 //
 // # Headers
 //

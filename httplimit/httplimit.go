@@ -68,8 +68,8 @@ type Policy struct {
 	// back. A refusal is a 429 with Retry-After (see RetryAfter), and no
 	// RateLimit headers: an in-flight limit is not a quota over time,
 	// which is what they describe. In process, an in-flight policy is an
-	// inflight.Limiter with the middleware's MaxKeys; on a Store, the
-	// Store must be a floodgate.SlotStore.
+	// inflight.Limiter of the LocalStore's (see Store); on another Store,
+	// the Store must be a floodgate.SlotStore.
 	InFlight int
 	// RetryAfter is the Retry-After of an in-flight policy's refusal,
 	// rounded up to whole seconds; 0 is one second. A slot frees when
@@ -118,8 +118,9 @@ type Config struct {
 	// the middleware found (say, to key by an API key or a user, or by
 	// both): the limits then apply per key. It must not return keys of the
 	// client's own choosing without bound if the limit is a security
-	// control; floodgate.Config.MaxKeys (MaxKeys here) bounds what a flood
-	// of them can cost.
+	// control; the Store's MaxKeys (floodgate.LocalStoreConfig's, by
+	// default a 64 MiB bound per policy) bounds what a flood of them can
+	// cost.
 	Key func(r *http.Request, client string) string
 	// Deny writes the answer to a refused request. The RateLimit headers
 	// and Retry-After are set when it is called. nil writes 429 Too Many
@@ -133,13 +134,14 @@ type Config struct {
 	// process, so that every replica of the service that shares it shares
 	// one limit per client: redislimit.NewStore makes one on Redis. nil
 	// keeps them in process, on a floodgate.LocalStore that the
-	// middleware makes with Clock, MaxKeys and IdleTTL, and closes at
-	// Close. On a Store each
+	// middleware makes with LocalStoreConfig's defaults (the system clock,
+	// a 64 MiB bound per policy, idle clients forgotten after a minute)
+	// and closes at Close: pass floodgate.NewLocalStore's for another
+	// clock or bound (and close it after the middleware). On a Store each
 	// request is decided by all of its route's policies together in one
 	// round trip at most (none, in a Store's lease mode, while the
 	// client's leases last), with every guarantee of the in-process
-	// middleware; Clock, MaxKeys and IdleTTL are then the Store's
-	// business, and must be zero. A request whose context ends before the
+	// middleware; the clock and the bounds are then the Store's. A request whose context ends before the
 	// Store answers is refused (its client is gone), and counted by the
 	// Store, not here. A request waits on a Store that does not answer
 	// once: its first call that finds the Store unreachable marks the
@@ -147,22 +149,6 @@ type Config struct {
 	// in-flight slots, its rates, a second route's) at once. The Store's
 	// own counts are its own counts.Source.
 	Store floodgate.Store
-	// Clock is every policy's clock; nil is the SystemClock.
-	Clock floodgate.Clock
-	// MaxKeys bounds the clients each policy holds (floodgate's
-	// Config.MaxKeys, with its rule that an evicted client comes back with
-	// no more than it left with). 0 means a bound that keeps each policy
-	// within 64 MiB: 1,048,576 clients for the token and leaky bucket and
-	// the windows, and for the sliding log 64 MiB over 512 bytes and 16
-	// per request of its Limit (at least 1,024). A client that rotates its
-	// address through a /32 of IPv6 /64s, or its API key, then costs a
-	// bounded amount. Negative means no bound, on purpose.
-	MaxKeys int
-	// IdleTTL is how long a client's state must have been a new client's
-	// (a full bucket, an empty window) before it is forgotten in the
-	// background: forgetting such a state changes no decision, at any
-	// value. 0 means a minute; negative means never.
-	IdleTTL time.Duration
 	// Shadow makes every policy a shadow (see Policy.Shadow): nothing is
 	// refused, and what enforcement would have refused is counted as
 	// shadow_denied, request for request.
@@ -234,9 +220,6 @@ type route = policy.Route
 func New(cfg Config) (_ *Limiter, err error) {
 	l := &Limiter{key: cfg.Key, deny: cfg.Deny, tier: cfg.Tier, exempt: cfg.Exempt,
 		legacy: cfg.LegacyHeaders, shadow: cfg.Shadow, show: cfg.ShadowHeaders, uncounted: cfg.uncounted, store: cfg.Store}
-	if cfg.Store != nil && (cfg.Clock != nil || cfg.MaxKeys != 0 || cfg.IdleTTL != 0) {
-		return nil, errors.New("httplimit: Clock, MaxKeys and IdleTTL are for policies in process; with a Store, set them on the Store (its clock is Redis's, its keys expire there)")
-	}
 	if l.deny == nil {
 		l.deny = denyTooMany
 	}
@@ -254,7 +237,7 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	if l.store, l.own = policy.LocalFor(l.store, cfg.Clock, cfg.MaxKeys, cfg.IdleTTL); l.own != nil {
+	if l.store, l.own = policy.LocalFor(l.store); l.own != nil {
 		defer func() {
 			if err != nil {
 				l.own.Close()

@@ -15,6 +15,15 @@ import (
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
+// local returns a LocalStore on clock, closed when the test ends (after
+// what the test made with it): the Store that New makes when Config.Store
+// is nil, on the test's clock.
+func local(t testing.TB, clock floodgate.Clock) *floodgate.LocalStore {
+	s := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: clock})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // serve runs the middleware over a handler that answers "ok" on a real
 // loopback server, and returns its URL.
 func serve(t *testing.T, cfg Config) (*Limiter, string) {
@@ -64,7 +73,7 @@ func perHour(name string, limit int64) []Policy {
 // refusal is a 429 with Retry-After in whole seconds.
 func TestEndpointsAndHeaders(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	_, url := serve(t, Config{Clock: clock, Routes: []Route{
+	_, url := serve(t, Config{Store: local(t, clock), Routes: []Route{
 		{Pattern: "GET /a", Policies: perHour("a", 3)},
 		{Pattern: "GET /b/{id}", Policies: perHour("b", 2)},
 	}})
@@ -118,7 +127,7 @@ func TestEndpointsAndHeaders(t *testing.T) {
 // does.
 func TestDefaultAndSeveralPolicies(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	_, url := serve(t, Config{Clock: clock, Default: perHour("default", 1), Routes: []Route{{
+	_, url := serve(t, Config{Store: local(t, clock), Default: perHour("default", 1), Routes: []Route{{
 		Pattern: "/api/",
 		Policies: []Policy{
 			{Name: "burst", Rule: floodgate.Rule{Limit: 2, Period: time.Second}},
@@ -154,7 +163,7 @@ func TestDefaultAndSeveralPolicies(t *testing.T) {
 // TestRetryAfterRoundsUp: a wait of under a second is 1, never 0; 1.5s is 2.
 func TestRetryAfterRoundsUp(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	_, url := serve(t, Config{Clock: clock, Routes: []Route{
+	_, url := serve(t, Config{Store: local(t, clock), Routes: []Route{
 		{Pattern: "/fast", Policies: []Policy{{Name: "fast", Rule: floodgate.Rule{Limit: 10, Period: time.Second}}}},
 		{Pattern: "/slow", Policies: []Policy{{Name: "slow", Rule: floodgate.Rule{Limit: 1, Period: 1500 * time.Millisecond}}}},
 	}})
@@ -175,7 +184,7 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 // client has its own allowance, and IPv6 clients share theirs by /64.
 func TestProxies(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	_, spoofable := serve(t, Config{Clock: clock, Routes: []Route{{Pattern: "/", Policies: perHour("p", 2)}}})
+	_, spoofable := serve(t, Config{Store: local(t, clock), Routes: []Route{{Pattern: "/", Policies: perHour("p", 2)}}})
 	passed := 0
 	for i := range 5 {
 		if do(t, "GET", spoofable, "X-Forwarded-For", fmt.Sprintf("203.0.113.%d", i)).status == 200 {
@@ -185,7 +194,7 @@ func TestProxies(t *testing.T) {
 	if passed != 2 {
 		t.Fatalf("an untrusted peer's X-Forwarded-For bought %d requests, want 2", passed)
 	}
-	l, proxied := serve(t, Config{Clock: clock, TrustedProxies: []string{"127.0.0.0/8", "::1/128"},
+	l, proxied := serve(t, Config{Store: local(t, clock), TrustedProxies: []string{"127.0.0.0/8", "::1/128"},
 		Routes: []Route{{Pattern: "/", Policies: perHour("p", 2)}}})
 	for _, c := range []string{"203.0.113.1", "203.0.113.2"} {
 		for i := range 3 {
@@ -215,7 +224,7 @@ func TestProxies(t *testing.T) {
 // are set; Key names clients; legacy headers come on request.
 func TestDenyKeyLegacy(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	_, url := serve(t, Config{Clock: clock, LegacyHeaders: true,
+	_, url := serve(t, Config{Store: local(t, clock), LegacyHeaders: true,
 		Routes: []Route{{Pattern: "/", Policies: perHour("p", 1)}},
 		Key: func(r *http.Request, client string) string {
 			if k := r.Header.Get("X-Api-Key"); k != "" {
@@ -286,8 +295,7 @@ func nine() []Policy {
 // TestCloseTwice: Close is idempotent, and the middleware goes on limiting
 // after it.
 func TestCloseTwice(t *testing.T) {
-	l, url := serve(t, Config{Default: []Policy{{Name: "d", Rule: floodgate.Rule{Limit: 1, Period: time.Hour}}},
-		IdleTTL: time.Minute})
+	l, url := serve(t, Config{Default: []Policy{{Name: "d", Rule: floodgate.Rule{Limit: 1, Period: time.Hour}}}})
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +324,7 @@ func TestRawAndDecodedFormsChargedUnderBoth(t *testing.T) {
 	l, err := New(Config{Routes: []Route{
 		{Pattern: "/api/", Policies: perHour("api", 2)},
 		{Pattern: "/", Policies: perHour("rest", 3)},
-	}, Clock: floodgate.NewManualClock(0)})
+	}, Store: local(t, floodgate.NewManualClock(0))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +370,7 @@ func TestCleanPathsCountUnderTheirRoute(t *testing.T) {
 			{Pattern: "/api/", Policies: perHour("api", 2)},
 			{Pattern: "POST /login", Policies: perHour("login", 2)},
 			{Pattern: "GET /items", Policies: perHour("items", 2)},
-		}, Clock: floodgate.NewManualClock(0)})
+		}, Store: local(t, floodgate.NewManualClock(0))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,7 +49,7 @@ func wantCounts(t *testing.T, got map[string]int64, want map[string]int64) {
 // a client's key.
 func TestCountsKnownSequence(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	l, url := serve(t, Config{Clock: clock,
+	l, url := serve(t, Config{Store: local(t, clock),
 		Routes: []Route{{Pattern: "GET /a", Policies: []Policy{
 			{Name: "hour", Rule: floodgate.Rule{Limit: 3, Period: time.Hour}},
 			{Name: "sec", Rule: floodgate.Rule{Limit: 2, Period: time.Second}},
@@ -98,8 +98,8 @@ func TestShadowFlood(t *testing.T) {
 		{Name: "burst", Rule: floodgate.Rule{Limit: 5, Period: time.Second}},
 		{Name: "log", Rule: floodgate.Rule{Limit: 20, Period: time.Minute}, Algorithm: floodgate.SlidingLog},
 	}}}
-	enf, enfURL := serve(t, Config{Clock: clock, Routes: routes})
-	sh, shURL := serve(t, Config{Clock: clock, Routes: routes, Shadow: true})
+	enf, enfURL := serve(t, Config{Store: local(t, clock), Routes: routes})
+	sh, shURL := serve(t, Config{Store: local(t, clock), Routes: routes, Shadow: true})
 	refused := 0
 	for i := range 120 {
 		if i%10 == 0 {
@@ -143,7 +143,7 @@ func TestShadowFlood(t *testing.T) {
 func TestShadowPolicy(t *testing.T) {
 	for _, show := range []bool{false, true} {
 		clock := floodgate.NewManualClock(0)
-		l, url := serve(t, Config{Clock: clock, ShadowHeaders: show, LegacyHeaders: true, Routes: []Route{{Pattern: "/", Policies: []Policy{
+		l, url := serve(t, Config{Store: local(t, clock), ShadowHeaders: show, LegacyHeaders: true, Routes: []Route{{Pattern: "/", Policies: []Policy{
 			{Name: "new", Rule: floodgate.Rule{Limit: 2, Period: time.Hour}, Shadow: true},
 			{Name: "old", Rule: floodgate.Rule{Limit: 3, Period: time.Hour}},
 		}}}})
@@ -188,7 +188,7 @@ func TestShadowPolicy(t *testing.T) {
 func TestTiersAndExemption(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
 	issued := map[string]string{"key-pro": "pro"}
-	l, url := serve(t, Config{Clock: clock,
+	l, url := serve(t, Config{Store: local(t, clock),
 		Routes: []Route{{Pattern: "/", Policies: perHour("p", 1), Tiers: map[string][]Policy{"pro": perHour("p", 3)}}},
 		Key:    func(r *http.Request, client string) string { return r.Header.Get("Api-Key") + "@" + client },
 		Tier: func(r *http.Request, client string) string {
@@ -234,7 +234,7 @@ func TestTiersAndExemption(t *testing.T) {
 // new Default.
 func TestSetRoutes(t *testing.T) {
 	clock := floodgate.NewManualClock(0)
-	l, url := serve(t, Config{Clock: clock, Routes: []Route{
+	l, url := serve(t, Config{Store: local(t, clock), Routes: []Route{
 		{Pattern: "/a", Policies: perHour("p", 2)},
 		{Pattern: "/b", Policies: perHour("p", 1)},
 	}})
@@ -303,7 +303,7 @@ func TestTwoRoutesCountedAndShadowed(t *testing.T) {
 	l, err := New(Config{Routes: []Route{
 		{Pattern: "/api/", Policies: []Policy{{Name: "api", Rule: floodgate.Rule{Limit: 1, Period: time.Hour}, Shadow: true}}},
 		{Pattern: "/", Policies: perHour("rest", 2)},
-	}, Clock: floodgate.NewManualClock(0)})
+	}, Store: local(t, floodgate.NewManualClock(0))})
 	if err != nil {
 		t.Fatal(err)
 	}

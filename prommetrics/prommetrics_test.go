@@ -68,13 +68,13 @@ var coreWant = map[string]float64{
 // refused by its policy "hourly") and one to a path of the Default's.
 func httpLimiter(t *testing.T) *httplimit.Limiter {
 	t.Helper()
+	store := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: floodgate.NewManualClock(0), MaxKeys: 100, IdleTTL: floodgate.Never})
+	t.Cleanup(func() { store.Close() })
 	l, err := httplimit.New(httplimit.Config{
 		Routes: []httplimit.Route{{Pattern: "GET /hello",
 			Policies: []httplimit.Policy{{Name: "hourly", Rule: floodgate.Rule{Limit: 2, Period: time.Hour}}}}},
 		Default: []httplimit.Policy{{Name: "fallback", Rule: floodgate.Rule{Limit: 5, Period: time.Hour}}},
-		Clock:   floodgate.NewManualClock(0),
-		MaxKeys: 100,
-		IdleTTL: floodgate.Never,
+		Store:   store,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -434,6 +434,7 @@ func TestNewErrors(t *testing.T) {
 		"negative ratio":    {NearLimitRatio: -0.1},
 		"NaN ratio":         {NearLimitRatio: math.NaN()},
 		"negative max desc": {MaxDescriptors: -1},
+		"negative max keys": {MaxKeys: -1},
 	} {
 		if s, err := New(cfg, o); err == nil {
 			s.Close()

@@ -82,9 +82,11 @@ type Options struct {
 	// levels' names exceed 256 bytes together.
 	MaxDetailed int
 	// MaxKeys bounds the keys each rule holds in process, as
-	// floodgate.LocalStoreConfig.MaxKeys does: 0 is a bound that keeps
-	// each rule within 64 MiB, negative none. It is for the Store in
-	// process: with a Store, it must be 0.
+	// floodgate.LocalStoreConfig.MaxKeys does: 0, the default, is a
+	// bound that keeps each rule within 64 MiB, so that a flood of new
+	// descriptor values cannot grow memory without bound;
+	// floodgate.Unbounded is none; negative is an error. It is for the
+	// Store in process: with a Store, it must be 0.
 	MaxKeys int
 	// Store, if set, keeps every rule's counts there instead of in
 	// process: redislimit.NewStore keeps them on Redis, shared by every
@@ -187,6 +189,9 @@ func New(cfg *Config, opts Options) (*Server, error) {
 	}
 	if opts.MaxDescriptors < 0 || opts.MaxOverrides < 0 || opts.MaxDetailed < 0 {
 		return nil, errors.New("rls: MaxDescriptors, MaxOverrides and MaxDetailed must be 0 (the default) or positive")
+	}
+	if opts.MaxKeys < 0 {
+		return nil, fmt.Errorf("rls: MaxKeys must be 0 (the default bound), positive or floodgate.Unbounded, got %d", opts.MaxKeys)
 	}
 	if opts.Store != nil && opts.MaxKeys != 0 {
 		return nil, errors.New("rls: MaxKeys is for the Store in process; with a Store, bound its keys there")

@@ -11,8 +11,9 @@
 // that clients of the server never reach it. With port 0 it picks a free
 // port. It logs to standard error, and stops on SIGINT or SIGTERM.
 //
-// It sets both of the middleware's memory bounds (MaxKeys and IdleTTL),
-// and ReadHeaderTimeout and IdleTimeout on its server, explicitly.
+// It sets both of the middleware's memory bounds (MaxKeys and IdleTTL, on
+// the floodgate.LocalStore it passes as the Store), and ReadHeaderTimeout
+// and IdleTimeout on its server, explicitly.
 // -trusted-proxies (comma-separated CIDRs) and -ipv6-prefix set the
 // middleware's client identity. It is in a module of its own, so that
 // floodgate's core module never requires client_golang or go-redis.

@@ -120,12 +120,15 @@ func run(o options) (err error) {
 		if o.leaseMax != 0 {
 			return errors.New("-lease-max needs -redis")
 		}
-		// Both memory bounds, set here as a server should: clients idle a
-		// minute are forgotten (which changes no decision), and each
-		// policy holds at most a million (about 64 MiB), whatever a
-		// client rotating its address or key sends.
-		cfg.IdleTTL = time.Minute
-		cfg.MaxKeys = 1 << 20
+		// Both memory bounds, set here as a server should (they are also
+		// the LocalStore's defaults): clients idle a minute are forgotten
+		// (which changes no decision), and each policy holds at most a
+		// million (about 64 MiB), whatever a client rotating its address
+		// or key sends. Closed after the middleware (deferred earlier, so
+		// run later).
+		local := floodgate.NewLocalStore(floodgate.LocalStoreConfig{IdleTTL: time.Minute, MaxKeys: 1 << 20})
+		defer func() { err = errors.Join(err, local.Close()) }()
+		cfg.Store = local
 	} else {
 		mode, ok := failureModes[o.redisFailure]
 		if !ok {

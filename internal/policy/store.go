@@ -1,21 +1,17 @@
 package policy
 
-import (
-	"time"
-
-	"github.com/floodgate-go/floodgate"
-)
+import "github.com/floodgate-go/floodgate"
 
 // This file chooses the Store that a middleware's policies live on.
 
-// LocalFor returns store, or, when it is nil, a new LocalStore of the
-// middleware's in-process settings, which the middleware owns and closes
-// (own is nil otherwise).
-func LocalFor(store floodgate.Store, clock floodgate.Clock, maxKeys int, idleTTL time.Duration) (s floodgate.Store, own *floodgate.LocalStore) {
+// LocalFor returns store, or, when it is nil, a new LocalStore of
+// LocalStoreConfig's defaults, which the middleware owns and closes (own
+// is nil otherwise).
+func LocalFor(store floodgate.Store) (s floodgate.Store, own *floodgate.LocalStore) {
 	if store != nil {
 		return store, nil
 	}
-	own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: clock, MaxKeys: maxKeys, IdleTTL: idleTTL})
+	own = floodgate.NewLocalStore(floodgate.LocalStoreConfig{})
 	return own, own
 }
 

@@ -41,14 +41,19 @@ type Limiter struct {
 }
 
 // New returns the reference limiter of cfg: its Algorithm (a mutex
-// twin's name included), Rule, Global, Clock and IdleTTL. MaxKeys is an
-// error; Stats is ignored.
+// twin's name included), Rule, Global, Clock and IdleTTL. It keeps every
+// key: MaxKeys other than 0 or floodgate.Unbounded is an error, and
+// IdleTTL 0, like floodgate.Never, is no sweep (the reference forgets
+// nothing unless asked); Stats is ignored.
 func New(cfg floodgate.Config) (*Limiter, error) {
-	if cfg.MaxKeys != 0 {
+	if cfg.MaxKeys != 0 && cfg.MaxKeys != floodgate.Unbounded {
 		return nil, errors.New("reference: the reference limiter has no MaxKeys")
 	}
 	if cfg.IdleTTL < 0 {
-		return nil, errors.New("reference: IdleTTL must be 0 or positive")
+		return nil, errors.New("reference: IdleTTL must be 0, positive or Never")
+	}
+	if cfg.IdleTTL == floodgate.Never {
+		cfg.IdleTTL = 0
 	}
 	alg, err := testhook.Algorithm(testhook.Twins(cfg))
 	if err != nil {
