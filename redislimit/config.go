@@ -105,7 +105,10 @@ type Config struct {
 	// on their own rules.
 	Local *floodgate.Rule
 	// LocalMaxKeys bounds the keys each policy's FailLocal limiter holds
-	// (see floodgate.Config.MaxKeys); 0 means 65,536.
+	// (see floodgate.Config.MaxKeys); 0 means 65,536, less than
+	// floodgate's default since it holds only what an outage brings;
+	// floodgate.Unbounded holds every key; negative is an error. Its
+	// idle keys are not swept: the bound alone limits its memory.
 	LocalMaxKeys int
 
 	// BreakAfter is how many consecutive failures open the circuit
