@@ -14,7 +14,7 @@ import (
 
 // meter is what a call with After policies reserved (see Policy.After),
 // and their costs as the call goes: from the handler's Report, and from
-// their CostKey metadata, which it takes out of the header and trailer
+// their CostHeader metadata, which it takes out of the header and trailer
 // before they are sent. It settles the call when the call ends.
 type meter struct {
 	set      *policy.Set
@@ -49,7 +49,7 @@ func (m *meter) wrap(ctx context.Context) context.Context {
 	return ctx
 }
 
-// take reads each After policy's CostKey from md, keeps its value, and
+// take reads each After policy's CostHeader from md, keeps its value, and
 // returns md without them (a copy, if it had any: the caller's stays as
 // it was).
 func (m *meter) take(md metadata.MD) metadata.MD {
@@ -96,7 +96,7 @@ func (m *meter) settle(ctx context.Context) {
 }
 
 // Report adds cost to the call's cost for its After policies that take
-// no CostKey, from the handler's context (a unary handler's, or a
+// no CostHeader, from the handler's context (a unary handler's, or a
 // stream's Context). A handler may report as it goes (each message of a
 // stream) or once; the sum is charged when the call ends. A call is
 // charged at most 2^52 (some 4.5e15) for an After policy: a larger cost,
@@ -155,20 +155,20 @@ func (s *meteredStream) SetTrailer(md metadata.MD) {
 	s.ServerStream.SetTrailer(s.m.take(md))
 }
 
-// costKey checks a CostKey: a metadata key of lowercase letters, digits,
+// costKey checks a CostHeader: a metadata key of lowercase letters, digits,
 // '-', '_' and '.', not gRPC's own ("grpc-") nor a binary one ("-bin").
 func costKey(k string) error {
 	if k == "" || len(k) > 256 {
-		return fmt.Errorf("CostKey %q: 1 to 256 bytes", k)
+		return fmt.Errorf("CostHeader %q: 1 to 256 bytes", k)
 	}
 	for i := 0; i < len(k); i++ {
 		c := k[i]
 		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Errorf("CostKey %q: a metadata key is lowercase letters, digits, '-', '_' and '.'", k)
+			return fmt.Errorf("CostHeader %q: a metadata key is lowercase letters, digits, '-', '_' and '.'", k)
 		}
 	}
 	if strings.HasPrefix(k, "grpc-") || strings.HasSuffix(k, "-bin") {
-		return fmt.Errorf("CostKey %q: not gRPC's own key, nor a binary one", k)
+		return fmt.Errorf("CostHeader %q: not gRPC's own key, nor a binary one", k)
 	}
 	return nil
 }

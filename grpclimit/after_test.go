@@ -68,7 +68,7 @@ func spendServer(t *testing.T, way string) testpb.TestServiceClient {
 		key = ""
 	}
 	l, err := New(Config{
-		Default: []Policy{{Name: "budget", Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, After: true, CostKey: key}},
+		Default: []Policy{{Name: "budget", Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}, After: true, CostHeader: key}},
 		Store:   local(t, floodgate.NewManualClock(int64(time.Hour))),
 	})
 	if err != nil {
@@ -165,7 +165,7 @@ func equalCodes(a, b []codes.Code) bool {
 	return true
 }
 
-// TestAfterConfig: a CostKey or an Estimate without After, a CostKey
+// TestAfterConfig: a CostHeader or an Estimate without After, a CostHeader
 // that is not a plain metadata key (uppercase, gRPC's own, binary), an
 // Estimate past the rule's capacity, and an After policy on a Store that
 // cannot settle are New's errors; Report outside such a call counts
@@ -173,12 +173,12 @@ func equalCodes(a, b []codes.Code) bool {
 func TestAfterConfig(t *testing.T) {
 	rule := floodgate.Rule{Limit: 10, Period: time.Minute}
 	for name, p := range map[string]Policy{
-		"key without After":      {Name: "a", Rule: rule, CostKey: "x-cost"},
+		"key without After":      {Name: "a", Rule: rule, CostHeader: "x-cost"},
 		"estimate without After": {Name: "a", Rule: rule, Estimate: 1},
 		"estimate past capacity": {Name: "a", Rule: rule, After: true, Estimate: 11},
-		"uppercase":              {Name: "a", Rule: rule, After: true, CostKey: "X-Cost"},
-		"grpc's own":             {Name: "a", Rule: rule, After: true, CostKey: "grpc-status"},
-		"binary":                 {Name: "a", Rule: rule, After: true, CostKey: "cost-bin"},
+		"uppercase":              {Name: "a", Rule: rule, After: true, CostHeader: "X-Cost"},
+		"grpc's own":             {Name: "a", Rule: rule, After: true, CostHeader: "grpc-status"},
+		"binary":                 {Name: "a", Rule: rule, After: true, CostHeader: "cost-bin"},
 	} {
 		if _, err := New(Config{Default: []Policy{p}}); err == nil {
 			t.Errorf("%s: New took it", name)

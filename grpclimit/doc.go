@@ -103,7 +103,7 @@
 // estimate had over it, or charging the overrun whatever the client has
 // left, so that the client may owe, and is refused until it has paid it
 // back. The handler reports the cost with Report on its context, or sets
-// it in the metadata key Policy.CostKey names, in the header or the
+// it in the metadata key Policy.CostHeader names, in the header or the
 // trailer (grpc.SetHeader, grpc.SetTrailer, a stream's SetHeader or
 // SetTrailer); the interceptor takes that key out before the metadata is
 // sent, so the client never sees it. A call is settled even when its

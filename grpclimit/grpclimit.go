@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
@@ -25,65 +24,16 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Policy is one named limit: a request passes only if every policy of its
-// method admits it (see floodgate.Limits).
-type Policy struct {
-	// Name names the policy in the counts: not empty, and unique within
-	// its entry.
-	Name string
-	// Rule is the limit per client.
-	Rule floodgate.Rule
-	// Algorithm is the floodgate algorithm that enforces Rule (one of
-	// floodgate's algorithm names): "" is the token bucket.
-	Algorithm string
-	// Shadow makes the policy a dry run: calls are decided and charged as
-	// usual, and one that it alone would refuse proceeds and is counted
-	// as shadow_denied (see AppendCounts) instead.
-	Shadow bool
-	// After makes a call's cost for the policy known when the call ends
-	// (a unary handler returns, a stream's handler returns), instead of 1
-	// at admission: a budget of the tokens a model streams. The policy
-	// reserves Estimate when the call arrives; when it ends, the cost that
-	// the CostKey metadata carries, or that the handler reported
-	// (Report), is charged in its place, even if the client has gone:
-	// what the Estimate had over it goes back, and an overrun is charged
-	// whatever the client has left, so that it may owe, and is refused
-	// until it has paid it back. A cost neither carried nor reported
-	// leaves the Estimate charged. It needs a Store that is a
-	// floodgate.Settler (the one in process and redislimit's are).
-	After bool
-	// Estimate is what an After policy reserves at admission, 0 to the
-	// rule's capacity: 0 charges nothing then, and refuses a client that
-	// owes.
-	Estimate int64
-	// CostKey names the metadata key, in a response's header or trailer
-	// (grpc.SetHeader, grpc.SendHeader, grpc.SetTrailer, or a stream's
-	// own), that carries an After policy's cost, in decimal. It is taken
-	// out before the metadata is sent, so the client never sees it; a
-	// value that is not one non-negative decimal integer is ignored. ""
-	// takes the cost the handler reports instead.
-	CostKey string
-	// InFlight, above 0, makes the policy an in-flight limit instead of
-	// a rate: at most InFlight calls of a client at once, 1 to
-	// inflight.MaxLimit. A call takes a slot when it is admitted and gives
-	// it back when its handler returns: a unary call's when it answers, a
-	// stream's when the stream ends. Rule, Algorithm, After, Estimate and
-	// CostKey are then zero. The entry's in-flight policies take their
-	// slots before its rate policies decide, all or nothing: a call that
-	// an in-flight policy refuses is charged by no rate policy, and one
-	// that a rate policy refuses gives its slots back. Config.PerMessage
-	// charges a stream's messages to its rate policies only. A refusal is
-	// ResourceExhausted with RetryInfo (see RetryAfter). In process, an
-	// in-flight policy is an inflight.Limiter of the LocalStore's (see
-	// Config.Store); on another Store, the Store must be a
-	// floodgate.SlotStore.
-	InFlight int
-	// RetryAfter is the RetryInfo delay of an in-flight policy's
-	// refusal; 0 is one second. A slot frees when one of the client's
-	// calls ends, which the server cannot foresee: set it to how long the
-	// method's calls usually run.
-	RetryAfter time.Duration
-}
+// Policy is one named limit of a method (see floodgate.Policy, which
+// says what each field means): a call passes only if every policy of its
+// method admits it. Its CostHeader names a metadata key (lowercase
+// letters, digits, '-', '_' and '.'; not a binary key, nor gRPC's own),
+// set with grpc.SetHeader, grpc.SendHeader, grpc.SetTrailer or a
+// stream's own. A refusal is ResourceExhausted with RetryInfo; an
+// in-flight policy's slot is held until a unary call answers or a
+// stream ends, and Config.PerMessage charges a stream's messages to its
+// rate policies only.
+type Policy = floodgate.Policy
 
 // Config configures a Limiter. The zero value of every field but Methods
 // and Default is a working default.
@@ -322,16 +272,17 @@ func (l *Limiter) specs(ps []Policy) ([]policy.Spec, error) {
 	specs := make([]policy.Spec, len(ps))
 	for i, p := range ps {
 		specs[i] = policy.Spec{Name: p.Name, Rule: p.Rule, Algorithm: p.Algorithm, Shadow: p.Shadow || l.shadow,
-			After: p.After, Estimate: p.Estimate, CostKey: p.CostKey, InFlight: p.InFlight, RetryAfter: p.RetryAfter}
-		if p.CostKey == "" {
+			After: p.After, Estimate: p.Estimate, InFlight: p.InFlight, RetryAfter: p.RetryAfter}
+		if p.CostHeader == "" {
 			continue
 		}
 		if !p.After {
-			return nil, fmt.Errorf("policy %q: a CostKey is for a policy whose cost is known when the call ends (After)", p.Name)
+			return nil, fmt.Errorf("policy %q: a CostHeader is for a policy whose cost is known when the call ends (After)", p.Name)
 		}
-		if err := costKey(p.CostKey); err != nil {
+		if err := costKey(p.CostHeader); err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
+		specs[i].CostKey = p.CostHeader
 	}
 	return specs, nil
 }

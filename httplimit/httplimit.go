@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
@@ -16,67 +15,14 @@ import (
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
-// Policy is one named limit of a Route.
-type Policy struct {
-	// Name names the policy in the RateLimit-Policy and RateLimit headers:
-	// 1 to 64 of the characters A-Z a-z 0-9 . _ -, unique within a Route.
-	Name string
-	// Rule is the limit per client.
-	Rule floodgate.Rule
-	// Algorithm is the floodgate algorithm that enforces Rule (one of
-	// floodgate's algorithm names): "" is the token bucket.
-	Algorithm string
-	// Shadow makes the policy a dry run: requests are decided and charged
-	// as usual, and one that it alone would refuse is served and counted
-	// as shadow_denied (see AppendCounts) instead. Its headers are sent
-	// only with Config.ShadowHeaders.
-	Shadow bool
-	// After makes a request's cost for the policy known when the handler
-	// returns, instead of 1 at admission: a budget of the tokens a model
-	// streams, or of the bytes sent. The policy reserves Estimate when the
-	// request arrives; when the handler returns, the cost that CostHeader
-	// carries, or that the handler reported (Report), is charged in its
-	// place, even if the client has gone: what the Estimate had over it
-	// goes back, and an overrun is charged whatever the client has left,
-	// so that it may owe, and is refused until it has paid it back (see
-	// floodgate's Charge). A cost neither carried nor reported leaves the
-	// Estimate charged. The RateLimit headers of a request describe the
-	// state before its own cost; the next request's show it. It needs a
-	// Store that is a floodgate.Settler (the one in process and
-	// redislimit's are).
-	After bool
-	// Estimate is what an After policy reserves at admission, 0 to the
-	// rule's capacity: 0 charges nothing then, and refuses a client that
-	// owes (Envoy AI Gateway's pattern for token budgets).
-	Estimate int64
-	// CostHeader names the response header or trailer that carries an
-	// After policy's cost, in decimal (a trailer for a cost known only at
-	// the end of a streamed body, declared in the Trailer header or set
-	// with http.TrailerPrefix). It is read and removed when the handler
-	// writes its header, and again when it returns, so that the client
-	// never sees it. A value that is not one non-negative decimal integer
-	// is ignored. "" takes the cost the handler reports instead.
-	CostHeader string
-	// InFlight, above 0, makes the policy an in-flight limit instead of
-	// a rate: at most InFlight requests of a client at once, 1 to
-	// inflight.MaxLimit. A request takes a slot when it is admitted and
-	// gives it back when the handler returns. Rule, Algorithm, After,
-	// Estimate and CostHeader are then zero. The route's in-flight
-	// policies take their slots before its rate policies decide, all or
-	// nothing: a request that an in-flight policy refuses is charged by
-	// no rate policy, and one that a rate policy refuses gives its slots
-	// back. A refusal is a 429 with Retry-After (see RetryAfter), and no
-	// RateLimit headers: an in-flight limit is not a quota over time,
-	// which is what they describe. In process, an in-flight policy is an
-	// inflight.Limiter of the LocalStore's (see Store); on another Store,
-	// the Store must be a floodgate.SlotStore.
-	InFlight int
-	// RetryAfter is the Retry-After of an in-flight policy's refusal,
-	// rounded up to whole seconds; 0 is one second. A slot frees when
-	// one of the client's requests ends, which the server cannot
-	// foresee: set it to how long the route's requests usually run.
-	RetryAfter time.Duration
-}
+// Policy is one named limit of a Route (see floodgate.Policy, which
+// says what each field means). Its CostHeader names a response header or
+// trailer, declared in the Trailer header or set with
+// http.TrailerPrefix for a cost known only at the end of a streamed
+// body; it is read and removed when the handler writes its header, and
+// again when it returns. A request's RateLimit headers describe the
+// state before its own cost; the next request's show it.
+type Policy = floodgate.Policy
 
 // Route is an endpoint with limits of its own.
 type Route struct {
