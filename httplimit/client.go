@@ -4,20 +4,6 @@ import (
 	"net/http"
 )
 
-// ProxyHeader names the header that trusted proxies write the client's
-// address into. Only one is read: a client behind a proxy that sets one of
-// them could otherwise send the other with an address of its choosing.
-type ProxyHeader int
-
-const (
-	// XForwardedFor is the de facto X-Forwarded-For list, to which each
-	// proxy appends the address it received the request from.
-	XForwardedFor ProxyHeader = iota
-	// Forwarded is RFC 7239's Forwarded header; each proxy appends an
-	// element whose for= parameter is that address.
-	Forwarded
-)
-
 // Client returns the key under which the middleware counts r: its client
 // address as Config's proxy rules find it, or Config.Key's answer. A
 // request whose RemoteAddr cannot be read is keyed "invalid-remote-addr":

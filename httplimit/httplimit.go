@@ -54,9 +54,15 @@ type Config struct {
 	// the proxies whose ProxyHeader is believed. None by default: the
 	// header is then ignored.
 	TrustedProxies []string
-	// ProxyHeader is the header trusted proxies set: XForwardedFor (the
-	// default) or Forwarded.
-	ProxyHeader ProxyHeader
+	// ProxyHeader names the header that trusted proxies write the
+	// client's address into: "X-Forwarded-For" (the default, "" too), the
+	// de facto list to which each proxy appends the address it received
+	// the request from, or "Forwarded", RFC 7239's header, each proxy
+	// appending an element whose for= parameter is that address; any
+	// other is an error (matched without regard to case). Only one is
+	// read: a client behind a proxy that sets one of them could
+	// otherwise send the other with an address of its choosing.
+	ProxyHeader string
 	// IPv6Prefix is the prefix length by which IPv6 clients are grouped,
 	// 1 to 128; 0 means 64, the block one subscriber usually holds.
 	IPv6Prefix int
@@ -172,13 +178,13 @@ func New(cfg Config) (_ *Limiter, err error) {
 	if l.clients.V6Bits, err = clientip.V6Bits(cfg.IPv6Prefix); err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)
 	}
-	switch cfg.ProxyHeader {
-	case XForwardedFor:
+	switch http.CanonicalHeaderKey(cfg.ProxyHeader) {
+	case "", "X-Forwarded-For":
 		l.header = "X-Forwarded-For"
-	case Forwarded:
+	case "Forwarded":
 		l.header, l.clients.Forwarded = "Forwarded", true
 	default:
-		return nil, fmt.Errorf("httplimit: unknown ProxyHeader %d", cfg.ProxyHeader)
+		return nil, fmt.Errorf("httplimit: ProxyHeader %q: X-Forwarded-For or Forwarded", cfg.ProxyHeader)
 	}
 	if l.clients.Trusted, err = clientip.ParseTrusted(cfg.TrustedProxies); err != nil {
 		return nil, fmt.Errorf("httplimit: %w", err)

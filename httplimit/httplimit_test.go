@@ -179,6 +179,27 @@ func TestRetryAfterRoundsUp(t *testing.T) {
 	}
 }
 
+// TestForwardedProxyHeader: ProxyHeader "forwarded" (any case) reads
+// RFC 7239's for= from a trusted proxy, and then ignores X-Forwarded-For,
+// which a client behind that proxy could set to anything.
+func TestForwardedProxyHeader(t *testing.T) {
+	clock := floodgate.NewManualClock(0)
+	_, url := serve(t, Config{Store: local(t, clock), TrustedProxies: []string{"127.0.0.0/8", "::1/128"}, ProxyHeader: "forwarded",
+		Routes: []Route{{Pattern: "/", Policies: perHour("p", 2)}}})
+	for _, c := range []string{"203.0.113.1", "203.0.113.2"} {
+		for i := range 3 {
+			if a := do(t, "GET", url, "Forwarded", "for=198.51.100.99, for="+c); (a.status == 200) != (i < 2) {
+				t.Fatalf("client %s, request %d: %d", c, i, a.status)
+			}
+		}
+	}
+	for i := range 3 {
+		if a := do(t, "GET", url, "Forwarded", "for=203.0.113.1", "X-Forwarded-For", fmt.Sprintf("192.0.2.%d", i)); a.status != 429 {
+			t.Fatalf("X-Forwarded-For changed the key under ProxyHeader Forwarded: request %d got %d", i, a.status)
+		}
+	}
+}
+
 // TestProxies: over loopback the peer is 127.0.0.1. Untrusted, the
 // client's own X-Forwarded-For changes nothing; trusted, each forwarded
 // client has its own allowance, and IPv6 clients share theirs by /64.
@@ -275,7 +296,7 @@ func TestNewErrors(t *testing.T) {
 		"cidr without bits": {TrustedProxies: []string{"10.0.0.1"}},
 		"ipv6 prefix":       {IPv6Prefix: 129},
 		"negative prefix":   {IPv6Prefix: -1},
-		"proxy header":      {ProxyHeader: 7},
+		"proxy header":      {ProxyHeader: "X-Real-IP"},
 	} {
 		if l, err := New(cfg); err == nil {
 			l.Close()
