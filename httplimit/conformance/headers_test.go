@@ -35,12 +35,14 @@ func TestHeadersParse(t *testing.T) {
 		{floodgate.SlidingLog, floodgate.Rule{Limit: 3, Period: time.Minute}},
 	}
 	for _, r := range rules {
+		store := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: floodgate.NewManualClock(0)})
+		t.Cleanup(func() { store.Close() })
 		lim, err := httplimit.New(httplimit.Config{
 			Default: []httplimit.Policy{
 				{Name: "main", Algorithm: r.algorithm, Rule: r.rule},
 				{Name: "second", Rule: floodgate.Rule{Limit: 1000, Period: time.Hour}},
 			},
-			Clock: floodgate.NewManualClock(0),
+			Store: store,
 		})
 		if err != nil {
 			t.Fatalf("%s %+v: %v", r.algorithm, r.rule, err)
