@@ -49,9 +49,7 @@ type Config struct {
 	// than 1,024. The default bounds memory because a flood of new ids
 	// (a client that rotates its id) would otherwise grow it by a key
 	// per id until IdleTTL passes. Unbounded holds every key; negative
-	// is an error. An algorithm registered with RegisterAlgorithm
-	// cannot be bounded (it cannot remember what an evicted key held):
-	// for it, 0 is Unbounded, and a bound is an error.
+	// is an error.
 	MaxKeys int
 
 	// Stats counts Allowed, Denied and DeniedByGlobal (see Stats). The
@@ -140,8 +138,7 @@ type Limiter struct {
 // Limiter that silently does something else, for: a Rule with Limit ≤ 0,
 // Period ≤ 0 or Burst < 0; a rule outside the algorithm's supported range
 // (see Rule); an unknown algorithm; an invalid Global rule; a negative
-// IdleTTL or MaxKeys; a MaxKeys (other than Unbounded) with an algorithm
-// that cannot be bounded.
+// IdleTTL or MaxKeys.
 func New(cfg Config) (*Limiter, error) {
 	name := cmp.Or(cfg.Algorithm, TokenBucket)
 	factory, err := lookup(name, cfg.twins)
