@@ -218,7 +218,7 @@ func Variants() []Impl {
 			suffix = "-coarse"
 		}
 		xsync := builtOn("floodgate-tb-xsync"+suffix, floodgate.TokenBucket, coarse, nil, func(c floodgate.Config) (closer, error) {
-			if c.MaxKeys > 0 {
+			if c.MaxKeys != floodgate.Unbounded {
 				return nil, errUnsupported // the reference limiter has no bound
 			}
 			return reference.New(c)
