@@ -86,7 +86,7 @@ func TestSweepEndsUncollected(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := NewLocalStore(LocalStoreConfig{})
-	ended := []chan struct{}{l.swept, s.swept}
+	ended := []<-chan struct{}{l.swept, s.swept}
 	l, s = nil, nil
 	_, _ = l, s
 	deadline := time.Now().Add(30 * time.Second)

@@ -123,7 +123,7 @@ type Limiter struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
-	swept    chan struct{} // closed when the sweeper has exited
+	swept    <-chan struct{} // closed when the sweeper has exited
 
 	// evictedAt is the latest instant at which an eviction found keys
 	// idle. A key created again after an eviction is full from then on,

@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/internal/plan"
+	"github.com/floodgate-go/floodgate/internal/sweeper"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 )
 
@@ -98,7 +97,7 @@ type LocalStore struct {
 	slots map[string]*localSlots // in-flight policies (see SlotPolicy)
 
 	stop  chan struct{}
-	swept chan struct{}
+	swept <-chan struct{}
 	once  sync.Once
 
 	twins bool // an algorithm may name a mutex twin: set only by tests
@@ -112,34 +111,11 @@ type LocalStore struct {
 func NewLocalStore(cfg LocalStoreConfig) *LocalStore {
 	s := &LocalStore{clock: cfg.Clock, maxKeys: cfg.MaxKeys, ttl: cmp.Or(cfg.IdleTTL, defaultIdleTTL), live: map[string]*localPolicy{}}
 	if s.ttl > 0 && s.ttl != Never {
-		s.stop, s.swept = make(chan struct{}), make(chan struct{})
-		gone := make(chan struct{})
-		runtime.AddCleanup(s, func(gone chan struct{}) { close(gone) }, gone)
-		go sweepStore(weak.Make(s), time.NewTicker(max(s.ttl/2, time.Millisecond)), s.stop, s.swept, gone)
+		s.stop = make(chan struct{})
+		t := time.NewTicker(max(s.ttl/2, time.Millisecond))
+		s.swept = sweeper.Start(s, t.C, t, s.stop, (*LocalStore).sweepNow)
 	}
 	return s
-}
-
-// sweepStore forgets, every tick, the keys of every live policy of the
-// Store that have been idle for its IdleTTL, until Close (stop) or until
-// the Store is collected (gone), then closes swept.
-func sweepStore(w weak.Pointer[LocalStore], t *time.Ticker, stop, swept, gone chan struct{}) {
-	defer close(swept)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-gone:
-			return
-		case <-t.C:
-		}
-		s := w.Value()
-		if s == nil {
-			return
-		}
-		s.sweepNow()
-	}
 }
 
 // sweepNow forgets the keys of every live policy that have been idle for

@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
-	"weak"
 
 	"github.com/floodgate-go/floodgate/internal/chaos"
 	"github.com/floodgate-go/floodgate/internal/decision"
 	"github.com/floodgate-go/floodgate/internal/flat"
+	"github.com/floodgate-go/floodgate/internal/sweeper"
 	"github.com/floodgate-go/floodgate/internal/testhook"
 	"github.com/floodgate-go/floodgate/internal/word"
 	"golang.org/x/sys/cpu"
@@ -121,7 +120,7 @@ type Limiter struct {
 
 	stopOnce sync.Once
 	stop     chan struct{}
-	swept    chan struct{}
+	swept    <-chan struct{}
 
 	// The keys spread now, at most maxSpread, and those Sweep unspread
 	// (for the tests), on a line of their own: a spread or an unspread
@@ -196,10 +195,9 @@ func New(cfg Config) (*Limiter, error) {
 		l.queues = new(queues)
 	}
 	if ttl := cmp.Or(cfg.IdleTTL, defaultIdleTTL); ttl != decision.Never {
-		l.stop, l.swept = make(chan struct{}), make(chan struct{})
-		gone := make(chan struct{})
-		runtime.AddCleanup(l, func(gone chan struct{}) { close(gone) }, gone)
-		go sweep(weak.Make(l), time.NewTicker(ttl), l.stop, l.swept, gone)
+		l.stop = make(chan struct{})
+		t := time.NewTicker(ttl)
+		l.swept = sweeper.Start(l, t.C, t, l.stop, (*Limiter).sweepPass)
 	}
 	return l, nil
 }
@@ -212,27 +210,8 @@ const (
 	unbounded      = math.MaxInt
 )
 
-// sweep calls Sweep on every tick until Close (stop) or until the
-// Limiter is collected (gone), then closes swept. It holds the Limiter
-// weakly.
-func sweep(w weak.Pointer[Limiter], t *time.Ticker, stop, swept, gone chan struct{}) {
-	defer close(swept)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-gone:
-			return
-		case <-t.C:
-		}
-		l := w.Value()
-		if l == nil {
-			return
-		}
-		l.Sweep()
-	}
-}
+// sweepPass is the background sweep's pass (see sweeper.Start).
+func (l *Limiter) sweepPass() { l.Sweep() }
 
 func init() {
 	testhook.InFlightTwin = func(c any) any {
