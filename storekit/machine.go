@@ -54,7 +54,10 @@ type Machine struct {
 	bp   bucket.Params
 	wp   window.Params
 	lp   shardlog.Params
-	logs sync.Pool // *shardlog.MutexLog, their buffers kept
+	// The twins the steps load states into, kept for the next step:
+	// *bucket.MutexBucket, *bucket.LeakyMutex, *window.MutexWindow, and
+	// *shardlog.MutexLog with their entries' buffers.
+	buckets, meters, windows, logs sync.Pool
 }
 
 // version is the first byte of every state this package writes.

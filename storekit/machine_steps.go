@@ -9,7 +9,8 @@ import (
 )
 
 // Each algorithm's steps, on its mutex twin: the state is loaded into a
-// twin on the stack (a new one, made at now, for a key never seen;
+// pooled twin (a twin's mutex makes it escape: a pool keeps the steps
+// from allocating) (a new one, made at now, for a key never seen;
 // converted to the Machine's rule, for one written under another), the
 // twin's method answers, following the line of successors past a state
 // that retired itself (a bucket or a window moving its origin, as the
@@ -33,8 +34,12 @@ func (m *Machine) finish(s *step, o op, moved bool, r result, dst []byte, append
 }
 
 func (m *Machine) runBucket(s *step, now int64, o op, n int64, dst []byte) (result, []byte) {
-	var b0 bucket.MutexBucket
-	b := &b0
+	pooled, _ := m.buckets.Get().(*bucket.MutexBucket)
+	if pooled == nil {
+		pooled = new(bucket.MutexBucket)
+	}
+	defer m.buckets.Put(pooled)
+	b := pooled
 	switch {
 	case s.fresh:
 		b.Open(m.bp, now)
@@ -85,8 +90,12 @@ func (m *Machine) runBucket(s *step, now int64, o op, n int64, dst []byte) (resu
 }
 
 func (m *Machine) runLeaky(s *step, now int64, o op, n int64, dst []byte) (result, []byte) {
-	var b0 bucket.LeakyMutex
-	b := &b0
+	pooled, _ := m.meters.Get().(*bucket.LeakyMutex)
+	if pooled == nil {
+		pooled = new(bucket.LeakyMutex)
+	}
+	defer m.meters.Put(pooled)
+	b := pooled
 	switch {
 	case s.fresh:
 		b.Open(m.bp, now)
@@ -137,8 +146,12 @@ func (m *Machine) runLeaky(s *step, now int64, o op, n int64, dst []byte) (resul
 }
 
 func (m *Machine) runWindow(s *step, now int64, o op, n, at int64, dst []byte) (result, []byte) {
-	var w0 window.MutexWindow
-	w := &w0
+	pooled, _ := m.windows.Get().(*window.MutexWindow)
+	if pooled == nil {
+		pooled = new(window.MutexWindow)
+	}
+	defer m.windows.Put(pooled)
+	w := pooled
 	switch {
 	case s.fresh:
 		w.Open(m.wp, now)

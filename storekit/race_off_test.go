@@ -1,0 +1,5 @@
+//go:build !race
+
+package storekit_test
+
+const raceEnabled = false
