@@ -30,6 +30,13 @@
 // that Owing picks. A SlotStore's Acquire returns the slots it holds as
 // floodgate.Slots through HeldSlot.
 //
+// A backend that keeps each key's state as bytes and replaces them with
+// a compare-and-swap (memcached, DynamoDB, etcd, SQL) decides a policy's
+// asks with its Machine: the built-in algorithms as steps over encoded
+// states (Take, Charge, Refund, Peek), each answering exactly as
+// floodgate's own Limiter answers, with the instant from which the
+// backend may forget a state (Fresh).
+//
 // A backend runs storetest.Run from a test of its own: the suite turns
 // every obligation of the Store family's documentation into a subtest.
 package storekit

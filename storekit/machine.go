@@ -252,7 +252,10 @@ func (m *Machine) Charge(state []byte, now int64, n int64, dst []byte) (d floodg
 // holds it; the sliding log, while the grant's entry is the key's newest
 // and gave back nothing yet, else the refund lapses (the key keeps the
 // cost: stricter, never looser). A state written under another rule, or
-// none (the backend forgot the key), gives nothing back. The Decision is
+// none (the backend forgot the key), gives nothing back; a backend whose
+// policy changed its rule drops a refund of a grant taken under another
+// rule (HoldPart.Gen tells), as the Limiter drops one after SetRule,
+// since the state may have been converted since. The Decision is
 // the key's after the refund, as Settle answers it: Allowed, with
 // Remaining what is left. An n of 0 gives nothing back and answers so; a
 // negative n is an error. next is as Take's.
