@@ -1,6 +1,7 @@
 package storekit
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -312,15 +313,22 @@ func (m *Machine) run(state []byte, now int64, o op, n, at int64, dst []byte) (r
 	if err != nil {
 		return result{err: err}, nil
 	}
+	var r result
+	var next []byte
 	switch m.alg {
 	case algTokenBucket:
-		return m.runBucket(&s, now, o, n, dst)
+		r, next = m.runBucket(&s, now, o, n, dst)
 	case algLeakyBucket:
-		return m.runLeaky(&s, now, o, n, dst)
+		r, next = m.runLeaky(&s, now, o, n, dst)
 	case algFixedWindow, algSlidingCounter:
-		return m.runWindow(&s, now, o, n, at, dst)
+		r, next = m.runWindow(&s, now, o, n, at, dst)
+	default:
+		r, next = m.runLog(&s, now, o, n, at, dst)
 	}
-	return m.runLog(&s, now, o, n, at, dst)
+	if next != nil && bytes.Equal(next[len(dst):], state) {
+		next = nil // a refund that found nothing to give back, say
+	}
+	return r, next
 }
 
 // changed reports whether a step must write its state: one it made or
@@ -329,8 +337,8 @@ func changed(s *step, o op, moved bool, r *result) bool {
 	switch {
 	case r.err != nil || o == opPeek || o == opFresh:
 		return false
-	case o == opRefund && s.fresh:
-		return false // nothing to give back to a key forgotten
+	case o == opRefund:
+		return s.foreign || moved // its Decision is a Peek's
 	}
 	return s.fresh || s.foreign || moved || r.d.Allowed
 }

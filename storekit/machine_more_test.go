@@ -3,6 +3,7 @@ package storekit_test
 import (
 	"bytes"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -296,5 +297,94 @@ func TestMachineAllocs(t *testing.T) {
 		if allocs != 0 {
 			t.Errorf("%s: %.1f allocations for Take, Refund, Charge and Peek", alg, allocs)
 		}
+	}
+}
+
+// TestMachineConcurrent: replicas that share a key's bytes through a
+// compare-and-swap, many at once, admit exactly the rule's limit of a
+// window that does not move, and a Machine serves them all at once.
+func TestMachineConcurrent(t *testing.T) {
+	const limit, callers, each = 100, 8, 40
+	for _, alg := range machineAlgorithms {
+		rule := floodgate.Rule{Limit: limit, Period: time.Hour}
+		m, err := storekit.NewMachine(alg, rule)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &casStore{m: map[string][]byte{}}
+		var wg sync.WaitGroup
+		admitted := make([]int, callers)
+		for g := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					// Readings a few ns apart, in either order.
+					if take(c, m, "k", machineStart+int64((g*each+i)%7), 1).Allowed {
+						admitted[g]++
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		total := 0
+		for _, n := range admitted {
+			total += n
+		}
+		if total != limit {
+			t.Errorf("%s: %d admitted of %d asked, want exactly %d", alg, total, callers*each, limit)
+		}
+	}
+}
+
+// TestMachineLogRefund: a sliding log's refund gives back part of its
+// grant while the grant's entry is the key's newest, and lapses (the
+// key keeps the cost) once a later entry was charged, once the refund
+// was given, when the backend forgot the state and made it again, and
+// across a change of rule and back.
+func TestMachineLogRefund(t *testing.T) {
+	r1 := floodgate.Rule{Limit: 10, Period: time.Second}
+	r2 := floodgate.Rule{Limit: 20, Period: time.Second}
+	m, _ := storekit.NewMachine(floodgate.SlidingLog, r1)
+	m2, _ := storekit.NewMachine(floodgate.SlidingLog, r2)
+	now := machineStart
+	remaining := func(s []byte) int64 { // as a settlement counts it
+		d := mustPeek(t, m, s, now)
+		if d.Allowed {
+			return d.Remaining + 1
+		}
+		return d.Remaining
+	}
+
+	_, s, at, _ := m.Take(nil, now, 4, nil)
+	d, s2, err := m.Refund(s, now, at, 3, nil)
+	if err != nil || s2 == nil || d.Remaining != 9 || remaining(s2) != 9 {
+		t.Fatalf("a refund of the newest grant: %+v, %v; want 9 remaining", d, err)
+	}
+	if d, again, _ := m.Refund(s2, now, at, 1, nil); again != nil || d.Remaining != 9 {
+		t.Errorf("a second refund of one grant gave back: %+v", d)
+	}
+
+	_, s, at, _ = m.Take(nil, now, 4, nil)
+	_, s, _, _ = m.Take(s, now, 1, nil)
+	if d, next, _ := m.Refund(s, now, at, 3, nil); next != nil || d.Remaining != 5 {
+		t.Errorf("a refund after a later grant gave back: %+v", d)
+	}
+
+	// Forgotten: the same costs, a state made again later, even with
+	// the same running costs as the first (the clocks' difference).
+	_, old, at, _ := m.Take(nil, now, 4, nil)
+	f, _ := m.Fresh(old)
+	_, s, _, _ = m.Take(nil, f, 4, nil)
+	if d, next, _ := m.Refund(s, f, at, 3, nil); next != nil || d.Remaining != 6 {
+		t.Errorf("a refund of a forgotten state's grant gave back to the new state: %+v", d)
+	}
+
+	// A change of rule and back.
+	_, s, at, _ = m.Take(nil, now, 4, nil)
+	_, s, _, _ = m2.Take(s, now, 0, nil)
+	_, s, _, _ = m.Take(s, now, 0, nil)
+	if d, next, _ := m.Refund(s, now, at, 3, nil); next != nil || d.Remaining != remaining(s) {
+		t.Errorf("a refund across a change of rule and back gave back: %+v", d)
 	}
 }

@@ -271,6 +271,12 @@ func FuzzMachine(f *testing.F) {
 					t.Fatal(err)
 				}
 				arbitrary(t, m, data)
+				// The input as the body of a state with this Machine's
+				// header, and of one with another rule's.
+				_, s, _, _ := m.Take(nil, machineStart, 1, nil)
+				arbitrary(t, m, append(s[:26:26], data...))
+				other, _ := storekit.NewMachine(alg, machineRules[3])
+				arbitrary(t, other, append(s[:26:26], data...))
 			}
 		}
 	})
