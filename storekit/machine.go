@@ -216,9 +216,12 @@ type result struct {
 //
 // A nil or empty state is a key never seen: a fresh state made at now.
 // next is the new state appended to dst (which may be nil; a dst with
-// room for it is not reallocated), or nil when the step changed nothing
-// (a refusal of a state that was written already under this Machine's
-// rule), so that the backend need not write. at says where the grant
+// room for it is not reallocated, and the step then allocates nothing),
+// or nil when the step changed none of the state's bytes (a refusal,
+// say), so that the backend need not write. A key never seen is written
+// even when refused, as the state made at now, since the Limiter makes
+// the key then too: a later reading from an earlier clock finds it so.
+// at says where the grant
 // lies, for a later Refund of part of it: the backend keeps it (as
 // floodgate.HoldPart's At) and gives it back to Refund. It is now for
 // the buckets and the windows, and the running cost of the grant's entry
@@ -235,7 +238,7 @@ func (m *Machine) Take(state []byte, now int64, n int64, dst []byte) (d floodgat
 // ChargeN: the key may then owe (Decision.Owed). A cost below 1, or a
 // debt beyond what the key can owe (an error wrapping
 // floodgate.ErrDebtBound), is an error, and nothing is changed (next is
-// nil). next is as Take's.
+// nil, and a key never seen stays unwritten). next is as Take's.
 func (m *Machine) Charge(state []byte, now int64, n int64, dst []byte) (d floodgate.Decision, next []byte, err error) {
 	if n < 1 {
 		return floodgate.Decision{}, nil, fmt.Errorf("floodgate: a charge of %d: a cost must be at least 1", n)
@@ -285,9 +288,11 @@ func (m *Machine) Peek(state []byte, now int64) (floodgate.Decision, error) {
 // Fresh returns the instant, on the steps' clock, from which state
 // answers every step exactly as a fresh state would (its debts paid):
 // the backend may forget the key's state from then on (its expiry), and
-// must not before. A nil or empty state is fresh at any instant
-// (math.MinInt64). A state written under another rule is fresh when it
-// is under that rule, as floodgate's idle sweep finds it.
+// must not before. It may lie later than the first such instant, never
+// earlier: the sliding counter's, for a key in debt, lies a window
+// later. A nil or empty state is fresh at any instant (math.MinInt64).
+// A state written under another rule is fresh when it is under that
+// rule, as floodgate's idle sweep finds it.
 func (m *Machine) Fresh(state []byte) (int64, error) {
 	if len(state) == 0 {
 		return math.MinInt64, nil

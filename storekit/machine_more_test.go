@@ -388,3 +388,38 @@ func TestMachineLogRefund(t *testing.T) {
 		t.Errorf("a refund across a change of rule and back gave back: %+v", d)
 	}
 }
+
+// TestMachineSkew: two replicas share a key, one's clock δ ahead of the
+// other's. What they admit together stays within what the Machine's
+// documentation says skew can cost: a bucket, its capacity and the
+// refill of the run's span plus δ; a fixed window, its limit in each
+// window that either clock reads.
+func TestMachineSkew(t *testing.T) {
+	const delta = 250 * time.Millisecond
+	rule := floodgate.Rule{Limit: 10, Period: time.Second}
+	span := 5 * time.Second
+	for _, alg := range []string{floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow} {
+		m, _ := storekit.NewMachine(alg, rule)
+		c := &casStore{m: map[string][]byte{}}
+		admitted := int64(0)
+		windows := map[int64]bool{}
+		step := 10 * time.Millisecond
+		for at := time.Duration(0); at < span; at += step {
+			for _, skew := range []time.Duration{0, delta} {
+				now := machineStart + int64(at+skew)
+				windows[now/int64(rule.Period)] = true
+				if take(c, m, "k", now, 1).Allowed {
+					admitted++
+				}
+			}
+		}
+		bound := rule.Capacity() + rule.Limit*int64(span+delta)/int64(rule.Period)
+		if alg == floodgate.FixedWindow {
+			bound = rule.Limit * int64(len(windows))
+		}
+		if admitted > bound {
+			t.Errorf("%s: %d admitted with a clock %v ahead, above %d", alg, admitted, delta, bound)
+		}
+		t.Logf("%s: %d admitted in %v with a clock %v ahead (bound %d)", alg, admitted, span, delta, bound)
+	}
+}
