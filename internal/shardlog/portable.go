@@ -126,8 +126,8 @@ func (m *MutexLog) LoadState(p Params, src []byte) error {
 	}
 	rest := src[17:]
 	count, k := binary.Uvarint(rest)
-	if k <= 0 {
-		return errors.New("a sliding log's count of entries is not a uvarint")
+	if k <= 0 || k != uvarintLen(count) {
+		return errors.New("a sliding log's count of entries is not a uvarint in its shortest form")
 	}
 	rest = rest[k:]
 	if count > uint64(p.maxEntries()) || count > uint64(len(rest)/2) {
@@ -142,13 +142,13 @@ func (m *MutexLog) LoadState(p Params, src []byte) error {
 	last := uint64(math.MaxUint64)
 	for i := uint64(0); i < count; i++ {
 		age, k := binary.Uvarint(rest)
-		if k <= 0 {
-			return fmt.Errorf("a sliding log's entry %d has no age", i)
+		if k <= 0 || k != uvarintLen(age) {
+			return fmt.Errorf("a sliding log's entry %d has no age in a shortest uvarint", i)
 		}
 		rest = rest[k:]
 		cost, k := binary.Uvarint(rest)
-		if k <= 0 {
-			return fmt.Errorf("a sliding log's entry %d has no cost", i)
+		if k <= 0 || k != uvarintLen(cost) {
+			return fmt.Errorf("a sliding log's entry %d has no cost in a shortest uvarint", i)
 		}
 		rest = rest[k:]
 		switch {
@@ -173,4 +173,15 @@ func (m *MutexLog) LoadState(p Params, src []byte) error {
 	}
 	*m = MutexLog{p: p, entries: buf, buf: buf, total: total, newest: newest, cum: cum, refunded: flags == 1}
 	return nil
+}
+
+// uvarintLen is the length of v's shortest uvarint, the only form a
+// state is read in: one state, one form, so that a backend that
+// compares bytes compares states.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
 }
