@@ -9,6 +9,7 @@ require (
 
 require (
 	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sys v0.40.0 // indirect
 )
 
