@@ -268,6 +268,9 @@ func (s *Store) run(t *trip, r *request, plan *storekit.Plan, sx []int, hold boo
 			continue
 		}
 		// Write the group, in order; a lost write is decided again.
+		if s.beforeWrite != nil {
+			s.beforeWrite()
+		}
 		var written [maxAsks]int
 		w := 0
 		for k, a := range plan.Live[:plan.NLive] {

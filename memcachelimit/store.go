@@ -42,6 +42,10 @@ type Store struct {
 	mu     sync.Mutex
 	live   map[string]*policy
 	closed bool
+
+	// beforeWrite, set only by tests, runs after a request was decided
+	// on the states read and before its writes: a seam to race it.
+	beforeWrite func()
 }
 
 // numStripes is the number of the Store's key locks.

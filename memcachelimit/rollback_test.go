@@ -1,0 +1,52 @@
+package memcachelimit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/memcachetest"
+)
+
+// TestRollback: a request of two policies, decided admitted on the
+// states it read, loses its second write to another replica that took
+// the last unit in between: the second ask now refuses, so the first
+// ask's charge, already written, is given back, and the request is
+// refused and charged nothing, as if never decided.
+func TestRollback(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(alg, func(t *testing.T) {
+			srv := memcachetest.Start(t)
+			clock := floodgate.NewManualClock(t0)
+			c := newClient(t, srv.Addr())
+			a := newStore(t, c, Config{Prefix: "rollback:", Clock: clock, FailureMode: FailError})
+			b := newStore(t, c, Config{Prefix: "rollback:", Clock: clock, FailureMode: FailError})
+			wide := floodgate.Rule{Limit: 10, Period: time.Hour}
+			narrow := floodgate.Rule{Limit: 1, Period: time.Hour}
+			pa, qa := mustPolicy(t, a, "p", alg, wide), mustPolicy(t, a, "q", alg, narrow)
+			qb := mustPolicy(t, b, "q", alg, narrow)
+			a.beforeWrite = func() {
+				a.beforeWrite = nil
+				if !allow(t, b, qb, "k").Allowed {
+					t.Error("the other replica's request of q was refused")
+				}
+			}
+			each := make([]floodgate.Decision, 2)
+			d, refused, err := a.Decide(context.Background(), []floodgate.Ask{{Policy: pa, Key: "k", N: 1}, {Policy: qa, Key: "k", N: 1}}, each)
+			if err != nil || d.Allowed || refused != 1 {
+				t.Fatalf("the raced request: %+v, refused %d, %v; want refused by q (1)", d, refused, err)
+			}
+			if st := a.Stats(); st.RolledBack != 1 || st.CASConflicts != 1 {
+				t.Errorf("Stats %+v; want one conflict and one grant given back", st)
+			}
+			peek, err := pa.Peek(context.Background(), "k")
+			if err != nil || peek.Remaining != 9 {
+				t.Errorf("p after the refused request: %+v, %v; want all 10 (Remaining 9 after the peeked one): nothing charged", peek, err)
+			}
+			if each[0] != peek {
+				t.Errorf("p's answer %+v; want what it answers now, %+v", each[0], peek)
+			}
+		})
+	}
+}
