@@ -58,16 +58,3 @@ func (s *Store) unreachedErr(cause error) error {
 func (s *Store) refusedUnreached(c int64) floodgate.Decision {
 	return floodgate.Decision{Unreached: true, Limit: c, RetryAfter: time.Duration(s.breaker.every)}
 }
-
-// failResult is the result of a decision that the FailureMode made.
-func (s *Store) failResult() result {
-	switch s.set.mode {
-	case FailOpen:
-		return resFailOpen
-	case FailClosed:
-		return resFailClosed
-	case FailError:
-		return resFailError
-	}
-	return resFailLocal
-}
