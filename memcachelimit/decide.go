@@ -101,6 +101,9 @@ func (s *Store) decide(ctx context.Context, asks []floodgate.Ask, each []floodga
 			return refusal, 0, fmt.Errorf("memcachelimit: %w", err)
 		}
 	}
+	if len(asks) == 1 && m == 1 && plan.NLive == 1 {
+		return s.decideOne(ctx, &r, each, h)
+	}
 	// Every check and every live ask reads its state.
 	for i := range asks {
 		if h != nil && asks[i].N == 0 {
@@ -153,6 +156,39 @@ func (s *Store) decide(ctx context.Context, asks []floodgate.Ask, each []floodga
 		return all[refused], refused, nil
 	}
 	return all[storekit.Owing(asks, all)], refused, nil
+}
+
+// decideOne is decide for one ask that charges and whose cost its
+// policy can hold: in a group with the other requests for its key (see
+// decideGrouped).
+func (s *Store) decideOne(ctx context.Context, r *request, each []floodgate.Decision, h *floodgate.Hold) (floodgate.Decision, int, error) {
+	a, rl := r.asks[0], r.rl[0]
+	d, at, o, err := s.decideGrouped(ctx, r.ps[0].key(a.Key), rl, a.N)
+	switch o {
+	case abandoned:
+		s.results[resAbandoned].Add(1)
+		return floodgate.Decision{Limit: rl.capacity}, 0, err
+	case unreached:
+		refused, res, ferr := s.fallbackMany(ctx, r, err, h)
+		s.results[res].Add(1)
+		copy(each, r.all[:1])
+		return r.all[0], refused, ferr
+	}
+	refused, res := -1, resAllowed
+	if !d.Allowed {
+		refused, res = 0, resDenied
+	}
+	s.results[res].Add(1)
+	if len(each) > 0 {
+		each[0] = d
+	}
+	if h != nil {
+		h.N, h.Admitted = 1, d.Allowed || a.Shadow
+		if d.Allowed {
+			h.Parts[0] = floodgate.HoldPart{N: a.N, At: at, Gen: rl.gen}
+		}
+	}
+	return d, refused, nil
 }
 
 // indexIn is the index of v in xs.

@@ -71,7 +71,7 @@ func (s *Store) lock(l *locks, keys []string) {
 		if k == "" {
 			continue
 		}
-		i := uint16(maphash.String(s.seed, k) % numStripes)
+		i := s.stripe(k)
 		if !slices.Contains(l.at[:l.n], i) {
 			l.at[l.n] = i
 			l.n++
@@ -82,6 +82,9 @@ func (s *Store) lock(l *locks, keys []string) {
 		s.stripes[i].Lock()
 	}
 }
+
+// stripe is the index of key's lock.
+func (s *Store) stripe(key string) uint16 { return uint16(maphash.String(s.seed, key) % numStripes) }
 
 // unlock releases what lock took.
 func (s *Store) unlock(l *locks) {

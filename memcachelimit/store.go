@@ -32,6 +32,9 @@ type Store struct {
 	seed    maphash.Seed
 	stripes [numStripes]sync.Mutex // a key's steps in this process, one at a time
 
+	gmu       sync.Mutex        // gathering's
+	gathering map[string]*group // the requests waiting for each key's next round (see decideGrouped)
+
 	local   atomic.Pointer[floodgate.LocalStore] // FailLocal's policies, made at the first fallback
 	localMu sync.Mutex
 
@@ -58,7 +61,7 @@ func NewStore(c *memcache.Client, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{c: c, set: set, seed: maphash.MakeSeed(), live: map[string]*policy{}}
+	s := &Store{c: c, set: set, seed: maphash.MakeSeed(), live: map[string]*policy{}, gathering: map[string]*group{}}
 	s.breaker.after, s.breaker.every = set.breakAfter, set.probeEvery
 	s.breaker.openUntil.Store(closed)
 	return s, nil
