@@ -67,6 +67,9 @@ type Config struct {
 	// client's own Timeout (memcache.DefaultTimeout, 500 ms, when that
 	// is 0). Each round trip is bounded by the client's Timeout, which
 	// gomemcache applies to every read and write: set it to at most this.
+	// A request that waits on its key's round (see the package's doc)
+	// waits for the round before it too, so up to about two Timeouts;
+	// its context's end is looked at when its round starts.
 	Timeout time.Duration
 	// FailureMode decides while memcached cannot; the zero value is
 	// FailLocal.

@@ -31,7 +31,11 @@
 // read and decided again: no update is ever lost, so a key never passes
 // more than its rule across any number of replicas. A refusal writes
 // nothing. Within one process, a key's steps take turns (striped locks),
-// so a process never races itself.
+// so a process never races itself, and the requests of one ask that wait
+// on a busy key are decided together (group commit): one read, each
+// request's step in turn on the state the one before left, each answered
+// its own decision exactly as if they had come one after the other, and
+// one compare-and-swap for them all.
 //
 // A request of several policies is all or nothing: the enforced asks are
 // decided first, in order, then the shadows (see floodgate.Store's
@@ -43,8 +47,8 @@
 // stricter, never over-admission.
 //
 // An admission costs a round trip to read and one per key charged; a
-// refusal, the read alone. Stats.CASConflicts counts the writes that
-// lost a race.
+// refusal, the read alone; a group of requests for one key, two round
+// trips in all. Stats.CASConflicts counts the writes that lost a race.
 //
 // # Time
 //

@@ -20,8 +20,9 @@ import (
 // per memcached client with NewStore, and Close it when done.
 //
 // The engine is the Store's: one circuit breaker, one set of striped
-// locks that keeps this process from racing itself on a key, and one
-// FailLocal store. A policy is its name and its rule (a storekit.Machine),
+// locks that keeps this process from racing itself on a key, the groups
+// in which the requests waiting on one key are decided together (see
+// the package's doc), and one FailLocal store. A policy is its name and its rule (a storekit.Machine),
 // and holds no goroutine, timer or channel.
 //
 // It is not a floodgate.SlotStore: SlotPolicy refuses, and says why.
