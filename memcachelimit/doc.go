@@ -16,10 +16,11 @@
 // but each key then lives on one server and is lost with it). Run
 // memcached with -M, so that when its memory is full it refuses new
 // items rather than evicting live ones (see Failure), and give it the
-// memory of the active clients: one item per client and policy, of
-// about 60 to 100 bytes of state plus its key and memcached's 50-odd
-// bytes of header, more for a sliding log (about 16 bytes per instant
-// of admitted cost still in the window).
+// memory of the active clients: one item per client and policy, whose
+// value is its state, 42 bytes for a token bucket or a window and 50
+// for a leaky bucket (a sliding log's, 46 and about 5 more per instant
+// of admitted cost still in its window: 539 with 100), beside its key
+// and memcached's own header of about 50 bytes.
 //
 // # What is exact
 //
