@@ -165,7 +165,10 @@ func (s *Store) store(t *trip, key string, it *memcache.Item, next []byte, exp i
 	switch err {
 	case nil:
 		return true, nil
-	case memcache.ErrNotStored, memcache.ErrCASConflict:
+	case memcache.ErrNotStored, memcache.ErrCASConflict, memcache.ErrCacheMiss:
+		// An add that found the key made, a cas that found it changed,
+		// or (NOT_FOUND) gone: expired, evicted or deleted since it was
+		// read.
 		s.conflicts.Add(1)
 		return false, nil
 	}

@@ -50,3 +50,35 @@ func TestRollback(t *testing.T) {
 		})
 	}
 }
+
+// TestVanished: a key that vanishes between its read and its write
+// (expired, evicted, deleted: memcached answers the cas NOT_FOUND) is
+// read again and written anew, as a lost race is.
+func TestVanished(t *testing.T) {
+	srv := memcachetest.Start(t)
+	clock := floodgate.NewManualClock(t0)
+	c := newClient(t, srv.Addr())
+	s := newStore(t, c, Config{Prefix: "vanished:", Clock: clock, FailureMode: FailError})
+	rule := floodgate.Rule{Limit: 10, Period: time.Hour}
+	p, q := mustPolicy(t, s, "p", floodgate.FixedWindow, rule), mustPolicy(t, s, "q", floodgate.FixedWindow, rule)
+	asks := []floodgate.Ask{{Policy: p, Key: "k", N: 1}, {Policy: q, Key: "k", N: 1}}
+	if _, refused, err := s.Decide(context.Background(), asks, nil); err != nil || refused != -1 {
+		t.Fatalf("a first request: refused %d, %v", refused, err)
+	}
+	s.beforeWrite = func() {
+		s.beforeWrite = nil
+		if err := c.Delete(p.(*policy).key("k")); err != nil {
+			t.Errorf("deleting p's key: %v", err)
+		}
+	}
+	d, refused, err := s.Decide(context.Background(), asks, nil)
+	if err != nil || refused != -1 || !d.Allowed {
+		t.Fatalf("the request whose key vanished: %+v, refused %d, %v; want admitted", d, refused, err)
+	}
+	if st := s.Stats(); st.CASConflicts != 1 || st.Errors != 0 {
+		t.Errorf("Stats %+v; want one conflict and no error", st)
+	}
+	if peek, err := p.Peek(context.Background(), "k"); err != nil || peek.Remaining != 8 {
+		t.Errorf("p after: %+v, %v; want one request charged on a fresh key (Remaining 8 after the peeked one)", peek, err)
+	}
+}
