@@ -37,24 +37,29 @@ func newStore(t testing.TB, c *memcache.Client, cfg Config) *Store {
 }
 
 // TestConformance runs the Store conformance suite on Stores of one
-// real memcached, replicas that share their state (with FailError, so
-// that the outage's errors wrap ErrUnreached), their clock the suite's.
+// real memcached, replicas that share their state, their clock the
+// suite's: with FailError, so that the outage's errors wrap
+// ErrUnreached, and with FailLocal, whose outage is decided in process.
 // The breaker never opens, so that the first call after an outage goes
 // to memcached. The outage is memcached killed, and restarted empty.
 func TestConformance(t *testing.T) {
-	srv := memcachetest.Start(t)
-	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T, clock *floodgate.ManualClock) floodgate.Store {
-			c := newClient(t, srv.Addr())
-			s := newStore(t, c, Config{Prefix: "conformance:", Clock: clock, FailureMode: FailError, BreakAfter: math.MaxInt32})
-			return settler{s}
-		},
-		Shared: true,
-		Outage: func(t *testing.T) func() {
-			srv.Kill()
-			return srv.Restart
-		},
-	})
+	for _, mode := range []FailureMode{FailError, FailLocal} {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv := memcachetest.Start(t)
+			storetest.Run(t, storetest.Harness{
+				New: func(t *testing.T, clock *floodgate.ManualClock) floodgate.Store {
+					c := newClient(t, srv.Addr())
+					s := newStore(t, c, Config{Prefix: "conformance:", Clock: clock, FailureMode: mode, BreakAfter: math.MaxInt32})
+					return settler{s}
+				},
+				Shared: true,
+				Outage: func(t *testing.T) func() {
+					srv.Kill()
+					return srv.Restart
+				},
+			})
+		})
+	}
 }
 
 // TestSlotPolicyRefused: SlotPolicy refuses, with an error that says
