@@ -59,7 +59,9 @@ type Config struct {
 	// every replica sharing a memcached must share: memcached has no
 	// clock of its own (see the package's doc on skew). nil means this
 	// machine's wall clock, time.Now().UnixNano(). It also times the
-	// breaker and the FailLocal limiters.
+	// breaker, and the FailLocal limiters when set (nil: they read the
+	// process's monotonic clock, floodgate.SystemClock, which a step of
+	// the wall clock does not move).
 	Clock floodgate.Clock
 	// Timeout bounds each call that the caller's context does not bound
 	// sooner: no round trip starts after it, and a compare-and-swap that
@@ -125,6 +127,7 @@ const (
 type settings struct {
 	prefix     string
 	clock      floodgate.Clock
+	localClock floodgate.Clock // FailLocal's: Clock, or the process's monotonic clock
 	timeout    time.Duration
 	mode       FailureMode
 	breakAfter int64
@@ -148,8 +151,9 @@ func readConfig(c *memcache.Client, cfg Config) (settings, error) {
 	if len(set.prefix) > maxPrefix || !legalKey(set.prefix) {
 		return settings{}, fmt.Errorf("memcachelimit: Prefix %q is not a valid start of a memcached key: at most %d bytes, none a space, a control byte or DEL", cfg.Prefix, maxPrefix)
 	}
+	set.localClock = set.clock
 	if set.clock == nil {
-		set.clock = wallClock{}
+		set.clock, set.localClock = wallClock{}, floodgate.SystemClock()
 	}
 	switch {
 	case cfg.Timeout < 0:

@@ -203,7 +203,7 @@ func (s *Store) localStore() *floodgate.LocalStore {
 	if l := s.local.Load(); l != nil {
 		return l
 	}
-	l := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: s.set.clock, MaxKeys: 1 << 16, IdleTTL: floodgate.Never})
+	l := floodgate.NewLocalStore(floodgate.LocalStoreConfig{Clock: s.set.localClock, MaxKeys: 1 << 16, IdleTTL: floodgate.Never})
 	s.local.Store(l)
 	return l
 }
