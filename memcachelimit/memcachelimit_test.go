@@ -307,3 +307,29 @@ func TestImports(t *testing.T) {
 		t.Fatal("no file checked")
 	}
 }
+
+// TestLogRuleBound: a sliding log whose state could outgrow one
+// memcached item is refused by name, by CheckRule, Policy and SetRule;
+// one just inside is taken.
+func TestLogRuleBound(t *testing.T) {
+	srv := memcachetest.Start(t)
+	s := newStore(t, newClient(t, srv.Addr()), Config{})
+	big := floodgate.Rule{Limit: 1_000_000, Period: time.Hour}
+	if err := s.CheckRule(floodgate.SlidingLog, big); err == nil || !strings.Contains(err.Error(), "sliding_counter") {
+		t.Fatalf("CheckRule(sliding_log, %v) = %v, want a refusal that names sliding_counter", big, err)
+	}
+	if _, err := s.Policy("big", floodgate.SlidingLog, big); err == nil {
+		t.Fatal("Policy took a sliding_log too big for one item")
+	}
+	if err := s.CheckRule(floodgate.SlidingCounter, big); err != nil {
+		t.Fatalf("CheckRule(sliding_counter, %v) = %v", big, err)
+	}
+	small := floodgate.Rule{Limit: 10_000, Period: time.Hour}
+	p, err := s.Policy("small", floodgate.SlidingLog, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetRule(big); err == nil {
+		t.Fatal("SetRule took a sliding_log too big for one item")
+	}
+}

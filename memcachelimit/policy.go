@@ -8,7 +8,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/counts"
-	"github.com/floodgate-go/floodgate/storekit"
 )
 
 // policy is one rule of a Store, applied per client: its name, its
@@ -42,7 +41,7 @@ func (p *policy) Peek(ctx context.Context, key string) (floodgate.Decision, erro
 // deploy) convert a key back and forth, each conversion keeping what
 // was used. The algorithm cannot change.
 func (p *policy) SetRule(rule floodgate.Rule) error {
-	m, err := storekit.NewMachine(p.alg, rule)
+	m, err := newMachine(p.alg, rule)
 	if err != nil {
 		return err
 	}

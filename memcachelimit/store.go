@@ -82,7 +82,7 @@ type ruled struct {
 // policy's SetRule would take rule: storekit.NewMachine's check,
 // floodgate.New's for the built-in algorithms.
 func (s *Store) CheckRule(algorithm string, rule floodgate.Rule) error {
-	_, err := storekit.NewMachine(algorithm, rule)
+	_, err := newMachine(algorithm, rule)
 	return err
 }
 
@@ -95,7 +95,7 @@ func (s *Store) Policy(name, algorithm string, rule floodgate.Rule) (floodgate.S
 	if algorithm == "" {
 		algorithm = floodgate.TokenBucket
 	}
-	m, err := storekit.NewMachine(algorithm, rule)
+	m, err := newMachine(algorithm, rule)
 	if err != nil {
 		return nil, err
 	}
