@@ -136,6 +136,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiterTwins$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzConfig$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzTwins$$' -fuzztime $(FUZZTIME) ./inflight
+	$(GO) test -run '^$$' -fuzz '^FuzzMachine$$' -fuzztime $(FUZZTIME) ./storekit
 
 # `make bench` and `make bench-full` run bench/run.sh: the harness built
 # once and run COUNT times, one pass after another, so that every
