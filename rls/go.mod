@@ -3,6 +3,7 @@ module github.com/floodgate-go/floodgate/rls
 go 1.24.0
 
 require (
+	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0
@@ -40,6 +41,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20251110193048-8bfbf64dc13e // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.0 // indirect
+	github.com/floodgate-go/floodgate/memcachelimit v0.0.0
 	github.com/floodgate-go/floodgate/prommetrics v0.0.0
 	github.com/floodgate-go/floodgate/redislimit v0.0.0
 	github.com/grafana/regexp v0.0.0-20240518133315-a468a5bfb3bc // indirect
@@ -50,7 +52,7 @@ require (
 	github.com/prometheus/common v0.66.0 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/puzpuzpuz/xsync/v4 v4.5.0
-	golang.org/x/net v0.49.0 // indirect
+	golang.org/x/net v0.49.0
 	golang.org/x/sys v0.40.0 // indirect
 	golang.org/x/text v0.33.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260128011058-8636f8732409
@@ -62,3 +64,5 @@ replace github.com/floodgate-go/floodgate => ../
 replace github.com/floodgate-go/floodgate/prommetrics => ../prommetrics
 
 replace github.com/floodgate-go/floodgate/redislimit => ../redislimit
+
+replace github.com/floodgate-go/floodgate/memcachelimit => ../memcachelimit

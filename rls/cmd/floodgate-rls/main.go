@@ -83,8 +83,8 @@
 // multiple of its size, and a push past a bound is refused before any
 // of it is made.
 //
-// With no REDIS_URL, the limits are kept in this process: exact on one
-// replica. With REDIS_URL (REDIS_SOCKET_TYPE unix, the default, or tcp;
+// With no REDIS_URL, and no BACKEND_TYPE=memcache, the limits are kept
+// in this process: exact on one replica. With REDIS_URL (REDIS_SOCKET_TYPE unix, the default, or tcp;
 // REDIS_TYPE SINGLE or CLUSTER, whose REDIS_URL lists nodes separated by
 // commas, or SENTINEL, whose REDIS_URL is the master's name and then the
 // Sentinels, and REDIS_SENTINEL_AUTH their password or user:password;
@@ -101,14 +101,30 @@
 // stalled, else Unknown, and Envoy's failure_mode_deny decides), open
 // (OK), closed (OVER_LIMIT) or local (each replica decides by the rule
 // alone); FLOODGATE_REDIS_TIMEOUT, the time a decision waits for Redis
-// (100ms when unset; a request waits it once, whatever its calls). A setting that would make envoyproxy/ratelimit decide
-// otherwise and that floodgate-rls does not implement (CONFIG_TYPE
-// other than FILE or GRPC_XDS_SOTW, BACKEND_TYPE memcache, the
-// per-second Redis)
-// stops it at start,
-// with a message that says so; one that has no meaning here (USE_STATSD,
-// the pool and pipeline tuning of its Redis client) is named in
-// a warning and ignored.
+// (100ms when unset; a request waits it once, whatever its calls).
+//
+// With BACKEND_TYPE=memcache, they are kept on memcached instead, shared
+// by every replica and exact (compare-and-swap, never a count read and
+// written apart), on every algorithm: at MEMCACHE_HOST_PORT, servers
+// host:port separated by commas, or at the servers that the SRV name
+// MEMCACHE_SRV (_service._proto.name) resolves to, sorted, resolved
+// again every MEMCACHE_SRV_REFRESH (0, the default: never; a refresh
+// that fails keeps the servers before it), one of the two and not both;
+// MEMCACHE_MAX_IDLE_CONNS idle connections kept per server (2, as
+// envoyproxy/ratelimit); MEMCACHE_TLS and its certificates, as
+// envoyproxy/ratelimit reads them. Keys are under CACHE_KEY_PREFIX, as
+// on Redis; FLOODGATE_FAILURE_MODE answers while memcached cannot, as on
+// Redis, and FLOODGATE_MEMCACHE_TIMEOUT is the time a decision waits for
+// it. memcached has no lease mode: FLOODGATE_LEASE_MAX other than 0
+// stops the start. A memcached restarted forgets its counts, so every
+// key starts its window afresh.
+//
+// A setting that would make envoyproxy/ratelimit decide otherwise and
+// that floodgate-rls does not implement (CONFIG_TYPE other than FILE or
+// GRPC_XDS_SOTW, BACKEND_TYPE other than redis or memcache, the
+// per-second Redis) stops it at start, with a message that says so;
+// one that has no meaning here (USE_STATSD, the pool and pipeline
+// tuning of its Redis client) is named in a warning and ignored.
 package main
 
 import (
@@ -132,6 +148,8 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/floodgate-go/floodgate/counts"
+	"github.com/floodgate-go/floodgate/memcachelimit"
 	"github.com/floodgate-go/floodgate/prommetrics"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/floodgate-go/floodgate/rls"
@@ -213,6 +231,15 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 		}
 		cancel()
 		log.Info("limits on Redis", "redis", set.redis.addrs, "cluster", set.redis.cluster, "sentinel_master", set.redis.master, "lease_max", set.redis.store.Lease.Max)
+	}
+	var mstore *memcachelimit.Store
+	if set.memcache != nil {
+		var closeStore func()
+		if mstore, closeStore, err = set.memcache.start(log); err != nil {
+			return err
+		}
+		defer closeStore() // after the Server's Close, deferred later
+		set.options.Store = mstore
 	}
 	srv, err := rls.New(initial, set.options)
 	if err != nil {
@@ -308,6 +335,11 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 	}
 	if store != nil {
 		if err := fc.Add("redis", store); err != nil {
+			return err
+		}
+	}
+	if src, ok := any(mstore).(counts.Source); ok && mstore != nil {
+		if err := fc.Add("memcache", src); err != nil {
 			return err
 		}
 	}

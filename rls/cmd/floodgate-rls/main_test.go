@@ -87,6 +87,7 @@ func serve(t *testing.T, env map[string]string) (addrs, *lockedBuffer, func() er
 	case a := <-got:
 		return a, logs, stop
 	case err := <-done:
+		done <- err // for stop, in the cleanup
 		t.Fatalf("run: %v\n%s", err, logs)
 		return addrs{}, nil, nil
 	}
@@ -248,6 +249,7 @@ func TestSettings(t *testing.T) {
 		"config bytes":       {"FLOODGATE_CONFIG_MAX_BYTES": "0"},
 		"config type":        {"CONFIG_TYPE": "CONSUL"},
 		"memcache":           {"BACKEND_TYPE": "memcache"},
+		"other backend":      {"BACKEND_TYPE": "dynamodb"},
 		"per-second":         {"REDIS_PERSECOND": "true"},
 		"bad age":            {"GRPC_MAX_CONNECTION_AGE": "forever"},
 		"unix socket":        {"GRPC_UDS": "/tmp/x.sock"},
@@ -296,6 +298,7 @@ func TestSettings(t *testing.T) {
 	}); err == nil || !strings.Contains(err.Error(), "FLOODGATE_FAILURE_MODE") {
 		t.Errorf("FLOODGATE_FAILURE_MODE=maybe: %v", err)
 	}
+	testMemcacheSettings(t)
 }
 
 // TestStartWithoutConfig: a runtime directory that does not load stops

@@ -36,8 +36,9 @@ type settings struct {
 	xds                                                  *xdsSettings // nil: the configuration is read from files
 	load                                                 rls.LoadOptions
 	warnings                                             []string
-	redis                                                *redisSettings   // nil: the limits are in process
-	tracing                                              *tracingSettings // nil: TRACING_ENABLED is not true
+	redis                                                *redisSettings    // nil: the limits are in process, or on memcached
+	memcache                                             *memcacheSettings // nil: the limits are in process, or on Redis
+	tracing                                              *tracingSettings  // nil: TRACING_ENABLED is not true
 }
 
 // redisSettings are the Redis backend's: where Redis is and how to
@@ -175,8 +176,12 @@ func readSettings(getenv func(string) string) (*settings, error) {
 	default:
 		refuse("CONFIG_TYPE", "FILE or GRPC_XDS_SOTW")
 	}
-	if t := str("BACKEND_TYPE", "redis"); !strings.EqualFold(t, "redis") {
-		refuse("BACKEND_TYPE", "floodgate-rls keeps its limits in process, or on Redis")
+	switch t := str("BACKEND_TYPE", "redis"); {
+	case strings.EqualFold(t, "redis"):
+	case strings.EqualFold(t, "memcache"):
+		s.memcache = readMemcache(getenv, &errs, func(w string) { s.warnings = append(s.warnings, w) }, boolean, duration)
+	default:
+		refuse("BACKEND_TYPE", "redis (in process without REDIS_URL) or memcache")
 	}
 	if boolean("REDIS_PERSECOND", false) {
 		refuse("REDIS_PERSECOND", "one Redis holds every rule with floodgate-rls")
@@ -185,16 +190,23 @@ func readSettings(getenv func(string) string) (*settings, error) {
 		refuse("GRPC_UDS", "floodgate-rls serves gRPC on TCP only")
 	}
 	s.grpcTLS = readGRPCTLS(getenv, boolean("GRPC_SERVER_USE_TLS", false), &errs, func(w string) { s.warnings = append(s.warnings, w) })
-	if url := getenv("REDIS_URL"); url != "" {
+	if url := getenv("REDIS_URL"); url != "" && s.memcache == nil {
 		s.redis = readRedis(getenv, url, &errs, boolean, duration)
 	}
 	ignored := []string{"USE_STATSD", "USE_DOG_STATSD", "STATSD_HOST", "STATSD_PORT", "EXTRA_TAGS", "STATS_FLUSH_INTERVAL", "DISABLE_STATS",
 		"LOCAL_CACHE_SIZE_IN_BYTES", "EXPIRATION_JITTER_MAX_SECONDS", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
 		"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", "REDIS_POOL_ON_EMPTY_BEHAVIOR", "REDIS_STARTUP_INITIAL_INTERVAL", "REDIS_STARTUP_MAX_INTERVAL",
 		"REDIS_STARTUP_MAX_ELAPSED_TIME", "PROMETHEUS_MAPPER_YAML"}
-	if s.redis == nil {
+	switch {
+	case s.memcache != nil:
+		ignored = append(ignored, "REDIS_URL", "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_POOL_SIZE", "REDIS_TIMEOUT",
+			"FLOODGATE_REDIS_TIMEOUT")
+	case s.redis == nil:
 		ignored = append(ignored, "REDIS_SOCKET_TYPE", "REDIS_TYPE", "REDIS_AUTH", "REDIS_SENTINEL_AUTH", "REDIS_TLS", "REDIS_POOL_SIZE", "REDIS_TIMEOUT", "CACHE_KEY_PREFIX",
 			"FLOODGATE_LEASE_MAX", "FLOODGATE_FAILURE_MODE", "FLOODGATE_REDIS_TIMEOUT")
+	}
+	if s.memcache == nil {
+		ignored = append(ignored, "MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS", "FLOODGATE_MEMCACHE_TIMEOUT")
 	}
 
 	// What has no meaning here: warn, and go on.
@@ -208,6 +220,10 @@ func readSettings(getenv func(string) string) (*settings, error) {
 				why = "floodgate-rls keeps no cache of keys over their limit: it needs none"
 			case name == "EXPIRATION_JITTER_MAX_SECONDS":
 				why = "floodgate-rls's keys expire when they hold nothing"
+			case s.memcache != nil && (strings.HasPrefix(name, "REDIS_") || name == "FLOODGATE_REDIS_TIMEOUT"):
+				why = "the limits are on memcached (BACKEND_TYPE=memcache), so this Redis setting is ignored"
+			case s.memcache == nil && (strings.HasPrefix(name, "MEMCACHE_") || name == "FLOODGATE_MEMCACHE_TIMEOUT"):
+				why = "BACKEND_TYPE is not memcache, so this memcached setting is ignored"
 			case s.redis == nil && (strings.HasPrefix(name, "REDIS_") || strings.HasPrefix(name, "FLOODGATE_") || name == "CACHE_KEY_PREFIX"):
 				why = "the limits are in process (no REDIS_URL), so this Redis setting is ignored"
 			case strings.HasPrefix(name, "REDIS_"):
@@ -293,19 +309,15 @@ func readRedis(getenv func(string) string, url string, errs *[]error, boolean fu
 	if p := getenv("CACHE_KEY_PREFIX"); p != "" {
 		r.store.Prefix = strings.TrimRight(p, ":_")
 	}
-	switch m := strings.ToLower(getenv("FLOODGATE_FAILURE_MODE")); m {
-	case "", "error":
-		// As envoyproxy/ratelimit: the call fails, and Envoy's
-		// failure_mode_deny decides.
-		r.store.FailureMode = redislimit.FailError
+	switch failureMode(getenv, fail) {
 	case "open":
 		r.store.FailureMode = redislimit.FailOpen
 	case "closed":
 		r.store.FailureMode = redislimit.FailClosed
 	case "local":
 		r.store.FailureMode = redislimit.FailLocal
-	default:
-		fail("FLOODGATE_FAILURE_MODE=%q: error, open, closed or local", m)
+	default: // error, as envoyproxy/ratelimit
+		r.store.FailureMode = redislimit.FailError
 	}
 	if v := getenv("FLOODGATE_LEASE_MAX"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
