@@ -115,7 +115,7 @@
 // envoyproxy/ratelimit reads them. Keys are under CACHE_KEY_PREFIX, as
 // on Redis; FLOODGATE_FAILURE_MODE answers while memcached cannot, as on
 // Redis, and FLOODGATE_MEMCACHE_TIMEOUT is the time a decision waits for
-// it. memcached has no lease mode: FLOODGATE_LEASE_MAX other than 0
+// it (100ms when unset), each round trip's read and write too. memcached has no lease mode: FLOODGATE_LEASE_MAX other than 0
 // stops the start. A memcached restarted forgets its counts, so every
 // key starts its window afresh.
 //
@@ -148,7 +148,6 @@ import (
 	"time"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/floodgate-go/floodgate/counts"
 	"github.com/floodgate-go/floodgate/memcachelimit"
 	"github.com/floodgate-go/floodgate/prommetrics"
 	"github.com/floodgate-go/floodgate/redislimit"
@@ -338,8 +337,8 @@ func run(ctx context.Context, getenv func(string) string, logw io.Writer, ready 
 			return err
 		}
 	}
-	if src, ok := any(mstore).(counts.Source); ok && mstore != nil {
-		if err := fc.Add("memcache", src); err != nil {
+	if mstore != nil {
+		if err := fc.Add("memcache", mstore); err != nil {
 			return err
 		}
 	}

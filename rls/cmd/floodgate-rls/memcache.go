@@ -30,6 +30,11 @@ type memcacheSettings struct {
 	store      memcachelimit.Config
 }
 
+// defaultMemcacheTimeout is FLOODGATE_MEMCACHE_TIMEOUT when unset: the
+// time a decision waits for memcached, as FLOODGATE_REDIS_TIMEOUT's for
+// Redis.
+const defaultMemcacheTimeout = 100 * time.Millisecond
+
 // defaultMemcacheMaxIdle is envoyproxy/ratelimit's MEMCACHE_MAX_IDLE_CONNS
 // when unset: idle connections kept per memcached server.
 const defaultMemcacheMaxIdle = 2
@@ -94,10 +99,17 @@ func readMemcache(getenv func(string) string, errs *[]error, warn func(string), 
 			m.tls.Certificates = []tls.Certificate{pair}
 		}
 	}
-	m.store.Timeout = duration("FLOODGATE_MEMCACHE_TIMEOUT", 0)
-	m.store.Prefix = "floodgate-rls"
+	m.store.Timeout = duration("FLOODGATE_MEMCACHE_TIMEOUT", defaultMemcacheTimeout)
+	if m.store.Timeout == 0 {
+		fail("FLOODGATE_MEMCACHE_TIMEOUT=0: a decision must wait for memcached some time (%v when unset)", defaultMemcacheTimeout)
+	}
+	// As on Redis, and with the separator memcachelimit's keys need.
+	m.store.Prefix = "floodgate-rls:"
 	if p := getenv("CACHE_KEY_PREFIX"); p != "" {
-		m.store.Prefix = strings.TrimRight(p, ":_")
+		m.store.Prefix = strings.TrimRight(p, ":_") + ":"
+		if len(m.store.Prefix) > 128 || strings.IndexFunc(m.store.Prefix, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0 {
+			fail("CACHE_KEY_PREFIX=%q: on memcached, at most 127 bytes, and no space or control byte (memcached's keys hold none)", p)
+		}
 	}
 	switch failureMode(getenv, fail) {
 	case "open":
@@ -181,6 +193,9 @@ func (m *memcacheSettings) client(log *slog.Logger) (*memcache.Client, func(), e
 	}
 	c := memcache.NewFromSelector(list)
 	c.MaxIdleConns = m.maxIdle
+	// Each read and write within a decision's Timeout, as
+	// memcachelimit.Config.Timeout asks.
+	c.Timeout = m.store.Timeout
 	if m.tls != nil {
 		d := &tls.Dialer{Config: m.tls}
 		c.DialContext = d.DialContext
@@ -230,7 +245,7 @@ func refreshServers(list *memcache.ServerList, srv string, last []string, period
 }
 
 // start makes the client and the Store on memcached, and returns them
-// with what closes them (the Store, if it has a Close, then the SRV
+// with what closes them (the Store, then the SRV
 // refresh, then the client's idle connections), for run to call after
 // the Server's Close. memcached not answering yet is a warning: until
 // it does, FLOODGATE_FAILURE_MODE answers.
@@ -250,10 +265,8 @@ func (m *memcacheSettings) start(log *slog.Logger) (*memcachelimit.Store, func()
 	}
 	log.Info("limits on memcached", "memcached", m.where(), "srv_refresh", m.srvRefresh, "max_idle_conns", m.maxIdle, "tls", m.tls != nil)
 	return store, func() {
-		if cl, ok := any(store).(interface{ Close() error }); ok {
-			if err := cl.Close(); err != nil {
-				log.Error("closing the memcached store", "err", err)
-			}
+		if err := store.Close(); err != nil {
+			log.Error("closing the memcached store", "err", err)
 		}
 		stopRefresh()
 		c.Close()

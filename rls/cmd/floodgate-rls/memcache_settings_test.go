@@ -40,6 +40,9 @@ func testMemcacheSettings(t *testing.T) {
 		"lease":             {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "FLOODGATE_LEASE_MAX": "32"}, "FLOODGATE_LEASE_MAX=32: memcached has no lease mode"},
 		"failure mode":      {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "FLOODGATE_FAILURE_MODE": "maybe"}, "FLOODGATE_FAILURE_MODE"},
 		"timeout":           {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "FLOODGATE_MEMCACHE_TIMEOUT": "soon"}, "FLOODGATE_MEMCACHE_TIMEOUT"},
+		"timeout 0":         {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "FLOODGATE_MEMCACHE_TIMEOUT": "0s"}, "FLOODGATE_MEMCACHE_TIMEOUT"},
+		"prefix, space":     {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "CACHE_KEY_PREFIX": "rate limit"}, "CACHE_KEY_PREFIX"},
+		"prefix, long":      {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "CACHE_KEY_PREFIX": strings.Repeat("p", 128)}, "CACHE_KEY_PREFIX"},
 		"tls, bad ca":       {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "MEMCACHE_TLS": "true", "MEMCACHE_TLS_CACERT": "/nonexistent/ca.crt"}, "MEMCACHE_TLS_CACERT"},
 		"tls, half a pair":  {map[string]string{"MEMCACHE_HOST_PORT": "cache:11211", "MEMCACHE_TLS": "true", "MEMCACHE_TLS_CLIENT_CERT": "/nonexistent/tls.crt"}, "MEMCACHE_TLS_CLIENT_KEY"},
 	} {
@@ -57,7 +60,7 @@ func testMemcacheSettings(t *testing.T) {
 	}
 	m := s.memcache
 	if m == nil || s.redis != nil || !slices.Equal(m.hosts, []string{"cache-a:11211", "cache-b:11211"}) || m.srv != "" || m.maxIdle != 2 ||
-		m.srvRefresh != 0 || m.tls != nil || m.store.FailureMode != memcachelimit.FailError || m.store.Prefix != "floodgate-rls" {
+		m.srvRefresh != 0 || m.tls != nil || m.store.FailureMode != memcachelimit.FailError || m.store.Prefix != "floodgate-rls:" || m.store.Timeout != 100*time.Millisecond {
 		t.Fatalf("memcache's defaults: %+v", m)
 	}
 	s, err = mc(map[string]string{"MEMCACHE_SRV": "_memcache._tcp.cache.svc", "MEMCACHE_SRV_REFRESH": "30s", "MEMCACHE_MAX_IDLE_CONNS": "64",
@@ -66,7 +69,7 @@ func testMemcacheSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	m = s.memcache
-	if s.redis != nil || m.srv != "_memcache._tcp.cache.svc" || m.srvRefresh != 30*time.Second || m.maxIdle != 64 || m.store.Prefix != "rl" ||
+	if s.redis != nil || m.srv != "_memcache._tcp.cache.svc" || m.srvRefresh != 30*time.Second || m.maxIdle != 64 || m.store.Prefix != "rl:" ||
 		m.store.Timeout != 250*time.Millisecond {
 		t.Fatalf("memcache's settings: %+v", m)
 	}
