@@ -4,11 +4,13 @@ go 1.26.0
 
 replace (
 	github.com/floodgate-go/floodgate => ../
+	github.com/floodgate-go/floodgate/memcachelimit => ../memcachelimit
 	github.com/floodgate-go/floodgate/redislimit => ../redislimit
 )
 
 require (
 	github.com/acronis/go-appkit v1.20.0
+	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.0
@@ -40,6 +42,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cncf/xds/go v0.0.0-20251110193048-8bfbf64dc13e // indirect
 	github.com/envoyproxy/protoc-gen-validate v1.3.0 // indirect
+	github.com/floodgate-go/floodgate/memcachelimit v0.0.0
 	github.com/hashicorp/golang-lru v1.0.2 // indirect
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/kr/text v0.2.0 // indirect

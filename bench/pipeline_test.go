@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/floodgate-go/floodgate/internal/memcachetest"
 	"github.com/floodgate-go/floodgate/internal/redistest"
 )
 
@@ -27,7 +28,10 @@ func TestBenchPipeline(t *testing.T) {
 	}
 	_, err := redistest.Find()
 	withRedis := err == nil || os.Getenv(redistest.Require) == "1"
-	t.Run("headline", func(t *testing.T) { checkHeadline(t, withRedis) })
+	// The memcached scenarios run within the Redis benchmarks.
+	_, err = memcachetest.Find()
+	withMemcached := withRedis && (err == nil || os.Getenv(memcachetest.Require) == "1")
+	t.Run("headline", func(t *testing.T) { checkHeadline(t, withRedis, withMemcached) })
 	t.Run("full", func(t *testing.T) { checkFull(t, withRedis) })
 }
 
@@ -79,7 +83,7 @@ var redisFamilies = []string{"Redis", "RLS", "XDS", "TLS", "Idle", "InFlightRedi
 // checkHeadline runs make bench's pipeline (SET=headline): the families
 // of the headline tables and no other, every headline table in its
 // summary, and the tables it leaves out listed.
-func checkHeadline(t *testing.T, withRedis bool) {
+func checkHeadline(t *testing.T, withRedis, withMemcached bool) {
 	out, raw := runPipeline(t, "headline")
 	if !bytes.Contains(raw, []byte(" -headline)")) {
 		t.Errorf("the raw output's command line does not say -headline:\n%s", tail(string(raw), 5))
@@ -115,6 +119,11 @@ func checkHeadline(t *testing.T, withRedis bool) {
 		want = append(want, `(?m)^\| redis-clients-1000 +\| +64 \| +floodgate-redis \| +\d`,
 			`(?m)^\| 1K-keys-paired +\| +1 \| +floodgate \| +\d`,
 			`(?m)^\| clients-1000-desc-1 +\| +64 \| +floodgate-rls-redis \| +\d`)
+	}
+	if withMemcached {
+		want = append(want, `(?m)^\| 1K-keys +\| +64 \| +floodgate-memcached +\| +\d`,
+			`(?m)^\| clients-1000-desc-1 +\| +64 \| +floodgate-rls-memcache +\| +\d`,
+			`(?m)^\| hot-desc-1 +\| +64 \| +envoy-ratelimit-memcache +\| +\d`)
 	}
 	for _, w := range want {
 		if !regexp.MustCompile(w).Match(md) {

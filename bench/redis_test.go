@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/redistest"
+	"github.com/floodgate-go/floodgate/memcachelimit"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/loov/hrtime"
@@ -43,22 +45,28 @@ var redisLease = redislimit.Lease{Max: 500_000, TTL: time.Second}
 
 // redisPeers are the limiters compared on one server in one run:
 // floodgate's redislimit with the token bucket (GCRA in integer µs), a
-// round trip per check and in lease mode; go-redis/redis_rate (GCRA in
-// floats); and floodgate's in-process limiter on the same rule, the
+// round trip per check and in lease mode; memcachelimit, floodgate's
+// Store on a memcached beside the redis-server, a policy of the same
+// rule decided per check (a gets and a cas per check, fewer where
+// concurrent checks of a key share a round); go-redis/redis_rate (GCRA
+// in floats); and floodgate's in-process limiter on the same rule, the
 // latency lease mode aims at. Each Redis limiter has a client of its own
 // with the same options.
 var redisPeers = []struct {
 	name  string
 	redis bool
-	make  func(b *testing.B, c *redis.Client) redisPeer
+	make  func(b *testing.B, c *redis.Client, mc string) redisPeer
 }{
-	{"floodgate", true, func(b *testing.B, c *redis.Client) redisPeer {
+	{"floodgate", true, func(b *testing.B, c *redis.Client, _ string) redisPeer {
 		return redislimitPeer(b, c, redislimit.Lease{})
 	}},
-	{"floodgate-lease", true, func(b *testing.B, c *redis.Client) redisPeer {
+	{"floodgate-lease", true, func(b *testing.B, c *redis.Client, _ string) redisPeer {
 		return redislimitPeer(b, c, redisLease)
 	}},
-	{"redis_rate", true, func(b *testing.B, c *redis.Client) redisPeer {
+	{"floodgate-memcached", false, func(b *testing.B, _ *redis.Client, mc string) redisPeer {
+		return memcachelimitPeer(b, mc)
+	}},
+	{"redis_rate", true, func(b *testing.B, c *redis.Client, _ string) redisPeer {
 		l := redis_rate.NewLimiter(c)
 		limit := redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: 1000 * time.Second}
 		return redisPeer{check: func(ctx context.Context, key string) (bool, error) {
@@ -69,7 +77,7 @@ var redisPeers = []struct {
 			return r.Allowed > 0, nil
 		}, close: func() {}}
 	}},
-	{"in-process", false, func(b *testing.B, _ *redis.Client) redisPeer {
+	{"in-process", false, func(b *testing.B, _ *redis.Client, _ string) redisPeer {
 		l, err := floodgate.New(floodgate.Config{Rule: redisRule})
 		if err != nil {
 			b.Fatal(err)
@@ -78,6 +86,37 @@ var redisPeers = []struct {
 			return l.Allow(key), nil
 		}, calls: func() int64 { return 0 }, close: func() {}}
 	}},
+}
+
+// memcachelimitPeer is memcachelimit's Store on the memcached at addr,
+// one policy of redisRule (the token bucket), each check a Decide of
+// one Ask. Its client keeps 64 idle connections, as the Redis clients'
+// pools hold 64; FailClosed, as redislimitPeer's.
+func memcachelimitPeer(b *testing.B, addr string) redisPeer {
+	c := memcache.New(addr)
+	c.MaxIdleConns, c.Timeout = 64, time.Second
+	s, err := memcachelimit.NewStore(c, memcachelimit.Config{Prefix: "bench-redis:", Timeout: time.Second, FailureMode: memcachelimit.FailClosed})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := s.Policy("checks", "", redisRule)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return redisPeer{
+		check: func(ctx context.Context, key string) (bool, error) {
+			var each [1]floodgate.Decision
+			d, _, err := s.Decide(ctx, []floodgate.Ask{{Policy: p, Key: key, N: 1}}, each[:])
+			return d.Allowed, err
+		},
+		calls: func() int64 { return s.Stats().Calls },
+		close: func() {
+			if err := s.Close(); err != nil {
+				b.Error(err)
+			}
+			c.Close()
+		},
+	}
 }
 
 // redislimitPeer is redislimit on c, with lease mode as lease says.
@@ -133,10 +172,14 @@ func BenchmarkRedis(b *testing.B) {
 		keys []string
 	}{{"1K-keys", keys}, {"hotkey", []string{"hot"}}}
 	made := map[string]redisPeer{}
+	mc := startBenchMemcached(b)
 	for _, peer := range redisPeers {
+		if peer.name == "floodgate-memcached" && mc == "" {
+			continue
+		}
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, PoolSize: 64, MinIdleConns: 64})
 		b.Cleanup(func() { c.Close() })
-		p := peer.make(b, c)
+		p := peer.make(b, c, mc)
 		b.Cleanup(p.close)
 		made[peer.name] = p
 		for _, k := range append(keys, "hot") { // every key exists before the timed runs

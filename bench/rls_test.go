@@ -53,16 +53,19 @@ descriptors:
 
 // rlsServer is one rate-limit service under benchmark: a process.
 type rlsServer struct {
-	name   string
-	client pb.RateLimitServiceClient
-	pid    int    // its process
-	debug  string // its debug listener's address, which serves pprof
+	name      string
+	client    pb.RateLimitServiceClient
+	pid       int    // its process
+	debug     string // its debug listener's address, which serves pprof
+	memcached string // the memcached it keeps its counts on; "": Redis, or in process
 }
 
 // BenchmarkRLS compares Envoy's rate-limit services on one redis-server:
 // envoyproxy/ratelimit, built from its Go module at the version
 // rls/testdata/ratelimit-peer pins, with its default settings, and
-// floodgate-rls, per request, in lease mode and in process; 64 callers
+// floodgate-rls, per request, in lease mode and in process; and both
+// with BACKEND_TYPE=memcache on one memcached (impl=*-memcache, each with
+// MEMCACHE_MAX_IDLE_CONNS=64), where memcached is installed; 64 callers
 // at once over one gRPC connection, each request from a random client of
 // 1,000 with one descriptor (scenario=clients-1000-desc-1), the hot
 // descriptor alone (hot-desc-1), a client's, the hot one and a
@@ -74,7 +77,10 @@ type rlsServer struct {
 // request, p50, p99 and p99.9, cmds/req, the commands Redis ran per
 // request (INFO commandstats; a script's own count), scripts/req, the
 // scripts among them, and failed/req, the requests answered with an
-// error or refused (none should be: the limits are out of reach).
+// error or refused (none should be: the limits are out of reach). On
+// memcached it reports mc-cmds/req instead, memcached's commands per
+// request from its stats (a get of n keys counts n; see
+// memcachedStats), and memcached-cpu-ns/req in place of redis-cpu-ns.
 //
 // It also reports where the CPU went, in nanoseconds per request: the
 // service's process (server-cpu-ns), redis-server's (redis-cpu-ns) and
@@ -97,7 +103,7 @@ func BenchmarkRLS(b *testing.B) {
 	srv := redistest.Start(b)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	b.Cleanup(func() { admin.Close() })
-	servers := startRLSServers(b, srv.Addr)
+	servers := startRLSServers(b, srv.Addr, startBenchMemcached(b))
 	type scenario struct {
 		name  string
 		descs func(r *rand.Rand) []*rlv3.RateLimitDescriptor
@@ -185,6 +191,10 @@ func BenchmarkRLS(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				var mc0 memcachedStats
+				if s.memcached != "" {
+					mc0 = readMemcachedStats(b, s.memcached)
+				}
 				server0, okServer := processCPU(s.pid)
 				caller0, okCaller := processCPU(os.Getpid())
 				served := timed(b, rlsG, loop(func(a []time.Duration) {
@@ -199,7 +209,13 @@ func BenchmarkRLS(b *testing.B) {
 					b.Fatal(err)
 				}
 				perReq := func(d time.Duration) float64 { return float64(d) / float64(served) }
-				b.ReportMetric(perReq(redis1-redis0), "redis-cpu-ns/req")
+				if s.memcached != "" {
+					mc1 := readMemcachedStats(b, s.memcached)
+					b.ReportMetric(perReq(mc1.cpu-mc0.cpu), "memcached-cpu-ns/req")
+					b.ReportMetric(float64(mc1.cmds-mc0.cmds)/float64(served), "mc-cmds/req")
+				} else {
+					b.ReportMetric(perReq(redis1-redis0), "redis-cpu-ns/req")
+				}
 				serverNs := perReq(server1 - server0)
 				if okServer {
 					b.ReportMetric(serverNs, "server-cpu-ns/req")
@@ -215,16 +231,18 @@ func BenchmarkRLS(b *testing.B) {
 				b.ReportMetric(hist.P50, "p50-ns")
 				b.ReportMetric(hist.P99, "p99-ns")
 				b.ReportMetric(hist.P999, "p99.9-ns")
-				info, err := admin.Info(context.Background(), "commandstats").Result()
-				if err != nil {
-					b.Fatal(err)
+				if s.memcached == "" {
+					info, err := admin.Info(context.Background(), "commandstats").Result()
+					if err != nil {
+						b.Fatal(err)
+					}
+					cmds, scripts, err := commandCalls(info)
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(cmds/float64(served), "cmds/req")
+					b.ReportMetric(scripts/float64(served), "scripts/req")
 				}
-				cmds, scripts, err := commandCalls(info)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.ReportMetric(cmds/float64(served), "cmds/req")
-				b.ReportMetric(scripts/float64(served), "scripts/req")
 
 				// The profile, taken under the same load, for a second
 				// whatever -benchtime says: not under -headline.
@@ -262,8 +280,9 @@ func BenchmarkRLS(b *testing.B) {
 }
 
 // startRLSServers builds and starts both services, each on the same
-// configuration, and stops them when b ends.
-func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
+// configuration, on Redis and in process, and on memcached when
+// mcAddr is not "", and stops them when b ends.
+func startRLSServers(b *testing.B, redisAddr, mcAddr string) []rlsServer {
 	common, peer, ours := rlsSetup(b)
 	var out []rlsServer
 	start := func(name, bin string, env ...string) {
@@ -277,6 +296,17 @@ func startRLSServers(b *testing.B, redisAddr string) []rlsServer {
 	start("envoy-ratelimit", peer, "REDIS_URL="+redisAddr)
 	start("floodgate-rls-redis", ours, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-redis")
 	start("floodgate-rls-local", ours)
+	if mcAddr != "" {
+		// Both with 64 idle connections a server kept, one a caller:
+		// envoyproxy/ratelimit's default of 2 would have both dial and
+		// close a connection for most round trips, and run out of
+		// ports.
+		mc := []string{"BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT=" + mcAddr, "MEMCACHE_MAX_IDLE_CONNS=64"}
+		start("envoy-ratelimit-memcache", peer, append(mc, "CACHE_KEY_PREFIX=ref_")...)
+		out[len(out)-1].memcached = mcAddr
+		start("floodgate-rls-memcache", ours, append(mc, "CACHE_KEY_PREFIX=bench-mc")...)
+		out[len(out)-1].memcached = mcAddr
+	}
 	start("floodgate-rls-lease", ours, "REDIS_URL="+redisAddr, "CACHE_KEY_PREFIX=bench-lease", "FLOODGATE_LEASE_MAX=100000")
 	return out
 }

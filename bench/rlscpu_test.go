@@ -68,7 +68,8 @@ func redisCPU(ctx context.Context, c *redis.Client) (time.Duration, error) {
 // generated Envoy types: receiving, decoding, encoding and sending), in
 // the store (the code that talks to Redis: each service's Redis layer,
 // floodgate's redislimit and envoyproxy/ratelimit's src/redis, and their
-// clients, go-redis and radix), in the Go runtime with no caller of the
+// clients, go-redis and radix; or to memcached: memcachelimit,
+// src/memcached and gomemcache), in the Go runtime with no caller of the
 // service's own (garbage collection, the scheduler, the network poller),
 // and in the service itself, everything else: matching descriptors,
 // deciding in process, building the answer, its metrics and logs.
@@ -195,7 +196,8 @@ func classify(fn string) int {
 		}
 	}
 	for _, p := range []string{"github.com/redis/go-redis", "github.com/mediocregopher/radix",
-		"github.com/floodgate-go/floodgate/redislimit", "github.com/envoyproxy/ratelimit/src/redis"} {
+		"github.com/floodgate-go/floodgate/redislimit", "github.com/envoyproxy/ratelimit/src/redis",
+		"github.com/bradfitz/gomemcache", "github.com/floodgate-go/floodgate/memcachelimit", "github.com/envoyproxy/ratelimit/src/memcached"} {
 		if strings.HasPrefix(pkg, p) {
 			return classStore
 		}

@@ -32,7 +32,7 @@ func rlsTable(d *dataset) table {
 			pns, pok := d.value(key(peer), unitNs)
 			p99, p99ok := d.value(key(peer), unitP99)
 			pown, pownOK := d.value(key(peer), unitOwnCPU)
-			for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc && k.g == g }, unitNs) {
+			for _, impl := range d.impls(func(k benchKey) bool { return k.family == fam && k.scenario == sc && k.g == g && !onMemcached(k.impl) }, unitNs) {
 				k := key(impl)
 				ns, ok := d.value(k, unitNs)
 				row := []string{sc, fmt.Sprint(g), impl, cell(1e9/ns, ok, func(v float64) string { return fmt.Sprintf("%.0f", v) })}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -761,5 +762,43 @@ BenchmarkRLS/scenario=clients-1000-desc-1/impl=floodgate-rls-redis/g=64-2  1  10
 		if got := strings.Contains(tb.note, note); got != c.note {
 			t.Errorf("note says %q: %v, want %v:\n%s", note, got, c.note, tb.note)
 		}
+	}
+}
+
+// TestRLSMemcacheTable: the services on memcached have a table of their
+// own, floodgate-rls's requests a second and p99 against
+// envoyproxy/ratelimit's on memcached, with memcached's commands and CPU
+// per request; the table on Redis leaves them out; the Redis table
+// shows memcachelimit beside redislimit.
+func TestRLSMemcacheTable(t *testing.T) {
+	d := parseString(t, `BenchmarkRLS/scenario=clients-1000-desc-1/impl=envoy-ratelimit/g=64-2  1  200000 ns/op  1000000 p99-ns  100000 server-cpu-ns/req  2 cmds/req
+BenchmarkRLS/scenario=clients-1000-desc-1/impl=envoy-ratelimit-memcache/g=64-2  1  180000 ns/op  2000000 p99-ns  130000 server-cpu-ns/req  2.18 mc-cmds/req  60000 memcached-cpu-ns/req
+BenchmarkRLS/scenario=clients-1000-desc-1/impl=floodgate-rls-memcache/g=64-2  1  90000 ns/op  1000000 p99-ns  90000 server-cpu-ns/req  2 mc-cmds/req  30000 memcached-cpu-ns/req
+BenchmarkRedis/impl=floodgate/scenario=1K-keys/g=64-2  1  10000 ns/op  1 rt/check
+BenchmarkRedis/impl=floodgate-memcached/scenario=1K-keys/g=64-2  1  30000 ns/op  2 rt/check
+BenchmarkRedis/impl=redis_rate/scenario=1K-keys/g=64-2  1  30000 ns/op  1 rt/check
+`)
+	var md strings.Builder
+	mt := rlsMemcacheTable(d)
+	mt.write(&md, 1)
+	for _, want := range []string{`(?m)^\| clients-1000-desc-1 \| +64 \| +floodgate-rls-memcache \| 11111 \| +2 \|.*\| +90\.0 \| +30\.0 \| +2\.00× \| +0\.50× \|$`,
+		`(?m)^\| clients-1000-desc-1 \| +64 \| envoy-ratelimit-memcache \| +5556 \| +2\.18 \|.*\| +130\.0 \| +60\.0 \| +– \| +– \|$`} {
+		if !regexp.MustCompile(want).MatchString(md.String()) {
+			t.Errorf("the memcached table has no row like %q:\n%s", want, md.String())
+		}
+	}
+	if len(mt.rows) != 2 {
+		t.Errorf("the memcached table has %d rows, want 2:\n%s", len(mt.rows), md.String())
+	}
+	md.Reset()
+	rt := rlsTable(d)
+	rt.write(&md, 1)
+	if len(rt.rows) != 1 || strings.Contains(md.String(), "| floodgate-rls-memcache") || strings.Contains(md.String(), "| envoy-ratelimit-memcache") {
+		t.Errorf("the Redis table of the services shows the memcached ones:\n%s", md.String())
+	}
+	md.Reset()
+	redisTable(d).write(&md, 1)
+	if !regexp.MustCompile(`(?m)^\| 1K-keys +\| +64 \| floodgate-memcached +\| +33333 \| 2\.000000 \|.*\| +1\.00× \|`).MatchString(md.String()) {
+		t.Errorf("the Redis table lacks memcachelimit's row:\n%s", md.String())
 	}
 }

@@ -24,6 +24,8 @@ const (
 	unitDenied = "denied/op"
 	unitRTReq  = "rt/req"
 	unitCmds   = "cmds/req"
+	unitMCCmds = "mc-cmds/req"
+	unitMCCPU  = "memcached-cpu-ns/req"
 	unitScrReq = "scripts/req"
 	unitSrvCPU = "server-cpu-ns/req"
 	unitOwnCPU = "own-cpu-ns/req"

@@ -12,8 +12,9 @@ import (
 func redisTable(d *dataset) table {
 	const fam, peer, inproc, lease = "Redis", "redis_rate", "in-process", "floodgate-lease"
 	t := table{
-		title: "Redis backend: redislimit, per request and in lease mode, vs redis_rate",
-		note: "One redis-server on loopback, started by the benchmark; checks of random keys of 1,000, or of one hot key, every one admitted. " +
+		title: "Redis backend: redislimit, per request and in lease mode, vs redis_rate; memcachelimit beside",
+		note: "One redis-server on loopback, started by the benchmark, and one memcached beside it; checks of random keys of 1,000, or of one hot key, every one admitted. " +
+			"floodgate is redislimit per request, floodgate-lease in lease mode, floodgate-memcached memcachelimit's Store on the memcached, a Decide per check (gets, then cas; concurrent checks of one key share a round), on the same rule. " +
 			"checks/s counts checks over the wall time; rt/check is round trips per check (a pipeline is one), scripts/check the scripts Redis ran per check; p50, p99 and p99.9 are one check's latency in µs, " +
 			"and p99 local that of lease mode's checks during which it made no round trip; server µs/call is EVALSHA's usec_per_call from INFO commandstats. " +
 			"× redis_rate is checks/s ÷ redis_rate's; p99 ÷ in-process is lease mode's p99 local ÷ the in-process limiter's p99 (same rule, no Redis). " +

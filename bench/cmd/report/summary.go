@@ -54,6 +54,7 @@ var sections = []section{
 	{families: []string{"Redis"}, tables: one(redisTable)},
 	{families: []string{"Middleware"}, tables: one(redisMiddlewareTable)},
 	{families: []string{"RLS"}, tables: one(rlsTable)},
+	{families: []string{"RLS"}, tables: one(rlsMemcacheTable)},
 	{families: []string{"XDS", "TLS"}, tables: one(gatewayTable)},
 	{families: []string{"Idle"}, tables: one(idleTable)},
 	{families: []string{"Charge"}, tables: one(chargeTable)},
