@@ -5,13 +5,16 @@ go 1.26.0
 replace (
 	github.com/floodgate-go/floodgate => ../
 	github.com/floodgate-go/floodgate/grpclimit => ../grpclimit
+	github.com/floodgate-go/floodgate/memcachelimit => ../memcachelimit
 	github.com/floodgate-go/floodgate/prommetrics => ../prommetrics
 	github.com/floodgate-go/floodgate/redislimit => ../redislimit
 )
 
 require (
+	github.com/bradfitz/gomemcache v0.0.0-20260422231931-4d751bb6e37c
 	github.com/floodgate-go/floodgate v0.0.0
 	github.com/floodgate-go/floodgate/grpclimit v0.0.0
+	github.com/floodgate-go/floodgate/memcachelimit v0.0.0
 	github.com/floodgate-go/floodgate/prommetrics v0.0.0
 	github.com/floodgate-go/floodgate/redislimit v0.0.0
 	github.com/prometheus/client_golang v1.25.0

@@ -16,7 +16,8 @@
 // and IdleTimeout on its server, explicitly.
 // -trusted-proxies (comma-separated CIDRs) and -ipv6-prefix set the
 // middleware's client identity. It is in a module of its own, so that
-// floodgate's core module never requires client_golang or go-redis.
+// floodgate's core module never requires client_golang, go-redis or
+// gomemcache.
 //
 // # A budget of costs known at the end
 //
@@ -83,6 +84,24 @@
 // admit up to three times the limit), open (admit) or closed (refuse).
 // The memory bounds are then Redis's business: each client's state there
 // expires once it would be full again.
+//
+// # Replicas on memcached
+//
+// With -memcache HOST:PORT instead (not with -redis), the limits live on
+// that memcached (memcachelimit.NewStore as the middleware's
+// Config.Store), shared by every replica started with the same
+// -memcache, -limit and -period, and exact: each request is decided by
+// a gets and a cas, and a replica that loses a race reads again, so no
+// update is lost. A memcached that does not answer at start is an
+// error; -redis-timeout and -redis-failure then apply to it as to Redis.
+// memcached has no lease mode and holds no in-flight slots: -lease-max
+// and -inflight are errors with -memcache. A memcached restarted
+// forgets every count, and each client starts afresh; a replica killed
+// with SIGKILL holds nothing, so the others go on exactly. With -metrics
+// the Store's counts are under limiter="httpserver-memcache".
+//
+//	httpserver -memcache localhost:11211 -addr :8081 -limit 100 -period 1m
+//	httpserver -memcache localhost:11211 -addr :8082 -limit 100 -period 1m
 //
 // On SIGINT or SIGTERM the server stops taking requests and finishes
 // those in flight (http.Server.Shutdown, within 5 seconds), then closes

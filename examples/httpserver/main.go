@@ -17,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/httplimit"
+	"github.com/floodgate-go/floodgate/memcachelimit"
 	"github.com/floodgate-go/floodgate/prommetrics"
 	"github.com/floodgate-go/floodgate/redislimit"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,7 @@ type options struct {
 	v6           int
 	metrics      string
 	redis        string
+	memcache     string
 	leaseMax     int64
 	redisTimeout time.Duration
 	redisFailure string
@@ -51,13 +53,14 @@ func main() {
 	flag.IntVar(&o.v6, "ipv6-prefix", 64, "IPv6 clients are grouped by this prefix length")
 	flag.StringVar(&o.metrics, "metrics", "", "address to serve GET /metrics on (Prometheus); empty for none")
 	flag.StringVar(&o.redis, "redis", "", "HOST:PORT of a Redis server that keeps the limits, shared by every replica that names it; empty keeps them in this process")
+	flag.StringVar(&o.memcache, "memcache", "", "HOST:PORT of a memcached that keeps the limits instead, shared by every replica that names it (not with -redis)")
 	flag.Int64Var(&o.leaseMax, "lease-max", 0, "with -redis, lease mode: the most units a replica takes ahead for one client and endpoint; 0 decides every request on Redis")
-	flag.DurationVar(&o.redisTimeout, "redis-timeout", 100*time.Millisecond, "with -redis, each request's budget for Redis, after which -redis-failure decides it")
+	flag.DurationVar(&o.redisTimeout, "redis-timeout", 100*time.Millisecond, "with -redis or -memcache, each request's budget for the server, after which -redis-failure decides it")
 	flag.Int64Var(&o.budget, "budget", 0, "a budget of this many units per -period per client on GET /spend?n=K, a response that streams and costs K units, known when it ends; 0 for none")
 	flag.IntVar(&o.inflight, "inflight", 0, "at most this many requests per client at once, on every endpoint (with -redis, across every replica); 0 for no such limit")
 	flag.DurationVar(&o.slotTTL, "slot-ttl", 0, "with -redis and -inflight, how soon the slots of a replica that dies come back (each replica renews its own every third of it); 0 means 10s")
 	flag.IntVar(&o.leaseSlots, "lease-slots", 0, "with -redis and -inflight, the slots of a client a replica leases ahead, 0 to 64, and keeps when its requests end, so that the next take one with no round trip; 0 takes each from Redis")
-	flag.StringVar(&o.redisFailure, "redis-failure", "local", "with -redis, how a request is decided while Redis cannot: local (by this replica alone, on -limit), open (admitted) or closed (refused)")
+	flag.StringVar(&o.redisFailure, "redis-failure", "local", "with -redis or -memcache, how a request is decided while the server cannot: local (by this replica alone, on -limit), open (admitted) or closed (refused)")
 	flag.Parse()
 	if err := run(o); err != nil {
 		log.Fatal(err)
@@ -115,8 +118,18 @@ func run(o options) (err error) {
 				httplimit.Policy{Name: "inflight", InFlight: o.inflight, RetryAfter: time.Second})
 		}
 	}
+	if o.redis != "" && o.memcache != "" {
+		return errors.New("-redis and -memcache: the limits are kept on one of them, not both")
+	}
 	var store *redislimit.Store
-	if o.redis == "" {
+	var mstore *memcachelimit.Store
+	switch {
+	case o.memcache != "":
+		if mstore, err = memcacheStore(o, &cfg); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, mstore.Close()) }()
+	case o.redis == "":
 		if o.leaseMax != 0 {
 			return errors.New("-lease-max needs -redis")
 		}
@@ -129,7 +142,7 @@ func run(o options) (err error) {
 		local := floodgate.NewLocalStore(floodgate.LocalStoreConfig{IdleTTL: time.Minute, MaxKeys: 1 << 20})
 		defer func() { err = errors.Join(err, local.Close()) }()
 		cfg.Store = local
-	} else {
+	default:
 		mode, ok := failureModes[o.redisFailure]
 		if !ok {
 			return fmt.Errorf("-redis-failure %q: want local, open or closed", o.redisFailure)
@@ -210,6 +223,11 @@ func run(o options) (err error) {
 			// The Store counts its round trips, failures and fallbacks
 			// itself: the middleware's counts do not include them.
 			if err := c.Add("httpserver-redis", store); err != nil {
+				return err
+			}
+		}
+		if mstore != nil {
+			if err := c.Add("httpserver-memcache", mstore); err != nil {
 				return err
 			}
 		}
