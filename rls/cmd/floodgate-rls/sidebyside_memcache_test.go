@@ -215,3 +215,118 @@ func TestSideBySideMemcacheReplicas(t *testing.T) {
 		return
 	}
 }
+
+// TestMemcacheOddValues: descriptor values that memcached cannot hold in
+// a key, 4 KB long or with a space, a newline, a tab or a NUL byte, are
+// limited by floodgate-rls on memcached, each exactly and apart from the
+// others (one that differs from another in its last byte alone is a
+// client of its own). envoyproxy/ratelimit, on the same values and a
+// memcached of its own, is reported: its keys are the values, which
+// memcached refuses, so it limits none of them.
+func TestMemcacheOddValues(t *testing.T) {
+	bin := binary(t)
+	refBin := peertest.Build(t, peerModule)
+	root := runtimeDir(t, map[string]string{"api.yaml": apiConfig(5)})
+	ourMC, theirMC := memcachetest.Start(t), memcachetest.Start(t)
+	ours := startReplica(t, bin, root, "BACKEND_TYPE=memcache", "MEMCACHE_HOST_PORT="+ourMC.Addr(), "FLOODGATE_FAILURE_MODE=closed")
+	theirs := startRefMemcache(t, refBin, root, theirMC.Addr(), "")
+	long := strings.Repeat("v", 4096)
+	values := []string{long, long[:4095] + "w", "with spaces and\nnewlines", "\r\n", "a\tb", "nul\x00byte", " ", "ünïcödé " + long[:300]}
+	for _, v := range values {
+		req := peertest.Request("api", 0, "k="+v)
+		fg, ref := 0, 0
+		for range 7 {
+			r, err := ours.client.ShouldRateLimit(context.Background(), req)
+			if err != nil {
+				t.Fatalf("floodgate-rls, a value of %d bytes: %v", len(v), err)
+			}
+			if r.OverallCode == pb.RateLimitResponse_OK {
+				fg++
+			}
+			if r, err := theirs.ShouldRateLimit(context.Background(), req); err == nil && r.OverallCode == pb.RateLimitResponse_OK {
+				ref++
+			}
+		}
+		t.Logf("a value of %d bytes (%.12q…): floodgate-rls passed %d of 7 on a limit of 5, envoyproxy/ratelimit %d", len(v), v, fg, ref)
+		if fg != 5 {
+			t.Errorf("floodgate-rls passed %d of 7 of the value %.40q…, want exactly the limit, 5", fg, v)
+		}
+	}
+}
+
+// TestMemcacheRestart: memcached killed mid-run, then started again
+// empty on its port, under each FLOODGATE_FAILURE_MODE, with every hit
+// charged (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT unset: the Store's
+// Charge) and with hits over the limit not counted (true: its Decide):
+// floodgate-rls never crashes; while memcached is away each call is
+// answered as the mode says (error: the call fails, Unknown, for
+// Envoy's failure_mode_deny; open: OK; closed: OVER_LIMIT; local:
+// decided by this replica alone, on the rule, so the sixth of a limit
+// of 5 is refused); a stalled memcached (SIGSTOP) fails the call with
+// DeadlineExceeded within FLOODGATE_MEMCACHE_TIMEOUT. Once memcached is
+// back, the limits resume on it, exactly, from the empty counts it
+// restarted with.
+func TestMemcacheRestart(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		down func(i int) string // the i-th call's answer while memcached is away
+	}{
+		{"error", func(int) string { return "Unknown" }},
+		{"open", func(int) string { return "OK" }},
+		{"closed", func(int) string { return "OVER_LIMIT" }},
+		{"local", func(i int) string {
+			if i < 5 {
+				return "OK"
+			}
+			return "OVER_LIMIT"
+		}},
+	} {
+		for _, stop := range []string{"false", "true"} {
+			t.Run(tc.mode+"/stop="+stop, func(t *testing.T) {
+				mc := memcachetest.Start(t)
+				root := runtimeDir(t, map[string]string{"api.yaml": apiConfig(5)})
+				a, logs := start(t, map[string]string{"RUNTIME_ROOT": root + "/current", "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": mc.Addr(),
+					"FLOODGATE_FAILURE_MODE": tc.mode, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": stop})
+				c := grpcClient(t, a.grpc)
+				for i, want := range []uint32{4, 3} {
+					if code, left := xdsCall(t, c, "before"); code != pb.RateLimitResponse_OK || left != want {
+						t.Fatalf("call %d before: %v, %d left", i, code, left)
+					}
+				}
+				mc.Kill()
+				for i := range 6 { // past the breaker's opening, after 3 failures
+					if o := call(c, peertest.Request("api", 0, "k=down"), 5*time.Second); o.code != tc.down(i) {
+						t.Fatalf("memcached killed, call %d: %v, want %s\n%s", i, o, tc.down(i), logs)
+					}
+				}
+				if tc.mode == "error" {
+					mc.Restart()
+					waitFor(t, "memcached back", func() bool { return call(c, peertest.Request("api", 0, "k=probe"), 5*time.Second).code == "OK" })
+					mc.Pause()
+					o := call(c, peertest.Request("api", 0, "k=stalled"), 5*time.Second)
+					mc.Resume()
+					if o.code != "DeadlineExceeded" || o.took > 2*time.Second {
+						t.Errorf("memcached stalled: %v, want DeadlineExceeded within FLOODGATE_MEMCACHE_TIMEOUT (100 ms, and a loaded machine's slack)", o)
+					}
+				}
+				mc.Restart()
+				waitFor(t, "floodgate-rls writing to memcached again", func() bool {
+					call(c, peertest.Request("api", 0, "k=probe"), 5*time.Second)
+					return memcacheStats(t, mc.Addr())["curr_items"] > 0
+				})
+				passed := 0
+				for range 7 {
+					if code, _ := xdsCall(t, c, "after"); code == pb.RateLimitResponse_OK {
+						passed++
+					}
+				}
+				if passed != 5 {
+					t.Fatalf("memcached back: %d of 7 passed on a limit of 5", passed)
+				}
+				if code, _ := get(t, "http://"+a.http+"/healthcheck"); code != 200 {
+					t.Fatalf("/healthcheck after the restart: %d", code)
+				}
+			})
+		}
+	}
+}
