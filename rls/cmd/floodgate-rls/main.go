@@ -112,7 +112,9 @@
 // that fails keeps the servers before it), one of the two and not both;
 // MEMCACHE_MAX_IDLE_CONNS idle connections kept per server (2, as
 // envoyproxy/ratelimit); MEMCACHE_TLS and its certificates, as
-// envoyproxy/ratelimit reads them. Keys are under CACHE_KEY_PREFIX, as
+// envoyproxy/ratelimit reads them, each server's certificate verified
+// for the name it is listed or found under (the chain alone with
+// MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION). Keys are under CACHE_KEY_PREFIX, as
 // on Redis; FLOODGATE_FAILURE_MODE answers while memcached cannot, as on
 // Redis, and FLOODGATE_MEMCACHE_TIMEOUT is the time a decision waits for
 // it (100ms when unset), each round trip's read and write too. memcached has no lease mode: FLOODGATE_LEASE_MAX other than 0

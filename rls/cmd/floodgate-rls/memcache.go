@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -83,13 +85,19 @@ func readMemcache(getenv func(string) string, errs *[]error, warn func(string), 
 		m.maxIdle = n
 	}
 	if boolean("MEMCACHE_TLS", false) {
-		m.tls = &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: boolean("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", false)}
+		m.tls = &tls.Config{MinVersion: tls.VersionTLS12}
 		if ca := getenv("MEMCACHE_TLS_CACERT"); ca != "" {
 			pool, err := caPool(ca)
 			if err != nil {
 				fail("MEMCACHE_TLS_CACERT=%q: %v", ca, err)
 			}
 			m.tls.RootCAs = pool
+		}
+		if boolean("MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION", false) {
+			// As envoyproxy/ratelimit: the name is not checked, the
+			// chain still is, to MEMCACHE_TLS_CACERT or the system's.
+			m.tls.InsecureSkipVerify = true
+			m.tls.VerifyConnection = verifyChain(m.tls.RootCAs)
 		}
 		if cert, key := getenv("MEMCACHE_TLS_CLIENT_CERT"), getenv("MEMCACHE_TLS_CLIENT_KEY"); cert != "" || key != "" {
 			pair, err := tls.LoadX509KeyPair(cert, key)
@@ -125,6 +133,22 @@ func readMemcache(getenv func(string) string, errs *[]error, warn func(string), 
 		fail("FLOODGATE_LEASE_MAX=%s: memcached has no lease mode (BACKEND_TYPE=memcache makes a round trip per request); unset it, or set it to 0", v)
 	}
 	return m
+}
+
+// verifyChain checks a server's certificate chain to roots (nil: the
+// system's), whatever name the certificate holds.
+func verifyChain(roots *x509.CertPool) func(tls.ConnectionState) error {
+	return func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			return errors.New("memcached presented no certificate")
+		}
+		opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(opts)
+		return err
+	}
 }
 
 // failureMode reads FLOODGATE_FAILURE_MODE, for either backend: error
@@ -177,7 +201,7 @@ func lookupServers(ctx context.Context, srv string) ([]string, error) {
 // returned stop is called; a refresh that fails, or finds no server,
 // keeps the list before it, with a warning.
 func (m *memcacheSettings) client(log *slog.Logger) (*memcache.Client, func(), error) {
-	list := new(memcache.ServerList)
+	sl := &serverList{}
 	servers := m.hosts
 	if m.srv != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -188,29 +212,72 @@ func (m *memcacheSettings) client(log *slog.Logger) (*memcache.Client, func(), e
 			return nil, nil, err
 		}
 	}
-	if err := list.SetServers(servers...); err != nil {
+	if err := sl.set(servers); err != nil {
 		return nil, nil, fmt.Errorf("memcached's servers %q: %w", servers, err)
 	}
-	c := memcache.NewFromSelector(list)
+	c := memcache.NewFromSelector(&sl.list)
 	c.MaxIdleConns = m.maxIdle
 	// Each read and write within a decision's Timeout, as
 	// memcachelimit.Config.Timeout asks.
 	c.Timeout = m.store.Timeout
 	if m.tls != nil {
-		d := &tls.Dialer{Config: m.tls}
-		c.DialContext = d.DialContext
+		c.DialContext = sl.dialTLS(m.tls)
 	}
 	stop := func() {}
 	if m.srv != "" && m.srvRefresh > 0 {
-		stop = refreshServers(list, m.srv, servers, m.srvRefresh, log)
+		stop = refreshServers(sl, m.srv, servers, m.srvRefresh, log)
 	}
 	return c, stop, nil
 }
 
-// refreshServers resolves srv every period and sets list to what it
+// serverList is the client's memcache.ServerList, and the name each of
+// its addresses was resolved from, for TLS to verify.
+type serverList struct {
+	list  memcache.ServerList
+	names atomic.Pointer[map[string]string] // address (ip:port) → host
+}
+
+// set resolves servers, each host:port, to one address each (as
+// memcache.ServerList would: the first, IPv4 first), and makes them
+// the list, in the same order.
+func (sl *serverList) set(servers []string) error {
+	addrs := make([]string, len(servers))
+	names := make(map[string]string, len(servers))
+	for i, s := range servers {
+		a, err := net.ResolveTCPAddr("tcp", s)
+		if err != nil {
+			return err
+		}
+		host, _, _ := net.SplitHostPort(s)
+		addrs[i], names[a.String()] = a.String(), host
+	}
+	if err := sl.list.SetServers(addrs...); err != nil {
+		return err
+	}
+	sl.names.Store(&names)
+	return nil
+}
+
+// dialTLS is the client's dialer over TLS with cfg, which verifies each
+// server's certificate by the name in MEMCACHE_HOST_PORT or the SRV
+// answer that it was resolved from (the client dials the address
+// alone).
+func (sl *serverList) dialTLS(cfg *tls.Config) func(ctx context.Context, network, address string) (net.Conn, error) {
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		c := cfg
+		if host, ok := (*sl.names.Load())[address]; ok && cfg.ServerName == "" {
+			c = cfg.Clone()
+			c.ServerName = host
+		}
+		d := &tls.Dialer{Config: c}
+		return d.DialContext(ctx, network, address)
+	}
+}
+
+// refreshServers resolves srv every period and sets sl to what it
 // finds, until the returned function is called; that returns once the
 // refresh has stopped.
-func refreshServers(list *memcache.ServerList, srv string, last []string, period time.Duration, log *slog.Logger) func() {
+func refreshServers(sl *serverList, srv string, last []string, period time.Duration, log *slog.Logger) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -228,7 +295,7 @@ func refreshServers(list *memcache.ServerList, srv string, last []string, period
 			servers, err := lookupServers(lctx, srv)
 			lcancel()
 			if err == nil && !slices.Equal(servers, last) {
-				if err = list.SetServers(servers...); err == nil {
+				if err = sl.set(servers); err == nil {
 					log.Info("memcached's servers changed", "srv", srv, "servers", servers)
 					last = servers
 				}
