@@ -56,6 +56,19 @@ func TestFailureModes(t *testing.T) {
 					admitted++
 				}
 			}
+			// A charge answers as a request of N would: FailClosed
+			// refuses it (charging nothing), FailOpen admits it.
+			cd, cerr := s.Charge(ctx, []floodgate.Ask{{Policy: p, Key: "c", N: 1}}, nil)
+			switch mode {
+			case FailClosed:
+				if cerr != nil || cd.Allowed || !cd.Unreached {
+					t.Errorf("Charge with memcached down: %+v, %v; want an Unreached refusal", cd, cerr)
+				}
+			case FailOpen:
+				if cerr != nil || !cd.Allowed || !cd.Unreached {
+					t.Errorf("Charge with memcached down: %+v, %v; want an Unreached admission", cd, cerr)
+				}
+			}
 			if mode == FailLocal && admitted != limit {
 				t.Errorf("FailLocal admitted %d of %d with memcached down; want the rule in process, %d", admitted, limit+2, limit)
 			}
@@ -63,8 +76,8 @@ func TestFailureModes(t *testing.T) {
 				t.Errorf("Peek with memcached down: %v", err)
 			}
 			st := s.Stats()
-			if st.Opens != 1 || onError.Load() != 2 || st.Errors != 2 || st.Fallbacks != limit+3 {
-				t.Errorf("Stats %+v, OnError called %d times; want the breaker opened once after 2 errors, and %d fallbacks", st, onError.Load(), limit+3)
+			if st.Opens != 1 || onError.Load() != 2 || st.Errors != 2 || st.Fallbacks != limit+4 {
+				t.Errorf("Stats %+v, OnError called %d times; want the breaker opened once after 2 errors, and %d fallbacks", st, onError.Load(), limit+4)
 			}
 			calls := st.Calls
 			_, _, _ = s.Decide(ctx, []floodgate.Ask{{Policy: p, Key: "k", N: 1}}, nil)

@@ -171,7 +171,8 @@ func (r *request) lead(i int) int {
 
 // chargeFallback is the FailureMode's answer to a Charge that memcached
 // did not take: FailLocal's limiters take it in process; FailError
-// fails it; FailOpen and FailClosed answer Unreached and charge nothing.
+// fails it; FailOpen and FailClosed charge nothing and answer Unreached, each
+// ask as a request of N (FailClosed: refused; FailOpen: admitted).
 func (s *Store) chargeFallback(ctx context.Context, r *request, each []floodgate.Decision, cause error) (floodgate.Decision, error) {
 	s.fallbacks.Add(1)
 	n := len(r.asks)
@@ -196,8 +197,10 @@ func (s *Store) chargeFallback(ctx context.Context, r *request, each []floodgate
 		}
 	default:
 		for i := range n {
+			// As a request of N would be answered: refused, so that a
+			// caller that reads Allowed (Envoy's rate-limit service
+			// does) refuses what memcached could not count.
 			all[i] = s.refusedUnreached(r.rl[i].capacity)
-			all[i].Allowed = true // a charge refuses nothing
 		}
 	}
 	copy(each, all)
