@@ -163,7 +163,7 @@ func (s *Store) decide(ctx context.Context, asks []floodgate.Ask, each []floodga
 // decideGrouped).
 func (s *Store) decideOne(ctx context.Context, r *request, each []floodgate.Decision, h *floodgate.Hold) (floodgate.Decision, int, error) {
 	a, rl := r.asks[0], r.rl[0]
-	d, at, o, err := s.decideGrouped(ctx, r.ps[0].key(a.Key), rl, a.N)
+	d, at, o, err := s.decideGrouped(ctx, r.ps[0].key(a.Key), rl, a.N, false, nil)
 	switch o {
 	case abandoned:
 		s.results[resAbandoned].Add(1)
@@ -208,9 +208,6 @@ func indexIn(xs []int, v int) int {
 // that plan was prepared over.
 func (s *Store) run(t *trip, r *request, plan *storekit.Plan, sx []int, hold bool, parts *[maxAsks]floodgate.HoldPart) (int, error) {
 	n := len(r.asks)
-	var l locks
-	s.lock(&l, r.keys[:n])
-	defer s.unlock(&l)
 	if err := s.fetch(t, r.keys[:n], r.items[:n]); err != nil {
 		return -1, err
 	}
@@ -317,7 +314,7 @@ func (s *Store) run(t *trip, r *request, plan *storekit.Plan, sx []int, hold boo
 				}
 				continue
 			}
-			ok, err := s.commit(t, r, i, plan.Cost[a], &next[i], &at[i])
+			ok, err := s.commit(t, r, i, plan.Cost[a], &at[i])
 			if err != nil {
 				if cerr := t.ctx.Err(); cerr != nil && err == cerr {
 					s.rollback(r, wr[:nw], plan, sx, at[:]) // the caller left: nothing stays
@@ -366,40 +363,30 @@ func (s *Store) run(t *trip, r *request, plan *storekit.Plan, sx []int, hold boo
 	return refused, nil
 }
 
-// commit writes ask i's decided state, next, over the item read; when
-// another replica wrote first, it reads the key again and takes the
-// ask's cost again, until a write holds, the ask refuses (false, with
-// its refusal in r.all), or the call runs out of time. next and at are
-// updated to what was written.
-func (s *Store) commit(t *trip, r *request, i int, cost int64, next *[]byte, at *int64) (bool, error) {
-	rl := r.rl[i]
-	for {
-		fresh, err := rl.m.Fresh(*next)
-		if err != nil {
-			return false, &keyError{err}
-		}
-		ok, err := s.store(t, r.keys[i], r.items[i], *next, expiry(fresh, s.set.clock.Now()))
-		if err != nil || ok {
-			return ok, err
-		}
-		it, err := s.reread(t, r.keys[i])
-		if err != nil {
-			return false, err
-		}
-		r.items[i] = it
-		d, nx, g, err := rl.m.Take(stateOf(it), s.set.clock.Now(), cost, nil)
-		if err != nil {
-			return false, &keyError{err}
-		}
-		r.all[i] = d
-		if !d.Allowed {
-			return false, nil
-		}
-		if nx == nil {
-			return true, nil
-		}
-		*next, *at = nx, g
+// commit takes ask i's cost on its key in the key's group with the
+// other requests for that key in this process (see decideGrouped): on
+// the key's state as it is then, which the read that decided the
+// request may no longer show (another replica, or another request of
+// this one, wrote since; a round it leads alone writes over what it
+// read, and reads again only when that write loses). It returns false, with the ask's refusal in
+// r.all, when the key refuses now, and at is set to the grant's. A
+// request of several asks so writes its busy keys at their groups'
+// pace, one round trip pair a group, and holds no key while it waits
+// on another.
+func (s *Store) commit(t *trip, r *request, i int, cost int64, at *int64) (bool, error) {
+	d, g, o, err := s.decideGrouped(t.ctx, r.keys[i], r.rl[i], cost, true, r.items[i])
+	switch o {
+	case abandoned:
+		return false, err // the caller's context ended
+	case unreached:
+		return false, counted{err}
 	}
+	r.all[i] = d
+	if !d.Allowed {
+		return false, nil
+	}
+	*at = g
+	return true, nil
 }
 
 // rollback gives back the grants of the asks written (indices into

@@ -31,25 +31,36 @@
 // not hold). A write that another replica's beat fails, and the key is
 // read and decided again: no update is ever lost, so a key never passes
 // more than its rule across any number of replicas. A refusal writes
-// nothing. Within one process, a key's steps take turns (striped locks),
-// so a process never races itself, and the requests of one ask that wait
+// nothing. Within one process, a key's writes take turns (striped
+// locks), so a process never races itself, and the requests that wait
 // on a busy key are decided together (group commit): one read, each
 // request's step in turn on the state the one before left, each answered
 // its own decision exactly as if they had come one after the other, and
-// one compare-and-swap for them all.
+// one compare-and-swap for them all. A request of several asks reads
+// its keys without waiting on any, and writes each through its key's
+// group, on the key's state as it is then: it never holds one key while
+// it waits on another, so a key that every request names (a route's,
+// a global one) is written at its group's pace.
 //
 // A request of several policies is all or nothing: the enforced asks are
 // decided first, in order, then the shadows (see floodgate.Store's
 // Decide). When a later ask refuses after earlier ones were written (a
-// replica raced it between its read and its writes), the earlier ones
-// are given back (the Machine's Refund of their grants). A crash, or
+// replica or another request took its key's last units between its read
+// and its write), the earlier ones are given back (the Machine's Refund
+// of their grants). Until they are, a request that reads those keys
+// sees their charge, and may be refused where it would have been
+// admitted a moment later: stricter, never over the limit (a sliding
+// log's give-back lapses, and the charge stays, when a later request
+// was logged on the key in between). A crash, or
 // memcached failing, between those writes and the give-back leaves the
 // charges in place: the request was refused and is charged, which is
 // stricter, never over-admission.
 //
-// An admission costs a round trip to read and one per key charged; a
-// refusal, the read alone; a group of requests for one key, two round
-// trips in all. Stats.CASConflicts counts the writes that lost a race.
+// An admission of one ask costs two round trips (a read and a
+// compare-and-swap) shared by the group it joins; one of several asks,
+// a read of its keys and a compare-and-swap a key (and a read more for
+// a key whose state changed since, or that others wait on); a refusal,
+// the read alone. Stats.CASConflicts counts the writes that lost a race.
 //
 // # Time
 //

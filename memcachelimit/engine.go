@@ -159,6 +159,9 @@ func (s *Store) store(t *trip, key string, it *memcache.Item, next []byte, exp i
 	if it == nil {
 		err = s.c.Add(&memcache.Item{Key: key, Value: next, Expiration: exp})
 	} else {
+		if s.beforeStore != nil {
+			s.beforeStore(key)
+		}
 		it.Value, it.Expiration = next, exp
 		err = s.c.CompareAndSwap(it)
 	}
@@ -283,19 +286,36 @@ var errBreakerOpen = errors.New("the circuit breaker is open")
 // failure is counted, tried against the breaker (a state that could not
 // be read is one key's, not memcached's), and given to OnError.
 func (s *Store) guarded(ctx context.Context, fn func(t *trip) error) (outcome, error) {
+	return s.guardedIn(ctx, false, fn)
+}
+
+// guardedIn is guarded; inside says that the call runs within another
+// guarded call (a request of several asks writing through its keys'
+// groups), which passed the breaker already: it does not ask the
+// breaker again, so that a probe's request is not refused by its own
+// probe. What it fails with reaches the outer call as a counted error,
+// which that call does not count again.
+func (s *Store) guardedIn(ctx context.Context, inside bool, fn func(t *trip) error) (outcome, error) {
 	if err := ctx.Err(); err != nil {
 		s.abandoned.Add(1)
 		return abandoned, err
 	}
-	probe, ok := s.breaker.enter(s.set.clock.Now())
-	if !ok {
-		return unreached, errBreakerOpen
+	probe := false
+	if !inside {
+		var ok bool
+		if probe, ok = s.breaker.enter(s.set.clock.Now()); !ok {
+			return unreached, errBreakerOpen
+		}
 	}
 	t := s.newTrip(ctx)
 	err := fn(&t)
 	if err == nil {
 		s.breaker.succeed(probe)
 		return answered, nil
+	}
+	if c, ok := err.(counted); ok { // an inner call's failure, counted there
+		s.breaker.abandon(probe)
+		return unreached, c.error
 	}
 	if cerr := ctx.Err(); cerr != nil && (errors.Is(err, cerr) || err == errBudget) {
 		s.breaker.abandon(probe)
@@ -316,3 +336,9 @@ func (s *Store) guarded(ctx context.Context, fn func(t *trip) error) (outcome, e
 	}
 	return unreached, err
 }
+
+// counted is the failure of a call made within another (see
+// guardedIn), counted already by the inner call.
+type counted struct{ error }
+
+func (c counted) Unwrap() error { return c.error }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/floodgate-go/floodgate"
 )
 
@@ -22,6 +23,7 @@ type waiter struct {
 	ctx  context.Context
 	rl   *ruled
 	n    int64
+	read *memcache.Item // the key as its request read it, or nil
 	d    floodgate.Decision
 	at   int64
 	o    outcome
@@ -42,9 +44,17 @@ var (
 // above), and returns its answer, its grant's at, and the round's
 // outcome: answered, abandoned (its ctx ended before its round), or
 // unreached (with memcached's error, for the FailureMode).
-func (s *Store) decideGrouped(ctx context.Context, mk string, rl *ruled, n int64) (floodgate.Decision, int64, outcome, error) {
+//
+// inside says the caller runs within a guarded call of its own (see
+// guardedIn); a round that such a caller leads does not ask the breaker
+// again.
+//
+// read, if not nil, is the key's item as the caller read it: a round
+// that it leads alone writes over that (a lost write reads again), in
+// place of a read of its own.
+func (s *Store) decideGrouped(ctx context.Context, mk string, rl *ruled, n int64, inside bool, read *memcache.Item) (floodgate.Decision, int64, outcome, error) {
 	w := waiters.Get().(*waiter)
-	w.ctx, w.rl, w.n = ctx, rl, n
+	w.ctx, w.rl, w.n, w.read = ctx, rl, n, read
 	s.gmu.Lock()
 	if g := s.gathering[mk]; g != nil {
 		g.ws = append(g.ws, w)
@@ -60,7 +70,7 @@ func (s *Store) decideGrouped(ctx context.Context, mk string, rl *ruled, n int64
 		s.gmu.Lock()
 		delete(s.gathering, mk) // the requests that come now gather for the next round
 		s.gmu.Unlock()
-		s.round(mk, g.ws)
+		s.round(mk, g.ws, inside)
 		stripe.Unlock()
 		for _, o := range g.ws[1:] {
 			o.done <- struct{}{}
@@ -77,9 +87,11 @@ func (s *Store) decideGrouped(ctx context.Context, mk string, rl *ruled, n int64
 
 // round decides ws, the requests gathered for mk, in one read and one
 // write, retried on a lost write; a request whose ctx has ended is
-// abandoned, and charged nothing.
-func (s *Store) round(mk string, ws []*waiter) {
+// abandoned, and charged nothing. inside is its leader's (see
+// decideGrouped).
+func (s *Store) round(mk string, ws []*waiter, inside bool) {
 	live := 0
+	var read *memcache.Item
 	for _, w := range ws {
 		if err := w.ctx.Err(); err != nil {
 			w.o, w.err = abandoned, err
@@ -87,14 +99,21 @@ func (s *Store) round(mk string, ws []*waiter) {
 			continue
 		}
 		live++
+		read = w.read
 	}
 	if live == 0 {
 		return
 	}
-	o, err := s.guarded(context.Background(), func(t *trip) error {
-		it, err := s.reread(t, mk)
-		if err != nil {
-			return err
+	if live > 1 {
+		read = nil // the others read nothing: read the key once for all
+	}
+	o, err := s.guardedIn(context.Background(), inside, func(t *trip) error {
+		it := read
+		if it == nil {
+			var err error
+			if it, err = s.reread(t, mk); err != nil {
+				return err
+			}
 		}
 		for {
 			cur := stateOf(it)

@@ -10,8 +10,9 @@ import (
 )
 
 // TestRollback: a request of two policies, decided admitted on the
-// states it read, loses its second write to another replica that took
-// the last unit in between: the second ask now refuses, so the first
+// states it read, finds at its second write that another replica took
+// the last unit in between (the write takes the cost again on the
+// key's state as it is then): the second ask now refuses, so the first
 // ask's charge, already written, is given back, and the request is
 // refused and charged nothing, as if never decided.
 func TestRollback(t *testing.T) {
@@ -37,8 +38,8 @@ func TestRollback(t *testing.T) {
 			if err != nil || d.Allowed || refused != 1 {
 				t.Fatalf("the raced request: %+v, refused %d, %v; want refused by q (1)", d, refused, err)
 			}
-			if st := a.Stats(); st.RolledBack != 1 || st.CASConflicts != 1 {
-				t.Errorf("Stats %+v; want one conflict and one grant given back", st)
+			if st := a.Stats(); st.RolledBack != 1 {
+				t.Errorf("Stats %+v; want one grant given back", st)
 			}
 			peek, err := pa.Peek(context.Background(), "k")
 			if err != nil || peek.Remaining != 9 {
@@ -65,9 +66,13 @@ func TestVanished(t *testing.T) {
 	if _, refused, err := s.Decide(context.Background(), asks, nil); err != nil || refused != -1 {
 		t.Fatalf("a first request: refused %d, %v", refused, err)
 	}
-	s.beforeWrite = func() {
-		s.beforeWrite = nil
-		if err := c.Delete(p.(*policy).key("k")); err != nil {
+	pk := p.(*policy).key("k")
+	s.beforeStore = func(key string) {
+		if key != pk {
+			return
+		}
+		s.beforeStore = nil
+		if err := c.Delete(pk); err != nil {
 			t.Errorf("deleting p's key: %v", err)
 		}
 	}

@@ -50,6 +50,10 @@ type Store struct {
 	// beforeWrite, set only by tests, runs after a request was decided
 	// on the states read and before its writes: a seam to race it.
 	beforeWrite func()
+	// beforeStore, set only by tests, runs before each write of a state
+	// that was read (a cas), with its key: a seam to change the key
+	// between the read and the write.
+	beforeStore func(key string)
 }
 
 // numStripes is the number of the Store's key locks.
