@@ -114,12 +114,13 @@
 // envoyproxy/ratelimit); MEMCACHE_TLS and its certificates, as
 // envoyproxy/ratelimit reads them, each server's certificate verified
 // for the name it is listed or found under (the chain alone with
-// MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION). Keys are under CACHE_KEY_PREFIX, as
-// on Redis; FLOODGATE_FAILURE_MODE answers while memcached cannot, as on
-// Redis, and FLOODGATE_MEMCACHE_TIMEOUT is the time a decision waits for
-// it (100ms when unset), each round trip's read and write too. memcached has no lease mode: FLOODGATE_LEASE_MAX other than 0
-// stops the start. A memcached restarted forgets its counts, so every
-// key starts its window afresh.
+// MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION). Keys are under
+// CACHE_KEY_PREFIX, as on Redis; FLOODGATE_FAILURE_MODE answers while
+// memcached cannot, as on Redis, and FLOODGATE_MEMCACHE_TIMEOUT is the
+// time a decision waits for it (100ms when unset), each round trip's
+// read and write too. memcached has no lease mode: FLOODGATE_LEASE_MAX
+// other than 0 stops the start. A memcached restarted forgets its
+// counts, so every key starts its window afresh.
 //
 // A setting that would make envoyproxy/ratelimit decide otherwise and
 // that floodgate-rls does not implement (CONFIG_TYPE other than FILE or
