@@ -245,3 +245,36 @@ func TestMemcacheHostPort(t *testing.T) {
 		t.Fatalf("run with a host that does not resolve: %v", err)
 	}
 }
+
+// TestMemcacheAlgorithms: every algorithm, named by a rule's algorithm,
+// on memcached through two floodgate-rls: each descriptor's limit of 5
+// an hour passes exactly 5 of 8 requests spread over both.
+func TestMemcacheAlgorithms(t *testing.T) {
+	mc := memcachetest.Start(t)
+	algs := []string{"token_bucket", "leaky_bucket", "fixed_window", "sliding_counter", "sliding_log"}
+	yaml := "domain: api\ndescriptors:\n"
+	for _, alg := range algs {
+		yaml += fmt.Sprintf("  - key: k\n    value: %s\n    rate_limit: {unit: hour, requests_per_unit: 5, algorithm: %s}\n", alg, alg)
+	}
+	root := runtimeDir(t, map[string]string{"api.yaml": yaml})
+	env := map[string]string{"RUNTIME_ROOT": filepath.Join(root, "current"), "BACKEND_TYPE": "memcache", "MEMCACHE_HOST_PORT": mc.Addr(),
+		"CACHE_KEY_PREFIX": fmt.Sprint("algorithms-", time.Now().UnixNano())}
+	one, _ := start(t, env)
+	two, _ := start(t, env)
+	c1, c2 := grpcClient(t, one.grpc), grpcClient(t, two.grpc)
+	for _, alg := range algs {
+		passed := 0
+		for i := range 8 {
+			c := c1
+			if i%2 == 1 {
+				c = c2
+			}
+			if code, _ := xdsCall(t, c, alg); code == pb.RateLimitResponse_OK {
+				passed++
+			}
+		}
+		if passed != 5 {
+			t.Errorf("%s: two replicas on one memcached passed %d of 8, want the limit, 5", alg, passed)
+		}
+	}
+}
